@@ -1,0 +1,37 @@
+"""mri-recon: exact non-Cartesian MRI reconstruction on NVIDIA GPUs, with a NumPy twin.
+
+Public API (stable)::
+
+    load_scan, save_scan, Scan            schema-v1 HDF5 scans (and ISMRMRD input)
+    fhd, forward                           exact F^H d and F
+    reconstruct, Result                    CG-SENSE / Tikhonov reconstruction
+    convolve, smooth                       post-filter (correlation semantics)
+    MriReconError                          base class of every error raised on purpose
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .errors import MriReconError
+from .scan import Scan, load_scan, save_scan
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "fhd": "operators",
+    "forward": "operators",
+    "reconstruct": "recon",
+    "Result": "recon",
+    "convolve": "filters",
+    "smooth": "filters",
+}
+
+__all__ = ["MriReconError", "Scan", "load_scan", "save_scan", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'mri_recon' has no attribute {name!r}")

@@ -1,0 +1,158 @@
+"""The one place that knows about CuPy.
+
+Everything else asks an array for its module with :func:`get_xp` and moves data with :func:`to_device` /
+:func:`to_host`. CuPy is optional: without it (or without a GPU) ``device="auto"`` means the CPU and
+``device="gpu"`` raises :class:`~mri_recon.errors.DeviceError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceError
+
+try:  # CuPy is the optional "gpu" extra.
+    import cupy as _cupy
+except Exception:  # pragma: no cover - depends on the machine
+    _cupy = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """A compute device: ``index == -1`` is the CPU, ``index >= 0`` a CUDA GPU."""
+
+    index: int = -1
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.index >= 0
+
+    @property
+    def xp(self) -> Any:
+        """The array module of this device (``numpy`` or ``cupy``)."""
+        return _cupy if self.is_gpu else np
+
+    def __str__(self) -> str:
+        return f"gpu:{self.index}" if self.is_gpu else "cpu"
+
+    def use(self):
+        """Context manager making this device current (a no-op for the CPU)."""
+        if self.is_gpu:
+            return _cupy.cuda.Device(self.index)
+        return _NullContext()
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+CPU = Device(-1)
+
+
+def cupy_module():
+    """The imported ``cupy`` module, or None when CuPy is not installed."""
+    return _cupy
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """Number of usable CUDA GPUs (0 without CuPy, driver or GPU)."""
+    if _cupy is None:
+        return 0
+    try:
+        return int(_cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+def gpu_available() -> bool:
+    return gpu_count() > 0
+
+
+def resolve_device(device: str | int | Device | None = "auto") -> Device:
+    """Turn ``"auto" | "cpu" | "gpu" | "gpu:N" | N | Device`` into a :class:`Device`.
+
+    ``"auto"`` picks GPU 0 when CuPy and a GPU are present, else the CPU. Asking for a GPU that is not
+    there raises :class:`DeviceError` naming what is missing.
+    """
+    if isinstance(device, Device):
+        if device.is_gpu:
+            return resolve_device(device.index)
+        return device
+    if device is None or device == "auto":
+        return Device(0) if gpu_available() else CPU
+    if device == "cpu" or device == -1:
+        return CPU
+    if isinstance(device, str):
+        text = device.strip().lower()
+        if text == "gpu":
+            index = 0
+        elif text.startswith("gpu:") and text[4:].isdigit():
+            index = int(text[4:])
+        else:
+            raise DeviceError(f"unknown device {device!r}: expected 'auto', 'cpu', 'gpu' or 'gpu:N'")
+    elif isinstance(device, (int, np.integer)):
+        index = int(device)
+    else:
+        raise DeviceError(f"unknown device {device!r}: expected 'auto', 'cpu', 'gpu' or 'gpu:N'")
+    if _cupy is None:
+        raise DeviceError(
+            "device 'gpu' requested but CuPy is not installed: pip install 'mri-recon[gpu]' "
+            "(or use --device cpu)"
+        )
+    count = gpu_count()
+    if count == 0:
+        raise DeviceError("device 'gpu' requested but no CUDA GPU or driver was found (use --device cpu)")
+    if not 0 <= index < count:
+        raise DeviceError(f"device 'gpu:{index}' requested but only {count} GPU(s) are present")
+    return Device(index)
+
+
+def get_xp(array: Any) -> Any:
+    """Array module (``numpy`` or ``cupy``) of ``array``."""
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
+        return _cupy
+    return np
+
+
+def is_gpu_array(array: Any) -> bool:
+    return _cupy is not None and isinstance(array, _cupy.ndarray)
+
+
+def to_device(array: Any, device: Device) -> Any:
+    """Copy ``array`` to ``device`` (no copy when it is already there)."""
+    if device.is_gpu:
+        with _cupy.cuda.Device(device.index):
+            return _cupy.asarray(array)
+    return to_host(array)
+
+
+def to_host(array: Any) -> np.ndarray:
+    """NumPy copy of ``array`` (CuPy arrays are downloaded)."""
+    if is_gpu_array(array):
+        return _cupy.asnumpy(array)
+    return np.asarray(array)
+
+
+def synchronize(device: Device) -> None:
+    if device.is_gpu:
+        with _cupy.cuda.Device(device.index):
+            _cupy.cuda.get_current_stream().synchronize()
+
+
+def device_memory(device: Device) -> tuple[int, int]:
+    """``(free, total)`` bytes of a GPU's memory (CuPy's pool counts as free)."""
+    if not device.is_gpu:
+        raise DeviceError("device_memory() needs a GPU device")
+    with _cupy.cuda.Device(device.index):
+        free, total = _cupy.cuda.runtime.memGetInfo()
+        pool = _cupy.get_default_memory_pool()
+        return int(free + pool.free_bytes()), int(total)

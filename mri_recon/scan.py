@@ -24,7 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .errors import InvalidDataError, SchemaError, ScanFileError, TrajectoryUnitsError
+from .errors import InvalidDataError, ScanFileError, SchemaError, TrajectoryUnitsError
 from .fileio import atomic_output
 
 SCHEMA_VERSION = 1

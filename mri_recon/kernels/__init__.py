@@ -30,7 +30,7 @@ def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source(filename: str) -> str:
     path = KERNEL_DIR / filename
     if not path.is_file():
@@ -48,7 +48,7 @@ def _freeze(defines: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((str(k), int(v)) for k, v in (defines or {}).items()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int):
     cupy = cupy_module()
     if cupy is None:

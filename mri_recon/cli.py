@@ -1,0 +1,222 @@
+"""The ``mri-recon`` command: a thin click layer over the library.
+
+Library errors (:class:`~mri_recon.errors.MriReconError`) become one-line messages and exit code 1; the
+command never prints a traceback for bad input. Outputs are written to a temporary file and renamed, and
+never replace the input.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from . import __version__
+from .errors import MriReconError, OutputError
+
+DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
+
+
+def _friendly(func):
+    """Turn library errors into click errors (one line, exit code 1, no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except MriReconError as exc:
+            raise click.ClickException(str(exc)) from None
+        except MemoryError:
+            raise click.ClickException("out of host memory; try a smaller problem or --device gpu") from None
+
+    return wrapper
+
+
+def _log(quiet: bool, message: str) -> None:
+    if not quiet:
+        click.echo(message, err=True)
+
+
+def _parse_matrix(text: str) -> tuple[int, ...]:
+    parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}") from None
+    if not values:
+        raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}")
+    return values
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mri-recon")
+def main() -> None:
+    """Exact non-Cartesian MRI reconstruction (radial, spiral, 3D) on NVIDIA GPUs, with a CPU twin."""
+
+
+def _default_output(scan_path: Path) -> Path:
+    name = scan_path.name
+    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return scan_path.with_name(f"{name}.recon.h5")
+
+
+def _resolve_device_with_notice(device: str, quiet: bool):
+    from .backend import cupy_module, gpu_available, resolve_device
+
+    resolved = resolve_device(device)
+    if device == "auto" and not resolved.is_gpu:
+        why = "CuPy is not installed" if cupy_module() is None else "no CUDA GPU was found"
+        _log(quiet, f"note: {why}; reconstructing on the CPU")
+    del gpu_available
+    return resolved
+
+
+@main.command()
+@click.argument("scan", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Output HDF5 file (default: SCAN's name with .recon.h5, beside it).")
+@click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
+              help="Maximum CG iterations.")
+@click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
+              help="Tikhonov weight, relative to the point-spread function's peak.")
+@click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True,
+              help="Stop when the relative CG residual falls below this.")
+@click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Gaussian post-filter width in voxels (off by default).")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--png", type=click.Path(path_type=Path), default=None, help="Also write a PNG preview.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@_friendly
+def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
+                filter_sigma: float | None, device: str, png: Path | None, quiet: bool) -> None:
+    """Reconstruct SCAN (schema-v1 HDF5) into an image file."""
+    from .recon import reconstruct as run
+    from .scan import load_scan
+
+    output = output or _default_output(scan)
+    _check_outputs(scan, output, png)
+    loaded = load_scan(scan)
+    dev = _resolve_device_with_notice(device, quiet)
+    _log(quiet, f"{scan}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), {loaded.n_samples} "
+                f"samples, device {dev}")
+    result = run(loaded, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
+                 progress=not quiet)
+    _write_result(output, result, scan, loaded)
+    if png is not None:
+        from .png import write_png
+
+        write_png(png, result.image, protect=(scan,))
+    _log(quiet, f"wrote {output}" + (f" and {png}" if png else ""))
+
+
+def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
+    from .fileio import same_file
+
+    for target in (output, png):
+        if target is not None and same_file(target, scan):
+            raise OutputError(f"{target}: output would overwrite the input file; choose another path")
+    for target in (output, png):
+        if target is None:
+            continue
+        folder = target.parent if str(target.parent) else Path(".")
+        if not folder.is_dir():
+            raise OutputError(f"{target}: output folder {folder} does not exist")
+
+
+def _write_result(output: Path, result, scan_path: Path, scan) -> None:
+    import h5py
+
+    from .fileio import atomic_output
+
+    with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("image", data=np.asarray(result.image, dtype=np.complex64))
+        f.create_dataset("residuals", data=np.asarray(result.residuals, dtype=np.float64))
+        f.attrs["mri_recon_version"] = __version__
+        f.attrs["input"] = str(scan_path)
+        f.attrs["matrix"] = np.asarray(scan.matrix, dtype=np.int64)
+        f.attrs["device"] = str(result.device)
+        f.attrs["iterations"] = int(result.iterations)
+        f.attrs["final_residual"] = float(result.residuals[-1]) if len(result.residuals) else float("nan")
+        f.attrs["combine"] = str(result.combine)
+        for key, value in result.parameters.items():
+            f.attrs[f"param_{key}"] = "none" if value is None else value
+        for stage, seconds in result.timings.items():
+            f.attrs[f"time_{stage}_s"] = float(seconds)
+        if scan.ground_truth is not None:
+            truth = scan.ground_truth
+            f.attrs["nrmse_vs_ground_truth"] = float(
+                np.linalg.norm(result.image - truth) / max(np.linalg.norm(truth), 1e-30))
+
+
+@main.command()
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--matrix", default="128", show_default=True, help="N, NxM or NxMxK.")
+@click.option("--trajectory", type=click.Choice(["radial", "golden", "spiral", "kooshball", "stack-of-stars"]),
+              default="golden", show_default=True)
+@click.option("--coils", type=click.IntRange(1, 128), default=8, show_default=True)
+@click.option("--snr", type=click.FloatRange(min=0.0, min_open=True), default=30.0, show_default=True,
+              help="Signal-to-noise ratio of the simulated data.")
+@click.option("--spokes", type=click.IntRange(min=1), default=None, help="Spokes (radial kinds).")
+@click.option("--interleaves", type=click.IntRange(min=1), default=None, help="Interleaves (spiral).")
+@click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per spoke/interleaf.")
+@click.option("--dcf", type=click.Choice(["pipe", "ramp", "none"]), default="pipe", show_default=True,
+              help="Density compensation stored as 'weights'.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", is_flag=True)
+@_friendly
+def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
+             interleaves: int | None, samples: int | None, dcf: str, seed: int, quiet: bool) -> None:
+    """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
+    from .scan import save_scan
+    from .simulate import simulate_scan
+
+    size = _parse_matrix(matrix)
+    scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
+                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf)
+    save_scan(output, scan)
+    _log(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")
+
+
+@main.command()
+@click.argument("scan", type=click.Path(path_type=Path))
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@_friendly
+def info(scan: Path, device: str) -> None:
+    """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
+    from .backend import device_memory, resolve_device
+    from .planner import host_memory_available, human_bytes, plan
+    from .scan import load_scan
+
+    s = load_scan(scan)
+    dev = resolve_device(device)
+    lines = [f"file        {scan}",
+             f"matrix      {list(s.matrix)} ({s.ndim}-D)",
+             f"coils       {s.n_coils}",
+             f"samples     {s.n_samples} per coil"]
+    extent = np.max(np.abs(s.trajectory), axis=0)
+    for axis, (reach, n) in enumerate(zip(extent, s.matrix)):
+        lines.append(f"k extent    axis {axis}: |k| <= {reach:.4g} cycles/FOV, Nyquist {n / 2:g} "
+                     f"({reach / (n / 2):.2f}x)")
+    for name in ("weights", "coil_maps", "field_map", "times", "noise", "ground_truth"):
+        value = getattr(s, name)
+        lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
+    if "traj_units" in s.attrs:
+        lines.append(f"traj units  {s.attrs['traj_units']}")
+    sense = s.coil_maps is not None or s.n_coils == 1
+    available = device_memory(dev)[0] if dev.is_gpu else host_memory_available()
+    p = plan(s.matrix, s.n_coils, s.n_samples, sense=sense, iterations=30, available_bytes=None,
+             gpu=dev.is_gpu)
+    lines.append(f"memory      about {human_bytes(p.peak_bytes)} on {dev}"
+                 + (f" ({human_bytes(available)} available)" if available else ""))
+    lines.append(f"time        about {p.estimated_seconds:.2g} s for 30 iterations on {dev} (estimate)")
+    click.echo("\n".join(lines))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Schema v1: validation, casting, loading and saving, and every error path of the loader."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from mri_recon.errors import InvalidDataError, OutputError, SchemaError, ScanFileError, TrajectoryUnitsError
+from mri_recon.fileio import atomic_output
+from mri_recon.scan import Scan, load_scan, save_scan, validate_matrix
+
+
+def _arrays(rng, coils=2, m=50, matrix=(16, 12)):
+    kspace = (rng.standard_normal((coils, m)) + 1j * rng.standard_normal((coils, m))).astype(np.complex64)
+    traj = ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    return kspace, traj
+
+
+def _write(path, **datasets):
+    matrix = datasets.pop("matrix", None)
+    with h5py.File(path, "w") as f:
+        if matrix is not None:
+            f.attrs["matrix"] = matrix
+        for name, value in datasets.items():
+            f.create_dataset(name, data=value)
+    return path
+
+
+def test_round_trip_keeps_every_dataset(tmp_path, rng):
+    kspace, traj = _arrays(rng)
+    maps = (rng.standard_normal((2, 16, 12)) + 1j).astype(np.complex64)
+    scan = Scan(kspace=kspace, trajectory=traj, matrix=(16, 12), weights=np.ones(50, np.float32),
+                coil_maps=maps, field_map=np.zeros((16, 12), np.float32), times=np.arange(50, dtype=np.float32),
+                noise=kspace[:, :7].copy(), attrs={"note": "x"})
+    save_scan(tmp_path / "s.h5", scan)
+    back = load_scan(tmp_path / "s.h5")
+    assert back.matrix == (16, 12) and back.attrs["note"] == "x"
+    for name in ("kspace", "trajectory", "weights", "coil_maps", "field_map", "times", "noise"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(scan, name))
+
+
+def test_double_precision_is_cast_and_one_coil_becomes_two_dimensional(rng):
+    kspace, traj = _arrays(rng, coils=1)
+    scan = Scan(kspace=kspace[0].astype(np.complex128), trajectory=traj.astype(np.float64), matrix=[16, 12])
+    assert scan.kspace.dtype == np.complex64 and scan.kspace.shape == (1, 50)
+    assert scan.trajectory.dtype == np.float32 and scan.n_coils == 1 and scan.n_samples == 50
+
+
+@pytest.mark.parametrize("matrix, message", [
+    ([16], r"must be \[Nx, Ny\]"),
+    ([0, 16], "must be positive"),
+    ([100000, 16], "absurd"),
+    ([1.5, 2], "must hold integers"),
+], ids=["rank", "zero", "absurd", "fraction"])
+def test_bad_matrix(matrix, message):
+    with pytest.raises((SchemaError, InvalidDataError), match=message):
+        validate_matrix(matrix, "scan.h5")
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ({"kspace": "real"}, SchemaError, "'kspace' must be complex64"),
+    ({"trajectory": "int"}, SchemaError, "'trajectory' must be float32"),
+    ({"kspace": "rank3"}, SchemaError, "'kspace' must have rank 1 or 2"),
+    ({"kspace": "nan"}, InvalidDataError, "'kspace' contains 1 NaN or Inf"),
+    ({"trajectory": "inf"}, InvalidDataError, "'trajectory' contains 1 NaN or Inf"),
+    ({"kspace": "empty"}, InvalidDataError, "'kspace' is empty"),
+    ({"trajectory": "short"}, SchemaError, "trajectory has 49 samples but kspace has 50"),
+    ({"trajectory": "3d"}, SchemaError, "D = 3 columns but matrix"),
+    ({"weights": "short"}, SchemaError, "weights has 10 samples but kspace has 50"),
+    ({"times": "short"}, SchemaError, "times has 10 samples but kspace has 50"),
+    ({"weights": "negative"}, InvalidDataError, "weights must be non-negative"),
+    ({"coil_maps": "wrong"}, SchemaError, r"coil_maps must have shape \(2, 16, 12\)"),
+    ({"noise": "coils"}, SchemaError, "noise has 3 coils but kspace has 2"),
+    ({"trajectory": "far"}, TrajectoryUnitsError, "did you scale your trajectory correctly"),
+    ({"trajectory": "normalized"}, TrajectoryUnitsError, "looks normalized"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_validation_errors_name_the_problem(rng, change, error, message):
+    kspace, traj = _arrays(rng)
+    values = {"kspace": kspace, "trajectory": traj, "matrix": (16, 12)}
+    (name, how), = change.items()
+    bad = {
+        ("kspace", "real"): kspace.real, ("trajectory", "int"): traj.astype(np.int32),
+        ("kspace", "rank3"): kspace[None], ("kspace", "empty"): kspace[:, :0],
+        ("trajectory", "short"): traj[:-1], ("trajectory", "3d"): np.zeros((50, 3), np.float32),
+        ("weights", "short"): np.ones(10, np.float32), ("times", "short"): np.ones(10, np.float32),
+        ("weights", "negative"): -np.ones(50, np.float32),
+        ("coil_maps", "wrong"): np.ones((2, 12, 16), np.complex64),
+        ("noise", "coils"): np.ones((3, 5), np.complex64),
+        ("trajectory", "far"): traj * 3, ("trajectory", "normalized"): traj / np.array([16, 12]),
+    }
+    if how == "nan":
+        kspace[0, 3] = np.nan
+        bad_value = kspace
+    elif how == "inf":
+        traj[1, 0] = np.inf
+        bad_value = traj
+    else:
+        bad_value = bad[(name, how)]
+    values[name] = bad_value
+    with pytest.raises(error, match=message):
+        Scan(**values, source="scan.h5")
+
+
+def test_load_errors(tmp_path, rng):
+    kspace, traj = _arrays(rng)
+    with pytest.raises(ScanFileError, match="no such file"):
+        load_scan(tmp_path / "missing.h5")
+    with pytest.raises(ScanFileError, match="is a directory"):
+        load_scan(tmp_path)
+    (tmp_path / "text.h5").write_text("not hdf5")
+    with pytest.raises(ScanFileError, match="not an HDF5 file"):
+        load_scan(tmp_path / "text.h5")
+    with pytest.raises(SchemaError, match="missing dataset 'kspace'"):
+        load_scan(_write(tmp_path / "a.h5", trajectory=traj, matrix=[16, 12]))
+    with pytest.raises(SchemaError, match="missing dataset 'trajectory'"):
+        load_scan(_write(tmp_path / "b.h5", kspace=kspace, matrix=[16, 12]))
+    with pytest.raises(SchemaError, match="missing root attribute 'matrix'"):
+        load_scan(_write(tmp_path / "c.h5", kspace=kspace, trajectory=traj))
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f.attrs["matrix"] = [16, 12]
+        f.create_group("kspace")
+        f.create_dataset("trajectory", data=traj)
+    with pytest.raises(SchemaError, match="'kspace' must be a dataset"):
+        load_scan(tmp_path / "d.h5")
+    with pytest.raises(SchemaError, match="scan.h5|e.h5"):
+        load_scan(_write(tmp_path / "e.h5", kspace=kspace.real, trajectory=traj, matrix=[16, 12]))
+
+
+def test_atomic_output_leaves_nothing_on_failure_and_protects_inputs(tmp_path):
+    target = tmp_path / "out.bin"
+    with pytest.raises(RuntimeError), atomic_output(target) as tmp:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("boom")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    source = tmp_path / "in.h5"
+    source.write_bytes(b"precious")
+    with pytest.raises(OutputError, match="would overwrite the input"), atomic_output(source, protect=(source,)):
+        pass
+    assert source.read_bytes() == b"precious"
+    with pytest.raises(OutputError, match="does not exist"), atomic_output(tmp_path / "nope" / "x.h5"):
+        pass
+    with pytest.raises(OutputError, match="is a directory"), atomic_output(tmp_path):
+        pass

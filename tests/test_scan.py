@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mri_recon.errors import InvalidDataError, OutputError, SchemaError, ScanFileError, TrajectoryUnitsError
+from mri_recon.errors import InvalidDataError, OutputError, ScanFileError, SchemaError, TrajectoryUnitsError
 from mri_recon.fileio import atomic_output
 from mri_recon.scan import Scan, load_scan, save_scan, validate_matrix
 

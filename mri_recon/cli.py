@@ -218,5 +218,30 @@ def info(scan: Path, device: str) -> None:
     click.echo("\n".join(lines))
 
 
+@main.command()
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@_friendly
+def doctor(device: str) -> None:
+    """Print versions, compile the GPU kernels and self-test each against the CPU oracle."""
+    from .doctor import run
+
+    rows, checks = run(device)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        click.echo(f"{name:<{width}}  {value}")
+    if not checks:
+        click.echo("no GPU: GPU self-test skipped (the CPU path needs none)")
+        return
+    for check in checks:
+        status = "PASS" if check.passed else "FAIL"
+        detail = check.message or (f"relative error {check.error:.2e} (tolerance {check.tolerance:.0e})"
+                                   if check.name != "compile kernels" else "all configurations built")
+        click.echo(f"{status}  {check.name:<16} {detail}  {check.seconds:.2f} s")
+    failed = [c.name for c in checks if not c.passed]
+    if failed:
+        raise click.ClickException(f"self-test failed: {', '.join(failed)}")
+    click.echo("all GPU self-tests passed")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,155 @@
+"""``mri-recon doctor``: versions, kernel compilation and a one-second self-test of every GPU kernel.
+
+Each GPU kernel runs on fresh random inputs and is compared with the float64 NumPy oracle (or
+``scipy.ndimage.correlate`` for the filter). A CUDA, driver or compiler mismatch that produces silently
+wrong results shows up here as a FAIL with the measured error.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__
+from .backend import Device, cupy_module, resolve_device
+
+TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    error: float | None
+    tolerance: float
+    seconds: float
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.error is not None and bool(np.isfinite(self.error)) and self.error <= self.tolerance
+
+
+def versions(device: Device | None) -> list[tuple[str, str]]:
+    rows = [("mri-recon", __version__), ("python", platform.python_version()), ("numpy", np.__version__)]
+    cupy = cupy_module()
+    if cupy is None:
+        rows.append(("cupy", "not installed"))
+        return rows
+    rows.append(("cupy", cupy.__version__))
+    try:
+        rows.append(("cuda runtime", _cuda_version(cupy.cuda.runtime.runtimeGetVersion())))
+        rows.append(("cuda driver", _cuda_version(cupy.cuda.runtime.driverGetVersion())))
+        from cupy_backends.cuda.libs import nvrtc
+
+        rows.append(("nvrtc", ".".join(str(v) for v in nvrtc.getVersion())))
+    except Exception as exc:  # noqa: BLE001 - report, do not crash
+        rows.append(("cuda", f"unavailable ({exc})"))
+    if device is not None and device.is_gpu:
+        props = cupy.cuda.runtime.getDeviceProperties(device.index)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        rows.append(("gpu", f"{device}: {name}, compute capability {props['major']}.{props['minor']}, "
+                            f"{props['multiProcessorCount']} SMs, {props['totalGlobalMem'] / 2**30:.1f} GiB"))
+    return rows
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _relative(out, ref) -> float:
+    out = np.asarray(out, dtype=np.complex128)
+    ref = np.asarray(ref, dtype=np.complex128)
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def _timed(name: str, tolerance: float, fn: Callable[[], float]) -> Check:
+    start = time.perf_counter()
+    try:
+        error = fn()
+        message = ""
+    except Exception as exc:  # noqa: BLE001 - a failing kernel is a FAIL line, not a crash
+        error, message = None, f"{type(exc).__name__}: {exc}"
+    return Check(name, error, tolerance, time.perf_counter() - start, message)
+
+
+def _compile_all(device: Device) -> float:
+    """Compile every kernel configuration the launchers use; 0.0 when all build (errors raise)."""
+    from . import gpu_fhd, gpu_filter
+    from .kernels import get_module
+
+    for filename, defines in [*gpu_fhd.compile_configurations(), *gpu_filter.compile_configurations()]:
+        get_module(filename, defines, device)
+    return 0.0
+
+
+def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
+    """F^H d, F and the PSF on one random problem, each against the float64 oracle."""
+    from . import gpu_fhd
+    from .nudft import nudft_adjoint, nudft_forward
+
+    cupy = cupy_module()
+    m, coils = 1500, 3
+    traj = ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    data = (rng.standard_normal((coils, m)) + 1j * rng.standard_normal((coils, m))).astype(np.complex64)
+    image = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))).astype(np.complex64)
+    weights = rng.random(m).astype(np.float32)
+    big = tuple(2 * n for n in matrix)
+    d_traj = cupy.asarray(traj)
+    tag = f"{len(matrix)}d"
+
+    def fhd() -> float:
+        out = gpu_fhd.fhd_gpu(cupy.asarray(data), d_traj, matrix)
+        return _relative(cupy.asnumpy(out), nudft_adjoint(data, traj, matrix))
+
+    def forward() -> float:
+        out = gpu_fhd.forward_gpu(cupy.asarray(image), d_traj)
+        return _relative(cupy.asnumpy(out), nudft_forward(image, traj))
+
+    def psf() -> float:
+        out = gpu_fhd.psf_gpu(d_traj, cupy.asarray(weights), matrix)
+        return _relative(cupy.asnumpy(out), nudft_adjoint(weights.astype(np.complex64), 2 * traj, big))
+
+    return [_timed(f"fhd {tag}", TOLERANCE["fhd"], fhd), _timed(f"forward {tag}", TOLERANCE["forward"], forward),
+            _timed(f"psf {tag}", TOLERANCE["psf"], psf)]
+
+
+def _filter_check(shape: tuple[int, ...], size: tuple[int, ...], rng: np.random.Generator, device: Device) -> Check:
+    import scipy.ndimage as ndi
+
+    from .filters import convolve
+
+    cupy = cupy_module()
+    img = rng.standard_normal(shape).astype(np.float32)
+    taps = rng.standard_normal(size).astype(np.float32)
+
+    def run_filter() -> float:
+        out = cupy.asnumpy(convolve(cupy.asarray(img), taps, mode="zero", device=device))
+        ref = ndi.correlate(img.astype(np.float64), taps.astype(np.float64), mode="constant", cval=0.0)
+        return _relative(out, ref)
+
+    return _timed(f"filter {len(shape)}d", TOLERANCE["filter"], run_filter)
+
+
+def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Check]:
+    """Compile every kernel, then run each once on small random inputs against the CPU oracle."""
+    rng = rng or np.random.default_rng()
+    checks = [_timed("compile kernels", 0.0, lambda: _compile_all(device))]
+    with device.use():
+        for matrix in ((23, 17), (9, 8, 7)):
+            checks += _operator_checks(matrix, rng)
+        for shape, size in (((67, 45), (5, 3)), ((19, 17, 11), (3, 5, 3))):
+            checks.append(_filter_check(shape, size, rng, device))
+    return checks
+
+
+def run(device: str = "auto") -> tuple[list[tuple[str, str]], list[Check]]:
+    """Versions and self-test results (no checks without a GPU)."""
+    dev = resolve_device(device)
+    rows = versions(dev)
+    if not dev.is_gpu:
+        return rows, []
+    return rows, self_test(dev)

@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh random generator per test, and GPU skipping."""
+"""Shared fixtures: a fresh random generator per test (its seed is printed when the test fails), and
+skipping of GPU tests on machines without CuPy or a GPU."""
 
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def rng():
-    """A generator seeded from the OS: every run draws fresh inputs."""
-    return np.random.default_rng()
+def rng(request):
+    """A generator seeded from the OS: every run draws fresh inputs. A failing test reports its seed, so
+    ``np.random.default_rng(seed)`` reproduces it."""
+    seed = int(np.random.SeedSequence().entropy)
+    request.node.user_properties.append(("rng_seed", seed))
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for name, value in item.user_properties:
+            if name == "rng_seed":
+                report.sections.append(("random seed", f"rng seed = {value}"))

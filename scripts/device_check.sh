@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go: GPU tests, `mri-recon doctor` and the benchmarks.
+# Results (JSON and logs) land in $OUT (default ./out). Peer packages missing on the GPU machine are
+# installed from wheels in .whl/ when that folder is present.
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export MRI_RECON_CACHE_DIR=/tmp/mri-recon-cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
+python3 -c "import cupy, numpy, sys; print(sys.version); print('cupy', cupy.__version__, 'numpy', numpy.__version__)" >>"$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+steps=${STEPS:-"tests doctor fhd filter recon ismrmrd"}
+for step in $steps; do
+  echo "=== $step"
+  case $step in
+    tests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40 ;;
+    doctor) timeout 120 python3 -m mri_recon.cli doctor 2>&1 | tee "$OUT/doctor.txt" ;;
+    fhd) timeout 300 python3 scripts/bench_fhd.py "$OUT/bench_fhd.json" 2>&1 | tail -40 ;;
+    filter) timeout 200 python3 scripts/bench_filter.py "$OUT/bench_filter.json" 2>&1 | tail -30 ;;
+    recon) timeout 300 python3 scripts/bench_recon.py "$OUT/bench_recon.json" 2>&1 | tail -30 ;;
+    ismrmrd) timeout 200 python3 scripts/bench_ismrmrd.py "$OUT/bench_ismrmrd.json" 2>&1 | tail -15 ;;
+  esac
+done

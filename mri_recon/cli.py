@@ -156,7 +156,8 @@ def _write_result(output: Path, result, scan_path: Path, scan) -> None:
 
 @main.command()
 @click.argument("output", type=click.Path(path_type=Path))
-@click.option("--matrix", default="128", show_default=True, help="N, NxM or NxMxK.")
+@click.option("--matrix", default="128", show_default=True,
+              help="N, NxM or NxMxK (one number: square for 2D kinds, cube for 3D kinds).")
 @click.option("--trajectory", type=click.Choice(["radial", "golden", "spiral", "kooshball", "stack-of-stars"]),
               default="golden", show_default=True)
 @click.option("--coils", type=click.IntRange(1, 128), default=8, show_default=True)
@@ -177,6 +178,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     from .simulate import simulate_scan
 
     size = _parse_matrix(matrix)
+    if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
+        size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
                          interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf)
     save_scan(output, scan)

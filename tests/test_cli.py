@@ -1,0 +1,131 @@
+"""The command line through click's CliRunner: exit codes, outputs, untouched inputs, one-line errors."""
+
+from __future__ import annotations
+
+import hashlib
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mri_recon import backend
+from mri_recon.cli import main
+from mri_recon.scan import load_scan
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small_scan(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scans") / "small.h5"
+    result = CliRunner().invoke(main, ["simulate", str(path), "--matrix", "32", "--coils", "2", "--snr", "50",
+                                       "--quiet"])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_simulate_writes_a_valid_scan_with_ground_truth(small_scan):
+    scan = load_scan(small_scan)
+    assert scan.matrix == (32, 32) and scan.n_coils == 2 and scan.ground_truth is not None
+    assert scan.coil_maps is not None and scan.weights is not None
+
+
+def test_reconstruct_writes_image_attributes_and_png_and_leaves_input_alone(small_scan, tmp_path):
+    before = _digest(small_scan)
+    out, png = tmp_path / "r.h5", tmp_path / "r.png"
+    result = _run("reconstruct", small_scan, "-o", out, "--png", png, "--iterations", "15", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "iteration 15/15" in result.output or "iteration" in result.output
+    with h5py.File(out) as f:
+        image = f["image"][()]
+        assert image.dtype == np.complex64 and image.shape == (32, 32)
+        assert f.attrs["device"] == "cpu" and f.attrs["iterations"] >= 1
+        assert f.attrs["nrmse_vs_ground_truth"] < 0.35
+        assert {"time_fhd_s", "time_psf_s", "time_iterations_s", "mri_recon_version"} <= set(f.attrs)
+        assert f["residuals"][-1] <= f["residuals"][0]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _digest(small_scan) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5", "r.png"]  # no temporary files left
+
+
+def test_quiet_silences_progress_and_default_output_sits_beside_input(small_scan, tmp_path):
+    copy = tmp_path / "scan.h5"
+    copy.write_bytes(small_scan.read_bytes())
+    result = _run("reconstruct", copy, "--iterations", "3", "--quiet", "--device", "cpu")
+    assert result.exit_code == 0 and result.output == ""
+    assert (tmp_path / "scan.recon.h5").is_file()
+
+
+def test_filter_sigma_smooths(small_scan, tmp_path):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    assert _run("reconstruct", small_scan, "-o", a, "--iterations", "5", "--quiet", "--device", "cpu").exit_code == 0
+    assert _run("reconstruct", small_scan, "-o", b, "--iterations", "5", "--quiet", "--device", "cpu",
+                "--filter-sigma", "1.5").exit_code == 0
+    with h5py.File(a) as fa, h5py.File(b) as fb:
+        sharp, smooth = fa["image"][()], fb["image"][()]
+        assert fb.attrs["param_filter_sigma"] == 1.5
+    total_variation = lambda x: np.abs(np.diff(x, axis=0)).sum()  # noqa: E731
+    assert total_variation(smooth) < 0.8 * total_variation(sharp)
+
+
+def _assert_clean_error(result, *fragments):
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    for fragment in fragments:
+        assert fragment in result.output, result.output
+
+
+def test_errors_are_one_line_and_leave_nothing_behind(small_scan, tmp_path):
+    _assert_clean_error(_run("reconstruct", tmp_path / "missing.h5"), "missing.h5: no such file")
+    _assert_clean_error(_run("reconstruct", tmp_path), "is a directory")
+    text = tmp_path / "notes.h5"
+    text.write_text("hello")
+    _assert_clean_error(_run("reconstruct", text, "--quiet"), "not an HDF5 file")
+    _assert_clean_error(_run("reconstruct", small_scan, "-o", small_scan, "--quiet"), "would overwrite the input")
+    _assert_clean_error(_run("reconstruct", small_scan, "-o", tmp_path / "no" / "x.h5", "--quiet"), "does not exist")
+    bad = tmp_path / "bad.h5"
+    with h5py.File(small_scan) as src, h5py.File(bad, "w") as dst:
+        dst.attrs["matrix"] = src.attrs["matrix"]
+        dst["kspace"] = src["kspace"][()]
+        dst["trajectory"] = src["trajectory"][()] * 10
+    _assert_clean_error(_run("reconstruct", bad, "--quiet"), "did you scale your trajectory correctly")
+    assert not (tmp_path / "bad.recon.h5").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.h5", "notes.h5"]
+
+
+def test_gpu_without_gpu_is_a_clear_error_and_auto_falls_back(small_scan, tmp_path, monkeypatch):
+    monkeypatch.setattr(backend, "gpu_count", lambda: 0)
+    _assert_clean_error(_run("reconstruct", small_scan, "--device", "gpu", "-o", tmp_path / "g.h5"),
+                        "device 'gpu' requested but")
+    result = _run("reconstruct", small_scan, "--device", "auto", "-o", tmp_path / "a.h5", "--iterations", "2")
+    assert result.exit_code == 0 and "reconstructing on the CPU" in result.output
+    _assert_clean_error(_run("reconstruct", small_scan, "--device", "tpu"), "unknown device 'tpu'")
+
+
+def test_info_reports_shapes_extent_and_estimates(small_scan):
+    result = _run("info", small_scan, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    for fragment in ("matrix      [32, 32]", "coils       2", "Nyquist 16", "memory", "time"):
+        assert fragment in result.output
+
+
+def test_simulate_rejects_bad_arguments(tmp_path):
+    _assert_clean_error(_run("simulate", tmp_path / "s.h5", "--matrix", "abc"), "expected N, NxM or NxMxK")
+    result = _run("simulate", tmp_path / "s.h5", "--matrix", "32", "--trajectory", "spiral", "--spokes", "4")
+    _assert_clean_error(result, "spokes apply to radial")
+    assert not (tmp_path / "s.h5").exists()
+
+
+def test_doctor_without_gpu_reports_versions(monkeypatch):
+    monkeypatch.setattr(backend, "gpu_count", lambda: 0)
+    result = _run("doctor", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "mri-recon" in result.output and "self-test skipped" in result.output

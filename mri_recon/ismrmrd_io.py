@@ -1,0 +1,613 @@
+"""ISMRMRD (MRD) input and output for non-Cartesian raw data, through the ``ismrmrd`` package.
+
+The ``ismrmrd`` package owns the format: files are opened with :class:`ismrmrd.File`, the XML header is
+parsed against ``ismrmrd.xsd`` by :func:`ismrmrd.xsd.CreateFromDocument`, acquisitions are the package's
+records (:data:`ismrmrd.hdf5.acquisition_dtype`) and flags are its ``ACQ_*`` constants (tested on the
+header array at once, bit ``flag - 1`` as in :meth:`ismrmrd.Acquisition.is_flag_set`).
+
+What is read
+------------
+- Imaging acquisitions carry a per-sample trajectory, ``trajectory_dimensions`` = D (2 for a 2-D matrix,
+  3 for 3-D) or D + 1, where the trailing column is a density-compensation weight and becomes
+  ``Scan.weights``. ``discard_pre`` / ``discard_post`` samples are dropped. Every imaging readout must
+  keep the same number of samples and channels.
+- ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions become ``Scan.noise`` (C, K), shared by every slice.
+- Skipped: pure calibration (``ACQ_IS_PARALLEL_CALIBRATION``), navigators (``ACQ_IS_NAVIGATION_DATA``),
+  phase-correction, dummy-scan, feedback, surface-coil-correction and phase-stabilisation data.
+  ``ACQ_IS_PARALLEL_CALIBRATION_AND_IMAGING`` readouts are imaging data that also calibrate: kept.
+- Slices (``idx.slice``) and repetitions (``idx.repetition``) give one :class:`Scan` each; averages and
+  segments of one slice and repetition are pooled; several contrasts, phases or sets are refused.
+
+Geometry and trajectory units
+-----------------------------
+The image is the header's ``reconSpace`` matrix (3-D when its z > 1). Axis d of the stored trajectory is
+taken relative to the *encoded* space: in cycles per encoded field of view (``"cycles-per-fov"``, Nyquist
+extent ``encodedMatrix_d / 2``) or normalized to ``[-0.5, 0.5]`` (``"normalized"``: cycles per encoded FOV
+divided by ``encodedMatrix_d``). The physical frequency is ``k_enc / encodedFOV_d``, so in cycles per
+*recon* field of view::
+
+    k_d = k_enc_d * reconFOV_d / encodedFOV_d                      (cycles-per-fov)
+    k_d = k_norm_d * encodedMatrix_d * reconFOV_d / encodedFOV_d   (normalized)
+
+With readout oversampling (encoded FOV and matrix twice the recon ones along x) this halves the readout
+axis: the oversampled readout reaches ``encodedMatrix_x / 2 = reconMatrix_x`` cycles per encoded FOV,
+which is ``reconMatrix_x / 2`` cycles per recon FOV, the recon matrix's Nyquist extent; the image is then
+reconstructed directly on the recon FOV (no crop needed: the exact operator evaluates only the recon
+voxels). The model then assumes no signal outside the recon FOV; for an object that reaches beyond it,
+``space="encoded"`` reconstructs the encoded matrix and FOV instead (crop afterwards).
+
+``traj_units="auto"`` decides from the extent against the encoded matrix and records the choice in
+``Scan.attrs["traj_units"]``; ambiguous or impossible extents raise
+:class:`~mri_recon.errors.TrajectoryUnitsError`.
+
+A file with several slices or repetitions is read whole by :func:`load_ismrmrd_all`; the reconstruction
+pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the order
+returned (slice-major, then repetition). :func:`load_ismrmrd` returns one of them and asks which when the
+file holds several.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidDataError, OutputError, SchemaError, TrajectoryUnitsError
+from .fileio import atomic_output, same_file
+from .scan import Scan, _open, is_ismrmrd, load_scan, save_scan
+
+TRAJ_UNITS = ("auto", "cycles-per-fov", "normalized")
+SPACES = ("recon", "encoded")
+"""Which header space the image is reconstructed on."""
+MAX_READOUT = 65535
+"""``number_of_samples`` is a uint16 in the acquisition header."""
+_PLAUSIBLE = (0.25, 2.0)
+"""Fractions of the Nyquist extent a trajectory may reach to be taken as being in a given unit."""
+
+
+def _ismrmrd():
+    try:
+        import ismrmrd  # noqa: PLC0415 - optional dependency, imported on first use
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise InvalidDataError("reading ISMRMRD files needs the 'ismrmrd' package: "
+                               "pip install 'mri-recon[ismrmrd]'") from exc
+    return ismrmrd
+
+
+_SKIPPED = (
+    "ACQ_IS_PARALLEL_CALIBRATION", "ACQ_IS_NAVIGATION_DATA", "ACQ_IS_PHASECORR_DATA", "ACQ_IS_DUMMYSCAN_DATA",
+    "ACQ_IS_RTFEEDBACK_DATA", "ACQ_IS_HPFEEDBACK_DATA", "ACQ_IS_SURFACECOILCORRECTIONSCAN_DATA",
+    "ACQ_IS_PHASE_STABILIZATION", "ACQ_IS_PHASE_STABILIZATION_REFERENCE",
+)
+"""Flags of acquisitions that are not imaging data (``ismrmrd`` constant names)."""
+
+
+def _flag(flags: np.ndarray, flag: int) -> np.ndarray:
+    """``is_flag_set`` on an array of header flags."""
+    return (flags & np.uint64(1 << (flag - 1))) != 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _read(path: str | os.PathLike, dataset: str | None) -> tuple[Any, np.ndarray, str]:
+    """Parsed XML header, the acquisition records and the dataset group name."""
+    src = str(path)
+    _open(path).close()  # existence, HDF5-ness: ScanFileError with the usual messages
+    mr = _ismrmrd()
+    with mr.File(src, "r") as f:
+        names = [name for name in f if "xml" in f[name] or "data" in f[name]]
+        if dataset is None:
+            dataset = "dataset" if "dataset" in names else (names[0] if names else None)
+        if dataset is None or dataset not in f.keys():
+            which = f"'{dataset}'" if dataset else "group"
+            raise SchemaError(f"{src}: no ISMRMRD dataset {which} (expected a group holding 'data' and "
+                              f"'xml'; groups found: {sorted(f.keys())})")
+        group = f[dataset]
+        if not group.has_header():
+            raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' has no 'xml' header")
+        if not group.has_acquisitions():
+            raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data')")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                header = group.header
+        except Exception as exc:  # the xsd parser raises TypeError, ParserError, ...
+            raise SchemaError(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
+                              f"{_one_line(exc)}") from exc
+        records = group.acquisitions.data[()]
+    if records.size == 0:
+        raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data' is empty)")
+    return header, records, dataset
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    if "matrixSize" in text:
+        return f"the encoding has no matrixSize (encodedSpace and reconSpace need one) ({text})"
+    return text
+
+
+def _geometry(src: str, header: Any, ref: int, space: str) -> dict[str, Any]:
+    """Image matrix, encoded matrix and the per-axis factor from encoded-FOV cycles to image-FOV cycles."""
+    if space not in SPACES:
+        raise InvalidDataError(f"unknown space {space!r}: expected 'recon' or 'encoded'")
+    if ref >= len(header.encoding):
+        raise SchemaError(f"{src}: acquisitions use encoding space {ref} but the XML header describes "
+                          f"{len(header.encoding)}")
+    enc = header.encoding[ref]
+    spaces = {}
+    for name in ("encodedSpace", "reconSpace"):
+        described = getattr(enc, name)
+        size, fov = described.matrixSize, described.fieldOfView_mm
+        spaces[name] = (np.array([size.x, size.y, size.z], dtype=np.int64),
+                        np.array([fov.x, fov.y, fov.z], dtype=np.float64))
+    recon, recon_fov = spaces["reconSpace"]
+    encoded, encoded_fov = spaces["encodedSpace"]
+    ndim = 3 if recon[2] > 1 else 2
+    for name, (size, fov) in spaces.items():
+        if np.any(size[:ndim] < 2):
+            raise SchemaError(f"{src}: XML header {name} matrixSize is {size.tolist()}; expected at least 2 "
+                              f"along x and y (and z for 3-D): is the matrix missing?")
+        if np.any(fov[:ndim] <= 0):
+            raise SchemaError(f"{src}: XML header {name} fieldOfView_mm is {fov.tolist()}; expected "
+                              f"positive sizes")
+    image, image_fov = (recon, recon_fov) if space == "recon" else (encoded, encoded_fov)
+    return {
+        "ndim": ndim,
+        "matrix": tuple(int(n) for n in image[:ndim]),
+        "encoded": encoded[:ndim].astype(np.float64),
+        "scale": image_fov[:ndim] / encoded_fov[:ndim],
+        "fov_mm": image_fov[:ndim].tolist(),
+        "encoded_matrix": encoded[:ndim].tolist(),
+        "encoded_fov_mm": encoded_fov[:ndim].tolist(),
+        "trajectory_type": getattr(enc.trajectory, "value", str(enc.trajectory)),
+    }
+
+
+def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<memory>") -> str:
+    """``"cycles-per-fov"`` or ``"normalized"`` from the per-axis trajectory extent ``max |k_d|``.
+
+    Cycles per FOV reach about ``encoded_d / 2``, normalized units about 0.5; each is accepted between
+    :data:`_PLAUSIBLE` times that. Raises :class:`TrajectoryUnitsError` when both fit (tiny matrices) or
+    neither does.
+    """
+    extent = np.asarray(extent, dtype=np.float64)
+    nyquist = np.asarray(encoded, dtype=np.float64) / 2
+    ratio = {"cycles-per-fov": float(np.max(extent / nyquist)), "normalized": float(np.max(extent / 0.5))}
+    fits = [unit for unit, r in ratio.items() if _PLAUSIBLE[0] <= r <= _PLAUSIBLE[1]]
+    found = f"found max |k| = {[round(float(e), 4) for e in extent]} for an encoded matrix " \
+            f"{[int(n) for n in encoded]}"
+    if len(fits) == 1:
+        return fits[0]
+    if fits:
+        raise TrajectoryUnitsError(f"{source}: trajectory units are ambiguous ({found}: fits both cycles per "
+                                   f"FOV and normalized); pass traj_units='cycles-per-fov' or 'normalized'")
+    raise TrajectoryUnitsError(
+        f"{source}: trajectory extent fits no known unit ({found}); expected about matrix/2 (cycles per FOV) "
+        f"or 0.5 (normalized), within {_PLAUSIBLE[0]}x to {_PLAUSIBLE[1]}x")
+
+
+def _records(src: str, records: np.ndarray) -> dict[str, Any]:
+    """Split the records into imaging and noise, check them, and gather the imaging arrays."""
+    mr = _ismrmrd()
+    head = records["head"]
+    flags = head["flags"]
+    noise = _flag(flags, mr.ACQ_IS_NOISE_MEASUREMENT)
+    skip = np.zeros(records.shape, dtype=bool)
+    for name in _SKIPPED:
+        skip |= _flag(flags, getattr(mr, name))
+    imaging = np.flatnonzero(~noise & ~skip)
+    if imaging.size == 0:
+        raise SchemaError(f"{src}: no imaging acquisitions ({records.size} acquisitions: "
+                          f"{int(noise.sum())} noise, {int((skip & ~noise).sum())} calibration/navigation)")
+    h = head[imaging]
+    channels = h["active_channels"].astype(np.int64)
+    first = int(imaging[0])
+    if np.any(channels == 0):
+        bad = int(imaging[np.argmax(channels == 0)])
+        raise SchemaError(f"{src}: acquisition {bad} has zero channels (active_channels = 0); expected the "
+                          f"receive coils' data")
+    if np.any(channels != channels[0]):
+        bad = int(imaging[np.argmax(channels != channels[0])])
+        raise SchemaError(f"{src}: acquisition {bad} has {int(head['active_channels'][bad])} channels but "
+                          f"acquisition {first} has {int(channels[0])}; expected one coil set")
+    dims = h["trajectory_dimensions"].astype(np.int64)
+    if np.any(dims == 0):
+        bad = int(imaging[np.argmax(dims == 0)])
+        raise SchemaError(f"{src}: acquisition {bad} has no trajectory (trajectory_dimensions = 0); mri-recon "
+                          f"reads non-Cartesian data with a per-sample trajectory")
+    if np.any(dims != dims[0]):
+        j = int(np.argmax(dims != dims[0]))
+        raise SchemaError(f"{src}: acquisition {int(imaging[j])} has trajectory_dimensions {int(dims[j])} "
+                          f"but acquisition {first} has {int(dims[0])}")
+    refs = np.unique(h["encoding_space_ref"])
+    if refs.size > 1:
+        raise InvalidDataError(f"{src}: imaging acquisitions use several encoding spaces {refs.tolist()}; "
+                               f"mri-recon reconstructs one")
+    for name in ("contrast", "phase", "set"):
+        values = np.unique(h["idx"][name])
+        if values.size > 1:
+            raise InvalidDataError(f"{src}: imaging acquisitions hold {values.size} values of idx.{name} "
+                                   f"{values.tolist()}; mri-recon reconstructs one {name} per file")
+    samples = h["number_of_samples"].astype(np.int64)
+    keep = samples - h["discard_pre"].astype(np.int64) - h["discard_post"].astype(np.int64)
+    if np.any(keep != keep[0]):
+        bad = int(np.argmax(keep != keep[0]))
+        raise SchemaError(f"{src}: inconsistent sample counts: acquisition {int(imaging[bad])} keeps "
+                          f"{int(keep[bad])} samples but acquisition {first} keeps {int(keep[0])} "
+                          f"(number_of_samples minus discard_pre and discard_post); expected equal readouts")
+    if keep[0] < 1:
+        raise SchemaError(f"{src}: acquisition {first} keeps no samples after discard_pre/discard_post")
+    n_coils, n_dims = int(channels[0]), int(dims[0])
+    _check_lengths(src, records, imaging)
+    start = int(h["discard_pre"][0])
+    if np.any(h["discard_pre"] != start):
+        raise SchemaError(f"{src}: imaging acquisitions discard different numbers of leading samples")
+    n = int(keep[0])
+    kept = slice(start, start + n)
+    # Views of each record (readout, after discards); they are copied once, into each scan's arrays.
+    data = [records["data"][i].view(np.complex64).reshape(n_coils, -1)[:, kept] for i in imaging]
+    traj = np.concatenate([records["traj"][i].reshape(-1, n_dims)[kept] for i in imaging])
+    noise_data = _noise(src, records, np.flatnonzero(noise), n_coils)
+    return {
+        "data": data, "traj": traj.reshape(imaging.size, n, n_dims), "noise": noise_data, "dims": n_dims,
+        "ref": int(refs[0]), "samples": n,
+        "slice": h["idx"]["slice"].astype(np.int64), "repetition": h["idx"]["repetition"].astype(np.int64),
+        "skipped": int((skip & ~noise).sum()), "sample_time_us": float(h["sample_time_us"][0]),
+    }
+
+
+def _check_lengths(src: str, records: np.ndarray, rows: np.ndarray) -> None:
+    """The stored data and trajectory lengths must agree with each acquisition's header."""
+    head = records["head"][rows]
+    samples = head["number_of_samples"].astype(np.int64)
+    expected = {"data": 2 * head["active_channels"].astype(np.int64) * samples,
+                "traj": head["trajectory_dimensions"].astype(np.int64) * samples}
+    for name, want in expected.items():
+        found = np.fromiter((len(records[name][i]) for i in rows), dtype=np.int64, count=rows.size)
+        if np.any(found != want):
+            j = int(np.argmax(found != want))
+            what = "data" if name == "data" else "trajectory"
+            raise SchemaError(f"{src}: inconsistent sample counts: acquisition {int(rows[j])} stores "
+                              f"{int(found[j])} {what} values but its header gives {int(want[j])}")
+
+
+def _noise(src: str, records: np.ndarray, rows: np.ndarray, coils: int) -> np.ndarray | None:
+    if rows.size == 0:
+        return None
+    head = records["head"][rows]
+    channels = head["active_channels"].astype(np.int64)
+    if np.any(channels != coils):
+        bad = int(rows[np.argmax(channels != coils)])
+        raise SchemaError(f"{src}: noise acquisition {bad} has {int(records['head'][bad]['active_channels'])} "
+                          f"channels but the imaging data has {coils}")
+    _check_lengths(src, records, rows)
+    parts = [records["data"][i].view(np.complex64).reshape(coils, -1) for i in rows]
+    return np.concatenate(parts, axis=1)
+
+
+def _trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_units: str) -> tuple:
+    """Recon-FOV trajectory (M, D), the weights column (or None) and the units used."""
+    if traj_units not in TRAJ_UNITS:
+        raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'auto', 'cycles-per-fov' or "
+                               f"'normalized'")
+    ndim, dims = geometry["ndim"], traj.shape[-1]
+    if dims not in (ndim, ndim + 1):
+        raise SchemaError(f"{src}: trajectory_dimensions is {dims} but a {ndim}-D recon matrix "
+                          f"{list(geometry['matrix'])} needs {ndim} (or {ndim + 1} with a density weight)")
+    k = traj[..., :ndim]
+    weights = traj[..., ndim] if dims == ndim + 1 else None
+    if traj_units == "auto":
+        extent = np.max(np.abs(k.reshape(-1, ndim)), axis=0)
+        traj_units = detect_units(extent, geometry["encoded"], src)
+    factor = geometry["scale"] * (geometry["encoded"] if traj_units == "normalized" else 1.0)
+    if np.any(factor != 1.0):  # scaled in double precision, rounded once
+        k = (k.astype(np.float64) * factor).astype(np.float32)
+    return k, weights, traj_units
+
+
+def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None) -> list[tuple[dict, Scan]]:
+    src = str(path)
+    header, records, dataset = _read(path, dataset)
+    acq = _records(src, records)
+    geometry = _geometry(src, header, acq["ref"], space)
+    trajectory, weights, units = _trajectory(src, acq["traj"], geometry, traj_units)
+    data, n = acq["data"], acq["samples"]  # data: one (C, n) view per readout
+    out = []
+    keys = sorted(set(zip(acq["slice"].tolist(), acq["repetition"].tolist())))
+    for s, r in keys:
+        rows = np.flatnonzero((acq["slice"] == s) & (acq["repetition"] == r))
+        attrs = {
+            "source_format": "ismrmrd", "ismrmrd_dataset": dataset, "traj_units": units, "space": space,
+            "slice": s, "repetition": r, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
+            "encoded_matrix": geometry["encoded_matrix"], "encoded_fov_mm": geometry["encoded_fov_mm"],
+            "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
+            "skipped_acquisitions": acq["skipped"],
+        }
+        pick = slice(None) if rows.size == len(data) else rows  # no copy for a single image
+        scan = Scan(
+            kspace=np.concatenate([data[i] for i in rows], axis=1),
+            trajectory=np.ascontiguousarray(trajectory[pick]).reshape(-1, geometry["ndim"]),
+            matrix=geometry["matrix"],
+            weights=None if weights is None else weights[pick].reshape(-1),
+            noise=acq["noise"], attrs=attrs, source=src,
+        )
+        out.append(({"slice": s, "repetition": r}, scan))
+    return out
+
+
+def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space: str = "recon",
+                     dataset: str | None = None) -> list[tuple[dict, Scan]]:
+    """Every slice and repetition of an ISMRMRD file, as ``({"slice": s, "repetition": r}, Scan)`` pairs.
+
+    The pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the
+    order returned (sorted by slice, then repetition). See the module docstring for what is read and how
+    the trajectory is scaled.
+
+    Parameters
+    ----------
+    path
+        The ISMRMRD (HDF5) file.
+    traj_units
+        ``"auto"`` (decide from the extent), ``"cycles-per-fov"`` or ``"normalized"``; the choice is in
+        ``Scan.attrs["traj_units"]``.
+    space
+        ``"recon"``: the image is the header's reconSpace (matrix and FOV). ``"encoded"``: the encodedSpace,
+        e.g. the 2x readout FOV, for objects that reach beyond the recon FOV (crop afterwards).
+    dataset
+        The HDF5 group to read; by default ``"dataset"``, else the first group with ``data`` and ``xml``.
+
+    Raises
+    ------
+    SchemaError
+        Missing trajectory, zero channels, missing header matrix, inconsistent sample counts, ...
+    TrajectoryUnitsError
+        The trajectory extent fits neither unit, or both.
+    """
+    return _scans(path, traj_units, space, dataset)
+
+
+def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: int | None = None,
+                 repetition: int | None = None, space: str = "recon", dataset: str | None = None) -> Scan:
+    """One slice and repetition of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
+
+    ``slice`` and ``repetition`` select it; they may be left out when the file holds only one value.
+    A file with several, read without a choice, raises :class:`SchemaError` naming those present.
+    """
+    src = str(path)
+    scans = _scans(path, traj_units, space, dataset)
+    chosen = [(key, scan) for key, scan in scans
+              if (slice is None or key["slice"] == slice)
+              and (repetition is None or key["repetition"] == repetition)]
+    present = (f"slices {sorted({k['slice'] for k, _ in scans})}, "
+               f"repetitions {sorted({k['repetition'] for k, _ in scans})}")
+    if not chosen:
+        raise SchemaError(f"{src}: no data for slice {slice}, repetition {repetition} (file holds {present})")
+    if len(chosen) > 1:
+        raise SchemaError(f"{src}: holds several images ({present}); choose one with slice=/repetition= "
+                          f"or read them all with load_ismrmrd_all")
+    return chosen[0][1]
+
+
+def load_scans(path: str | os.PathLike, **ismrmrd_options: Any) -> list[tuple[dict, Scan]]:
+    """Every image of a scan file: :func:`load_ismrmrd_all` for ISMRMRD, ``[({}, load_scan(path))]`` else.
+
+    The entry point of a pipeline that accepts both formats; ``ismrmrd_options`` (``traj_units``,
+    ``space``, ``dataset``) apply to ISMRMRD files only.
+    """
+    with _open(path) as f:
+        ismrmrd_file = is_ismrmrd(f)
+    if ismrmrd_file:
+        return load_ismrmrd_all(path, **ismrmrd_options)
+    return [({}, load_scan(path))]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _pairs(scans: Scan | Sequence[tuple[Mapping, Scan]]) -> list[tuple[dict, Scan]]:
+    if isinstance(scans, Scan):
+        return [({"slice": int(scans.attrs.get("slice", 0)),
+                  "repetition": int(scans.attrs.get("repetition", 0))}, scans)]
+    pairs = [({"slice": int(key.get("slice", 0)), "repetition": int(key.get("repetition", 0))}, scan)
+             for key, scan in scans]
+    if not pairs:
+        raise InvalidDataError("write_ismrmrd: no scans given")
+    first = pairs[0][1]
+    for key, scan in pairs[1:]:
+        if scan.matrix != first.matrix or scan.n_coils != first.n_coils or \
+                (scan.weights is None) != (first.weights is None):
+            raise InvalidDataError(f"write_ismrmrd: scan {key} has matrix {list(scan.matrix)}, "
+                                   f"{scan.n_coils} coils but the first has {list(first.matrix)}, "
+                                   f"{first.n_coils} coils (and weights must be given for all or none)")
+    if len({(k["slice"], k["repetition"]) for k, _ in pairs}) != len(pairs):
+        raise InvalidDataError("write_ismrmrd: two scans share one slice and repetition")
+    return pairs
+
+
+def _readout(scan: Scan, samples_per_readout: int | None) -> int:
+    """Samples per acquisition: the argument, else a known readout length, else a divisor of M."""
+    m = scan.n_samples
+    if samples_per_readout is not None:
+        n = int(samples_per_readout)
+    else:
+        known = [int(scan.attrs.get(name, 0) or 0) for name in ("samples_per_readout", "samples")]
+        fits = [k for k in known if 0 < k <= MAX_READOUT and m % k == 0]
+        n = fits[0] if fits else max(d for d in range(1, min(m, MAX_READOUT) + 1) if m % d == 0)
+    if not 0 < n <= MAX_READOUT or m % n:
+        raise InvalidDataError(f"write_ismrmrd: samples_per_readout {n} must divide the {m} samples and be at "
+                               f"most {MAX_READOUT}")
+    return n
+
+
+def _header(mr, scan: Scan, fov: np.ndarray, encoded: np.ndarray, encoded_fov: np.ndarray,
+            slices: int, repetitions: int, readouts: int):
+    x = mr.xsd
+    ndim = scan.ndim
+
+    def space(size, mm):
+        size = [int(v) for v in size] + [1] * (3 - ndim)
+        mm = [float(v) for v in mm] + [float(fov[2]) if ndim == 3 else 1.0] * (3 - ndim)
+        return x.encodingSpaceType(matrixSize=x.matrixSizeType(x=size[0], y=size[1], z=size[2]),
+                                   fieldOfView_mm=x.fieldOfViewMm(x=mm[0], y=mm[1], z=mm[2]))
+
+    def limit(n):
+        return x.limitType(minimum=0, maximum=max(n - 1, 0), center=0)
+
+    kind = str(scan.attrs.get("trajectory_type", "other"))
+    try:
+        trajectory = x.trajectoryType(kind)
+    except ValueError:
+        trajectory = x.trajectoryType.OTHER
+    return x.ismrmrdHeader(
+        experimentalConditions=x.experimentalConditionsType(H1resonanceFrequency_Hz=63_870_000),
+        acquisitionSystemInformation=x.acquisitionSystemInformationType(receiverChannels=scan.n_coils),
+        encoding=[x.encodingType(
+            encodedSpace=space(encoded, encoded_fov), reconSpace=space(scan.matrix, fov),
+            encodingLimits=x.encodingLimitsType(kspace_encoding_step_1=limit(readouts), slice=limit(slices),
+                                                repetition=limit(repetitions)),
+            trajectory=trajectory)],
+    )
+
+
+def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping, Scan]], *,
+                  traj_units: str = "cycles-per-fov", samples_per_readout: int | None = None,
+                  readout_oversampling: float = 1.0, fov_mm: Sequence[float] | None = None,
+                  weights_in_trajectory: bool = True, sample_time_us: float = 2.0,
+                  dataset: str = "dataset") -> None:
+    """Write scans as an ISMRMRD file with the ``ismrmrd`` package (atomically).
+
+    Stored: k-space, trajectory (relative to the encoded space), weights (as a trajectory column) and
+    noise; ISMRMRD raw data has no place for coil maps, field maps or a ground truth.
+
+    Parameters
+    ----------
+    path
+        Output file.
+    scans
+        One :class:`Scan`, or ``({"slice": s, "repetition": r}, Scan)`` pairs (what
+        :func:`load_ismrmrd_all` returns); all share matrix and coils. The noise of the first scan that has
+        one is written first, as ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions.
+    traj_units
+        ``"cycles-per-fov"`` (cycles per encoded FOV) or ``"normalized"`` (that over the encoded matrix).
+    samples_per_readout
+        Samples per acquisition; by default ``attrs["samples_per_readout"]`` (or ``attrs["samples"]``, as
+        :func:`mri_recon.simulate.simulate_scan` sets it) when it divides the samples, else the largest
+        divisor of M up to :data:`MAX_READOUT`.
+    readout_oversampling
+        Encoded FOV and matrix along x over the recon ones (2.0 for the usual 2x readout oversampling); the
+        stored trajectory is scaled to the encoded FOV.
+    fov_mm
+        Recon field of view; by default ``attrs["fov_mm"]``, else 1 mm voxels.
+    weights_in_trajectory
+        Store ``Scan.weights`` as the extra trailing trajectory dimension.
+    sample_time_us
+        Dwell time written to every acquisition header.
+    dataset
+        The HDF5 group name.
+    """
+    mr = _ismrmrd()
+    if traj_units not in TRAJ_UNITS[1:]:
+        raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'cycles-per-fov' or 'normalized'")
+    pairs = _pairs(scans)
+    first = pairs[0][1]
+    ndim = first.ndim
+    matrix = np.asarray(first.matrix, dtype=np.float64)
+    fov = np.asarray(fov_mm if fov_mm is not None else first.attrs.get("fov_mm", matrix), dtype=np.float64)
+    if fov.shape != (ndim,) or np.any(fov <= 0):
+        raise InvalidDataError(f"write_ismrmrd: fov_mm must be {ndim} positive sizes, found {fov.tolist()}")
+    encoded = matrix.copy()
+    encoded[0] = round(readout_oversampling * matrix[0])
+    if encoded[0] < matrix[0]:
+        raise InvalidDataError(f"write_ismrmrd: readout_oversampling must be >= 1, found {readout_oversampling}")
+    encoded_fov = fov * encoded / matrix
+    scale = encoded / matrix  # recon-FOV cycles -> encoded-FOV cycles
+    if traj_units == "normalized":
+        scale = scale / encoded
+    acquisitions = []
+    noise = next((scan.noise for _, scan in pairs if scan.noise is not None), None)
+    if noise is not None:
+        step = min(noise.shape[1], 512)
+        for start in range(0, noise.shape[1], step):
+            acq = mr.Acquisition.from_array(np.ascontiguousarray(noise[:, start:start + step]),
+                                            sample_time_us=sample_time_us)
+            acq.set_flag(mr.ACQ_IS_NOISE_MEASUREMENT)
+            acquisitions.append(acq)
+    readouts = 0
+    for key, scan in pairs:
+        n = _readout(scan, samples_per_readout)
+        count = scan.n_samples // n
+        readouts = max(readouts, count)
+        k = (scan.trajectory.astype(np.float64) * scale).astype(np.float32)
+        if scan.weights is not None and weights_in_trajectory:
+            k = np.concatenate([k, scan.weights[:, None]], axis=1)
+        for a in range(count):
+            part = slice(a * n, (a + 1) * n)
+            acq = mr.Acquisition.from_array(np.ascontiguousarray(scan.kspace[:, part]),
+                                            np.ascontiguousarray(k[part]), sample_time_us=sample_time_us,
+                                            center_sample=n // 2)
+            acq.idx.slice, acq.idx.repetition, acq.idx.kspace_encode_step_1 = (
+                key["slice"], key["repetition"], a)
+            if a == 0:
+                acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
+            if a == count - 1:
+                acq.set_flag(mr.ACQ_LAST_IN_SLICE)
+            acquisitions.append(acq)
+    acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
+    slices = len({k["slice"] for k, _ in pairs})
+    repetitions = len({k["repetition"] for k, _ in pairs})
+    header = _header(mr, first, fov, encoded, encoded_fov, slices, repetitions, readouts)
+    with atomic_output(path) as tmp, mr.File(str(tmp), "w") as f:
+        group = f[dataset]
+        group.header = header
+        group.acquisitions = acquisitions
+
+
+# --------------------------------------------------------------------------------------------------------
+# Conversion
+
+
+def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_units: str = "auto",
+            slice: int | None = None, repetition: int | None = None, space: str = "recon",
+            dataset: str | None = None) -> list[Path]:
+    """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.scan.save_scan`).
+
+    One image (after the optional ``slice`` / ``repetition`` choice) is written to ``out_path``. Several
+    are written one file each, beside ``out_path`` with the varying indices appended to its stem:
+    ``out.h5`` becomes ``out_slice0.h5, out_slice1.h5`` (or ``out_rep2.h5``, ``out_slice0_rep2.h5``). The
+    whole input is read and checked before anything is written.
+
+    Returns
+    -------
+    list of Path
+        The files written, in the order of :func:`load_ismrmrd_all`.
+    """
+    out_path = Path(out_path)
+    every = load_ismrmrd_all(in_path, traj_units=traj_units, space=space, dataset=dataset)
+    scans = [(key, scan) for key, scan in every
+             if (slice is None or key["slice"] == slice)
+             and (repetition is None or key["repetition"] == repetition)]
+    if not scans:
+        raise SchemaError(f"{in_path}: no data for slice {slice}, repetition {repetition}")
+    if len(scans) == 1:
+        targets = [out_path]
+    else:
+        several = {name: len({key[name] for key, _ in scans}) > 1 for name in ("slice", "repetition")}
+        tags = {"slice": "slice", "repetition": "rep"}
+        targets = []
+        for key, _ in scans:
+            suffix = "".join(f"_{tags[name]}{key[name]}" for name in ("slice", "repetition") if several[name])
+            targets.append(out_path.with_name(out_path.stem + suffix + out_path.suffix))
+    for target in targets:
+        if same_file(target, in_path):
+            raise OutputError(f"{target}: output would overwrite the input file; choose another path")
+    for target, (_, scan) in zip(targets, scans):
+        save_scan(target, scan)
+    return targets

@@ -1,0 +1,91 @@
+"""Noise prewhitening: decorrelate the receive channels so that their noise is white with unit variance.
+
+With noise samples ``n`` (C, K) the channel covariance is ``Psi = n n^H / K`` (the noise is taken as zero
+mean, as receiver noise is). Its Cholesky factor ``Psi = L L^H`` gives the whitening matrix ``W = L^{-1}``:
+``W Psi W^H = I``. Applying W to the k-space, to the coil maps (``S' = W S``) and to the noise itself leaves
+the SENSE model ``d = F S x`` intact (``W d = F (W S) x``) while making least squares the maximum-likelihood
+estimate. The whitened noise is white with unit variance per complex sample at the noise scan's dwell time;
+a different imaging dwell time only scales the image, not its shape. Prewhitening twice is harmless: the
+whitened noise's covariance is the identity, whose W is the identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backend import get_xp
+from .errors import InvalidDataError, SchemaError
+from .scan import Scan
+
+MAX_CONDITION = 1e8
+"""Largest accepted ratio of the covariance's largest to smallest eigenvalue (beyond it: singular)."""
+
+
+def noise_covariance(noise: Any) -> Any:
+    """Channel noise covariance ``n n^H / K`` of noise samples ``(C, K)`` (NumPy or CuPy), complex128 (C, C).
+
+    Raises
+    ------
+    SchemaError
+        ``noise`` is not two-dimensional.
+    InvalidDataError
+        Fewer samples than channels (K < C): the estimate would be singular.
+    """
+    xp = get_xp(noise)
+    if noise.ndim != 2:
+        raise SchemaError(f"noise must have shape (C, K), found {tuple(noise.shape)}")
+    n_coils, count = noise.shape
+    if count < n_coils:
+        raise InvalidDataError(f"too few noise samples: {count} per channel for {n_coils} channels; the "
+                               f"covariance needs at least as many samples as channels (K >= C)")
+    n = noise.astype(xp.complex128, copy=False)
+    return (n @ n.conj().T) / count
+
+
+def whitening_matrix(cov: Any) -> Any:
+    """``W = L^{-1}`` with ``cov = L L^H`` (Cholesky), complex128 (C, C): ``W cov W^H = I``.
+
+    Raises
+    ------
+    SchemaError
+        ``cov`` is not square.
+    InvalidDataError
+        ``cov`` is not Hermitian positive definite, or is singular (condition number above
+        :data:`MAX_CONDITION`, e.g. a dead or duplicated channel).
+    """
+    xp = get_xp(cov)
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise SchemaError(f"noise covariance must be square (C, C), found {tuple(cov.shape)}")
+    cov = cov.astype(xp.complex128, copy=False)
+    cov = (cov + cov.conj().T) / 2
+    eig = xp.linalg.eigvalsh(cov)
+    small, large = float(eig[0]), float(eig[-1])
+    if not large > 0 or small <= large / MAX_CONDITION:
+        raise InvalidDataError(f"noise covariance is singular: eigenvalues from {small:.3g} to {large:.3g} "
+                               f"(condition above {MAX_CONDITION:.0e}); a channel may be dead or duplicated")
+    lower = xp.linalg.cholesky(cov)
+    return xp.tril(xp.linalg.inv(lower))  # L^{-1} is lower triangular: drop rounding above the diagonal
+
+
+def apply_whitening(w: Any, data: Any) -> Any:
+    """``W`` applied over the leading (channel) axis of complex ``data`` (C, ...), in ``data``'s precision."""
+    flat = data.reshape(data.shape[0], -1)
+    return (w.astype(flat.dtype) @ flat).reshape(data.shape)
+
+
+def prewhiten(scan: Scan) -> Scan:
+    """A copy of ``scan`` with whitened k-space, coil maps (``S' = W S``) and noise.
+
+    ``attrs["prewhitened"]`` is set. Raises :class:`InvalidDataError` when the scan has no noise (run
+    without prewhitening instead), when it has too few noise samples or when their covariance is singular.
+    """
+    if scan.noise is None:
+        raise InvalidDataError(f"{scan.source}: no 'noise' dataset to prewhiten with; acquire noise-only "
+                               f"samples or reconstruct without prewhitening")
+    try:
+        w = whitening_matrix(noise_covariance(scan.noise))
+    except InvalidDataError as exc:
+        raise InvalidDataError(f"{scan.source}: {exc}") from exc
+    maps = None if scan.coil_maps is None else apply_whitening(w, scan.coil_maps)
+    return scan.replace(kspace=apply_whitening(w, scan.kspace), noise=apply_whitening(w, scan.noise),
+                        coil_maps=maps, attrs={**scan.attrs, "prewhitened": True})

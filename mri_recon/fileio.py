@@ -49,6 +49,9 @@ def atomic_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, 
         raise OutputError(f"{target}: cannot create a file in {folder} ({exc.strerror})") from exc
     os.close(fd)
     tmp = Path(tmp_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual permissions
     try:
         yield tmp
         os.replace(tmp, target)

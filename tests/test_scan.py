@@ -142,3 +142,13 @@ def test_atomic_output_leaves_nothing_on_failure_and_protects_inputs(tmp_path):
         pass
     with pytest.raises(OutputError, match="is a directory"), atomic_output(tmp_path):
         pass
+
+
+def test_atomic_output_gives_the_usual_permissions(tmp_path):
+    import os
+
+    with atomic_output(tmp_path / "o.bin") as tmp:
+        tmp.write_bytes(b"x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "o.bin").stat().st_mode & 0o777 == 0o666 & ~umask

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import __version__
 from .errors import MriReconError, OutputError
+from .prepare import COIL_MAP_CHOICES, DCF_CHOICES
 
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
 
@@ -91,27 +92,50 @@ def _resolve_device_with_notice(device: str, quiet: bool):
               help="Gaussian post-filter width in voxels (off by default).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--png", type=click.Path(path_type=Path), default=None, help="Also write a PNG preview.")
+@click.option("--coil-maps", type=click.Choice(COIL_MAP_CHOICES), default="auto", show_default=True,
+              help="auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, root-sum-of-squares).")
+@click.option("--dcf", type=click.Choice(DCF_CHOICES), default="auto", show_default=True,
+              help="Density compensation: auto (the file's weights if any), none, ramp, pipe, file.")
+@click.option("--no-prewhiten", is_flag=True, help="Do not whiten with the noise samples.")
+@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
+              show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+              help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_friendly
 def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
-                filter_sigma: float | None, device: str, png: Path | None, quiet: bool) -> None:
-    """Reconstruct SCAN (schema-v1 HDF5) into an image file."""
+                filter_sigma: float | None, device: str, png: Path | None, coil_maps: str, dcf: str,
+                no_prewhiten: bool, traj_units: str, no_cache: bool, cache_dir: Path | None, quiet: bool) -> None:
+    """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
+
+    Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
+    axis of the output image.
+    """
+    from .cache import PsfCache
+    from .ismrmrd_io import load_scans
+    from .prepare import prepare_scan
     from .recon import reconstruct as run
-    from .scan import load_scan
 
     output = output or _default_output(scan)
     _check_outputs(scan, output, png)
-    loaded = load_scan(scan)
+    scans = load_scans(scan, traj_units=traj_units)
     dev = _resolve_device_with_notice(device, quiet)
-    _log(quiet, f"{scan}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), {loaded.n_samples} "
-                f"samples, device {dev}")
-    result = run(loaded, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
-                 progress=not quiet)
-    _write_result(output, result, scan, loaded)
+    cache = None if no_cache else PsfCache(cache_dir)
+    results = []
+    for key, loaded in scans:
+        label = "".join(f", {name} {value}" for name, value in key.items())
+        _log(quiet, f"{scan}{label}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), "
+                    f"{loaded.n_samples} samples, device {dev}")
+        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps, device=dev)
+        result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
+                     progress=not quiet, psf_cache=cache)
+        results.append((key, ready, record, result))
+    _write_result(output, results, scan)
     if png is not None:
         from .png import write_png
 
-        write_png(png, result.image, protect=(scan,))
+        write_png(png, results[0][3].image, protect=(scan,))
     _log(quiet, f"wrote {output}" + (f" and {png}" if png else ""))
 
 
@@ -129,29 +153,41 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
             raise OutputError(f"{target}: output folder {folder} does not exist")
 
 
-def _write_result(output: Path, result, scan_path: Path, scan) -> None:
+def _write_result(output: Path, results: list, scan_path: Path) -> None:
+    import json
+
     import h5py
 
     from .fileio import atomic_output
 
+    images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
+    key, scan, record, first = results[0]
     with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("image", data=np.asarray(result.image, dtype=np.complex64))
-        f.create_dataset("residuals", data=np.asarray(result.residuals, dtype=np.float64))
+        f.create_dataset("image", data=images[0] if len(images) == 1 else np.stack(images))
+        longest = max(len(r.residuals) for _, _, _, r in results)
+        residuals = np.full((len(results), longest), np.nan)
+        for i, (_, _, _, r) in enumerate(results):
+            residuals[i, : len(r.residuals)] = r.residuals
+        f.create_dataset("residuals", data=residuals[0] if len(results) == 1 else residuals)
+        if len(results) > 1:
+            f.attrs["stack"] = json.dumps([k for k, _, _, _ in results])
         f.attrs["mri_recon_version"] = __version__
         f.attrs["input"] = str(scan_path)
         f.attrs["matrix"] = np.asarray(scan.matrix, dtype=np.int64)
-        f.attrs["device"] = str(result.device)
-        f.attrs["iterations"] = int(result.iterations)
-        f.attrs["final_residual"] = float(result.residuals[-1]) if len(result.residuals) else float("nan")
-        f.attrs["combine"] = str(result.combine)
-        for key, value in result.parameters.items():
-            f.attrs[f"param_{key}"] = "none" if value is None else value
-        for stage, seconds in result.timings.items():
-            f.attrs[f"time_{stage}_s"] = float(seconds)
-        if scan.ground_truth is not None:
+        f.attrs["device"] = str(first.device)
+        f.attrs["iterations"] = int(max(r.iterations for _, _, _, r in results))
+        f.attrs["final_residual"] = float(max(r.residuals[-1] for _, _, _, r in results))
+        f.attrs["combine"] = str(first.combine)
+        for name, value in {**record, **{k: v for k, v in scan.attrs.items() if k == "traj_units"}}.items():
+            f.attrs[name] = value
+        for name, value in first.parameters.items():
+            f.attrs[f"param_{name}"] = "none" if value is None else value
+        for stage in first.timings:
+            f.attrs[f"time_{stage}_s"] = float(sum(r.timings.get(stage, 0.0) for _, _, _, r in results))
+        if len(results) == 1 and scan.ground_truth is not None:
             truth = scan.ground_truth
             f.attrs["nrmse_vs_ground_truth"] = float(
-                np.linalg.norm(result.image - truth) / max(np.linalg.norm(truth), 1e-30))
+                np.linalg.norm(images[0] - truth) / max(np.linalg.norm(truth), 1e-30))
 
 
 @main.command()
@@ -162,7 +198,7 @@ def _write_result(output: Path, result, scan_path: Path, scan) -> None:
               default="golden", show_default=True)
 @click.option("--coils", type=click.IntRange(1, 128), default=8, show_default=True)
 @click.option("--snr", type=click.FloatRange(min=0.0, min_open=True), default=30.0, show_default=True,
-              help="Signal-to-noise ratio of the simulated data.")
+              help="Image-domain SNR per coil of an equivalent fully sampled Cartesian scan.")
 @click.option("--spokes", type=click.IntRange(min=1), default=None, help="Spokes (radial kinds).")
 @click.option("--interleaves", type=click.IntRange(min=1), default=None, help="Interleaves (spiral).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per spoke/interleaf.")
@@ -219,6 +255,27 @@ def info(scan: Path, device: str) -> None:
                  + (f" ({human_bytes(available)} available)" if available else ""))
     lines.append(f"time        about {p.estimated_seconds:.2g} s for 30 iterations on {dev} (estimate)")
     click.echo("\n".join(lines))
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
+              show_default=True, help="Units of the ISMRMRD trajectory.")
+@click.option("--slice", "slice_", type=click.IntRange(min=0), default=None, help="Convert this slice only.")
+@click.option("--repetition", type=click.IntRange(min=0), default=None, help="Convert this repetition only.")
+@click.option("--quiet", is_flag=True)
+@_friendly
+def convert(source: Path, output: Path, traj_units: str, slice_: int | None, repetition: int | None,
+            quiet: bool) -> None:
+    """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per slice and repetition)."""
+    from .fileio import same_file
+    from .ismrmrd_io import convert as run
+
+    if same_file(source, output):
+        raise OutputError(f"{output}: output would overwrite the input file; choose another path")
+    for path in run(source, output, traj_units=traj_units, slice=slice_, repetition=repetition):
+        _log(quiet, f"wrote {path}")
 
 
 @main.command()

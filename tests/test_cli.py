@@ -129,3 +129,67 @@ def test_doctor_without_gpu_reports_versions(monkeypatch):
     result = _run("doctor", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "mri-recon" in result.output and "self-test skipped" in result.output
+
+
+def test_psf_cache_hit_gives_the_identical_image(small_scan, tmp_path):
+    cache = tmp_path / "cache"
+    first, second, fresh = tmp_path / "1.h5", tmp_path / "2.h5", tmp_path / "3.h5"
+    common = ["--iterations", "4", "--quiet", "--device", "cpu", "--cache-dir", cache]
+    assert _run("reconstruct", small_scan, "-o", first, *common).exit_code == 0
+    assert len(list(cache.iterdir())) == 1
+    assert _run("reconstruct", small_scan, "-o", second, *common).exit_code == 0
+    assert _run("reconstruct", small_scan, "-o", fresh, "--no-cache", *common[:-2]).exit_code == 0
+    with h5py.File(first) as a, h5py.File(second) as b, h5py.File(fresh) as c:
+        assert a.attrs["param_psf"] == "miss" and b.attrs["param_psf"] == "hit" and c.attrs["param_psf"] == "computed"
+        assert np.array_equal(a["image"][()], b["image"][()])
+        assert np.array_equal(a["image"][()], c["image"][()])
+    entry = next(cache.iterdir())
+    entry.write_bytes(entry.read_bytes()[:-100])  # truncated: detected, recomputed, same image
+    assert _run("reconstruct", small_scan, "-o", fresh, *common).exit_code == 0
+    with h5py.File(first) as a, h5py.File(fresh) as c:
+        assert c.attrs["param_psf"] == "miss" and np.array_equal(a["image"][()], c["image"][()])
+
+
+def test_coil_map_and_dcf_choices(small_scan, tmp_path):
+    for choice in ("walsh", "rss", "file"):
+        out = tmp_path / f"{choice}.h5"
+        result = _run("reconstruct", small_scan, "-o", out, "--iterations", "4", "--quiet", "--device", "cpu",
+                      "--coil-maps", choice, "--dcf", "ramp", "--no-prewhiten")
+        assert result.exit_code == 0, result.output
+        with h5py.File(out) as f:
+            assert f.attrs["coil_maps"] == choice and f.attrs["dcf"] == "ramp"
+            assert f.attrs["combine"] == ("rss" if choice == "rss" else "sense")
+    bare = tmp_path / "bare.h5"
+    with h5py.File(small_scan) as src, h5py.File(bare, "w") as dst:
+        dst.attrs["matrix"] = src.attrs["matrix"]
+        dst["kspace"] = src["kspace"][()]
+        dst["trajectory"] = src["trajectory"][()]
+    _assert_clean_error(_run("reconstruct", bare, "--coil-maps", "file", "--quiet"), "needs a 'coil_maps' dataset")
+    _assert_clean_error(_run("reconstruct", bare, "--dcf", "file", "--quiet"), "needs a 'weights' dataset")
+
+
+def test_ismrmrd_two_slices_reconstruct_stacked_and_convert(small_scan, tmp_path):
+    import json
+
+    from mri_recon.ismrmrd_io import write_ismrmrd
+
+    scan = load_scan(small_scan)
+    other = scan.replace(kspace=scan.kspace * 2)
+    mrd = tmp_path / "scan.mrd.h5"
+    write_ismrmrd(mrd, [({"slice": 0}, scan), ({"slice": 1}, other)])
+    out = tmp_path / "r.h5"
+    result = _run("reconstruct", mrd, "-o", out, "--iterations", "5", "--quiet", "--device", "cpu",
+                  "--coil-maps", "walsh")
+    assert result.exit_code == 0, result.output
+    with h5py.File(out) as f:
+        image = f["image"][()]
+        assert image.shape == (2, 32, 32)
+        assert [k["slice"] for k in json.loads(f.attrs["stack"])] == [0, 1]
+        assert f.attrs["traj_units"] == "cycles-per-fov"
+    # The second slice is the first with doubled data: a linear reconstruction doubles it.
+    assert np.linalg.norm(image[1] - 2 * image[0]) < 1e-3 * np.linalg.norm(image[1])
+    result = _run("convert", mrd, tmp_path / "conv.h5", "--slice", "1", "--quiet")
+    assert result.exit_code == 0, result.output
+    converted = load_scan(tmp_path / "conv.h5")
+    np.testing.assert_allclose(converted.kspace, other.kspace, rtol=1e-6)
+    _assert_clean_error(_run("convert", mrd, mrd), "would overwrite the input")

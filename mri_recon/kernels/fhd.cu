@@ -1,0 +1,312 @@
+// F^H d by exact direct summation: the fast rungs of the ladder ("packed", "mirror", "multi", "recur") and
+// the Toeplitz point-spread function (real weights, FHD_REAL 1). The seed rungs live in fhd_seed.cu.
+//
+// Mathematics (schema v1). Voxel j of an axis of size N sits at r = (j - N/2)/N = Q/(2N) with the integer
+// Q = 2j - N, and F^H d_j = sum_m d_m exp(+i 2 pi k_m . r_j). The phase is kept in fixed-point turns:
+// each sample carries K_d = round(2^32 frac(k_d / (2 N_d))) (host side, float64), so that
+//     T = sum_d K_d Q_d  (mod 2^32, plain unsigned arithmetic)
+// is the phase k . r in units of 2^-32 turns, exact up to the rounding of K (|error| <= 2^-33 sum_d N_d
+// turns, 4.5e-8 turns for 3 x 128). Wrapping modulo 2^32 *is* the reduction to one turn, so there is no
+// large argument and no cancellation. The top 23 bits of T become the mantissa of a float t in [-1/2, 1/2)
+// (bit trick on the integer pipe, no conversion instruction), and __sincosf(2 pi t) runs on the special
+// function unit within its accurate range [-pi, pi] (abs. error <= 2^-21.4).
+//
+// Work assignment. Voxels are visited along lines of the last axis (y in 2D, z in 3D). Mirror pairing
+// ("mirror", "multi", "recur"): r and -r have conjugate phases, so one phase evaluation serves the voxel
+// j and its mirror N - j (per axis). With U = sum d c and W = sum d s (c, s = cos, sin of the phase of j):
+//     F^H d_j = U + i W,      F^H d_mirror = U - i W,
+// four FMAs per coil for both voxels. The host lists one representative line per mirror pair (flag 1) and
+// every line without a partner (flag 0); on a paired line the positions run over [0, L] inclusive, where
+// position p computes voxel p of the line (if p < L) and voxel L - p of the mirror line (if p >= 1), so that
+// position L reaches voxel 0 of the mirror line, whose own partner does not exist. Unpaired lines use only
+// [0, L). "packed" lists every line unpaired.
+//
+// Each thread owns FHD_VOX positions p = t, t + P, ..., t + (FHD_VOX - 1) P of one line (P = threads per
+// line). Their phases differ by the step D = K_last * 2P: "multi" (FHD_RECUR 0) evaluates each one with the
+// special function unit; "recur" (FHD_RECUR 1) evaluates exp(i 2 pi D) once and walks the positions with
+// the angle-addition recurrence e(p + P) = e(p) e(P) (complex multiply on the FMA pipe), re-seeded from the
+// exact fixed-point phase at every sample, so at most FHD_VOX - 1 steps accumulate error.
+//
+// Samples stream through __constant__ memory as an array of structures kdata (trajectory + every coil of
+// the launch), one chunk per launch (host loop, last chunk shorter; only upload_constant fills it). A block
+// is blockDim.x voxel threads times blockDim.y (a power of two) sample slices: row y sums its share of
+// the chunk, the rows are added by a pairwise tree in shared memory, and row 0 adds the result to the
+// output (first chunk: overwrites it). When the grid alone would leave multiprocessors idle, blockIdx.y
+// splits the chunk further into slices that write separate partial images, which the host adds at the end
+// (deterministic, no atomics). Several coils share each phase: FHD_COILS coils per launch, the host loops
+// over groups.
+//
+// Compile-time sizes (-D):
+//   FHD_DIM     2 or 3
+//   FHD_COILS   coils per launch (1..8); sample data complex (float2), or real (float) when FHD_REAL = 1
+//   FHD_VOX     positions per thread (1..8)
+//   FHD_RECUR   0: every position's phase on the special function unit; 1: angle-addition recurrence
+//   FHD_REAL    1: real sample data (the PSF weights), U and W real
+//   FHD_OFFRES  reserved for exact off-resonance correction, must be 0 today. The record layout
+//               already has its slot: with FHD_OFFRES = 1 the word after the trajectory holds the sample
+//               time t_m (s), the kernel argument field_map points at a per-voxel off-resonance f_n (Hz),
+//               and the phase becomes k . r + f t turns. A field map breaks the mirror symmetry, so that
+//               path will use the unpaired line list.
+//   FHD_WORDS   32-bit words per record (checked against the struct the host packs)
+//   FHD_CHUNK   records in the constant array (FHD_CHUNK * 4 * FHD_WORDS <= 65536)
+//   FHD_MAX_THREADS  threads per block the launch bounds allow (512, or 256 for many accumulators)
+//
+// Record layout (32-bit words): K_0 .. K_{D-1} (unsigned fixed point), then the reserved time word when
+// FHD_OFFRES = 1, then zero padding to an even word count for complex data (float2 alignment), then the
+// data: FHD_COILS float2 (re, im) or FHD_COILS float.
+
+#ifndef FHD_DIM
+#error "FHD_DIM must be defined"
+#endif
+#if FHD_DIM != 2 && FHD_DIM != 3
+#error "FHD_DIM must be 2 or 3"
+#endif
+#if !defined(FHD_COILS) || !defined(FHD_VOX) || !defined(FHD_RECUR) || !defined(FHD_REAL)
+#error "FHD_COILS, FHD_VOX, FHD_RECUR and FHD_REAL must be defined"
+#endif
+#if !defined(FHD_WORDS) || !defined(FHD_CHUNK)
+#error "FHD_WORDS and FHD_CHUNK must be defined"
+#endif
+#ifndef FHD_OFFRES
+#define FHD_OFFRES 0
+#endif
+#if FHD_OFFRES != 0
+#error "FHD_OFFRES is reserved for the off-resonance extension and must be 0"
+#endif
+#if FHD_COILS < 1 || FHD_COILS > 8 || FHD_VOX < 1 || FHD_VOX > 8
+#error "FHD_COILS and FHD_VOX must lie in 1..8"
+#endif
+
+#ifndef FHD_MAX_THREADS
+#error "FHD_MAX_THREADS (threads per block the launch bounds allow) must be defined"
+#endif
+
+#if FHD_REAL
+typedef float sample_t;
+#define FHD_HEADER (FHD_DIM + FHD_OFFRES)
+#else
+typedef float2 sample_t;
+#define FHD_HEADER ((FHD_DIM + FHD_OFFRES + 1) / 2 * 2)
+#endif
+
+struct kdata {
+    unsigned k[FHD_DIM];                   // K_d: k_d / (2 N_d) in turns, 2^32 = one turn
+#if FHD_HEADER > FHD_DIM
+    float reserved[FHD_HEADER - FHD_DIM];  // [0]: sample time (s) when FHD_OFFRES = 1, else zero padding
+#endif
+    sample_t d[FHD_COILS];                 // the samples of the launch's coils
+};
+static_assert(sizeof(kdata) == 4 * FHD_WORDS, "kdata does not match the host's record layout");
+static_assert(FHD_CHUNK * sizeof(kdata) <= 65536, "the chunk exceeds the 64 KB constant bank");
+
+__constant__ kdata c_k[FHD_CHUNK];
+
+// exp(+i 2 pi T / 2^32): T is a phase in fixed-point turns that already carries the rounding offset 2^8
+// (half of the 9 bits dropped here). (T >> 9) ^ 0x3FC00000 is the float 1 + (t + 1/2) in [1, 2), whose
+// mantissa is the top 23 bits of T + 2^31; subtracting 3/2 is exact and leaves t in [-1/2, 1/2).
+__device__ __forceinline__ void phasor(unsigned T, float& c, float& s) {
+    const float t = __uint_as_float((T >> 9) ^ 0x3FC00000u) - 1.5f;
+    __sincosf(6.28318530717958647692f * t, &s, &c);
+}
+
+#if FHD_REAL
+#define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real
+#else
+#define FHD_ACC (4 * FHD_VOX * FHD_COILS)  // U, W complex
+#endif
+
+// out       complex64 (slices, coils, voxels), C order, interleaved (re, im); blocks of grid row
+//           blockIdx.y write slice blockIdx.y, coils coil0 .. coil0 + FHD_COILS - 1
+// lines     int32 (n_lines, 3): jx, jy (0 in 2D), paired flag
+// coils     coils of out (the C of its shape)
+// count     samples in this chunk (records c_k[0 .. count))
+// first     != 0: this is the first chunk, the output is overwritten instead of accumulated
+// field_map reserved (off-resonance, FHD_OFFRES), pass NULL
+extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
+    float2* __restrict__ out, const int* __restrict__ lines, int n_lines, int per_line, int nx, int ny,
+    int nz, int count, int coils, int coil0, int first, const float* __restrict__ field_map) {
+    // (blockDim.y / 2) x blockDim.x slots of FHD_ACC + 1 floats (odd stride: no bank conflicts)
+    extern __shared__ float red[];
+    (void)field_map;
+
+    const long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long item_ll = flat / per_line;
+    const bool active = item_ll < n_lines;
+    const int item = active ? (int)item_ll : 0;
+    const int t0 = (int)(flat - item_ll * per_line);
+    const int jx = lines[3 * item];
+    const int jy = lines[3 * item + 1];
+    const bool paired = lines[3 * item + 2] != 0;
+#if FHD_DIM == 3
+    const int len = nz;
+    const unsigned q0 = (unsigned)(2 * jx - nx);
+    const unsigned q1 = (unsigned)(2 * jy - ny);
+#else
+    const int len = ny;
+    const unsigned q0 = (unsigned)(2 * jx - nx);
+    (void)jy;
+#endif
+    const unsigned qlast = (unsigned)(2 * t0 - len);  // position t0 of the line
+    const unsigned qstep = (unsigned)(2 * per_line);  // between this thread's positions
+
+    // this row's share of the chunk: part blockIdx.y * blockDim.y + threadIdx.y of gridDim.y * blockDim.y
+    const int parts = (int)(gridDim.y * blockDim.y);
+    const int share = (count + parts - 1) / parts;
+    const int m_begin = min(count, (int)(blockIdx.y * blockDim.y + threadIdx.y) * share);
+    const int m_end = active ? min(count, m_begin + share) : m_begin;
+
+#if FHD_REAL
+    float U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
+#else
+    float2 U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
+#endif
+#pragma unroll
+    for (int v = 0; v < FHD_VOX; ++v) {
+#pragma unroll
+        for (int c = 0; c < FHD_COILS; ++c) {
+#if FHD_REAL
+            U[v][c] = 0.0f;
+            W[v][c] = 0.0f;
+#else
+            U[v][c] = make_float2(0.0f, 0.0f);
+            W[v][c] = make_float2(0.0f, 0.0f);
+#endif
+        }
+    }
+
+    for (int m = m_begin; m < m_end; ++m) {
+        const kdata& kd = c_k[m];
+#if FHD_DIM == 3
+        const unsigned base = kd.k[0] * q0 + kd.k[1] * q1 + kd.k[2] * qlast + 0x100u;
+#else
+        const unsigned base = kd.k[0] * q0 + kd.k[1] * qlast + 0x100u;
+#endif
+        float cv[FHD_VOX], sv[FHD_VOX];
+        phasor(base, cv[0], sv[0]);
+#if FHD_VOX > 1
+        const unsigned step = kd.k[FHD_DIM - 1] * qstep;
+#if FHD_RECUR
+        float cs, ss;
+        phasor(step + 0x100u, cs, ss);
+#pragma unroll
+        for (int v = 1; v < FHD_VOX; ++v) {
+            cv[v] = cv[v - 1] * cs - sv[v - 1] * ss;
+            sv[v] = sv[v - 1] * cs + cv[v - 1] * ss;
+        }
+#else
+#pragma unroll
+        for (int v = 1; v < FHD_VOX; ++v) phasor(base + (unsigned)v * step, cv[v], sv[v]);
+#endif
+#endif
+#pragma unroll
+        for (int c = 0; c < FHD_COILS; ++c) {
+            const sample_t d = kd.d[c];
+#pragma unroll
+            for (int v = 0; v < FHD_VOX; ++v) {
+#if FHD_REAL
+                U[v][c] += d * cv[v];
+                W[v][c] += d * sv[v];
+#else
+                U[v][c].x += d.x * cv[v];
+                U[v][c].y += d.y * cv[v];
+                W[v][c].x += d.x * sv[v];
+                W[v][c].y += d.y * sv[v];
+#endif
+            }
+        }
+    }
+
+    // the rows' sums meet in row 0 by a pairwise tree in shared memory (fixed order: deterministic);
+    // blockDim.y is a power of two
+    if (blockDim.y > 1) {
+        const int y = threadIdx.y;
+        for (int half = blockDim.y >> 1; half >= 1; half >>= 1) {
+            if (y >= half && y < 2 * half) {
+                float* slot = red + ((y - half) * blockDim.x + threadIdx.x) * (FHD_ACC + 1);
+                int a = 0;
+#pragma unroll
+                for (int v = 0; v < FHD_VOX; ++v) {
+#pragma unroll
+                    for (int c = 0; c < FHD_COILS; ++c) {
+#if FHD_REAL
+                        slot[a++] = U[v][c];
+                        slot[a++] = W[v][c];
+#else
+                        slot[a++] = U[v][c].x;
+                        slot[a++] = U[v][c].y;
+                        slot[a++] = W[v][c].x;
+                        slot[a++] = W[v][c].y;
+#endif
+                    }
+                }
+            }
+            __syncthreads();
+            if (y < half) {
+                const float* slot = red + (y * blockDim.x + threadIdx.x) * (FHD_ACC + 1);
+                int a = 0;
+#pragma unroll
+                for (int v = 0; v < FHD_VOX; ++v) {
+#pragma unroll
+                    for (int c = 0; c < FHD_COILS; ++c) {
+#if FHD_REAL
+                        U[v][c] += slot[a++];
+                        W[v][c] += slot[a++];
+#else
+                        U[v][c].x += slot[a++];
+                        U[v][c].y += slot[a++];
+                        W[v][c].x += slot[a++];
+                        W[v][c].y += slot[a++];
+#endif
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        if (threadIdx.y != 0) return;
+    }
+    if (!active) return;
+
+    const long long voxels = (long long)nx * ny * (FHD_DIM == 3 ? nz : 1);
+#if FHD_DIM == 3
+    const long long line_a = ((long long)jx * ny + jy) * nz;
+    const long long line_b = ((long long)(nx - jx) * ny + (ny - jy)) * nz;
+#else
+    const long long line_a = (long long)jx * ny;
+    const long long line_b = (long long)(nx - jx) * ny;
+#endif
+#pragma unroll
+    for (int v = 0; v < FHD_VOX; ++v) {
+        const int p = t0 + v * per_line;
+        const bool own = p < len;
+        const bool mirror = paired && p >= 1 && p <= len;
+#pragma unroll
+        for (int c = 0; c < FHD_COILS; ++c) {
+            float2* o = out + ((long long)blockIdx.y * coils + coil0 + c) * voxels;
+#if FHD_REAL
+            const float2 a = make_float2(U[v][c], W[v][c]);
+            const float2 b = make_float2(U[v][c], -W[v][c]);
+#else
+            const float2 a = make_float2(U[v][c].x - W[v][c].y, U[v][c].y + W[v][c].x);
+            const float2 b = make_float2(U[v][c].x + W[v][c].y, U[v][c].y - W[v][c].x);
+#endif
+            if (own) {
+                float2* dst = o + line_a + p;
+                if (first) {
+                    *dst = a;
+                } else {
+                    const float2 old = *dst;
+                    *dst = make_float2(old.x + a.x, old.y + a.y);
+                }
+            }
+            if (mirror) {
+                float2* dst = o + line_b + (len - p);
+                if (first) {
+                    *dst = b;
+                } else {
+                    const float2 old = *dst;
+                    *dst = make_float2(old.x + b.x, old.y + b.y);
+                }
+            }
+        }
+    }
+}

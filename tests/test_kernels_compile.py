@@ -1,0 +1,57 @@
+"""Every CUDA kernel configuration the launchers use compiles with NVRTC (no GPU needed)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from mri_recon import gpu_fhd
+from mri_recon.errors import KernelError
+from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, kernel_files
+
+pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC comes with the 'test' extra")
+
+
+def _configurations() -> list[tuple[str, dict[str, int]]]:
+    configs = list(gpu_fhd.compile_configurations())
+    try:
+        gpu_filter = importlib.import_module("mri_recon.gpu_filter")
+    except ImportError:  # the filter module is optional here
+        gpu_filter = None
+    if gpu_filter is not None:
+        configs += list(gpu_filter.compile_configurations())
+    return configs
+
+
+CONFIGS = _configurations()
+
+
+def _id(config: tuple[str, dict[str, int]]) -> str:
+    filename, defines = config
+    return filename.removesuffix(".cu") + "[" + ",".join(f"{k}={v}" for k, v in sorted(defines.items())) + "]"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
+def test_configuration_compiles(config):
+    filename, defines = config
+    ptx = compile_ptx(filename, defines)
+    assert ".entry" in ptx and "mri_recon_" in ptx
+
+
+def test_every_kernel_file_is_covered():
+    covered = {filename for filename, _ in CONFIGS}
+    missing = sorted(path.name for path in kernel_files() if path.name not in covered)
+    assert not missing, f"no compile configuration covers {missing}"
+
+
+def test_fhd_records_fit_the_constant_bank():
+    for filename, defines in gpu_fhd.compile_configurations():
+        if filename == "fhd.cu":
+            assert defines["FHD_CHUNK"] >= 1
+            assert defines["FHD_CHUNK"] * 4 * defines["FHD_WORDS"] <= CONSTANT_BYTES
+
+
+def test_missing_defines_fail_with_the_log():
+    with pytest.raises(KernelError, match="fhd.cu failed to compile"):
+        compile_ptx("fhd.cu", {"FHD_DIM": 2})

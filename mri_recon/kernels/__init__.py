@@ -83,7 +83,7 @@ def upload_constant(module, symbol: str, data) -> None:
     """
     cupy = cupy_module()
     pointer = module.get_global(symbol)
-    capacity = min(int(pointer.mem.size), CONSTANT_BYTES)
+    capacity = min(symbol_bytes(module, symbol) or CONSTANT_BYTES, CONSTANT_BYTES)
     nbytes = int(data.nbytes)
     if nbytes > capacity:
         raise KernelError(
@@ -96,6 +96,36 @@ def upload_constant(module, symbol: str, data) -> None:
         view[...] = data
     else:
         view.set(data)
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuModuleGetGlobal_v2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
+                   ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def symbol_bytes(module, symbol: str) -> int | None:
+    """Size in bytes of the ``__constant__`` (or ``__device__``) symbol, from the CUDA driver; None when
+    the driver cannot be asked (CuPy's pointer to a global does not carry its size)."""
+    import ctypes
+
+    fn = _libcuda()
+    handle = getattr(getattr(module, "module", None), "ptr", None)
+    if fn is None or not handle:
+        return None
+    dptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+    if fn(ctypes.byref(dptr), ctypes.byref(size), ctypes.c_void_p(int(handle)), symbol.encode()) != 0:
+        return None
+    return int(size.value)
 
 
 def compile_ptx(filename: str, defines: Mapping[str, Any] | None = None, arch: str = "compute_90") -> str:

@@ -141,6 +141,11 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
         return apply
 
     xp = get_xp(coil_maps)
+    if xp is not np:
+        from .backend import Device  # noqa: PLC0415
+        from .gpu_toeplitz import sense_operator  # noqa: PLC0415 - GPU only
+
+        return sense_operator(spectrum, coil_maps, lam, coil_batch, Device(int(coil_maps.device.id)))
     conj_maps = xp.conj(coil_maps)
     n_coils = int(coil_maps.shape[0])
     step = n_coils if coil_batch is None else max(1, min(n_coils, int(coil_batch)))

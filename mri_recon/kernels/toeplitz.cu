@@ -1,0 +1,64 @@
+// Fused element-wise stages of the CG-SENSE normal operator A x = sum_c conj(S_c) T(S_c x) + lam x on the GPU,
+// where T is the Toeplitz convolution on the 2x grid (cuFFT does the transforms between these two kernels).
+//
+//   mri_recon_sense_expand: padded[c] = zero-padded S_c x on the 2x grid (every element written, so the
+//                           buffer can be transformed in place and reused without clearing);
+//   mri_recon_sense_reduce: out = (first ? lam x : out) + sum_c conj(S_c) y_c, y_c the top corner of the
+//                           inverse transform of coil c.
+//
+// Layout: complex64 as float2, C order. Image (nx, ny, nz) with nz = 1 in 2D; the padded grid is
+// (px, py, pz) = (2 nx, 2 ny, 2 nz or 1). maps and padded hold this launch's coils only.
+
+extern "C" __global__ void mri_recon_sense_expand(const float2* __restrict__ maps, const float2* __restrict__ x,
+                                                  float2* __restrict__ padded, int coils, int nx, int ny, int nz,
+                                                  int py, int pz, long long grid_size)
+{
+    const long long nvox = (long long)nx * ny * nz;
+    const long long total = grid_size * coils;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long c = t / grid_size;
+        const long long p = t - c * grid_size;
+        const int l = (int)(p % pz);
+        const long long rest = p / pz;
+        const int j = (int)(rest % py);
+        const int i = (int)(rest / py);
+        float2 value = make_float2(0.0f, 0.0f);
+        if (i < nx && j < ny && l < nz) {
+            const long long v = ((long long)i * ny + j) * nz + l;
+            const float2 s = maps[c * nvox + v];
+            const float2 xv = x[v];
+            value = make_float2(s.x * xv.x - s.y * xv.y, s.x * xv.y + s.y * xv.x);
+        }
+        padded[t] = value;
+    }
+}
+
+extern "C" __global__ void mri_recon_sense_reduce(const float2* __restrict__ maps, const float2* __restrict__ padded,
+                                                  const float2* __restrict__ x, float2* __restrict__ out, int coils,
+                                                  int nx, int ny, int nz, int py, int pz, long long grid_size,
+                                                  float lam, int first)
+{
+    const long long nvox = (long long)nx * ny * nz;
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < nvox;
+         v += (long long)gridDim.x * blockDim.x) {
+        const int l = (int)(v % nz);
+        const long long rest = v / nz;
+        const int j = (int)(rest % ny);
+        const int i = (int)(rest / ny);
+        const long long p = ((long long)i * py + j) * pz + l;
+        float2 acc;
+        if (first) {
+            acc = make_float2(lam * x[v].x, lam * x[v].y);
+        } else {
+            acc = out[v];
+        }
+        for (int c = 0; c < coils; ++c) {
+            const float2 s = maps[c * nvox + v];
+            const float2 y = padded[c * grid_size + p];
+            acc.x += s.x * y.x + s.y * y.y;  // conj(s) * y
+            acc.y += s.x * y.y - s.y * y.x;
+        }
+        out[v] = acc;
+    }
+}

@@ -53,7 +53,9 @@ WAVE_EFFICIENCY = 0.9
 _SEED_RUNG = {"naive": 0, "registers": 1, "constant": 2, "aos": 3}
 _SEED_KERNEL = ("mri_recon_fhd_naive", "mri_recon_fhd_registers", "mri_recon_fhd_constant",
                 "mri_recon_fhd_aos")
-_VOX = {1: 4, 2: 4}  # positions per thread of "multi" and "recur" by coils per launch; 2 beyond
+_VOX = {1: 8, 2: 4}  # positions per thread of "multi" and "recur" by coils per launch; 2 beyond (measured on
+# an H200, docs/benchmarks.md: 1 coil 8 beats 4 in 3D and ties in 2D; 8 coils 2 beats 4 and 8)
+PSF_VOX = 8  # positions per thread of the real-weight PSF kernel (measured: 8 is 2.7x faster than 4)
 
 
 def _empty(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -124,7 +126,7 @@ def compile_configurations() -> list[tuple[str, dict[str, int]]]:
             configs += [("fhd.cu", fhd_defines(dim, coils, 1, False)),
                         ("fhd.cu", fhd_defines(dim, coils, vox, False)),
                         ("fhd.cu", fhd_defines(dim, coils, vox, True))]
-        configs.append(("fhd.cu", fhd_defines(dim, 1, positions_per_thread(1), True, real=True)))
+        configs.append(("fhd.cu", fhd_defines(dim, 1, PSF_VOX, True, real=True)))
         configs.append(("forward.cu", forward_defines(dim, None, None)))
         for coils in range(1, MAX_GROUP + 1):
             configs += [("forward.cu", forward_defines(dim, coils, 1)),
@@ -383,7 +385,7 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     kfix = fixed_point_turns(trajectory.astype(cupy.float64) * 2.0, big)
     records = _records(kfix, weights.astype(cupy.float32)[None, :], real=True)
     out = _empty((1, math.prod(big)), cupy.complex64)
-    defines = fhd_defines(len(big), 1, positions_per_thread(1), True, real=True)
+    defines = fhd_defines(len(big), 1, PSF_VOX, True, real=True)
     _fhd_fast(out, records, big, defines, True, 0, chunk, block, device)
     return out.reshape(big)
 
@@ -424,6 +426,8 @@ def _fhd_fast(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str
     dims = [int(n) for n in matrix] + [1] * (3 - len(matrix))
     args = [target, lines, np.int32(lines.shape[0]), np.int32(per_line), *(np.int32(n) for n in dims)]
     tail = (np.int32(target.shape[-2]), np.int32(first_coil))
+    if shared > 48 * 1024:  # beyond the default limit a kernel must opt in to more dynamic shared memory
+        kernel.max_dynamic_shared_size_bytes = shared
     for index, begin in enumerate(range(0, n_samples, size)):
         count = min(size, n_samples - begin)
         upload_constant(module, "c_k", records[begin:begin + count])

@@ -224,20 +224,46 @@ def main(path: str) -> int:
     section(results, "2d torchkbnufft 1 coil", lambda: torchkbnufft_peer(problems["2d"], 1))
     section(results, "2d torchkbnufft 8 coils", lambda: torchkbnufft_peer(problems["2d"], 8))
 
-    def sweep(problem: dict, dim: str, vox: int) -> dict:
+    def sweep(problem: dict, dim: str, vox: int, coils: int = 1, recur: bool = True) -> dict:
         p = problem
-        defines = gpu_fhd.fhd_defines(len(p["matrix"]), 1, vox, True)
+        defines = gpu_fhd.fhd_defines(len(p["matrix"]), coils, vox, recur)
 
         def fn():
-            out = gpu_fhd._empty((1, p["nvox"]), cupy.complex64)
-            records = gpu_fhd._records(gpu_fhd.fixed_point_turns(p["traj"], p["matrix"]), p["data"][:1], real=False)
+            out = gpu_fhd._empty((coils, p["nvox"]), cupy.complex64)
+            records = gpu_fhd._records(gpu_fhd.fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils],
+                                       real=False)
             gpu_fhd._fhd_fast(out, records, p["matrix"], defines, True, 0, None, None, gpu_fhd._device())
             return out
 
-        return ours(p, "recur", 1, dim, fn=fn, positions_per_thread=vox)
+        return ours(p, "recur" if recur else "multi", coils, dim, fn=fn, positions_per_thread=vox)
 
     for vox in (2, 8):
         section(results, f"2d recur vox={vox} 1 coil", lambda v=vox: sweep(problems["2d"], "2d", v))
+    for vox in (4, 8):
+        section(results, f"2d recur vox={vox} 8 coils", lambda v=vox: sweep(problems["2d"], "2d", v, 8))
+    for vox in (4, 8):
+        section(results, f"2d multi vox={vox} 8 coils", lambda v=vox: sweep(problems["2d"], "2d", v, 8, False))
+
+    def psf_sweep(vox: int, recur: bool) -> dict:
+        p = problems["2d"]
+        matrix = p["matrix"]
+        big = tuple(2 * n for n in matrix)
+        weights = cupy.abs(p["data"][0].real).astype(cupy.float32)
+        defines = gpu_fhd.fhd_defines(2, 1, vox, recur, real=True)
+
+        def fn():
+            kfix = gpu_fhd.fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
+            records = gpu_fhd._records(kfix, weights[None, :], real=True)
+            out = gpu_fhd._empty((1, math.prod(big)), cupy.complex64)
+            gpu_fhd._fhd_fast(out, records, big, defines, True, 0, None, None, gpu_fhd._device())
+            return out
+
+        timing = timed(fn)
+        return {**timing, "vox": vox, "recur": recur, "rate": math.prod(big) * p["m"] / timing["median_s"]}
+
+    for vox in (2, 4, 8):
+        for recur in (True, False):
+            section(results, f"2d psf vox={vox} recur={int(recur)}", lambda v=vox, r=recur: psf_sweep(v, r))
 
     def problem_3d() -> dict:
         traj = ((rng.random((SAMPLES_3D, 3)) - 0.5) * SIZE_3D).astype(np.float32)

@@ -7,13 +7,14 @@ Pipe-Menon density weights, 30 CG iterations, lambda = 1e-3 (relative to the PSF
 Timed: ours with the PSF computed in the run, ours with a PSF-cache hit, SigPy 0.1.27 SenseRecon on the GPU
 with the same maps, weights and iterations (its lambda mapped to the same absolute regularization).
 Medians of wall-clock times around the whole call (device synchronized), after one warm-up run each.
-Usage: python scripts/bench_recon.py OUT.json [--repeats N]
+Usage: python scripts/bench_recon.py OUT.json [--repeats N] [--data SCAN.h5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -28,19 +29,26 @@ from mri_recon.cache import PsfCache
 from mri_recon.dcf import pipe_menon
 from mri_recon.phantom import add_noise, coil_kspace, coil_maps, shepp_logan_image
 from mri_recon.recon import reconstruct
-from mri_recon.scan import Scan
+from mri_recon.scan import Scan, load_scan, save_scan
 from mri_recon.trajectories import radial
 
 MATRIX, SPOKES, SAMPLES, COILS, ITERATIONS, LAM = (256, 256), 256, 1024, 8, 30, 1e-3
 
 
-def problem(seed: int = 0) -> Scan:
+def problem(seed: int = 0, path: str | None = None) -> Scan:
+    """The benchmark scan; read from ``path`` when that file exists (it is slow to simulate), else built
+    (and written to ``path`` when one is given)."""
+    if path and os.path.exists(path):
+        return load_scan(path)
     rng = np.random.default_rng(seed)
     traj = radial(MATRIX, SPOKES, SAMPLES, golden=True, oversampling=4)
     kspace = coil_kspace(traj, MATRIX, COILS)
     noisy, _ = add_noise(kspace, 30.0, rng)
-    return Scan(kspace=noisy, trajectory=traj, matrix=MATRIX, weights=pipe_menon(traj, MATRIX),
+    scan = Scan(kspace=noisy, trajectory=traj, matrix=MATRIX, weights=pipe_menon(traj, MATRIX),
                 coil_maps=coil_maps(MATRIX, COILS), ground_truth=shepp_logan_image(MATRIX))
+    if path:
+        save_scan(path, scan)
+    return scan
 
 
 def nrmse(image: np.ndarray, truth: np.ndarray) -> float:
@@ -118,12 +126,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--data", default=None, help="scan file to reuse (written on first use)")
+    parser.add_argument("--make-data", action="store_true", help="only write --data and stop")
     args = parser.parse_args()
+    if args.make_data:
+        problem(path=args.data)
+        return 0
     device = resolve_device("gpu")
     cupy = cupy_module()
     sync = cupy.cuda.Device(device.index).synchronize
     props = cupy.cuda.runtime.getDeviceProperties(device.index)
-    scan = problem()
+    scan = problem(path=args.data)
     report = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
               "date": time.strftime("%Y-%m-%d"), "mri_recon": __version__, "cupy": cupy.__version__,
               "numpy": np.__version__, "python": platform.python_version(),

@@ -19,11 +19,11 @@ steps=${STEPS:-"tests doctor fhd filter recon ismrmrd"}
 for step in $steps; do
   echo "=== $step"
   case $step in
-    tests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40 ;;
-    doctor) timeout 120 python3 -m mri_recon.cli doctor 2>&1 | tee "$OUT/doctor.txt" ;;
-    fhd) timeout 300 python3 scripts/bench_fhd.py "$OUT/bench_fhd.json" 2>&1 | tail -40 ;;
-    filter) timeout 200 python3 scripts/bench_filter.py "$OUT/bench_filter.json" 2>&1 | tail -30 ;;
-    recon) timeout 300 python3 scripts/bench_recon.py "$OUT/bench_recon.json" 2>&1 | tail -30 ;;
-    ismrmrd) timeout 200 python3 scripts/bench_ismrmrd.py "$OUT/bench_ismrmrd.json" 2>&1 | tail -15 ;;
+    tests) timeout ${T_TESTS:-300} python3 -m pytest -m gpu -q -p no:cacheprovider -rfE ${TEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -60 ;;
+    doctor) timeout ${T_DOCTOR:-120} python3 -m mri_recon.cli doctor 2>&1 | tee "$OUT/doctor.txt" ;;
+    fhd) timeout ${T_FHD:-300} python3 scripts/bench_fhd.py "$OUT/bench_fhd.json" 2>&1 | tail -40 ;;
+    filter) timeout ${T_FILTER:-200} python3 scripts/bench_filter.py "$OUT/bench_filter.json" 2>&1 | tail -30 ;;
+    recon) timeout ${T_RECON:-300} python3 scripts/bench_recon.py "$OUT/bench_recon.json" --data .benchdata/recon_256.h5 2>&1 | tail -30 ;;
+    ismrmrd) timeout ${T_ISMRMRD:-200} python3 scripts/bench_ismrmrd.py "$OUT/bench_ismrmrd.json" 2>&1 | tail -15 ;;
   esac
 done

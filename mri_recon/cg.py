@@ -1,7 +1,9 @@
 """Conjugate gradients for Hermitian positive definite systems (works on NumPy and CuPy arrays).
 
-The operator is any callable ``x -> A x``; the solver never depends on an operator class. Each iteration
-brings two real scalars back to the host (<p, A p> and ||r||^2) and nothing else.
+The operator is any callable ``x -> A x``; the solver never depends on an operator class. On the CPU each
+iteration works with Python floats. On a GPU the step sizes stay on the device as 0-d arrays, so the
+iterations are queued without waiting for the device; the residual history is read back only every
+``check_every`` iterations (to test convergence) or every iteration when a ``callback`` wants it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from .errors import InvalidDataError, SchemaError
 
 
 def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iterations: int, tolerance: float,
-       callback: Callable[[int, Any, float], None] | None = None) -> tuple[Any, tuple[float, ...]]:
+       callback: Callable[[int, Any, float], None] | None = None,
+       check_every: int = 5) -> tuple[Any, tuple[float, ...]]:
     """Solve ``A x = b`` by conjugate gradients.
 
     Parameters
@@ -32,6 +35,10 @@ def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iteratio
         Stop when the relative residual ``||b - A x|| / ||b||`` is at most this.
     callback
         Called after each iteration as ``callback(iteration, x, relative_residual)``.
+    check_every
+        GPU arrays only, without a callback: read the residual back (and test convergence) every this many
+        iterations; up to ``check_every - 1`` iterations may run past the tolerance, which only lowers the
+        residual further.
 
     Returns
     -------
@@ -55,6 +62,9 @@ def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iteratio
         x = xp.array(x0, dtype=rhs.dtype, copy=True)
         r = rhs - operator(x)
     p = r.copy()
+    if xp.__name__ != "numpy":
+        return _cg_device(operator, x, r, p, b_norm, max_iterations=max_iterations, tolerance=tolerance,
+                          callback=callback, check_every=max(1, int(check_every)))
     rr = float(xp.vdot(r, r).real)
     residuals = [math.sqrt(rr) / b_norm]
     for iteration in range(1, max_iterations + 1):
@@ -77,3 +87,42 @@ def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iteratio
         p += r
         rr = rr_new
     return x, tuple(residuals)
+
+
+def _cg_device(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: float, *, max_iterations: int,
+               tolerance: float, callback: Callable[[int, Any, float], None] | None,
+               check_every: int) -> tuple[Any, tuple[float, ...]]:
+    """The CG loop with device-resident scalars (see the module docstring)."""
+    xp = get_xp(x)
+    real = xp.float32 if x.dtype in (xp.complex64, xp.float32) else xp.float64
+    history = xp.empty(max_iterations + 1, dtype=xp.float64)
+    rr = xp.vdot(r, r).real.astype(xp.float64)
+    history[0] = xp.sqrt(rr) / b_norm
+    bad = xp.zeros((), dtype=xp.bool_)
+    done = 0
+    if float(history[0]) <= tolerance:
+        return x, (float(history[0]),)
+    for iteration in range(1, max_iterations + 1):
+        ap = operator(p)
+        pap = xp.vdot(p, ap).real.astype(xp.float64)
+        bad |= ~(pap > 0)
+        alpha = (rr / pap).astype(real)
+        x += alpha * p
+        r -= alpha * ap
+        rr_new = xp.vdot(r, r).real.astype(xp.float64)
+        history[iteration] = xp.sqrt(rr_new) / b_norm
+        p *= (rr_new / rr).astype(real)
+        p += r
+        rr = rr_new
+        done = iteration
+        if callback is None and iteration % check_every and iteration != max_iterations:
+            continue
+        if bool(bad):
+            raise InvalidDataError(f"CG needs a positive definite operator, found <p, A p> <= 0 by iteration "
+                                   f"{iteration}")
+        residual = float(history[iteration])
+        if callback is not None:
+            callback(iteration, x, residual)
+        if residual <= tolerance:
+            break
+    return x, tuple(float(v) for v in history[: done + 1].get())

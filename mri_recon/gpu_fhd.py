@@ -39,6 +39,9 @@ MAX_GROUP = 8
 """Coils per launch (one phase evaluation serves all of them); more coils are split into groups."""
 DEFAULT_ROW = 32
 """Threads along the voxels of one block row (fast F^H d kernels); a warp never spans two rows."""
+MULTI_COIL_ROW = 64
+"""Block row for several coils per launch: measured on an H200 (8 coils, 2 positions per thread), rows of
+64 threads run 23% faster than rows of 32 (fewer in-block sample slices to reduce)."""
 DEFAULT_BLOCK = 256
 """Threads per block of the seed rungs and of the forward kernels."""
 FORWARD_RUN = 8
@@ -411,7 +414,8 @@ def _fhd_fast(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str
     n_samples = records.shape[0]
     capacity, limit = defines["FHD_CHUNK"], defines["FHD_MAX_THREADS"]
     size = _launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
-    row = _launch_size(block, DEFAULT_ROW, limit, "block (threads per block row)")
+    default_row = MULTI_COIL_ROW if defines["FHD_COILS"] > 1 and not defines["FHD_REAL"] else DEFAULT_ROW
+    row = _launch_size(block, default_row, limit, "block (threads per block row)")
     rows = 1 << (max(1, min(limit // row, size // 32)).bit_length() - 1)  # in-block sample slices, 2^n
     lines = _on_device("lines", matrix, int(paired), device.index)[0]
     per_line = -(-line_positions(matrix, paired) // defines["FHD_VOX"])

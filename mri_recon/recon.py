@@ -202,7 +202,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         with clock.stage("iterations"):
             operator = normal_operator(spectrum, coil_maps=maps, lam=lam_abs, coil_batch=budget.coil_batch)
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
-                              callback=clock.iteration)
+                              callback=clock.iteration if progress else None)
             image = _combine(x, combine)
         if filter_sigma is not None:
             with clock.stage("filter"):

@@ -224,7 +224,8 @@ def main(path: str) -> int:
     section(results, "2d torchkbnufft 1 coil", lambda: torchkbnufft_peer(problems["2d"], 1))
     section(results, "2d torchkbnufft 8 coils", lambda: torchkbnufft_peer(problems["2d"], 8))
 
-    def sweep(problem: dict, dim: str, vox: int, coils: int = 1, recur: bool = True) -> dict:
+    def sweep(problem: dict, dim: str, vox: int, coils: int = 1, recur: bool = True, block: int | None = None,
+              chunk: int | None = None) -> dict:
         p = problem
         defines = gpu_fhd.fhd_defines(len(p["matrix"]), coils, vox, recur)
 
@@ -232,10 +233,11 @@ def main(path: str) -> int:
             out = gpu_fhd._empty((coils, p["nvox"]), cupy.complex64)
             records = gpu_fhd._records(gpu_fhd.fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils],
                                        real=False)
-            gpu_fhd._fhd_fast(out, records, p["matrix"], defines, True, 0, None, None, gpu_fhd._device())
+            gpu_fhd._fhd_fast(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd._device())
             return out
 
-        return ours(p, "recur" if recur else "multi", coils, dim, fn=fn, positions_per_thread=vox)
+        return ours(p, "recur" if recur else "multi", coils, dim, fn=fn, positions_per_thread=vox, block=block,
+                    chunk=chunk)
 
     for vox in (2, 8):
         section(results, f"2d recur vox={vox} 1 coil", lambda v=vox: sweep(problems["2d"], "2d", v))
@@ -243,8 +245,14 @@ def main(path: str) -> int:
         section(results, f"2d recur vox={vox} 8 coils", lambda v=vox: sweep(problems["2d"], "2d", v, 8))
     for vox in (4, 8):
         section(results, f"2d multi vox={vox} 8 coils", lambda v=vox: sweep(problems["2d"], "2d", v, 8, False))
+    for vox, block in ((2, 32), (2, 128), (3, 64)):
+        section(results, f"2d recur vox={vox} block={block} 8 coils",
+                lambda v=vox, b=block: sweep(problems["2d"], "2d", v, 8, True, b))
+    for vox, block in ((8, 64), (4, 64)):
+        section(results, f"2d recur vox={vox} block={block} 1 coil",
+                lambda v=vox, b=block: sweep(problems["2d"], "2d", v, 1, True, b))
 
-    def psf_sweep(vox: int, recur: bool) -> dict:
+    def psf_sweep(vox: int, recur: bool, block: int | None = None) -> dict:
         p = problems["2d"]
         matrix = p["matrix"]
         big = tuple(2 * n for n in matrix)
@@ -255,15 +263,15 @@ def main(path: str) -> int:
             kfix = gpu_fhd.fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
             records = gpu_fhd._records(kfix, weights[None, :], real=True)
             out = gpu_fhd._empty((1, math.prod(big)), cupy.complex64)
-            gpu_fhd._fhd_fast(out, records, big, defines, True, 0, None, None, gpu_fhd._device())
+            gpu_fhd._fhd_fast(out, records, big, defines, True, 0, None, block, gpu_fhd._device())
             return out
 
         timing = timed(fn)
-        return {**timing, "vox": vox, "recur": recur, "rate": math.prod(big) * p["m"] / timing["median_s"]}
+        return {**timing, "vox": vox, "recur": recur, "block": block,
+                "rate": math.prod(big) * p["m"] / timing["median_s"]}
 
-    for vox in (2, 4, 8):
-        for recur in (True, False):
-            section(results, f"2d psf vox={vox} recur={int(recur)}", lambda v=vox, r=recur: psf_sweep(v, r))
+    for vox, block in ((8, None), (8, 64)):
+        section(results, f"2d psf vox={vox} block={block}", lambda v=vox, b=block: psf_sweep(v, True, b))
 
     def problem_3d() -> dict:
         traj = ((rng.random((SAMPLES_3D, 3)) - 0.5) * SIZE_3D).astype(np.float32)

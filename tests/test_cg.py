@@ -95,3 +95,27 @@ def test_gpu_twin(rng):
     assert isinstance(x, cupy.ndarray)
     assert rel(cupy.asnumpy(x), np.linalg.solve(a, b)) < 1e-10
     assert all(isinstance(r, float) for r in residuals)
+
+
+@pytest.mark.gpu
+def test_gpu_checks_every_few_iterations_and_with_a_callback(rng):
+    cupy = cupy_module()
+    a = hpd(rng, 30).astype(np.complex64)
+    b = crandn(rng, 30).astype(np.complex64)
+    ad, bd = cupy.asarray(a), cupy.asarray(b)
+    seen = []
+    x1, res1 = cg(lambda v: ad @ v, bd, max_iterations=12, tolerance=0.0,
+                  callback=lambda i, x, r: seen.append((i, r)))
+    x2, res2 = cg(lambda v: ad @ v, bd, max_iterations=12, tolerance=0.0, check_every=5)
+    assert [i for i, _ in seen] == list(range(1, 13)) and len(res1) == len(res2) == 13
+    np.testing.assert_allclose(res1, res2, rtol=1e-6)
+    np.testing.assert_allclose([r for _, r in seen], res1[1:], rtol=0)
+    assert x2.dtype == cupy.complex64
+    # Stops at the first check at or after the iteration where the tolerance is met.
+    _, res3 = cg(lambda v: ad @ v, bd, max_iterations=200, tolerance=1e-3, check_every=5)
+    first = next(i for i, r in enumerate(res1) if r <= 1e-3) if min(res1) <= 1e-3 else None
+    assert res3[-1] <= 1e-3 and (len(res3) - 1) % 5 == 0
+    if first is not None:
+        assert len(res3) - 1 < first + 5
+    with pytest.raises(InvalidDataError, match="positive definite operator"):
+        cg(lambda v: -(ad @ v), bd, max_iterations=3, tolerance=1e-6)

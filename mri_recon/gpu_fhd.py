@@ -37,11 +37,10 @@ FORWARD_BEST = "recur"
 
 MAX_GROUP = 8
 """Coils per launch (one phase evaluation serves all of them); more coils are split into groups."""
-DEFAULT_ROW = 32
-"""Threads along the voxels of one block row (fast F^H d kernels); a warp never spans two rows."""
-MULTI_COIL_ROW = 64
-"""Block row for several coils per launch: measured on an H200 (8 coils, 2 positions per thread), rows of
-64 threads run 23% faster than rows of 32 (fewer in-block sample slices to reduce)."""
+DEFAULT_ROW = 64
+"""Threads along the voxels of one block row (fast F^H d kernels); a warp never spans two rows. Measured
+on an H200 (docs/benchmarks.md): rows of 64 beat rows of 32 by 23% with 8 coils, 16% with one coil and 4%
+for the PSF (fewer in-block sample slices to reduce)."""
 DEFAULT_BLOCK = 256
 """Threads per block of the seed rungs and of the forward kernels."""
 FORWARD_RUN = 8
@@ -414,8 +413,7 @@ def _fhd_fast(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str
     n_samples = records.shape[0]
     capacity, limit = defines["FHD_CHUNK"], defines["FHD_MAX_THREADS"]
     size = _launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
-    default_row = MULTI_COIL_ROW if defines["FHD_COILS"] > 1 and not defines["FHD_REAL"] else DEFAULT_ROW
-    row = _launch_size(block, default_row, limit, "block (threads per block row)")
+    row = _launch_size(block, DEFAULT_ROW, limit, "block (threads per block row)")
     rows = 1 << (max(1, min(limit // row, size // 32)).bit_length() - 1)  # in-block sample slices, 2^n
     lines = _on_device("lines", matrix, int(paired), device.index)[0]
     per_line = -(-line_positions(matrix, paired) // defines["FHD_VOX"])

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from mri_recon import gpu_fhd, gpu_toeplitz
+from mri_recon import cg, gpu_fhd, gpu_toeplitz
 from mri_recon.errors import KernelError
 from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, kernel_files
 
@@ -14,7 +14,8 @@ pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC comes with th
 
 
 def _configurations() -> list[tuple[str, dict[str, int]]]:
-    configs = list(gpu_fhd.compile_configurations()) + list(gpu_toeplitz.compile_configurations())
+    configs = [*gpu_fhd.compile_configurations(), *gpu_toeplitz.compile_configurations(),
+               *cg.compile_configurations()]
     try:
         gpu_filter = importlib.import_module("mri_recon.gpu_filter")
     except ImportError:  # the filter module is optional here

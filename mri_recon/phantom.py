@@ -26,6 +26,7 @@ import numpy as np
 from scipy.special import j1
 
 from .errors import InvalidDataError
+from .nudft import voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
 from .scan import validate_matrix
 from .trajectories import positive_int
 
@@ -105,12 +106,6 @@ def shepp_logan(points: np.ndarray) -> np.ndarray:
         u = ((r - c) @ rm) / ax  # R^T (r - c), scaled by the semi-axes
         out += a * (np.einsum("pd,pd->p", u, u) <= 1.0)
     return out
-
-
-def voxel_positions(matrix: tuple[int, ...]) -> np.ndarray:
-    """Voxel centres ``r = (j - N/2) / N`` of ``matrix`` as a ``(prod(matrix), D)`` float64 array."""
-    grids = np.meshgrid(*[(np.arange(n) - n / 2) / n for n in matrix], indexing="ij")
-    return np.stack([g.reshape(-1) for g in grids], axis=1)
 
 
 def _raster_add(out: np.ndarray, axes_coords: list[np.ndarray]) -> None:

@@ -45,7 +45,15 @@ class Plan:
 
 
 def host_memory_available() -> int | None:
-    """Bytes of physical memory available to this process (Linux), or None when unknown."""
+    """Bytes of memory available to this process without swapping (Linux ``MemAvailable``, which counts
+    reclaimable page cache; free pages elsewhere), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):

@@ -129,28 +129,24 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
         raise InvalidDataError(f"lowres_images: radius {radius:g} exceeds the Nyquist extent of the grid "
                                f"{list(grid)}")
     dev = _device(device, kspace)
-    # Select the central samples where the data already is (host or device), then move only those:
-    # for a radial scan that is a tenth of the samples, so a host scan costs a tenth of the upload.
-    here = get_xp(kspace)
-    data = kspace[None] if kspace.ndim == 1 else kspace
-    k = to_host(trajectory) if here is np else here.asarray(trajectory)
-    if k.ndim != 2 or k.shape[1] != len(grid) or k.shape[0] != data.shape[1]:
-        raise SchemaError(f"lowres_images: trajectory must have shape ({data.shape[1]}, {len(grid)}), "
-                          f"found {tuple(k.shape)}")
-    r = here.sqrt(here.sum(k.astype(here.float32) ** 2, axis=1))
-    inside = here.flatnonzero(r < radius)
-    if int(inside.size) == 0:
-        raise InvalidDataError(f"lowres_images: no samples within |k| < {radius:g} cycles/FOV of the "
-                               f"k-space centre")
     with dev.use():
         xp = dev.xp
-        k = to_device(k[inside], dev).astype(xp.float32)
-        r = to_device(r[inside], dev)
-        data = to_device(data[:, inside], dev)
-        w = cell_density_weights(k) if weights is None else to_device(weights, dev)[to_device(inside, dev)]
-        w = w * _window(r, radius, flat)
-        centre = data * w[None, :].astype(xp.float32)
-        return fhd(centre.astype(xp.complex64), k, grid, device=dev)
+        data = to_device(kspace, dev)
+        data = data[None] if data.ndim == 1 else data
+        k = to_device(trajectory, dev)
+        if k.ndim != 2 or k.shape[1] != len(grid) or k.shape[0] != data.shape[1]:
+            raise SchemaError(f"lowres_images: trajectory must have shape ({data.shape[1]}, {len(grid)}), "
+                              f"found {tuple(k.shape)}")
+        r = xp.sqrt(xp.sum(k.astype(xp.float32) ** 2, axis=1))
+        inside = xp.flatnonzero(r < radius)
+        if int(inside.size) == 0:
+            raise InvalidDataError(f"lowres_images: no samples within |k| < {radius:g} cycles/FOV of the "
+                                   f"k-space centre")
+        k = k[inside]
+        w = cell_density_weights(k) if weights is None else to_device(weights, dev)[inside]
+        w = w * _window(r[inside], radius, flat)
+        centre = data[:, inside] * w[None, :].astype(xp.float32)
+        return fhd(centre.astype(xp.complex64), k.astype(xp.float32), grid, device=dev)
 
 
 def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:

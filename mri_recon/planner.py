@@ -17,10 +17,12 @@ from .errors import ResourceError
 COMPLEX64 = 8
 FLOAT32 = 4
 HEADROOM = 0.9  # leave 10% for allocator fragmentation and library workspaces
-# Rates used for the time estimate (measured on an H200; see docs/benchmarks.md). Estimates, not promises.
-GPU_TRIPLES_PER_S = 6.0e12  # coil-voxel-sample triples of the F^H d kernel, several coils
-GPU_PAIRS_PER_S = 1.6e12  # voxel-sample pairs, one coil (the PSF)
-CPU_SAMPLES_PER_S = 2.0e7  # FINUFFT samples per second per coil on two cores, small grids
+# Rates behind the time estimate, measured (docs/benchmarks.md): an H200 and a 2-core CPU. Estimates only.
+GPU_TRIPLES_PER_S = 6.2e12  # coil-voxel-sample triples of the F^H d kernel, 8 coils
+GPU_PAIRS_PER_S = 5.0e12  # voxel-sample pairs of the PSF kernel on the 2x grid
+GPU_FFT_S = 1.0e-11  # seconds per (coil x 2x-grid voxel x log2 size) of one CG iteration
+CPU_SAMPLES_PER_S = 5.0e6  # FINUFFT coil-samples per second (F^H d and PSF), two cores
+CPU_FFT_S = 1.5e-9  # seconds per (coil x 2x-grid voxel x log2 size) of one CG iteration
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,12 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
                 f"{human_bytes(available_bytes)} is available"
             )
         batch = max(1, min(batch, (budget - fixed) // per_coil))
+    fft_work = iterations * n_coils * grid2 * max(1.0, math.log2(grid2))
     if gpu:
         seconds = (n_coils * n_vox * n_samples / GPU_TRIPLES_PER_S + grid2 * n_samples / GPU_PAIRS_PER_S
-                   + iterations * images * grid2 * 4e-11 * max(1, math.log2(grid2)))
+                   + fft_work * GPU_FFT_S)
     else:
-        seconds = ((n_coils + 1) * n_samples / CPU_SAMPLES_PER_S
-                   + iterations * images * grid2 * 2e-9 * max(1, math.log2(grid2)))
+        seconds = (n_coils + 1) * n_samples / CPU_SAMPLES_PER_S + fft_work * CPU_FFT_S
     return Plan(fixed_bytes=int(fixed), per_coil_bytes=int(per_coil), coil_batch=int(batch),
                 n_coils=int(n_coils), peak_bytes=int(fixed + batch * per_coil),
                 available_bytes=available_bytes, estimated_seconds=float(seconds))

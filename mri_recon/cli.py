@@ -127,9 +127,9 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
         label = "".join(f", {name} {value}" for name, value in key.items())
         _log(quiet, f"{scan}{label}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), "
                     f"{loaded.n_samples} samples, device {dev}")
-        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps, device=dev)
+        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps)
         result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
-                     progress=not quiet, psf_cache=cache)
+                     progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"))
         results.append((key, ready, record, result))
     _write_result(output, results, scan)
     if png is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import Device
 from .errors import InvalidDataError, SchemaError
 from .scan import Scan
 
@@ -16,9 +15,12 @@ DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
 
 
-def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                 device: str | int | Device | None = "auto") -> tuple[Scan, dict[str, Any]]:
+def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
+                 coil_maps: str = "auto") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
+
+    Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
+    :func:`mri_recon.reconstruct` (``estimate_maps=``) to run on the data it has already uploaded.
 
     Parameters
     ----------
@@ -61,11 +63,8 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     if method == "file" and scan.coil_maps is None:
         raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
                           f"(use walsh, espirit or rss)")
-    if method in ("walsh", "espirit"):
-        from .coilmaps import estimate_coil_maps
-
-        scan = scan.replace(coil_maps=estimate_coil_maps(scan, method, device=device))
-    elif method in ("rss", "none"):
+    if method in ("walsh", "espirit", "rss", "none"):
         scan = scan.replace(coil_maps=None)
     record["coil_maps"] = method
+    record["estimate_maps"] = method if method in ("walsh", "espirit") else None
     return scan, record

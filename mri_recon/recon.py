@@ -29,7 +29,7 @@ from .planner import Plan, host_memory_available, plan
 from .scan import Scan
 from .toeplitz import kernel_spectrum, normal_operator
 
-STAGES = ("upload", "fhd", "psf", "iterations", "filter", "download")
+STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class _Clock:
                  f"{time.perf_counter() - self._start:.2f} s")
 
 
-def memory_plan(scan: Scan, device: Device, iterations: int) -> Plan:
+def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None) -> Plan:
     """Check that the reconstruction fits the memory of ``device`` before anything is allocated.
 
     Uses :func:`mri_recon.planner.plan` with the host's available memory (CPU) or the GPU's free memory;
@@ -92,7 +92,8 @@ def memory_plan(scan: Scan, device: Device, iterations: int) -> Plan:
         available, what = device_memory(device)[0], f"GPU memory ({device})"
     else:
         available, what = host_memory_available(), "host memory"
-    return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=scan.coil_maps is not None,
+    sense = scan.coil_maps is not None if sense is None else sense
+    return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=sense,
                 iterations=iterations, available_bytes=available, gpu=device.is_gpu, what=what)
 
 
@@ -136,7 +137,7 @@ def _combine(x: Any, combine: str) -> Any:
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: bool = True, method: str = "auto", psf: Any = None,
-                psf_cache: PsfCache | None = None) -> Result:
+                psf_cache: PsfCache | None = None, estimate_maps: str | None = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations.
 
     Parameters
@@ -160,6 +161,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     psf
         A PSF computed before (e.g. from :class:`mri_recon.cache.PsfCache`) for this trajectory, these
         weights and this matrix, of shape ``2 * matrix``; None computes it.
+    estimate_maps
+        ``"walsh"`` or ``"espirit"``: estimate coil maps from the k-space centre on the device, from the
+        data already uploaded (:func:`mri_recon.coilmaps.coil_maps_from_kspace`), instead of using
+        ``scan.coil_maps``; None uses the scan's maps (or none).
     psf_cache
         A :class:`mri_recon.cache.PsfCache`: the PSF is read from it when an entry for this trajectory,
         these weights and this matrix exists (and is intact), else computed and stored in it.
@@ -173,19 +178,28 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
     dev, engine = resolve(device, method)
     matrix = scan.matrix
-    sense = scan.coil_maps is not None
+    if estimate_maps not in (None, "walsh", "espirit"):
+        raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
+    sense = scan.coil_maps is not None or estimate_maps is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
     weights = scan.weights if scan.weights is not None else np.ones(scan.n_samples, dtype=np.float32)
     peak = float(np.sum(weights, dtype=np.float64))
     lam_abs = lam * peak
-    budget = memory_plan(scan, dev, iterations)
+    budget = memory_plan(scan, dev, iterations, sense)
     clock = _Clock(dev, progress, iterations)
     with dev.use():
         with clock.stage("upload"):
             kspace = to_device(scan.kspace, dev)
             trajectory = to_device(scan.trajectory, dev)
             w = to_device(weights, dev)
-            maps = to_device(scan.coil_maps, dev) if sense else None
+            maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
+        if estimate_maps is not None:
+            with clock.stage("coil_maps"):
+                from .coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
+
+                maps = coil_maps_from_kspace(kspace, trajectory, matrix, estimate_maps,
+                                             weights=w if scan.weights is not None else None, device=dev)
+                maps = maps.astype(np.complex64, copy=False)
         with clock.stage("fhd"):
             rhs = _rhs(engine, kspace, trajectory, w, maps, matrix, budget.coil_batch)
         with clock.stage("psf"):
@@ -215,6 +229,6 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                   "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": engine,
                   "weights": "scan" if scan.weights is not None else "ones",
                   "psf": cache_state or ("given" if psf is not None else "computed"),
-                  "coil_batch": int(budget.coil_batch)}
+                  "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
     return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),
                   device=str(dev), parameters=parameters, combine=combine)

@@ -225,17 +225,23 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
+              show_default=True, help="ISMRMRD trajectory units.")
 @_friendly
-def info(scan: Path, device: str) -> None:
+def info(scan: Path, device: str, traj_units: str) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from .backend import device_memory, resolve_device
+    from .ismrmrd_io import load_scans
     from .planner import host_memory_available, human_bytes, plan
-    from .scan import load_scan
 
-    s = load_scan(scan)
+    scans = load_scans(scan, traj_units=traj_units)
+    s = scans[0][1]
     dev = resolve_device(device)
-    lines = [f"file        {scan}",
-             f"matrix      {list(s.matrix)} ({s.ndim}-D)",
+    lines = [f"file        {scan}"]
+    if len(scans) > 1:
+        keys = ", ".join(" ".join(f"{k} {v}" for k, v in key.items()) for key, _ in scans)
+        lines.append(f"images      {len(scans)} ({keys}); the first is described")
+    lines += [f"matrix      {list(s.matrix)} ({s.ndim}-D)",
              f"coils       {s.n_coils}",
              f"samples     {s.n_samples} per coil"]
     extent = np.max(np.abs(s.trajectory), axis=0)
@@ -253,7 +259,8 @@ def info(scan: Path, device: str) -> None:
              gpu=dev.is_gpu)
     lines.append(f"memory      about {human_bytes(p.peak_bytes)} on {dev}"
                  + (f" ({human_bytes(available)} available)" if available else ""))
-    lines.append(f"time        about {p.estimated_seconds:.2g} s for 30 iterations on {dev} (estimate)")
+    lines.append(f"time        about {p.estimated_seconds * len(scans):.2g} s for 30 iterations"
+                 + (f" of all {len(scans)} images" if len(scans) > 1 else "") + f" on {dev} (estimate)")
     click.echo("\n".join(lines))
 
 

@@ -193,3 +193,17 @@ def test_ismrmrd_two_slices_reconstruct_stacked_and_convert(small_scan, tmp_path
     converted = load_scan(tmp_path / "conv.h5")
     np.testing.assert_allclose(converted.kspace, other.kspace, rtol=1e-6)
     _assert_clean_error(_run("convert", mrd, mrd), "would overwrite the input")
+
+
+def test_info_on_ismrmrd_reports_images_and_units(small_scan, tmp_path):
+    from mri_recon.ismrmrd_io import write_ismrmrd
+
+    scan = load_scan(small_scan)
+    mrd = tmp_path / "two.mrd.h5"
+    write_ismrmrd(mrd, [({"slice": 0}, scan), ({"slice": 1}, scan)], traj_units="normalized")
+    result = _run("info", mrd, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "images      2 (slice 0 repetition 0, slice 1 repetition 0)" in result.output
+    assert "traj units  normalized" in result.output
+    _assert_clean_error(_run("info", mrd, "--device", "cpu", "--traj-units", "cycles-per-fov"),
+                        "did you scale your trajectory correctly")

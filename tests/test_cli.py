@@ -206,4 +206,4 @@ def test_info_on_ismrmrd_reports_images_and_units(small_scan, tmp_path):
     assert "images      2 (slice 0 repetition 0, slice 1 repetition 0)" in result.output
     assert "traj units  normalized" in result.output
     _assert_clean_error(_run("info", mrd, "--device", "cpu", "--traj-units", "cycles-per-fov"),
-                        "did you scale your trajectory correctly")
+                        "looks normalized to [-0.5, 0.5]")

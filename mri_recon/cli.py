@@ -68,13 +68,12 @@ def _default_output(scan_path: Path) -> Path:
 
 
 def _resolve_device_with_notice(device: str, quiet: bool):
-    from .backend import cupy_module, gpu_available, resolve_device
+    from .backend import cupy_module, resolve_device
 
     resolved = resolve_device(device)
     if device == "auto" and not resolved.is_gpu:
         why = "CuPy is not installed" if cupy_module() is None else "no CUDA GPU was found"
         _log(quiet, f"note: {why}; reconstructing on the CPU")
-    del gpu_available
     return resolved
 
 
@@ -140,17 +139,12 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
 
 
 def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
-    from .fileio import same_file
+    """Fail before any work when an output cannot be written (the same checks the writers make)."""
+    from .fileio import check_output
 
     for target in (output, png):
-        if target is not None and same_file(target, scan):
-            raise OutputError(f"{target}: output would overwrite the input file; choose another path")
-    for target in (output, png):
-        if target is None:
-            continue
-        folder = target.parent if str(target.parent) else Path(".")
-        if not folder.is_dir():
-            raise OutputError(f"{target}: output folder {folder} does not exist")
+        if target is not None:
+            check_output(target, protect=(scan,))
 
 
 def _write_result(output: Path, results: list, scan_path: Path) -> None:

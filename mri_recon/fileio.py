@@ -25,12 +25,11 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return pa.resolve() == pb.resolve()
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] = ()) -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; on success rename it to ``path``.
+def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] = ()) -> Path:
+    """Check that ``path`` can be written without replacing a protected input; returns its folder.
 
-    ``protect`` lists input files that must never be replaced: naming one as ``path`` raises
-    :class:`OutputError`. On any exception the temporary file is removed and ``path`` is untouched.
+    Raises :class:`OutputError` when ``path`` names a protected file or a directory, or when its folder is
+    missing or not writable.
     """
     target = Path(path)
     for item in protect:
@@ -43,6 +42,18 @@ def atomic_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, 
         raise OutputError(f"{target}: output folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise OutputError(f"{target}: output folder {folder} is not writable")
+    return folder
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] = ()) -> Iterator[Path]:
+    """Yield a temporary path in the target's folder; on success rename it to ``path``.
+
+    ``protect`` lists input files that must never be replaced: naming one as ``path`` raises
+    :class:`OutputError`. On any exception the temporary file is removed and ``path`` is untouched.
+    """
+    target = Path(path)
+    folder = check_output(target, protect=protect)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:

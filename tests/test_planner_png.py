@@ -64,3 +64,8 @@ def test_preview_scales_magnitude_and_shows_3d_as_three_slices(rng):
     pix = preview(image)
     assert pix.shape == (10, 20) and pix.dtype == np.uint8 and pix.max() == 255
     assert preview(np.ones((4, 5, 6))).shape == (6, 4 + 4 + 5)
+
+
+def test_preview_refuses_other_ranks():
+    with pytest.raises(ValueError, match=r"preview needs a 2-D or 3-D image, got shape \(4,\)"):
+        preview(np.ones(4))

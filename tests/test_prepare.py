@@ -1,0 +1,37 @@
+"""prepare_scan: prewhitening, density weights and coil-map choices, and its errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.prepare import prepare_scan
+from mri_recon.simulate import simulate_scan
+
+
+@pytest.fixture(scope="module")
+def scan():
+    return simulate_scan((32, 32), "golden", coils=3, snr=40.0, seed=5)
+
+
+def test_choices_are_recorded_and_applied(scan):
+    ready, record = prepare_scan(scan, dcf="none", coil_maps="walsh")
+    assert record == {"prewhitened": True, "dcf": "none", "coil_maps": "walsh", "estimate_maps": "walsh"}
+    assert ready.weights is None and ready.coil_maps is None
+    ready, record = prepare_scan(scan, prewhiten=False, dcf="ramp", coil_maps="file")
+    assert not record["prewhitened"] and record["estimate_maps"] is None
+    assert ready.weights is not None and not np.array_equal(ready.weights, scan.weights)
+    np.testing.assert_array_equal(ready.coil_maps, scan.coil_maps)
+
+
+def test_bad_choices_and_missing_datasets(scan):
+    with pytest.raises(InvalidDataError, match="unknown density compensation 'voronoi'"):
+        prepare_scan(scan, dcf="voronoi")
+    with pytest.raises(InvalidDataError, match="unknown coil-map choice 'pca'"):
+        prepare_scan(scan, coil_maps="pca")
+    bare = scan.replace(weights=None, coil_maps=None)
+    with pytest.raises(SchemaError, match="--dcf file needs a 'weights' dataset"):
+        prepare_scan(bare, dcf="file")
+    with pytest.raises(SchemaError, match="--coil-maps file needs a 'coil_maps' dataset"):
+        prepare_scan(bare, coil_maps="file")

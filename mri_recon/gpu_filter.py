@@ -22,6 +22,13 @@ Strategies (``strategy=``):
     tile must fit :data:`SHARED_LIMIT_BYTES`), reusing every value it reads from shared memory for up to
     ``2r + 1`` outputs. A 2-D image runs as the volume ``(ny, 1, nx)`` so that a
     thread's outputs run down a column.
+``"stream"``
+    Beyond the book, for 2-D filters of radius at most :data:`STREAM_MAX_RADIUS` (x radius at most the
+    elements per 16-byte vector: 4 float32, 2 complex64) on images whose rows are whole 16-byte vectors:
+    each thread owns one vector of a row and walks :data:`STREAM_ROWS` rows down the image, keeping the
+    ``2r + 1`` input rows it needs in registers; the x halo comes from the neighbouring lanes by warp
+    shuffles. Every element is loaded once per block as part of one 16-byte load, with no shared memory and
+    no barrier.
 ``"separable"``
     For filters that are an outer product of 1-D taps (the Gaussian of :func:`filters.smooth`): one tiled
     register-blocked pass per axis (x, then y, then z), each a 1-D correlation; 2 or 3 launches through
@@ -56,9 +63,10 @@ from .filters import (
 )
 
 FILENAME = "convolution.cu"
-STRATEGIES = ("auto", "A", "B", "register", "separable")
-KERNEL_NAMES = {"A": "mri_recon_conv_a", "B": "mri_recon_conv_b", "register": "mri_recon_conv_register"}
-_VARIANT = {"A": 0, "B": 1, "register": 2}
+STRATEGIES = ("auto", "A", "B", "register", "stream", "separable")
+KERNEL_NAMES = {"A": "mri_recon_conv_a", "B": "mri_recon_conv_b", "register": "mri_recon_conv_register",
+                "stream": "mri_recon_conv_stream"}
+_VARIANT = {"A": 0, "B": 1, "register": 2, "stream": 3}
 MAX_THREADS = 1024
 STATIC_SHARED_BYTES = 48 * 1024
 SHARED_LIMIT_BYTES = 96 * 1024
@@ -68,6 +76,20 @@ MAX_GRID_YZ = 65535
 SEPARABLE_MIN_VOXELS = 1 << 18
 REGISTER_OUTPUTS = 8
 """Outputs per thread of the register-blocked kernel, along the slowest axis."""
+VECTOR_BYTES = 16
+"""Bytes per load and store of the streaming kernel (float4); rows and pointers must be multiples of it."""
+STREAM_MAX_RADIUS = 3
+"""Largest filter radius of the streaming kernel (it keeps ``2r + 1`` rows of partial sums in registers)."""
+STREAM_AUTO_RADIUS = 2
+"""Largest radius for which ``"auto"`` takes the streaming kernel, for float32 images. Measured on an H200
+(docs/benchmarks.md): 8192^2 radius 1 3.3 TB/s and radius 2 2.7 TB/s against 2.9 and 2.2 for the register
+kernel; at radius 3, and for complex64 images, the register kernel is faster."""
+STREAM_ROWS = 8
+"""Output rows of one thread of the streaming kernel (it walks ``STREAM_ROWS + 2r`` input rows)."""
+STREAM_WARPS = 4
+"""Warps per block of the streaming kernel, side by side along x."""
+STREAM_PREFETCH = 1
+"""Input rows whose loads the streaming kernel keeps in flight ahead of the row it computes."""
 _B_TILES = {1: (256, 1, 1), 2: (32, 16, 1), 3: (32, 4, 4)}
 _REGISTER_3D = ((8, 8), (8, 4), (4, 4), (4, 2), (2, 2), (2, 1), (1, 1))  # (threads along y, outputs)
 
@@ -77,7 +99,7 @@ class Launch:
     """One kernel launch of a plan: what to compile, the volume it sees and the launch geometry."""
 
     strategy: str
-    """Kernel family: ``"A"``, ``"B"`` or ``"register"``."""
+    """Kernel family: ``"A"``, ``"B"``, ``"register"`` or ``"stream"``."""
     defines: tuple[tuple[str, int], ...]
     """Sorted ``-D`` options of ``convolution.cu``."""
     view: tuple[int, int, int]
@@ -113,6 +135,8 @@ class Launch:
             return d["IN_Z"] - 2 * rz, d["IN_Y"] - 2 * ry, d["IN_X"] - 2 * rx
         if self.strategy == "B":
             return d["TILE_Z"], d["TILE_Y"], d["TILE_X"]
+        if self.strategy == "stream":
+            return 1, d["ROWS"], d["WARPS"] * 32 * (VECTOR_BYTES // (8 if d["COMPLEX"] else 4))
         return d["BZ"] * d["PER_THREAD"], d["BY"], d["BX"]
 
     @property
@@ -125,18 +149,41 @@ class Launch:
         return oz + 2 * rz, oy + 2 * ry, ox + 2 * rx
 
 
-def choose_strategy(shape: tuple[int, ...], radii: tuple[int, ...], separable: bool) -> str:
-    """The strategy expected to be fastest: ``"separable"`` or ``"register"``.
+def choose_strategy(shape: tuple[int, ...], radii: tuple[int, ...], separable: bool,
+                    streamable: bool = False) -> str:
+    """The strategy expected to be fastest: ``"separable"``, ``"stream"`` or ``"register"``.
 
     Separable passes cost one extra read and write of the image per axis but only ``2r + 1`` taps per pass
     instead of ``(2r+1)^d``; they win once the direct kernel stops being memory-bound: from radius 4 in
-    2-D and radius 2 in 3-D, for images of at least 2^18 voxels (below that, launches dominate).
+    2-D and radius 2 in 3-D, for images of at least 2^18 voxels (below that, launches dominate). Otherwise
+    2-D filters up to radius :data:`STREAM_AUTO_RADIUS` go to the streaming kernel when a float32 image suits
+    it (``streamable``: real data, :func:`stream_problem` found nothing, 16-byte aligned arrays), everything
+    else to the register-blocked kernel.
     """
     if separable and math.prod(shape) >= SEPARABLE_MIN_VOXELS:
         reach = max(radii)
         if (len(shape) == 3 and reach >= 2) or (len(shape) <= 2 and reach >= 4):
             return "separable"
+    if streamable and max(radii) <= STREAM_AUTO_RADIUS:
+        return "stream"
     return "register"
+
+
+def stream_problem(volume: tuple[int, int, int], radii: tuple[int, int, int], complex_: bool) -> str | None:
+    """Why the streaming kernel cannot filter ``volume`` (nz, ny, nx) with ``radii`` (z, y, x); None if it can."""
+    rz, ry, rx = radii
+    per_vector = VECTOR_BYTES // (8 if complex_ else 4)
+    if rz:
+        return "it filters 2-D planes only (the filter's z radius must be 0)"
+    if max(ry, rx) > STREAM_MAX_RADIUS:
+        return f"its radius is at most {STREAM_MAX_RADIUS}, the filter's is {max(ry, rx)}"
+    if rx > per_vector:
+        return f"its x radius is at most {per_vector} for this dtype, the filter's is {rx}"
+    if volume[2] % per_vector:
+        return f"rows must hold a multiple of {per_vector} elements (16 bytes), this image's hold {volume[2]}"
+    if volume[0] > MAX_GRID_YZ:
+        return f"at most {MAX_GRID_YZ} planes, this volume has {volume[0]}"
+    return None
 
 
 @cache
@@ -208,6 +255,10 @@ def _launch(strategy: str, view: tuple[int, int, int], batch: int, taps: np.ndar
         block = tile_a(radii, _rank(view, radii))
         defines.update(IN_X=block[0], IN_Y=block[1], IN_Z=block[2])
         out = (block[0] - 2 * radii[2], block[1] - 2 * radii[1], block[2] - 2 * radii[0])
+    elif strategy == "stream":
+        defines.update(ROWS=STREAM_ROWS, WARPS=STREAM_WARPS, PREFETCH=STREAM_PREFETCH)
+        block = (32 * STREAM_WARPS, 1, 1)
+        out = (32 * STREAM_WARPS * (VECTOR_BYTES // itemsize), STREAM_ROWS, 1)
     elif strategy == "B":
         block = _B_TILES[_rank(view, radii)]
         defines.update(TILE_X=block[0], TILE_Y=block[1], TILE_Z=block[2])
@@ -231,23 +282,32 @@ def _volume(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def plan(shape: tuple[int, ...], weights: np.ndarray, *, complex_: bool = False, strategy: str = "auto",
-         factors: list[np.ndarray] | None = None) -> list[Launch]:
+         factors: list[np.ndarray] | None = None, aligned: bool = True) -> list[Launch]:
     """The launches that correlate an image of ``shape`` with ``weights`` (validated, float32).
 
     ``factors``: 1-D taps whose outer product is ``weights`` when the filter is separable, else None.
+    ``aligned``: the image and output arrays start on 16-byte boundaries (needed by ``"stream"``).
     Pure Python: no GPU needed, which lets the geometry be tested anywhere.
     """
     if strategy not in STRATEGIES:
         raise FilterError(f"unknown strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     volume = _volume(shape)
     taps = weights.reshape(_volume(weights.shape))
+    radii = tuple((n - 1) // 2 for n in taps.shape)
+    problem = stream_problem(volume, radii, complex_) or (None if aligned else "the arrays are not 16-byte aligned")
     if strategy == "auto":
-        strategy = choose_strategy(tuple(shape), tuple((n - 1) // 2 for n in weights.shape), factors is not None)
+        strategy = choose_strategy(tuple(shape), tuple((n - 1) // 2 for n in weights.shape), factors is not None,
+                                   streamable=problem is None and not complex_)
     if strategy == "separable":
         if factors is None:
             raise FilterError(f"strategy 'separable' needs a filter that is an outer product of 1-D taps; "
                               f"the {weights.shape} filter given is not")
         return _separable(volume, len(shape), factors, complex_)
+    if strategy == "stream":
+        if problem is not None:
+            raise FilterError(f"strategy 'stream' cannot filter a {tuple(shape)} image with a {weights.shape} "
+                              f"filter: {problem}")
+        return [_launch(strategy, volume, 1, taps, complex_)]
     if strategy == "register" and len(shape) <= 2:
         # 1-D and 2-D images: the image's rows become the blocked (z) axis.
         nz, ny, nx = volume
@@ -301,7 +361,7 @@ def correlate(image: Any, weights: Any, *, mode: str = "zero", strategy: str = "
         Real filter of the image's rank, odd sizes, radius <= 7 (see :func:`filters.check_filter`).
     mode : {"zero", "nearest"}
         Ghost cells.
-    strategy : {"auto", "A", "B", "register", "separable"}
+    strategy : {"auto", "A", "B", "register", "stream", "separable"}
         Kernel family (module docstring).
     factors : list of numpy.ndarray, optional
         1-D taps whose outer product is ``weights``; found automatically when omitted.
@@ -321,8 +381,14 @@ def correlate(image: Any, weights: Any, *, mode: str = "zero", strategy: str = "
         factors = check_factors(factors, weights)
     elif strategy in ("auto", "separable"):
         factors = separable_factors(weights)
-    launches = plan(data.shape, weights, complex_=data.dtype.kind == "c", strategy=strategy, factors=factors)
+    aligned = _aligned(data) and (out is None or not backend.is_gpu_array(out) or _aligned(out))
+    launches = plan(data.shape, weights, complex_=data.dtype.kind == "c", strategy=strategy, factors=factors,
+                    aligned=aligned)
     return execute(launches, data, out=out, mode=mode)
+
+
+def _aligned(array: Any) -> bool:
+    return int(array.data.ptr) % VECTOR_BYTES == 0
 
 
 def execute(launches: list[Launch], image: Any, *, out: Any = None, mode: str = "zero"):
@@ -374,6 +440,8 @@ def check_shared_memory(name: str, shared_bytes: int, limit: int) -> None:
 
 def _run(launch: Launch, source: Any, target: Any, nearest: int, device: Device) -> None:
     """Upload the taps (unless this module already holds them) and launch, on the current stream."""
+    if launch.strategy == "stream" and not (_aligned(source) and _aligned(target)):
+        raise FilterError("strategy 'stream' needs arrays that start on 16-byte boundaries")
     module, kernel = _compiled(launch.defines, launch.name, launch.shared_bytes, device.index)
     taps = launch.taps.tobytes()
     if _resident.get(id(module)) != taps:

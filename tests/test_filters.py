@@ -223,6 +223,36 @@ def test_auto_strategy_rule():
     assert gpu_filter.choose_strategy((8192, 8192), (2, 2), separable=True) == "register"
     assert gpu_filter.choose_strategy((8192, 8192), (7, 7), separable=False) == "register"
     assert gpu_filter.choose_strategy((64, 64), (7, 7), separable=True) == "register"
+    assert gpu_filter.choose_strategy((8192, 8192), (2, 2), separable=True, streamable=True) == "stream"
+    assert gpu_filter.choose_strategy((8192, 8192), (7, 7), separable=True, streamable=True) == "separable"
+    assert gpu_filter.choose_strategy((8192, 8192), (3, 3), separable=False, streamable=True) == "register"
+
+
+def test_stream_plans():
+    five = np.ones((5, 5), np.float32)
+    (launch,) = gpu_filter.plan((8192, 8192), five)
+    assert launch.strategy == "stream"
+    rows, width = gpu_filter.STREAM_ROWS, 32 * gpu_filter.STREAM_WARPS * 4
+    assert launch.out_tile == (1, rows, width)
+    assert launch.grid == (8192 // width, 8192 // rows, 1) and launch.block == (width // 4, 1, 1)
+    (launch,) = gpu_filter.plan((3, 70, 132), np.ones((1, 3, 3), np.float32), strategy="stream")
+    assert launch.grid == (1, -(-70 // gpu_filter.STREAM_ROWS), 3)  # planes on the grid's z axis
+    (launch,) = gpu_filter.plan((64, 64), five, complex_=True, strategy="stream")
+    assert launch.out_tile[2] == 32 * gpu_filter.STREAM_WARPS * 2
+    # auto takes the register kernel when streaming does not fit
+    assert gpu_filter.plan((8192, 8190), five)[0].strategy == "register"
+    assert gpu_filter.plan((8192, 8192), five, aligned=False)[0].strategy == "register"
+    assert gpu_filter.plan((64, 64), np.ones((9, 9), np.float32))[0].strategy == "register"
+    assert gpu_filter.plan((64, 64), five, complex_=True)[0].strategy == "register"
+    refusals = [((64, 62), five, False, "multiple of 4 elements"),
+                ((64, 64), np.ones((9, 9), np.float32), False, "radius is at most 3"),
+                ((64, 64), np.ones((3, 7), np.float32), True, "x radius is at most 2"),
+                ((8, 64, 64), np.ones((3, 3, 3), np.float32), False, "2-D planes only")]
+    for shape, weights, complex_, reason in refusals:
+        with pytest.raises(FilterError, match=f"strategy 'stream' cannot filter .*{reason}"):
+            gpu_filter.plan(shape, weights, complex_=complex_, strategy="stream")
+    with pytest.raises(FilterError, match="not 16-byte aligned"):
+        gpu_filter.plan((64, 64), five, strategy="stream", aligned=False)
 
 
 def test_plan_errors():
@@ -261,7 +291,7 @@ def test_kernel_configurations_compile():
     configurations = gpu_filter.compile_configurations()
     assert len({tuple(sorted(d.items())) for _, d in configurations}) == len(configurations)
     variants = {d["VARIANT"] for _, d in configurations}
-    assert variants == {0, 1, 2}
+    assert variants == {0, 1, 2, 3}
     # one of each kernel family here; the whole list in the slow test below
     for variant in sorted(variants):
         filename, defines = next((f, d) for f, d in configurations if d["VARIANT"] == variant and d["RX"] == 2)

@@ -200,3 +200,50 @@ def test_bad_output_arrays():
     for out in (image, cupy.ones((8, 8), np.complex64), cupy.ones((8, 9), np.float32), np.ones((8, 8), np.float32)):
         with pytest.raises(InvalidDataError, match=r"out must be a C-contiguous float32 array of shape \(8, 8\)"):
             gpu_filter.correlate(image, weights, out=out)
+
+
+def stream_shapes(radius, complex_=False):
+    """Around the streaming kernel's output tile: widths of whole vectors (tile - 1 vector, tile, tile + 1
+    vector), heights ROWS - 1, ROWS, ROWS + 1, one-row and one-vector images."""
+    (launch,) = gpu_filter.plan((64, 64), np.ones((2 * radius + 1, 1), np.float32), complex_=complex_,
+                                strategy="stream")
+    _, rows, width = launch.out_tile
+    vec = gpu_filter.VECTOR_BYTES // (8 if complex_ else 4)
+    return [(rows - 1, width + vec), (rows, width), (rows + 1, width - vec), (1, 4 * vec), (45, vec),
+            (2 * rows + 3, 3 * width + 2 * vec)]
+
+
+@pytest.mark.parametrize("radius", range(gpu_filter.STREAM_MAX_RADIUS + 1))
+@pytest.mark.parametrize("complex_", [False, True], ids=["float32", "complex64"])
+def test_stream_every_radius_and_edge_size(rng, radius, complex_):
+    vec = gpu_filter.VECTOR_BYTES // (8 if complex_ else 4)
+    fshapes = [(2 * radius + 1, 2 * min(radius, vec) + 1), (2 * radius + 1, 1), (1, 2 * min(radius, vec) + 1)]
+    for shape in stream_shapes(radius, complex_):
+        for fshape in fshapes:
+            for mode in ("zero", "nearest"):
+                check(rng, "stream", shape, fshape, mode, complex_=complex_)
+
+
+def test_stream_planes_of_a_volume(rng):
+    # a 3-D image with a filter flat in z: every plane filtered on its own
+    for mode in ("zero", "nearest"):
+        check(rng, "stream", (3, 37, 132), (1, 5, 5), mode)
+
+
+def test_stream_one_dimensional(rng):
+    image = np.array([4, 1, 3, 2, 3, 0, 0, 1], np.float32)
+    out = run_poisoned("stream", image, np.array([2, 1, 4], np.float32), None, "zero")
+    np.testing.assert_array_equal(out, [8, 21, 13, 20, 7, 6, 4, 1])
+
+
+def test_stream_refuses_unaligned_arrays(rng):
+    cupy = backend.cupy_module()
+    contiguous = cupy.asarray(random_image(rng, (8, 16)))
+    offset = cupy.empty(8 * 16 + 1, np.float32)[1:].reshape(8, 16)  # 4 bytes past an aligned start
+    weights = np.ones((3, 3), np.float32)
+    with pytest.raises(FilterError, match="16-byte"):
+        gpu_filter.correlate(contiguous, weights, strategy="stream", out=offset)
+    # auto falls back to the register kernel for the same arrays
+    result = gpu_filter.correlate(contiguous, weights, out=offset)
+    expected = reference(cupy.asnumpy(contiguous), weights, "zero")
+    assert relative_error(cupy.asnumpy(result), expected) <= TOLERANCE

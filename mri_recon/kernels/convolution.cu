@@ -11,7 +11,8 @@
 // other in memory; blockIdx.x runs over tiles_x x-tiles times the batch.
 //
 // Compile-time sizes (-D options):
-//   VARIANT      0: strategy A, 1: strategy B, 2: register-blocked tile (only that kernel is compiled)
+//   VARIANT      0: strategy A, 1: strategy B, 2: register-blocked tile, 3: row streaming (only that kernel
+//                is compiled)
 //   RX, RY, RZ   filter radii along x, y, z (the filter is (2RZ+1) x (2RY+1) x (2RX+1))
 //   COMPLEX      1: elements are complex64 stored as float2 (real, imaginary); the real filter is applied to
 //                both parts in the same pass, so the real and imaginary planes are filtered from one read
@@ -19,6 +20,8 @@
 //   strategy B:  TILE_X, TILE_Y, TILE_Z block = output tile; halo cells read through the L1/L2 caches
 //   register:    BX, BY, BZ, PER_THREAD block of BX x BY x BZ threads, each computing PER_THREAD outputs
 //                along z; input tile (with halo) in dynamic shared memory
+//   streaming:   ROWS, WARPS            block of WARPS warps side by side along x, each thread owning one
+//                16-byte vector of a row and walking ROWS rows down the image (2-D filters: RZ = 0)
 //
 // Sums are formed in three levels, one per filter axis (at most 15 terms each): a 15 x 15 x 15 filter rounds
 // about like three 15-term float32 sums rather than one 3375-term sum.
@@ -323,6 +326,162 @@ mri_recon_conv_register(const elem_t* __restrict__ in, elem_t* __restrict__ out,
 #pragma unroll
     for (int k = 0; k < PER_THREAD; ++k) {
         if (z + k < nz) out[volume_index(x, y, z + k, nx, ny)] = acc[k];
+    }
+}
+#endif
+
+#if VARIANT == 3
+#ifndef ROWS
+#define ROWS 8
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef PREFETCH
+#define PREFETCH 2
+#endif
+// ---------------------------------------------------------------------------------------------------------
+// Row streaming, for 2-D filters on images whose rows are whole 16-byte vectors (nx % VEC == 0, aligned
+// pointers; the launcher checks). The volume is nz independent planes of ny rows. Thread = one vector of
+// VEC elements (float4: 4 floats or 2 complex) of a row; a warp covers 32 consecutive vectors; the thread
+// walks the ROWS + 2RY input rows of ROWS output rows once, top to bottom. Each input element is loaded
+// once per block, as part of one 16-byte load per thread (the warp's row segment is 512 contiguous bytes);
+// the x halo comes from the neighbouring lanes by warp shuffles, and only lanes 0 and 31 load the RX
+// elements beyond the warp's segment. Every input row is used at once for the 2RY + 1 output rows it
+// touches (their partial sums stay in registers: 2RY + 1 rows of VEC accumulators), and the loads of the
+// next PREFETCH rows are in flight while a row is computed. No shared memory, no barrier.
+#define VEC (16 / (int)sizeof(elem_t))
+#define SPAN (VEC + 2 * RX)
+#define STEPS (ROWS + 2 * RY)
+static_assert(RZ == 0, "row streaming: the filter must be 2-D (RZ = 0)");
+static_assert(RX <= VEC, "row streaming: RX must not exceed the elements per vector");
+static_assert(PREFETCH >= 1, "row streaming: PREFETCH must be >= 1");
+
+union vec16 {
+    float4 raw;
+    elem_t e[VEC];
+};
+
+__device__ __forceinline__ elem_t elem_shfl_up(elem_t v, int lane_delta)
+{
+#if COMPLEX
+    return make_float2(__shfl_up_sync(0xffffffffu, v.x, lane_delta), __shfl_up_sync(0xffffffffu, v.y, lane_delta));
+#else
+    return __shfl_up_sync(0xffffffffu, v, lane_delta);
+#endif
+}
+
+__device__ __forceinline__ elem_t elem_shfl_down(elem_t v, int lane_delta)
+{
+#if COMPLEX
+    return make_float2(__shfl_down_sync(0xffffffffu, v.x, lane_delta),
+                       __shfl_down_sync(0xffffffffu, v.y, lane_delta));
+#else
+    return __shfl_down_sync(0xffffffffu, v, lane_delta);
+#endif
+}
+
+// Element x of a row (row == nullptr: a ghost row of zeros), ghost cells outside [0, nx).
+__device__ __forceinline__ elem_t load_element(const elem_t* __restrict__ row, int x, int nx, int nearest)
+{
+    if (row == nullptr) return elem_zero();
+    if ((unsigned)x < (unsigned)nx) return __ldg(row + x);
+    return nearest ? __ldg(row + (x < 0 ? 0 : nx - 1)) : elem_zero();
+}
+
+// The loads of one input row: this thread's vector, and for lane 0 (31) the RX elements left (right) of the
+// warp's segment.
+struct row_loads {
+    vec16 mid;
+    elem_t edge[RX > 0 ? RX : 1];
+};
+
+__device__ __forceinline__ row_loads load_row(const elem_t* __restrict__ plane, int y, int ny, int nx, int v,
+                                              int lane, int nearest)
+{
+    const elem_t* row = nullptr;
+    if (nearest) {
+        row = plane + (long long)min(max(y, 0), ny - 1) * nx;
+    } else if ((unsigned)y < (unsigned)ny) {
+        row = plane + (long long)y * nx;
+    }
+    row_loads r;
+    if (row != nullptr && v < nx / VEC) {
+        r.mid.raw = __ldg(reinterpret_cast<const float4*>(row) + v);
+    } else {  // past the row's end (or a ghost row): ghost cells
+        const elem_t edge = (row != nullptr && nearest) ? __ldg(row + nx - 1) : elem_zero();
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) r.mid.e[k] = edge;
+    }
+    const int x0 = v * VEC;
+#pragma unroll
+    for (int j = 0; j < RX; ++j) {
+        r.edge[j] = elem_zero();
+        if (lane == 0) r.edge[j] = load_element(row, x0 - RX + j, nx, nearest);
+        if (lane == 31) r.edge[j] = load_element(row, x0 + VEC + j, nx, nearest);
+    }
+    return r;
+}
+
+// Elements x0 - RX .. x0 + VEC + RX - 1 of the row (x0 = v * VEC), from the loads and the neighbours' vectors.
+__device__ __forceinline__ void assemble(const row_loads& r, int lane, elem_t (&span)[SPAN])
+{
+#pragma unroll
+    for (int j = 0; j < RX; ++j) {
+        const elem_t left = elem_shfl_up(r.mid.e[VEC - RX + j], 1);
+        const elem_t right = elem_shfl_down(r.mid.e[j], 1);
+        span[j] = lane == 0 ? r.edge[j] : left;
+        span[RX + VEC + j] = lane == 31 ? r.edge[j] : right;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) span[RX + k] = r.mid.e[k];
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+mri_recon_conv_stream(const elem_t* __restrict__ in, elem_t* __restrict__ out, int nx, int ny, int nz,
+                      int tiles_x, int nearest)
+{
+    (void)tiles_x;
+    (void)nz;
+    const int lane = threadIdx.x & 31;
+    const int first_vector = ((int)blockIdx.x * WARPS + (threadIdx.x >> 5)) * 32;  // of this warp
+    const int nvec = nx / VEC;
+    if (first_vector >= nvec) return;  // the whole warp lies past the row's end
+    const int v = first_vector + lane;
+    const long long plane_offset = (long long)blockIdx.z * ny * nx;
+    const elem_t* plane = in + plane_offset;
+    elem_t* target = out + plane_offset;
+    const int y0 = (int)blockIdx.y * ROWS;  // first output row; input rows y0 - RY .. y0 + ROWS + RY - 1
+
+    row_loads ring[PREFETCH];  // loads of input steps t .. t + PREFETCH - 1
+#pragma unroll
+    for (int t = 0; t < PREFETCH && t < STEPS; ++t) ring[t] = load_row(plane, y0 - RY + t, ny, nx, v, lane, nearest);
+    elem_t acc[FY][VEC];  // partial sums of output rows, slot (row - y0) % FY
+#pragma unroll
+    for (int t = 0; t < STEPS; ++t) {
+        elem_t span[SPAN];
+        assemble(ring[t % PREFETCH], lane, span);
+        if (t + PREFETCH < STEPS) ring[t % PREFETCH] = load_row(plane, y0 - RY + t + PREFETCH, ny, nx, v, lane, nearest);
+        // input step t is filter row fy of output row t - fy; rows are summed in fy order, as elsewhere
+#pragma unroll
+        for (int fy = 0; fy < FY; ++fy) {
+            const int row = t - fy;
+            if (row < 0 || row >= ROWS) continue;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                elem_t part = elem_zero();
+#pragma unroll
+                for (int fx = 0; fx < FX; ++fx) part = elem_fma(filter_tap(0, fy, fx), span[k + fx], part);
+                acc[row % FY][k] = fy == 0 ? part : elem_add(acc[row % FY][k], part);
+            }
+        }
+        const int finished = t - 2 * RY;  // output row whose last filter row was step t
+        if (finished >= 0 && y0 + finished < ny && v < nvec) {
+            vec16 result;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) result.e[k] = acc[finished % FY][k];
+            reinterpret_cast<float4*>(target + (long long)(y0 + finished) * nx)[v] = result.raw;
+        }
     }
 }
 #endif

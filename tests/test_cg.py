@@ -119,3 +119,38 @@ def test_gpu_checks_every_few_iterations_and_with_a_callback(rng):
         assert len(res3) - 1 < first + 5
     with pytest.raises(InvalidDataError, match="positive definite operator"):
         cg(lambda v: -(ad @ v), bd, max_iterations=3, tolerance=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("coil_batch", [None, 2], ids=["all-coils", "batches"])
+def test_gpu_sense_cg_graph_replay_equals_eager_launches(rng, coil_batch):
+    # The SENSE operator can write into a given array, so the fused CG captures one iteration as a CUDA
+    # graph and replays it; hiding `into` forces one launch at a time. Same kernels, same order: bit-equal.
+    from mri_recon.operators import psf
+    from mri_recon.toeplitz import kernel_spectrum, normal_operator
+    from mri_recon.trajectories import radial
+
+    cupy = cupy_module()
+    matrix = (24, 20)
+    traj = radial(matrix, 16, 48, golden=True)
+    spectrum = kernel_spectrum(psf(traj, matrix, rng.uniform(0.5, 1.5, traj.shape[0]), device="cpu"))
+    maps = (crandn(rng, 3, *matrix) / 3).astype(np.complex64)
+    b = crandn(rng, *matrix).astype(np.complex64)
+    lam = 0.05 * float(np.abs(spectrum).max())
+    op = normal_operator(cupy.asarray(spectrum), coil_maps=cupy.asarray(maps), lam=lam, coil_batch=coil_batch)
+    assert callable(getattr(op, "into", None))
+    runs = [cg(op, cupy.asarray(b), max_iterations=12, tolerance=0.0) for _ in range(2)]
+    eager = cg(lambda v: op(v), cupy.asarray(b), max_iterations=12, tolerance=0.0)
+    for x, residuals in runs[1:] + [eager]:
+        np.testing.assert_array_equal(cupy.asnumpy(x), cupy.asnumpy(runs[0][0]))
+        assert residuals == runs[0][1]
+    cpu_x, cpu_res = cg(normal_operator(spectrum, coil_maps=maps, lam=lam), b.astype(np.complex128),
+                        max_iterations=12, tolerance=0.0)
+    assert rel(cupy.asnumpy(runs[0][0]), cpu_x) < 1e-4
+    np.testing.assert_allclose(runs[0][1], cpu_res, rtol=1e-3)
+    assert runs[0][1][-1] < 0.5 * runs[0][1][0]
+    # the graph also stops at a tolerance check: met by iteration 8, first checked at 10
+    tol = max(runs[0][1][8:11])
+    assert min(runs[0][1][:6]) > tol
+    _, short = cg(op, cupy.asarray(b), max_iterations=40, tolerance=tol, check_every=5)
+    assert short == runs[0][1][:11]

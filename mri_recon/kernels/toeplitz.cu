@@ -3,6 +3,7 @@
 //
 //   mri_recon_sense_expand: padded[c] = zero-padded S_c x on the 2x grid (every element written, so the
 //                           buffer can be transformed in place and reused without clearing);
+//   mri_recon_sense_filter: padded[c] *= spectrum (the kernel's spectrum, pre-scaled by the inverse FFT's 1/N);
 //   mri_recon_sense_reduce: out = (first ? lam x : out) + sum_c conj(S_c) y_c, y_c the top corner of the
 //                           inverse transform of coil c.
 //
@@ -31,6 +32,18 @@ extern "C" __global__ void mri_recon_sense_expand(const float2* __restrict__ map
             value = make_float2(s.x * xv.x - s.y * xv.y, s.x * xv.y + s.y * xv.x);
         }
         padded[t] = value;
+    }
+}
+
+extern "C" __global__ void mri_recon_sense_filter(float2* __restrict__ padded, const float2* __restrict__ spectrum,
+                                                  int coils, long long grid_size)
+{
+    const long long total = grid_size * coils;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const float2 h = spectrum[t % grid_size];
+        const float2 v = padded[t];
+        padded[t] = make_float2(v.x * h.x - v.y * h.y, v.x * h.y + v.y * h.x);
     }
 }
 

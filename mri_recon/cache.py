@@ -39,11 +39,13 @@ def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[in
     digest.update(np.asarray(matrix, dtype=np.int64).tobytes())
     traj = np.ascontiguousarray(np.asarray(trajectory), dtype=np.float32)
     digest.update(np.asarray(traj.shape, dtype=np.int64).tobytes())
-    digest.update(traj.tobytes())
+    # memoryviews, not copies: hashlib then hashes large buffers without holding the GIL, so a lookup on
+    # a helper thread does not stall the thread that feeds the GPU
+    digest.update(memoryview(traj).cast("B"))
     if weights is None:
         digest.update(b"no-weights")
     else:
-        digest.update(np.ascontiguousarray(np.asarray(weights), dtype=np.float32).tobytes())
+        digest.update(memoryview(np.ascontiguousarray(np.asarray(weights), dtype=np.float32)).cast("B"))
     return digest.hexdigest()
 
 
@@ -57,7 +59,8 @@ class PsfCache:
         return self.directory / f"{key}.psf"
 
     def load(self, key: str, shape: tuple[int, ...]) -> np.ndarray | None:
-        """The cached PSF for ``key`` with ``shape``, or None (absent or invalid; invalid ones are removed)."""
+        """The cached PSF for ``key`` with ``shape`` (read-only), or None (absent or invalid; invalid ones are
+        removed)."""
         path = self.path(key)
         try:
             blob = path.read_bytes()
@@ -88,6 +91,7 @@ def _encode(psf: np.ndarray) -> bytes:
 
 
 def _decode(blob: bytes, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The entry's array (read-only, sharing ``blob``'s memory), or None when anything does not check out."""
     if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 4:
         return None
     start = len(MAGIC) + 4
@@ -96,10 +100,10 @@ def _decode(blob: bytes, shape: tuple[int, ...]) -> np.ndarray | None:
         header = json.loads(blob[start:start + size])
     except ValueError:
         return None
-    payload = blob[start + size:]
+    payload = memoryview(blob)[start + size:]
     if (not isinstance(header, dict) or header.get("dtype") != "complex64"
             or tuple(header.get("shape", ())) != tuple(shape)
             or len(payload) != int(np.prod(shape)) * 8
             or hashlib.sha256(payload).hexdigest() != header.get("sha256")):
         return None
-    return np.frombuffer(payload, dtype=np.complex64).reshape(shape).copy()
+    return np.frombuffer(payload, dtype=np.complex64).reshape(shape)

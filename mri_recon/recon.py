@@ -15,6 +15,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,12 @@ def _point_spread(engine: str, trajectory: Any, weights: Any, matrix: tuple[int,
     return to_device(given, device).astype(np.complex64, copy=False)
 
 
+def _lookup_psf(psf_cache: PsfCache, scan: Scan) -> tuple[str, np.ndarray | None]:
+    """The cache key of the scan's PSF and the cached PSF (None when absent or invalid)."""
+    key = psf_key(scan.trajectory, scan.weights, scan.matrix)
+    return key, psf_cache.load(key, tuple(2 * n for n in scan.matrix))
+
+
 def _combine(x: Any, combine: str) -> Any:
     if combine == "rss":
         xp = get_xp(x)
@@ -187,12 +194,18 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     lam_abs = lam * peak
     budget = memory_plan(scan, dev, iterations, sense)
     clock = _Clock(dev, progress, iterations)
-    with dev.use():
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(dev.use())
         with clock.stage("upload"):
             kspace = to_device(scan.kspace, dev)
             trajectory = to_device(scan.trajectory, dev)
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
+        lookup = None
+        if psf is None and psf_cache is not None:
+            # Hashing the trajectory and reading the entry are host work: done on a thread while the device
+            # computes F^H d (hashlib and file reads release the GIL).
+            lookup = stack.enter_context(ThreadPoolExecutor(1)).submit(_lookup_psf, psf_cache, scan)
         if estimate_maps is not None:
             with clock.stage("coil_maps"):
                 from .coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
@@ -204,9 +217,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             rhs = _rhs(engine, kspace, trajectory, w, maps, matrix, budget.coil_batch)
         with clock.stage("psf"):
             key = cache_state = None
-            if psf is None and psf_cache is not None:
-                key = psf_key(scan.trajectory, scan.weights, matrix)
-                psf = psf_cache.load(key, tuple(2 * n for n in matrix))
+            if lookup is not None:
+                key, psf = lookup.result()
                 cache_state = "hit" if psf is not None else "miss"
             point_spread = _point_spread(engine, trajectory, w, matrix, psf, dev)
             if cache_state == "miss":

@@ -17,7 +17,7 @@ import numpy as np
 from . import __version__
 from .backend import Device, cupy_module, resolve_device
 
-TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6}
+TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4}
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,31 @@ def _filter_check(shape: tuple[int, ...], size: tuple[int, ...], rng: np.random.
         ref = ndi.correlate(img.astype(np.float64), taps.astype(np.float64), mode="constant", cval=0.0)
         return _relative(out, ref)
 
-    return _timed(f"filter {len(shape)}d", TOLERANCE["filter"], run_filter)
+    return _timed(f"filter {'x'.join(map(str, shape))}", TOLERANCE["filter"], run_filter)
+
+
+def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
+    """CG-SENSE (the fused Toeplitz operator and CG kernels, graph replay included) against NumPy in float64."""
+    from .cg import cg
+    from .toeplitz import normal_operator
+
+    cupy = cupy_module()
+    coils, iterations = 3, 8
+    psf = (rng.standard_normal(tuple(2 * n for n in matrix)) + 1j * rng.standard_normal(tuple(2 * n for n in matrix)))
+    spectrum = np.fft.fftn(np.fft.ifftshift(psf))
+    spectrum = (np.abs(spectrum) + 1.0).astype(np.complex64)  # Hermitian positive kernel: A is HPD
+    maps = ((rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))) / coils).astype(
+        np.complex64)
+    rhs = (rng.standard_normal(matrix) + 1j * rng.standard_normal(matrix)).astype(np.complex64)
+
+    def run_cg() -> float:
+        op = normal_operator(cupy.asarray(spectrum), coil_maps=cupy.asarray(maps), lam=0.5)
+        x, _ = cg(op, cupy.asarray(rhs), max_iterations=iterations, tolerance=0.0)
+        ref, _ = cg(normal_operator(spectrum.astype(np.complex128), coil_maps=maps.astype(np.complex128), lam=0.5),
+                    rhs.astype(np.complex128), max_iterations=iterations, tolerance=0.0)
+        return _relative(cupy.asnumpy(x), ref)
+
+    return _timed(f"cg-sense {len(matrix)}d", TOLERANCE["cg"], run_cg)
 
 
 def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Check]:
@@ -145,8 +169,10 @@ def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Ch
     with device.use():
         for matrix in ((23, 17), (9, 8, 7)):
             checks += _operator_checks(matrix, rng)
-        for shape, size in (((67, 45), (5, 3)), ((19, 17, 11), (3, 5, 3))):
-            checks.append(_filter_check(shape, size, rng, device))
+        for shape, size in (((67, 45), (5, 3)), ((67, 48), (5, 5)), ((19, 17, 11), (3, 5, 3))):
+            checks.append(_filter_check(shape, size, rng, device))  # (67, 48): the streaming kernel
+        for matrix in ((24, 20), (8, 6, 5)):
+            checks.append(_cg_check(matrix, rng))
     return checks
 
 

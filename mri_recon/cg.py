@@ -1,9 +1,11 @@
 """Conjugate gradients for Hermitian positive definite systems (works on NumPy and CuPy arrays).
 
 The operator is any callable ``x -> A x``; the solver never depends on an operator class. On the CPU each
-iteration works with Python floats. On a GPU the step sizes stay on the device as 0-d arrays, so the
-iterations are queued without waiting for the device; the residual history is read back only every
-``check_every`` iterations (to test convergence) or every iteration when a ``callback`` wants it.
+iteration works with Python floats. On a GPU the step sizes stay on the device, so the iterations are
+queued without waiting for the device; the residual history is read back only every ``check_every``
+iterations (to test convergence) or every iteration when a ``callback`` wants it. complex64 systems use the
+fused kernels of ``kernels/cg.cu`` and, for operators that can write into a given array, replay one
+captured iteration as a CUDA graph (:func:`_cg_fused`).
 """
 
 from __future__ import annotations

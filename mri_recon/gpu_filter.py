@@ -456,7 +456,7 @@ def _run(launch: Launch, source: Any, target: Any, nearest: int, device: Device)
 def compile_configurations() -> list[tuple[str, dict[str, int]]]:
     """Every ``(filename, defines)`` the launchers produce for isotropic radii 0..7.
 
-    Covers strategies A, B, register and the separable passes on 1-D, 2-D and 3-D images, float32 and
+    Covers strategies A, B, register, stream and the separable passes on 1-D, 2-D and 3-D images, float32 and
     complex64. (Anisotropic radii compile the same code with other ``RX, RY, RZ``.) For CI:
     ``kernels.compile_ptx(filename, defines)`` on each.
     """

@@ -78,6 +78,11 @@ REGISTER_OUTPUTS = 8
 """Outputs per thread of the register-blocked kernel, along the slowest axis."""
 VECTOR_BYTES = 16
 """Bytes per load and store of the streaming kernel (float4); rows and pointers must be multiples of it."""
+def vector_elements(complex_: bool) -> int:
+    """Elements in one 16-byte vector of the streaming kernel: 4 float32 or 2 complex64."""
+    return VECTOR_BYTES // (8 if complex_ else 4)
+
+
 STREAM_MAX_RADIUS = 3
 """Largest filter radius of the streaming kernel (it keeps ``2r + 1`` rows of partial sums in registers)."""
 STREAM_AUTO_RADIUS = 2
@@ -136,7 +141,7 @@ class Launch:
         if self.strategy == "B":
             return d["TILE_Z"], d["TILE_Y"], d["TILE_X"]
         if self.strategy == "stream":
-            return 1, d["ROWS"], d["WARPS"] * 32 * (VECTOR_BYTES // (8 if d["COMPLEX"] else 4))
+            return 1, d["ROWS"], d["WARPS"] * 32 * vector_elements(bool(d["COMPLEX"]))
         return d["BZ"] * d["PER_THREAD"], d["BY"], d["BX"]
 
     @property
@@ -172,7 +177,7 @@ def choose_strategy(shape: tuple[int, ...], radii: tuple[int, ...], separable: b
 def stream_problem(volume: tuple[int, int, int], radii: tuple[int, int, int], complex_: bool) -> str | None:
     """Why the streaming kernel cannot filter ``volume`` (nz, ny, nx) with ``radii`` (z, y, x); None if it can."""
     rz, ry, rx = radii
-    per_vector = VECTOR_BYTES // (8 if complex_ else 4)
+    per_vector = vector_elements(complex_)
     if rz:
         return "it filters 2-D planes only (the filter's z radius must be 0)"
     if max(ry, rx) > STREAM_MAX_RADIUS:
@@ -258,7 +263,7 @@ def _launch(strategy: str, view: tuple[int, int, int], batch: int, taps: np.ndar
     elif strategy == "stream":
         defines.update(ROWS=STREAM_ROWS, WARPS=STREAM_WARPS, PREFETCH=STREAM_PREFETCH)
         block = (32 * STREAM_WARPS, 1, 1)
-        out = (32 * STREAM_WARPS * (VECTOR_BYTES // itemsize), STREAM_ROWS, 1)
+        out = (32 * STREAM_WARPS * vector_elements(complex_), STREAM_ROWS, 1)
     elif strategy == "B":
         block = _B_TILES[_rank(view, radii)]
         defines.update(TILE_X=block[0], TILE_Y=block[1], TILE_Z=block[2])
@@ -296,7 +301,7 @@ def plan(shape: tuple[int, ...], weights: np.ndarray, *, complex_: bool = False,
     radii = tuple((n - 1) // 2 for n in taps.shape)
     problem = stream_problem(volume, radii, complex_) or (None if aligned else "the arrays are not 16-byte aligned")
     if strategy == "auto":
-        strategy = choose_strategy(tuple(shape), tuple((n - 1) // 2 for n in weights.shape), factors is not None,
+        strategy = choose_strategy(tuple(shape), radii[3 - len(shape):], factors is not None,
                                    streamable=problem is None and not complex_)
     if strategy == "separable":
         if factors is None:
@@ -392,7 +397,8 @@ def _aligned(array: Any) -> bool:
 
 
 def execute(launches: list[Launch], image: Any, *, out: Any = None, mode: str = "zero"):
-    """Run a :func:`plan` on a C-contiguous float32 / complex64 CuPy ``image`` (no other validation).
+    """Run a :func:`plan` on a C-contiguous float32 / complex64 CuPy ``image`` (no other validation; a
+    streaming launch also needs 16-byte aligned arrays).
 
     Multi-pass plans alternate between ``out`` and one scratch array so that the last pass writes ``out``.
     """
@@ -407,6 +413,8 @@ def execute(launches: list[Launch], image: Any, *, out: Any = None, mode: str = 
             raise InvalidDataError(f"out must be a C-contiguous {image.dtype} array of shape {image.shape} other "
                                    f"than the image; found {type(out).__name__} {getattr(out, 'dtype', '')} "
                                    f"{getattr(out, 'shape', '')}")
+        if any(launch.strategy == "stream" for launch in launches) and not (_aligned(image) and _aligned(out)):
+            raise FilterError("strategy 'stream' needs arrays that start on 16-byte boundaries")
         scratch = cupy.empty_like(image) if len(launches) > 1 else None
         source = image
         for i, launch in enumerate(launches):
@@ -440,8 +448,6 @@ def check_shared_memory(name: str, shared_bytes: int, limit: int) -> None:
 
 def _run(launch: Launch, source: Any, target: Any, nearest: int, device: Device) -> None:
     """Upload the taps (unless this module already holds them) and launch, on the current stream."""
-    if launch.strategy == "stream" and not (_aligned(source) and _aligned(target)):
-        raise FilterError("strategy 'stream' needs arrays that start on 16-byte boundaries")
     module, kernel = _compiled(launch.defines, launch.name, launch.shared_bytes, device.index)
     taps = launch.taps.tobytes()
     if _resident.get(id(module)) != taps:

@@ -208,7 +208,7 @@ def stream_shapes(radius, complex_=False):
     (launch,) = gpu_filter.plan((64, 64), np.ones((2 * radius + 1, 1), np.float32), complex_=complex_,
                                 strategy="stream")
     _, rows, width = launch.out_tile
-    vec = gpu_filter.VECTOR_BYTES // (8 if complex_ else 4)
+    vec = gpu_filter.vector_elements(complex_)
     return [(rows - 1, width + vec), (rows, width), (rows + 1, width - vec), (1, 4 * vec), (45, vec),
             (2 * rows + 3, 3 * width + 2 * vec)]
 
@@ -216,7 +216,7 @@ def stream_shapes(radius, complex_=False):
 @pytest.mark.parametrize("radius", range(gpu_filter.STREAM_MAX_RADIUS + 1))
 @pytest.mark.parametrize("complex_", [False, True], ids=["float32", "complex64"])
 def test_stream_every_radius_and_edge_size(rng, radius, complex_):
-    vec = gpu_filter.VECTOR_BYTES // (8 if complex_ else 4)
+    vec = gpu_filter.vector_elements(complex_)
     fshapes = [(2 * radius + 1, 2 * min(radius, vec) + 1), (2 * radius + 1, 1), (1, 2 * min(radius, vec) + 1)]
     for shape in stream_shapes(radius, complex_):
         for fshape in fshapes:
@@ -241,8 +241,12 @@ def test_stream_refuses_unaligned_arrays(rng):
     contiguous = cupy.asarray(random_image(rng, (8, 16)))
     offset = cupy.empty(8 * 16 + 1, np.float32)[1:].reshape(8, 16)  # 4 bytes past an aligned start
     weights = np.ones((3, 3), np.float32)
-    with pytest.raises(FilterError, match="16-byte"):
+    with pytest.raises(FilterError, match="not 16-byte aligned"):
         gpu_filter.correlate(contiguous, weights, strategy="stream", out=offset)
+    # a streaming plan made for aligned arrays is refused at execution, before any launch
+    launches = gpu_filter.plan((8, 16), weights, strategy="stream")
+    with pytest.raises(FilterError, match="strategy 'stream' needs arrays that start on 16-byte boundaries"):
+        gpu_filter.execute(launches, contiguous, out=offset)
     # auto falls back to the register kernel for the same arrays
     result = gpu_filter.correlate(contiguous, weights, out=offset)
     expected = reference(cupy.asnumpy(contiguous), weights, "zero")

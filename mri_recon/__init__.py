@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 
 from .errors import MriReconError
-from .scan import Scan, load_scan, save_scan
+from .io import load_scan, save_scan
+from .scan import Scan
 
 __version__ = "0.1.0"
 

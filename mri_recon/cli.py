@@ -16,7 +16,7 @@ import numpy as np
 
 from . import __version__
 from .errors import MriReconError, OutputError
-from .prepare import COIL_MAP_CHOICES, DCF_CHOICES
+from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
 
@@ -111,10 +111,10 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
     Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
     axis of the output image.
     """
-    from .cache import PsfCache
-    from .ismrmrd_io import load_scans
-    from .prepare import prepare_scan
-    from .recon import reconstruct as run
+    from .io import load_scans
+    from .io.cache import PsfCache
+    from .pipeline import reconstruct as run
+    from .prep import prepare_scan
 
     output = output or _default_output(scan)
     _check_outputs(scan, output, png)
@@ -132,7 +132,7 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
         results.append((key, ready, record, result))
     _write_result(output, results, scan)
     if png is not None:
-        from .png import write_png
+        from .io.png import write_png
 
         write_png(png, results[0][3].image, protect=(scan,))
     _log(quiet, f"wrote {output}" + (f" and {png}" if png else ""))
@@ -140,7 +140,7 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
 
 def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
     """Fail before any work when an output cannot be written (the same checks the writers make)."""
-    from .fileio import check_output
+    from .io.files import check_output
 
     for target in (output, png):
         if target is not None:
@@ -152,7 +152,7 @@ def _write_result(output: Path, results: list, scan_path: Path) -> None:
 
     import h5py
 
-    from .fileio import atomic_output
+    from .io.files import atomic_output
 
     images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
     key, scan, record, first = results[0]
@@ -204,8 +204,8 @@ def _write_result(output: Path, results: list, scan_path: Path) -> None:
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
-    from .scan import save_scan
-    from .simulate import simulate_scan
+    from .io import save_scan
+    from .sim.simulate import simulate_scan
 
     size = _parse_matrix(matrix)
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
@@ -225,7 +225,7 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 def info(scan: Path, device: str, traj_units: str) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from .backend import device_memory, resolve_device
-    from .ismrmrd_io import load_scans
+    from .io import load_scans
     from .planner import host_memory_available, human_bytes, plan
 
     scans = load_scans(scan, traj_units=traj_units)
@@ -270,8 +270,8 @@ def info(scan: Path, device: str, traj_units: str) -> None:
 def convert(source: Path, output: Path, traj_units: str, slice_: int | None, repetition: int | None,
             quiet: bool) -> None:
     """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per slice and repetition)."""
-    from .fileio import same_file
-    from .ismrmrd_io import convert as run
+    from .io.files import same_file
+    from .io.ismrmrd_write import convert as run
 
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")

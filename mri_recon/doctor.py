@@ -79,8 +79,9 @@ def _timed(name: str, tolerance: float, fn: Callable[[], float]) -> Check:
 def _compile_all(device: Device) -> float:
     """Build one configuration of every kernel source (the self-test then builds what it runs);
     0.0 when all build, a compile error raises."""
-    from . import gpu_fhd, gpu_filter
+    from .filters import gpu as gpu_filter
     from .kernels import get_module
+    from .operators import gpu_exact as gpu_fhd
 
     first: dict[str, dict] = {}
     for filename, defines in [*gpu_fhd.compile_configurations(), *gpu_filter.compile_configurations()]:
@@ -92,8 +93,8 @@ def _compile_all(device: Device) -> float:
 
 def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
     """F^H d, F and the PSF on one random problem, each against the float64 oracle."""
-    from . import gpu_fhd
-    from .nudft import nudft_adjoint, nudft_forward
+    from .operators import gpu_exact as gpu_fhd
+    from .operators.nudft import nudft_adjoint, nudft_forward
 
     cupy = cupy_module()
     m, coils = 1500, 3
@@ -140,8 +141,8 @@ def _filter_check(shape: tuple[int, ...], size: tuple[int, ...], rng: np.random.
 
 def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
     """CG-SENSE (the fused Toeplitz operator and CG kernels, graph replay included) against NumPy in float64."""
-    from .cg import cg
-    from .toeplitz import normal_operator
+    from .operators.toeplitz import normal_operator
+    from .solvers.cg import cg
 
     cupy = cupy_module()
     coils, iterations = 3, 8

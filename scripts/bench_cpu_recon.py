@@ -38,11 +38,12 @@ import numpy as np
 import scipy
 
 import mri_recon
-from mri_recon import dcf, phantom, trajectories
 from mri_recon.operators import psf
-from mri_recon.recon import reconstruct
+from mri_recon.operators.toeplitz import kernel_spectrum, toeplitz_apply
+from mri_recon.pipeline import reconstruct
+from mri_recon.prep import dcf
 from mri_recon.scan import Scan
-from mri_recon.toeplitz import kernel_spectrum, toeplitz_apply
+from mri_recon.sim import phantom, trajectories
 
 MATRIX = (128, 128)
 SPOKES = 201

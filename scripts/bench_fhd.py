@@ -23,9 +23,9 @@ import traceback
 
 import numpy as np
 
-from mri_recon import gpu_fhd
 from mri_recon.backend import cupy_module
-from mri_recon.nudft import voxel_positions
+from mri_recon.operators import gpu_exact as gpu_fhd
+from mri_recon.operators.nudft import voxel_positions
 
 CEILING = 132 * 8 * 1.98e9
 """H200 special-function-unit bound of direct F^H d, one coil: 132 SMs x 8 sin+cos pairs/clock x 1.98 GHz."""

@@ -31,7 +31,8 @@ import traceback
 
 import numpy as np
 
-from mri_recon import backend, filters, gpu_filter
+from mri_recon import backend, filters
+from mri_recon.filters import gpu as gpu_filter
 
 CASES = [
     ("8192x8192 r=2", (8192, 8192), 2),

@@ -32,8 +32,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from mri_recon import backend, coilmaps, ismrmrd_io, nufft_cpu, phantom, trajectories
+from mri_recon import backend
+from mri_recon.io import ismrmrd as ismrmrd_io
+from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.prep import coilmaps
 from mri_recon.scan import Scan
+from mri_recon.sim import phantom, trajectories
 
 MATRIX = (256, 256)
 SPOKES, SAMPLES, COILS = 512, 512, 8

@@ -26,12 +26,13 @@ import numpy as np
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module, resolve_device
-from mri_recon.cache import PsfCache
-from mri_recon.dcf import pipe_menon
-from mri_recon.phantom import add_noise, coil_kspace, coil_maps, shepp_logan_image
-from mri_recon.recon import reconstruct
-from mri_recon.scan import Scan, load_scan, save_scan
-from mri_recon.trajectories import radial
+from mri_recon.io import load_scan, save_scan
+from mri_recon.io.cache import PsfCache
+from mri_recon.pipeline import reconstruct
+from mri_recon.prep.dcf import pipe_menon
+from mri_recon.scan import Scan
+from mri_recon.sim.phantom import add_noise, coil_kspace, coil_maps, shepp_logan_image
+from mri_recon.sim.trajectories import radial
 
 MATRIX, SPOKES, SAMPLES, COILS, ITERATIONS, LAM = (256, 256), 256, 1024, 8, 30, 1e-3
 

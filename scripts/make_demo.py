@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mri_recon.scan import save_scan
-from mri_recon.simulate import simulate_scan
+from mri_recon.io import save_scan
+from mri_recon.sim.simulate import simulate_scan
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "demo_radial.h5"
 SETTINGS = {"trajectory": "golden", "coils": 8, "snr": 30.0, "spokes": 128, "samples": 256, "seed": 0,

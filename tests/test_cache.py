@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.cache import PsfCache, default_cache_dir, psf_key
+from mri_recon.io.cache import PsfCache, default_cache_dir, psf_key
 
 
 def _psf(rng, shape=(8, 6)):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mri_recon.backend import cupy_module
-from mri_recon.cg import cg
 from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.solvers.cg import cg
 
 
 def hpd(rng, n: int, condition: float = 50.0) -> np.ndarray:
@@ -127,8 +127,8 @@ def test_gpu_sense_cg_graph_replay_equals_eager_launches(rng, coil_batch):
     # The SENSE operator can write into a given array, so the fused CG captures one iteration as a CUDA
     # graph and replays it; hiding `into` forces one launch at a time. Same kernels, same order: bit-equal.
     from mri_recon.operators import psf
-    from mri_recon.toeplitz import kernel_spectrum, normal_operator
-    from mri_recon.trajectories import radial
+    from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
+    from mri_recon.sim.trajectories import radial
 
     cupy = cupy_module()
     matrix = (24, 20)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from mri_recon import backend
 from mri_recon.cli import main
-from mri_recon.scan import load_scan
+from mri_recon.io import load_scan
 
 
 def _digest(path) -> str:
@@ -171,7 +171,7 @@ def test_coil_map_and_dcf_choices(small_scan, tmp_path):
 def test_ismrmrd_two_slices_reconstruct_stacked_and_convert(small_scan, tmp_path):
     import json
 
-    from mri_recon.ismrmrd_io import write_ismrmrd
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
 
     scan = load_scan(small_scan)
     other = scan.replace(kspace=scan.kspace * 2)
@@ -196,7 +196,7 @@ def test_ismrmrd_two_slices_reconstruct_stacked_and_convert(small_scan, tmp_path
 
 
 def test_info_on_ismrmrd_reports_images_and_units(small_scan, tmp_path):
-    from mri_recon.ismrmrd_io import write_ismrmrd
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
 
     scan = load_scan(small_scan)
     mrd = tmp_path / "two.mrd.h5"

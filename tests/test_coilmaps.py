@@ -7,9 +7,10 @@ import functools
 import numpy as np
 import pytest
 
-from mri_recon import phantom, trajectories
 from mri_recon.backend import cupy_module
-from mri_recon.coilmaps import (
+from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.prep.coilmaps import (
     calibration_region,
     cell_density_weights,
     dominant_eigenvectors,
@@ -19,9 +20,8 @@ from mri_recon.coilmaps import (
     lowres_images,
     walsh,
 )
-from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.nudft import nudft_adjoint, nudft_forward
 from mri_recon.scan import Scan
+from mri_recon.sim import phantom, trajectories
 
 CASES = {
     "radial-2d": ((64, 64), lambda: trajectories.radial((64, 64), 96, golden=True)),
@@ -77,8 +77,8 @@ def test_estimated_maps_match_the_true_maps_inside_the_object(rng, kind, method)
 
 def test_recon_with_estimated_maps_is_close_to_recon_with_true_maps(rng):
     """Coil images S x (free of the per-voxel phase ambiguity) within 8% NRMSE inside the object."""
-    recon = pytest.importorskip("mri_recon.recon")
-    dcf = pytest.importorskip("mri_recon.dcf")
+    recon = pytest.importorskip("mri_recon.pipeline")
+    dcf = pytest.importorskip("mri_recon.prep.dcf")
     scan, truth, inside = _scan("radial-2d", rng)
     scan = scan.replace(weights=dcf.ramp(scan.trajectory, scan.matrix))
     images = {}

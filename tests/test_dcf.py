@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from scipy.special import j1
 
-from mri_recon import dcf, nufft_cpu, phantom
-from mri_recon import trajectories as tr
 from mri_recon.errors import InvalidDataError
+from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.prep import dcf
+from mri_recon.sim import phantom
+from mri_recon.sim import trajectories as tr
 
 N = 48
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mri_recon import filters, gpu_filter
+from mri_recon import filters
 from mri_recon.errors import DeviceError, FilterError, InvalidDataError, ResourceError
 from mri_recon.filters import convolve, gaussian_taps, gaussian_weights, separable_factors, smooth
+from mri_recon.filters import gpu as gpu_filter
 from mri_recon.kernels import compile_ptx
 
 SCIPY_MODE = {"zero": "constant", "nearest": "nearest"}

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from mri_recon import gpu_fhd
 from mri_recon.backend import cupy_module, gpu_available, gpu_count
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
-from mri_recon.nudft import nudft_adjoint, nudft_forward, voxel_positions
+from mri_recon.operators import gpu_exact as gpu_fhd
+from mri_recon.operators.nudft import nudft_adjoint, nudft_forward, voxel_positions
 
 TOL = 2e-5  # the product's accuracy requirement (relative L2 error against float64)
 FAST = ("packed", "mirror", "multi", "recur")

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mri_recon import backend, filters, gpu_filter
+from mri_recon import backend, filters
 from mri_recon.backend import Device
 from mri_recon.errors import FilterError, InvalidDataError
 from mri_recon.filters import convolve, smooth
+from mri_recon.filters import gpu as gpu_filter
 
 pytestmark = pytest.mark.gpu
 

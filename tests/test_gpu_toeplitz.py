@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mri_recon.backend import cupy_module
-from mri_recon.toeplitz import kernel_spectrum, normal_operator
+from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
 
 
 def _crandn(rng, *shape):

@@ -11,7 +11,6 @@ import pytest
 
 ismrmrd = pytest.importorskip("ismrmrd")
 
-from mri_recon import trajectories  # noqa: E402
 from mri_recon.errors import (  # noqa: E402
     InvalidDataError,
     OutputError,
@@ -19,15 +18,11 @@ from mri_recon.errors import (  # noqa: E402
     SchemaError,
     TrajectoryUnitsError,
 )
-from mri_recon.ismrmrd_io import (  # noqa: E402
-    convert,
-    detect_units,
-    load_ismrmrd,
-    load_ismrmrd_all,
-    load_scans,
-    write_ismrmrd,
-)
-from mri_recon.scan import Scan, load_scan  # noqa: E402
+from mri_recon.io import load_scan, load_scans  # noqa: E402
+from mri_recon.io.ismrmrd import detect_units, load_ismrmrd, load_ismrmrd_all  # noqa: E402
+from mri_recon.io.ismrmrd_write import convert, write_ismrmrd  # noqa: E402
+from mri_recon.scan import Scan  # noqa: E402
+from mri_recon.sim import trajectories  # noqa: E402
 
 X = ismrmrd.xsd
 
@@ -146,7 +141,7 @@ def test_round_trip_through_the_ismrmrd_package(tmp_path, rng, kind, units, over
 
 
 def test_simulated_radial_scan_with_noise(tmp_path, rng):
-    simulate = pytest.importorskip("mri_recon.simulate")
+    simulate = pytest.importorskip("mri_recon.sim.simulate")
     scan = simulate.simulate_scan((32, 32), "golden", coils=4, snr=30.0, dcf="ramp",
                                   seed=int(rng.integers(1 << 30)))
     write_ismrmrd(tmp_path / "raw.h5", scan)

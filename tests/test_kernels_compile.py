@@ -7,9 +7,11 @@ import os
 
 import pytest
 
-from mri_recon import cg, gpu_fhd, gpu_toeplitz
 from mri_recon.errors import KernelError
 from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, kernel_files
+from mri_recon.operators import gpu_exact as gpu_fhd
+from mri_recon.operators import gpu_toeplitz
+from mri_recon.solvers import cg
 
 if os.environ.get("CI"):  # CI must build every kernel: without NVRTC the import fails the run
     import cupy_backends.cuda.libs.nvrtc  # noqa: F401
@@ -21,7 +23,7 @@ def _configurations() -> list[tuple[str, dict[str, int]]]:
     configs = [*gpu_fhd.compile_configurations(), *gpu_toeplitz.compile_configurations(),
                *cg.compile_configurations()]
     try:
-        gpu_filter = importlib.import_module("mri_recon.gpu_filter")
+        gpu_filter = importlib.import_module("mri_recon.filters.gpu")
     except ImportError:  # the filter module is optional here
         gpu_filter = None
     if gpu_filter is not None:

@@ -7,7 +7,7 @@ import pytest
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.noise import apply_whitening, noise_covariance, prewhiten, whitening_matrix
+from mri_recon.prep.noise import apply_whitening, noise_covariance, prewhiten, whitening_matrix
 from mri_recon.scan import Scan
 
 

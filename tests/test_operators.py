@@ -8,8 +8,8 @@ import pytest
 from mri_recon import operators
 from mri_recon.backend import CPU, Device, cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
-from mri_recon.nudft import nudft_adjoint, nudft_forward
 from mri_recon.operators import fhd, forward, psf, resolve
+from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
 
 CASES = [((16, 16), 1.0), ((15, 17), 1.0), ((8, 10, 6), 1.0), ((7, 6, 5), 1.0), ((12, 9), 2.0)]
 IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd", "2d-2x-nyquist"]
@@ -95,7 +95,7 @@ def test_resolve():
 
 
 def test_nufft_refuses_a_gpu(monkeypatch):
-    monkeypatch.setattr(operators, "resolve_device", lambda device: Device(0))
+    monkeypatch.setattr(operators.public, "resolve_device", lambda device: Device(0))
     assert resolve("gpu", "exact") == (Device(0), "gpu")
     with pytest.raises(DeviceError, match="method 'nufft' .* runs on the CPU only, found device gpu:0"):
         resolve("gpu", "nufft")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon import nufft_cpu, phantom
 from mri_recon.errors import InvalidDataError
+from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.sim import phantom
 
 
 def rel(a, b) -> float:

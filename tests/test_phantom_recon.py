@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from mri_recon.operators import fhd
-from mri_recon.recon import reconstruct
-from mri_recon.simulate import simulate_scan
+from mri_recon.pipeline import reconstruct
+from mri_recon.sim.simulate import simulate_scan
 
 MATRIX = (64, 64)
 SEED = 1

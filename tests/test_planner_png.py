@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mri_recon.errors import ResourceError
+from mri_recon.io.png import encode_png, preview
 from mri_recon.planner import human_bytes, plan
-from mri_recon.png import encode_png, preview
 
 
 def test_plan_counts_arrays_and_batches_coils_to_fit():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.prepare import prepare_scan
-from mri_recon.simulate import simulate_scan
+from mri_recon.prep import prepare_scan
+from mri_recon.sim.simulate import simulate_scan
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.coilmaps import estimate_coil_maps
 from mri_recon.errors import InvalidDataError
-from mri_recon.recon import reconstruct
-from mri_recon.simulate import simulate_scan
+from mri_recon.pipeline import reconstruct
+from mri_recon.prep.coilmaps import estimate_coil_maps
+from mri_recon.sim.simulate import simulate_scan
 
 
 @pytest.fixture(scope="module")

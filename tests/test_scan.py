@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from mri_recon.errors import InvalidDataError, OutputError, ScanFileError, SchemaError, TrajectoryUnitsError
-from mri_recon.fileio import atomic_output
-from mri_recon.scan import Scan, load_scan, save_scan, validate_matrix
+from mri_recon.io import load_scan, save_scan
+from mri_recon.io.files import atomic_output
+from mri_recon.scan import Scan
+from mri_recon.validation import validate_matrix
 
 
 def _arrays(rng, coils=2, m=50, matrix=(16, 12)):

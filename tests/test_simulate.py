@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from mri_recon import phantom
 from mri_recon.errors import InvalidDataError
-from mri_recon.scan import load_scan, save_scan
-from mri_recon.simulate import default_interleaves, default_spokes, simulate_scan
+from mri_recon.io import load_scan, save_scan
+from mri_recon.sim import phantom
+from mri_recon.sim.simulate import default_interleaves, default_spokes, simulate_scan
 
 KINDS = {
     "radial": ((24, 24), "radial", {"spokes": 20, "dcf": "ramp"}),

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_xp
-from .errors import InvalidDataError, SchemaError
+from ..backend import get_xp
+from ..errors import InvalidDataError, SchemaError
 
 
 def compile_configurations() -> list[tuple[str, dict]]:
@@ -166,8 +166,8 @@ def _cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: fl
     others: one launch per iteration instead of about ten, so the host no longer paces the device. Where
     capture is refused the iterations are queued one launch at a time, with the same results.
     """
-    from .backend import Device  # noqa: PLC0415
-    from .kernels import get_kernel  # noqa: PLC0415 - GPU only
+    from ..backend import Device  # noqa: PLC0415
+    from ..kernels import get_kernel  # noqa: PLC0415 - GPU only
 
     xp = get_xp(x)
     device = Device(int(x.device.id))

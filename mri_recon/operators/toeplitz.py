@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_xp
+from ..backend import get_xp
 
 
 def _scipy_fft():
@@ -142,7 +142,7 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
 
     xp = get_xp(coil_maps)
     if xp is not np:
-        from .backend import Device  # noqa: PLC0415
+        from ..backend import Device  # noqa: PLC0415
         from .gpu_toeplitz import sense_operator  # noqa: PLC0415 - GPU only
 
         return sense_operator(spectrum, coil_maps, lam, coil_batch, Device(int(coil_maps.device.id)))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidDataError, SchemaError
-from .scan import Scan
+from ..errors import InvalidDataError, SchemaError
+from ..scan import Scan
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")

@@ -25,9 +25,9 @@ import itertools
 import numpy as np
 from scipy.special import j1
 
-from .errors import InvalidDataError
-from .nudft import voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
-from .scan import validate_matrix
+from ..errors import InvalidDataError
+from ..operators.nudft import voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
+from ..validation import validate_matrix
 from .trajectories import positive_int
 
 SCALE = 0.45

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from . import backend
-from .backend import Device
-from .errors import FilterError, InvalidDataError
-from .kernels import CONSTANT_BYTES
+from .. import backend
+from ..backend import Device
+from ..errors import FilterError, InvalidDataError
+from ..kernels import CONSTANT_BYTES
 
 MAX_RADIUS = 7
 """Largest filter radius per axis (15 taps), as compiled into the GPU kernels."""
@@ -286,7 +286,7 @@ def _apply(original: Any, data: Any, weights: np.ndarray, factors: list[np.ndarr
     else:
         target = backend.resolve_device(device)
     if target.is_gpu:
-        from . import gpu_filter  # noqa: PLC0415 - needs CuPy, imported only on the GPU path
+        from . import gpu as gpu_filter  # noqa: PLC0415 - needs CuPy, imported only on the GPU path
 
         with target.use():
             result = gpu_filter.correlate(backend.to_device(data, target), weights, mode=mode, factors=factors)

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
-from .errors import InvalidDataError, SchemaError
-from .scan import Scan, validate_matrix
+from ..backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
+from ..errors import InvalidDataError, SchemaError
+from ..scan import Scan
+from ..validation import validate_matrix
 
 METHODS = ("walsh", "espirit")
 EIGEN_CHUNK = 1 << 19
@@ -121,7 +122,7 @@ def lowres_images(kspace: Any, trajectory: Any, matrix: Sequence[int], *, radius
 def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius: float, flat: float,
                     weights: Any, device: str | int | Device | None) -> Any:
     """``F^H`` on ``grid`` of the density-compensated, windowed samples with ``|k| < radius``."""
-    from .operators import fhd  # noqa: PLC0415 - operators imports this package's scan module
+    from ..operators import fhd  # noqa: PLC0415 - operators imports this package's scan module
 
     if not 0 <= flat < radius:
         raise InvalidDataError(f"lowres_images: flat must be in [0, radius = {radius:g}), found {flat:g}")

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OutputError
+from ..errors import OutputError
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import SchemaError
+from ..errors import SchemaError
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Upper bound on the working memory of one block of phases (bytes)."""

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from .backend import Device, device_memory, get_xp, synchronize, to_device, to_host
-from .cache import PsfCache, psf_key
-from .cg import cg
 from .errors import InvalidDataError, SchemaError
+from .io.cache import PsfCache, psf_key
 from .operators import apply_adjoint, apply_psf, resolve
+from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .scan import Scan
-from .toeplitz import kernel_spectrum, normal_operator
+from .solvers.cg import cg
 
 STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
@@ -208,7 +208,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             lookup = stack.enter_context(ThreadPoolExecutor(1)).submit(_lookup_psf, psf_cache, scan)
         if estimate_maps is not None:
             with clock.stage("coil_maps"):
-                from .coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
+                from .prep.coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
 
                 maps = coil_maps_from_kspace(kspace, trajectory, matrix, estimate_maps,
                                              weights=w if scan.weights is not None else None, device=dev)

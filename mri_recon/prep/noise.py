@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backend import get_xp
-from .errors import InvalidDataError, SchemaError
-from .scan import Scan
+from ..backend import get_xp
+from ..errors import InvalidDataError, SchemaError
+from ..scan import Scan
 
 MAX_CONDITION = 1e8
 """Largest accepted ratio of the covariance's largest to smallest eigenvalue (beyond it: singular)."""

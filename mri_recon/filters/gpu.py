@@ -50,17 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from . import backend, kernels
-from .backend import Device
-from .errors import DeviceError, FilterError, InvalidDataError, ResourceError
-from .filters import (
-    SEPARABLE_TOLERANCE,
-    check_filter,
-    check_image,
-    check_mode,
-    outer_product,
-    separable_factors,
-)
+from .. import backend, kernels
+from ..backend import Device
+from ..errors import DeviceError, FilterError, InvalidDataError, ResourceError
+from . import SEPARABLE_TOLERANCE, check_filter, check_image, check_mode, outer_product, separable_factors
 
 FILENAME = "convolution.cu"
 STRATEGIES = ("auto", "A", "B", "register", "stream", "separable")

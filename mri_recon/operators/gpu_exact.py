@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Device, cupy_module, gpu_available
-from .errors import DeviceError, InvalidDataError, ResourceError, SchemaError
-from .kernels import CONSTANT_BYTES, get_module, upload_constant
-from .scan import validate_matrix
+from ..backend import Device, cupy_module, gpu_available
+from ..errors import DeviceError, InvalidDataError, ResourceError, SchemaError
+from ..kernels import CONSTANT_BYTES, get_module, upload_constant
+from ..validation import validate_matrix
 
 VARIANTS = ("naive", "registers", "constant", "aos", "packed", "mirror", "multi", "recur")
 """The rungs of the F^H d ladder, slowest first; ``"best"`` names :data:`BEST`."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
-from . import nufft_cpu
-from .errors import InvalidDataError
-from .scan import validate_matrix
-from .trajectories import positive_int
+from ..errors import InvalidDataError
+from ..operators import finufft as nufft_cpu
+from ..sim.trajectories import positive_int
+from ..validation import validate_matrix
 
 BLOB_WIDTH = 0.1
 """Standard deviation (FOV units) of the Gaussian blob that fixes the scale of the weights (at least

@@ -11,10 +11,11 @@ import math
 
 import numpy as np
 
-from . import dcf as _dcf
+from ..errors import InvalidDataError
+from ..prep import dcf as _dcf
+from ..scan import Scan
+from ..validation import validate_matrix
 from . import phantom, trajectories
-from .errors import InvalidDataError
-from .scan import Scan, validate_matrix
 from .trajectories import positive_int
 
 KINDS = ("radial", "golden", "spiral", "kooshball", "stack-of-stars")

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from . import nudft, nufft_cpu
-from .backend import CPU, Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
-from .errors import DeviceError, InvalidDataError, SchemaError
-from .scan import _array, check_trajectory_units, validate_matrix
+from ..backend import CPU, Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
+from ..errors import DeviceError, InvalidDataError, SchemaError
+from ..validation import check_array as _array
+from ..validation import check_trajectory_units, validate_matrix
+from . import finufft as nufft_cpu
+from . import nudft
 
 METHODS = ("auto", "exact", "nufft")
 NUFFT_EPS = 1e-7
@@ -69,7 +71,7 @@ def resolve(device: str | int | Device | None = "auto", method: str = "auto",
 def apply_adjoint(engine: str, kspace: Any, trajectory: Any, matrix: tuple[int, ...]) -> Any:
     """F^H d: complex64 ``(C, M)`` and float32 ``(M, D)`` on one device -> complex64 ``(C, *matrix)`` there."""
     if engine == "gpu":
-        from . import gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
+        from . import gpu_exact as gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
 
         return gpu_fhd.fhd_gpu(kspace, trajectory, matrix)
     if engine == "exact":
@@ -82,7 +84,7 @@ def apply_adjoint(engine: str, kspace: Any, trajectory: Any, matrix: tuple[int, 
 def apply_forward(engine: str, image: Any, trajectory: Any) -> Any:
     """F x: complex64 ``(C, *matrix)`` and float32 ``(M, D)`` on one device -> complex64 ``(C, M)`` there."""
     if engine == "gpu":
-        from . import gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
+        from . import gpu_exact as gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
 
         return gpu_fhd.forward_gpu(image, trajectory)
     if engine == "exact":
@@ -100,7 +102,7 @@ def apply_psf(engine: str, trajectory: Any, weights: Any, matrix: tuple[int, ...
     (pass ones for no weights). Returns complex64 of shape ``tuple(2 * n for n in matrix)``.
     """
     if engine == "gpu":
-        from . import gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
+        from . import gpu_exact as gpu_fhd  # noqa: PLC0415 - needs CuPy and a GPU
 
         return gpu_fhd.psf_gpu(trajectory, weights, matrix)
     big = tuple(2 * n for n in matrix)

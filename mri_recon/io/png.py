@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from .fileio import atomic_output
+from .files import atomic_output
 
 
 def preview(image: np.ndarray) -> np.ndarray:

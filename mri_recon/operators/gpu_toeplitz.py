@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Device, cupy_module
-from .kernels import get_kernel
+from ..backend import Device, cupy_module
+from ..kernels import get_kernel
 
 BLOCK = 256
 

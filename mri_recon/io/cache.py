@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fileio import atomic_output
+from .files import atomic_output
 
 MAGIC = b"MRIRECON-PSF-1\n"
 FORMAT_VERSION = 1

@@ -1,0 +1,219 @@
+"""Writing ISMRMRD (MRD) files from scans, and converting MRD input to schema v1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidDataError, OutputError, SchemaError
+from ..scan import Scan
+from .files import atomic_output, same_file
+from .ismrmrd import MAX_READOUT, TRAJ_UNITS, _ismrmrd, load_ismrmrd_all
+from .schema import save_scan
+
+# --------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _pairs(scans: Scan | Sequence[tuple[Mapping, Scan]]) -> list[tuple[dict, Scan]]:
+    if isinstance(scans, Scan):
+        return [({"slice": int(scans.attrs.get("slice", 0)),
+                  "repetition": int(scans.attrs.get("repetition", 0))}, scans)]
+    pairs = [({"slice": int(key.get("slice", 0)), "repetition": int(key.get("repetition", 0))}, scan)
+             for key, scan in scans]
+    if not pairs:
+        raise InvalidDataError("write_ismrmrd: no scans given")
+    first = pairs[0][1]
+    for key, scan in pairs[1:]:
+        if scan.matrix != first.matrix or scan.n_coils != first.n_coils or \
+                (scan.weights is None) != (first.weights is None):
+            raise InvalidDataError(f"write_ismrmrd: scan {key} has matrix {list(scan.matrix)}, "
+                                   f"{scan.n_coils} coils but the first has {list(first.matrix)}, "
+                                   f"{first.n_coils} coils (and weights must be given for all or none)")
+    if len({(k["slice"], k["repetition"]) for k, _ in pairs}) != len(pairs):
+        raise InvalidDataError("write_ismrmrd: two scans share one slice and repetition")
+    return pairs
+
+
+def _readout(scan: Scan, samples_per_readout: int | None) -> int:
+    """Samples per acquisition: the argument, else a known readout length, else a divisor of M."""
+    m = scan.n_samples
+    if samples_per_readout is not None:
+        n = int(samples_per_readout)
+    else:
+        known = [int(scan.attrs.get(name, 0) or 0) for name in ("samples_per_readout", "samples")]
+        fits = [k for k in known if 0 < k <= MAX_READOUT and m % k == 0]
+        n = fits[0] if fits else max(d for d in range(1, min(m, MAX_READOUT) + 1) if m % d == 0)
+    if not 0 < n <= MAX_READOUT or m % n:
+        raise InvalidDataError(f"write_ismrmrd: samples_per_readout {n} must divide the {m} samples and be at "
+                               f"most {MAX_READOUT}")
+    return n
+
+
+def _header(mr, scan: Scan, fov: np.ndarray, encoded: np.ndarray, encoded_fov: np.ndarray,
+            slices: int, repetitions: int, readouts: int):
+    x = mr.xsd
+    ndim = scan.ndim
+
+    def space(size, mm):
+        size = [int(v) for v in size] + [1] * (3 - ndim)
+        mm = [float(v) for v in mm] + [float(fov[2]) if ndim == 3 else 1.0] * (3 - ndim)
+        return x.encodingSpaceType(matrixSize=x.matrixSizeType(x=size[0], y=size[1], z=size[2]),
+                                   fieldOfView_mm=x.fieldOfViewMm(x=mm[0], y=mm[1], z=mm[2]))
+
+    def limit(n):
+        return x.limitType(minimum=0, maximum=max(n - 1, 0), center=0)
+
+    kind = str(scan.attrs.get("trajectory_type", "other"))
+    try:
+        trajectory = x.trajectoryType(kind)
+    except ValueError:
+        trajectory = x.trajectoryType.OTHER
+    return x.ismrmrdHeader(
+        experimentalConditions=x.experimentalConditionsType(H1resonanceFrequency_Hz=63_870_000),
+        acquisitionSystemInformation=x.acquisitionSystemInformationType(receiverChannels=scan.n_coils),
+        encoding=[x.encodingType(
+            encodedSpace=space(encoded, encoded_fov), reconSpace=space(scan.matrix, fov),
+            encodingLimits=x.encodingLimitsType(kspace_encoding_step_1=limit(readouts), slice=limit(slices),
+                                                repetition=limit(repetitions)),
+            trajectory=trajectory)],
+    )
+
+
+def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping, Scan]], *,
+                  traj_units: str = "cycles-per-fov", samples_per_readout: int | None = None,
+                  readout_oversampling: float = 1.0, fov_mm: Sequence[float] | None = None,
+                  weights_in_trajectory: bool = True, sample_time_us: float = 2.0,
+                  dataset: str = "dataset") -> None:
+    """Write scans as an ISMRMRD file with the ``ismrmrd`` package (atomically).
+
+    Stored: k-space, trajectory (relative to the encoded space), weights (as a trajectory column) and
+    noise; ISMRMRD raw data has no place for coil maps, field maps or a ground truth.
+
+    Parameters
+    ----------
+    path
+        Output file.
+    scans
+        One :class:`Scan`, or ``({"slice": s, "repetition": r}, Scan)`` pairs (what
+        :func:`load_ismrmrd_all` returns); all share matrix and coils. The noise of the first scan that has
+        one is written first, as ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions.
+    traj_units
+        ``"cycles-per-fov"`` (cycles per encoded FOV) or ``"normalized"`` (that over the encoded matrix).
+    samples_per_readout
+        Samples per acquisition; by default ``attrs["samples_per_readout"]`` (or ``attrs["samples"]``, as
+        :func:`mri_recon.simulate.simulate_scan` sets it) when it divides the samples, else the largest
+        divisor of M up to :data:`MAX_READOUT`.
+    readout_oversampling
+        Encoded FOV and matrix along x over the recon ones (2.0 for the usual 2x readout oversampling); the
+        stored trajectory is scaled to the encoded FOV.
+    fov_mm
+        Recon field of view; by default ``attrs["fov_mm"]``, else 1 mm voxels.
+    weights_in_trajectory
+        Store ``Scan.weights`` as the extra trailing trajectory dimension.
+    sample_time_us
+        Dwell time written to every acquisition header.
+    dataset
+        The HDF5 group name.
+    """
+    mr = _ismrmrd()
+    if traj_units not in TRAJ_UNITS[1:]:
+        raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'cycles-per-fov' or 'normalized'")
+    pairs = _pairs(scans)
+    first = pairs[0][1]
+    ndim = first.ndim
+    matrix = np.asarray(first.matrix, dtype=np.float64)
+    fov = np.asarray(fov_mm if fov_mm is not None else first.attrs.get("fov_mm", matrix), dtype=np.float64)
+    if fov.shape != (ndim,) or np.any(fov <= 0):
+        raise InvalidDataError(f"write_ismrmrd: fov_mm must be {ndim} positive sizes, found {fov.tolist()}")
+    encoded = matrix.copy()
+    encoded[0] = round(readout_oversampling * matrix[0])
+    if encoded[0] < matrix[0]:
+        raise InvalidDataError(f"write_ismrmrd: readout_oversampling must be >= 1, found {readout_oversampling}")
+    encoded_fov = fov * encoded / matrix
+    scale = encoded / matrix  # recon-FOV cycles -> encoded-FOV cycles
+    if traj_units == "normalized":
+        scale = scale / encoded
+    acquisitions = []
+    noise = next((scan.noise for _, scan in pairs if scan.noise is not None), None)
+    if noise is not None:
+        step = min(noise.shape[1], 512)
+        for start in range(0, noise.shape[1], step):
+            acq = mr.Acquisition.from_array(np.ascontiguousarray(noise[:, start:start + step]),
+                                            sample_time_us=sample_time_us)
+            acq.set_flag(mr.ACQ_IS_NOISE_MEASUREMENT)
+            acquisitions.append(acq)
+    readouts = 0
+    for key, scan in pairs:
+        n = _readout(scan, samples_per_readout)
+        count = scan.n_samples // n
+        readouts = max(readouts, count)
+        k = (scan.trajectory.astype(np.float64) * scale).astype(np.float32)
+        if scan.weights is not None and weights_in_trajectory:
+            k = np.concatenate([k, scan.weights[:, None]], axis=1)
+        for a in range(count):
+            part = slice(a * n, (a + 1) * n)
+            acq = mr.Acquisition.from_array(np.ascontiguousarray(scan.kspace[:, part]),
+                                            np.ascontiguousarray(k[part]), sample_time_us=sample_time_us,
+                                            center_sample=n // 2)
+            acq.idx.slice, acq.idx.repetition, acq.idx.kspace_encode_step_1 = (
+                key["slice"], key["repetition"], a)
+            if a == 0:
+                acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
+            if a == count - 1:
+                acq.set_flag(mr.ACQ_LAST_IN_SLICE)
+            acquisitions.append(acq)
+    acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
+    slices = len({k["slice"] for k, _ in pairs})
+    repetitions = len({k["repetition"] for k, _ in pairs})
+    header = _header(mr, first, fov, encoded, encoded_fov, slices, repetitions, readouts)
+    with atomic_output(path) as tmp, mr.File(str(tmp), "w") as f:
+        group = f[dataset]
+        group.header = header
+        group.acquisitions = acquisitions
+
+
+# --------------------------------------------------------------------------------------------------------
+# Conversion
+
+
+def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_units: str = "auto",
+            slice: int | None = None, repetition: int | None = None, space: str = "recon",
+            dataset: str | None = None) -> list[Path]:
+    """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.scan.save_scan`).
+
+    One image (after the optional ``slice`` / ``repetition`` choice) is written to ``out_path``. Several
+    are written one file each, beside ``out_path`` with the varying indices appended to its stem:
+    ``out.h5`` becomes ``out_slice0.h5, out_slice1.h5`` (or ``out_rep2.h5``, ``out_slice0_rep2.h5``). The
+    whole input is read and checked before anything is written.
+
+    Returns
+    -------
+    list of Path
+        The files written, in the order of :func:`load_ismrmrd_all`.
+    """
+    out_path = Path(out_path)
+    every = load_ismrmrd_all(in_path, traj_units=traj_units, space=space, dataset=dataset)
+    scans = [(key, scan) for key, scan in every
+             if (slice is None or key["slice"] == slice)
+             and (repetition is None or key["repetition"] == repetition)]
+    if not scans:
+        raise SchemaError(f"{in_path}: no data for slice {slice}, repetition {repetition}")
+    if len(scans) == 1:
+        targets = [out_path]
+    else:
+        several = {name: len({key[name] for key, _ in scans}) > 1 for name in ("slice", "repetition")}
+        tags = {"slice": "slice", "repetition": "rep"}
+        targets = []
+        for key, _ in scans:
+            suffix = "".join(f"_{tags[name]}{key[name]}" for name in ("slice", "repetition") if several[name])
+            targets.append(out_path.with_name(out_path.stem + suffix + out_path.suffix))
+    for target in targets:
+        if same_file(target, in_path):
+            raise OutputError(f"{target}: output would overwrite the input file; choose another path")
+    for target, (_, scan) in zip(targets, scans):
+        save_scan(target, scan)
+    return targets

@@ -1,0 +1,1 @@
+"""Simulation: analytic phantoms, trajectories and simulated scans."""

@@ -1,0 +1,1 @@
+"""Iterative solvers: conjugate gradients on NumPy and CuPy arrays."""

@@ -1,0 +1,124 @@
+"""Validation of arrays, matrices and trajectories: the one place for the schema's rules.
+
+Every boundary of the library (a :class:`~mri_recon.scan.Scan`, the public operator functions, the filters)
+checks its inputs here, once; internal calls on arrays already validated and on the device do not check again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .backend import get_xp, is_gpu_array, to_host
+from .errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+
+MAX_AXIS = 16384  # larger matrices are taken as a mistake, not a request
+MAX_VOXELS = 2**31 - 1
+
+
+def _fail(source: str, message: str, kind: type = SchemaError):
+    raise kind(f"{source}: {message}")
+
+
+def check_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tuple[int, ...]) -> np.ndarray:
+    """Check dtype kind, rank, emptiness and finiteness; cast to complex64 / float32."""
+    array = np.asarray(value)
+    kind = array.dtype.kind
+    if complex_:
+        if kind != "c":
+            _fail(source, f"dataset '{name}' must be complex64 (or complex128), found {array.dtype}")
+        target = np.complex64
+    else:
+        if kind != "f":
+            _fail(source, f"dataset '{name}' must be float32 (or float64), found {array.dtype}")
+        target = np.float32
+    if array.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        _fail(source, f"dataset '{name}' must have rank {want}, found shape {array.shape}")
+    if array.size == 0:
+        _fail(source, f"dataset '{name}' is empty (shape {array.shape})", InvalidDataError)
+    if not np.all(np.isfinite(array)):
+        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        _fail(source, f"dataset '{name}' contains {bad} NaN or Inf value(s)", InvalidDataError)
+    if array.dtype != target:
+        array = array.astype(target)
+    return np.ascontiguousarray(array)
+
+
+def validate_matrix(matrix: Any, source: str = "<memory>") -> tuple[int, ...]:
+    """Check the image size: 2 or 3 positive integers, none absurd."""
+    values = np.asarray(matrix)
+    if values.dtype.kind not in "iu" and not (
+        values.dtype.kind == "f" and values.size and np.all(np.mod(values, 1) == 0)
+    ):
+        _fail(source, f"attribute 'matrix' must hold integers, found {values.dtype} {values.tolist()}")
+    values = values.reshape(-1).astype(np.int64) if values.ndim <= 1 else values
+    if values.ndim != 1 or values.size not in (2, 3):
+        _fail(source, f"attribute 'matrix' must be [Nx, Ny] or [Nx, Ny, Nz], found {np.asarray(matrix).tolist()}")
+    if np.any(values < 1):
+        _fail(source, f"attribute 'matrix' must be positive, found {values.tolist()}", InvalidDataError)
+    if np.any(values > MAX_AXIS) or int(np.prod(values)) > MAX_VOXELS:
+        _fail(source, f"attribute 'matrix' {values.tolist()} is absurd (at most {MAX_AXIS} per axis)",
+              InvalidDataError)
+    return tuple(int(v) for v in values)
+
+
+def check_trajectory_units(trajectory: np.ndarray, matrix: tuple[int, ...], source: str = "<memory>") -> None:
+    """Reject trajectories beyond 2x Nyquist or that look normalized, naming the expected units."""
+    extent = np.max(np.abs(trajectory), axis=0)
+    for axis, (reach, n) in enumerate(zip(extent, matrix)):
+        if reach > n:
+            raise TrajectoryUnitsError(
+                f"{source}: trajectory reaches |k| = {reach:.4g} on axis {axis} but a matrix of {n} allows at "
+                f"most {n} (2x Nyquist). Expected units: cycles per field of view (Nyquist extent "
+                f"[-{n / 2:g}, {n / 2:g})); did you scale your trajectory correctly?"
+            )
+    if max(matrix) >= 8 and float(np.max(extent)) <= 0.5:
+        raise TrajectoryUnitsError(
+            f"{source}: trajectory extent {float(np.max(extent)):.4g} looks normalized to [-0.5, 0.5]; "
+            f"schema v1 expects cycles per field of view (multiply axis d by matrix[d])"
+        )
+
+
+def check_any_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tuple[int, ...]) -> Any:
+    """:func:`check_array` for NumPy or CuPy input.
+
+    CuPy inputs get the same rules on their device, where only the finiteness count comes back to the host.
+    Used at the boundary of the public operator functions; internal calls on validated device arrays skip it.
+    """
+    if not is_gpu_array(value):
+        return check_array(source, name, value, complex_=complex_, ranks=ranks)
+    xp = get_xp(value)
+    kind, target = ("c", np.complex64) if complex_ else ("f", np.float32)
+    if value.dtype.kind != kind:
+        want = "complex64 (or complex128)" if complex_ else "float32 (or float64)"
+        raise SchemaError(f"{source}: dataset '{name}' must be {want}, found {value.dtype}")
+    if value.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise SchemaError(f"{source}: dataset '{name}' must have rank {want}, found shape {value.shape}")
+    if value.size == 0:
+        raise InvalidDataError(f"{source}: dataset '{name}' is empty (shape {value.shape})")
+    bad = int(value.size - int(xp.count_nonzero(xp.isfinite(value))))
+    if bad:
+        raise InvalidDataError(f"{source}: dataset '{name}' contains {bad} NaN or Inf value(s)")
+    return xp.ascontiguousarray(value.astype(target, copy=False))
+
+
+def check_trajectory(source: str, trajectory: Any, matrix: tuple[int, ...], n_samples: int | None = None) -> Any:
+    """Checked float32 ``(M, D)`` trajectory matching ``matrix`` (and ``n_samples``), in the right units."""
+    traj = check_any_array(source, "trajectory", trajectory, complex_=False, ranks=(2,))
+    if n_samples is not None and traj.shape[0] != n_samples:
+        raise SchemaError(f"{source}: trajectory has {traj.shape[0]} samples but kspace has {n_samples}")
+    if traj.shape[1] != len(matrix):
+        raise SchemaError(f"{source}: trajectory has D = {traj.shape[1]} columns but matrix {list(matrix)} "
+                          f"needs D = {len(matrix)}")
+    check_units(source, traj, matrix)
+    return traj
+
+
+def check_units(source: str, trajectory: Any, matrix: tuple[int, ...]) -> None:
+    """:func:`check_trajectory_units` on the per-axis extent (D numbers leave the device)."""
+    xp = get_xp(trajectory)
+    extent = to_host(xp.max(xp.abs(trajectory), axis=0))
+    check_trajectory_units(extent[None, :], matrix, source)

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import importlib
 
+from ._version import __version__  # noqa: E402
 from .errors import MriReconError
 from .io import load_scan, save_scan
 from .scan import Scan
 
-__version__ = "0.1.0"
-
 _LAZY = {
     "fhd": "operators",
     "forward": "operators",
-    "reconstruct": "recon",
-    "Result": "recon",
+    "reconstruct": "pipeline",
+    "Result": "result",
     "convolve": "filters",
     "smooth": "filters",
 }

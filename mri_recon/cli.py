@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 
@@ -115,6 +115,7 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
     from .io.cache import PsfCache
     from .pipeline import reconstruct as run
     from .prep import prepare_scan
+    from .result import write_result
 
     output = output or _default_output(scan)
     _check_outputs(scan, output, png)
@@ -128,9 +129,10 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
                     f"{loaded.n_samples} samples, device {dev}")
         ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps)
         result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
-                     progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"))
+                     progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
+                     maps_basis=record.pop("maps_basis"))
         results.append((key, ready, record, result))
-    _write_result(output, results, scan)
+    write_result(output, results, scan)
     if png is not None:
         from .io.png import write_png
 
@@ -145,43 +147,6 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
     for target in (output, png):
         if target is not None:
             check_output(target, protect=(scan,))
-
-
-def _write_result(output: Path, results: list, scan_path: Path) -> None:
-    import json
-
-    import h5py
-
-    from .io.files import atomic_output
-
-    images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
-    key, scan, record, first = results[0]
-    with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("image", data=images[0] if len(images) == 1 else np.stack(images))
-        longest = max(len(r.residuals) for _, _, _, r in results)
-        residuals = np.full((len(results), longest), np.nan)
-        for i, (_, _, _, r) in enumerate(results):
-            residuals[i, : len(r.residuals)] = r.residuals
-        f.create_dataset("residuals", data=residuals[0] if len(results) == 1 else residuals)
-        if len(results) > 1:
-            f.attrs["stack"] = json.dumps([k for k, _, _, _ in results])
-        f.attrs["mri_recon_version"] = __version__
-        f.attrs["input"] = str(scan_path)
-        f.attrs["matrix"] = np.asarray(scan.matrix, dtype=np.int64)
-        f.attrs["device"] = str(first.device)
-        f.attrs["iterations"] = int(max(r.iterations for _, _, _, r in results))
-        f.attrs["final_residual"] = float(max(r.residuals[-1] for _, _, _, r in results))
-        f.attrs["combine"] = str(first.combine)
-        for name, value in {**record, **{k: v for k, v in scan.attrs.items() if k == "traj_units"}}.items():
-            f.attrs[name] = value
-        for name, value in first.parameters.items():
-            f.attrs[f"param_{name}"] = "none" if value is None else value
-        for stage in first.timings:
-            f.attrs[f"time_{stage}_s"] = float(sum(r.timings.get(stage, 0.0) for _, _, _, r in results))
-        if len(results) == 1 and scan.ground_truth is not None:
-            truth = scan.ground_truth
-            f.attrs["nrmse_vs_ground_truth"] = float(
-                np.linalg.norm(images[0] - truth) / max(np.linalg.norm(truth), 1e-30))
 
 
 @main.command()

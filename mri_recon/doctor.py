@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .backend import Device, cupy_module, resolve_device
 
 TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4}

@@ -1,22 +1,28 @@
-"""Iterative reconstruction: CG-SENSE with coil maps, per-coil Tikhonov least squares without.
+"""The reconstruction pipeline: CG-SENSE with coil maps, per-coil Tikhonov least squares without.
 
-One pipeline for the CPU and the GPU: resolve the device, check memory, upload once, form the right-hand side
-``b = sum_c conj(S_c) F^H (W d_c)``, compute the Toeplitz PSF once, run CG on the normal operator
-``A x = sum_c conj(S_c) F^H W F (S_c x) + lam_abs x`` (no sample is touched inside the loop), post-filter,
-download once. Every stage is timed by one :class:`_Clock`.
+One pipeline for the CPU and the GPU: choose the device and the encoding engine, check memory, upload once,
+scale the problem, form the right-hand side ``b = A^H W d`` with ``A = Encoding @ Sense``, compute the Toeplitz
+PSF once, run CG on the normal operator ``A^H W A + lam_abs I`` (no sample is touched inside the loop),
+post-filter, download once. Every stage is timed by one :class:`_Clock`.
 
-The regularization weight ``lam`` is dimensionless: the absolute weight is ``lam_abs = lam * sum(w)``, the
-peak of the PSF (the diagonal of F^H W F), so scaling the data scales the image and changes nothing else.
+Scale. The problem is solved in scaled units: data, weights and maps are divided by powers of two close to
+their magnitudes (``max |d|``, ``max w`` and the largest root-sum-of-squares of the maps), and the image is
+multiplied back. Powers of two are exact in floating point, so the result does not depend on the data's
+scale, and float32 holds every intermediate value for data of any magnitude float32 can represent.
+
+Regularization. ``lam`` is dimensionless, relative to the peak of the normal operator actually solved: its
+largest diagonal entry ``max_n sum_c |S_c(n)|^2 * sum(w)`` (``sum(w)`` without maps). Scaling the data, the
+maps or the weights by any factor scales the image by the implied factor and changes nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,33 +30,15 @@ import numpy as np
 from .backend import Device, device_memory, get_xp, synchronize, to_device, to_host
 from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
-from .operators import apply_adjoint, apply_psf, resolve
+from .operators.base import Sense
+from .operators.encoding import Encoding, choose_engine
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
+from .result import Result
 from .scan import Scan
 from .solvers.cg import cg
 
 STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
-
-
-@dataclass(frozen=True)
-class Result:
-    """The outcome of :func:`reconstruct`."""
-
-    image: np.ndarray
-    """complex64 ``matrix``: the reconstructed image (real-valued for ``combine == "rss"``)."""
-    residuals: tuple[float, ...]
-    """Relative CG residuals ``||b - A x|| / ||b||``; the first is that of the zero initial guess."""
-    iterations: int
-    """CG iterations run (``len(residuals) - 1``)."""
-    timings: Mapping[str, float]
-    """Seconds per stage: upload, fhd, psf, iterations, filter, download (device synchronized)."""
-    device: str
-    """Where it ran: ``"cpu"`` or ``"gpu:N"``."""
-    parameters: Mapping[str, Any]
-    """The settings used (scalars and strings), including the absolute Tikhonov weight ``lam_abs``."""
-    combine: str
-    """``"sense"`` (coil maps), ``"rss"`` (per-coil images, root-sum-of-squares) or ``"single"``."""
 
 
 class _Clock:
@@ -76,10 +64,31 @@ class _Clock:
         self.say(f"{name:<10}  {self.timings[name]:.3f} s")
 
     def iteration(self, iteration: int, x: Any, residual: float) -> None:
-        """CG callback: one progress line per iteration."""
+        """CG callback: one progress line per iteration (the GPU solver calls it in batches at its checks)."""
         del x
         self.say(f"iteration {iteration}/{self.iterations}  residual {residual:.1e}  "
                  f"{time.perf_counter() - self._start:.2f} s")
+
+
+def power_of_two(value: float) -> float:
+    """The power of two nearest to ``value`` (> 0) on a log scale; 1 for 0 (nothing to scale)."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    return math.ldexp(1.0, round(math.log2(value)))
+
+
+def _largest(array: Any) -> float:
+    """``max |Re|, |Im|`` of a complex (or ``max |.|`` of a real) array: one reduction, one number back."""
+    xp = get_xp(array)
+    flat = array.view(np.float32 if array.dtype == np.complex64 else np.float64) if array.dtype.kind == "c" \
+        else array
+    return float(xp.max(xp.abs(flat)))
+
+
+def _rss_peak(maps: Any) -> float:
+    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``."""
+    xp = get_xp(maps)
+    return math.sqrt(float(xp.max((maps.real ** 2 + maps.imag ** 2).sum(axis=0))))
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None) -> Plan:
@@ -98,38 +107,38 @@ def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None 
                 iterations=iterations, available_bytes=available, gpu=device.is_gpu, what=what)
 
 
-def _rhs(engine: str, kspace: Any, trajectory: Any, weights: Any, maps: Any, matrix: tuple[int, ...],
-         coil_batch: int) -> Any:
-    """``sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``), or ``F^H (W d)`` per coil without maps."""
-    xp = get_xp(kspace)
-    weighted = kspace * weights
+def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
+    """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``), or ``F^H (W d)`` per coil without maps.
+
+    Coils go through F^H ``coil_batch`` at a time, which bounds the memory of the coil images.
+    """
+    xp = get_xp(weighted)
     if maps is None:
-        return apply_adjoint(engine, weighted, trajectory, matrix)
-    out = xp.zeros(matrix, dtype=np.complex64)
-    for start in range(0, kspace.shape[0], coil_batch):
+        return encoding.batched(weighted.shape[0]).H(weighted)
+    out = xp.zeros(encoding.matrix, dtype=np.complex64)
+    for start in range(0, weighted.shape[0], coil_batch):
         part = slice(start, start + coil_batch)
-        images = apply_adjoint(engine, weighted[part], trajectory, matrix)
-        images *= xp.conj(maps[part])
-        out += images.sum(axis=0)
+        images = encoding.batched(weighted[part].shape[0]).H(weighted[part])
+        out += Sense(maps[part]).H(images)
     return out
 
 
-def _point_spread(engine: str, trajectory: Any, weights: Any, matrix: tuple[int, ...], given: Any,
-                  device: Device) -> Any:
+def _point_spread(encoding: Encoding, weights: Any, given: Any, device: Device) -> Any:
     """The PSF on the 2x grid: ``given`` (a cached one, checked and uploaded) or computed now."""
     if given is None:
-        return apply_psf(engine, trajectory, weights, matrix)
-    shape = tuple(2 * n for n in matrix)
+        return encoding.psf(weights)
+    shape = tuple(2 * n for n in encoding.matrix)
     if tuple(given.shape) != shape:
-        raise SchemaError(f"psf must have shape {shape} (twice the matrix {list(matrix)}), "
+        raise SchemaError(f"psf must have shape {shape} (twice the matrix {list(encoding.matrix)}), "
                           f"found {tuple(given.shape)}")
     return to_device(given, device).astype(np.complex64, copy=False)
 
 
-def _lookup_psf(psf_cache: PsfCache, scan: Scan) -> tuple[str, np.ndarray | None]:
-    """The cache key of the scan's PSF and the cached PSF (None when absent or invalid)."""
-    key = psf_key(scan.trajectory, scan.weights, scan.matrix)
-    return key, psf_cache.load(key, tuple(2 * n for n in scan.matrix))
+def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray | None,
+                matrix: tuple[int, ...]) -> tuple[str, np.ndarray | None]:
+    """The cache key of the PSF of these (scaled) weights and the cached PSF (None when absent or invalid)."""
+    key = psf_key(trajectory, weights, matrix)
+    return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
 
 def _combine(x: Any, combine: str) -> Any:
@@ -144,7 +153,8 @@ def _combine(x: Any, combine: str) -> Any:
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: bool = True, method: str = "auto", psf: Any = None,
-                psf_cache: PsfCache | None = None, estimate_maps: str | None = None) -> Result:
+                psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
+                maps_basis: Any = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations.
 
     Parameters
@@ -156,7 +166,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     tol
         Stop when the relative residual is at most this.
     lam
-        Dimensionless Tikhonov weight relative to the PSF peak ``sum(w)``; ``lam_abs = lam * sum(w)``.
+        Dimensionless Tikhonov weight, relative to the largest diagonal entry of the normal operator
+        (``max_n sum_c |S_c(n)|^2 * sum(w)``; ``sum(w)`` without maps): see the module docstring.
     filter_sigma
         Width in voxels of a Gaussian post-filter (:func:`mri_recon.filters.smooth`); None: no filter.
     device
@@ -164,7 +175,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     progress
         Print one line per stage and per iteration on stderr.
     method
-        ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :mod:`mri_recon.operators`).
+        ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :func:`mri_recon.operators.choose_engine`).
     psf
         A PSF computed before (e.g. from :class:`mri_recon.cache.PsfCache`) for this trajectory, these
         weights and this matrix, of shape ``2 * matrix``; None computes it.
@@ -172,6 +183,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         ``"walsh"`` or ``"espirit"``: estimate coil maps from the k-space centre on the device, from the
         data already uploaded (:func:`mri_recon.coilmaps.coil_maps_from_kspace`), instead of using
         ``scan.coil_maps``; None uses the scan's maps (or none).
+    maps_basis
+        With estimated maps of prewhitened data: the ``(C, C)`` Cholesky factor of the noise covariance
+        (:func:`mri_recon.prep.noise.receiver_basis`). The estimates are then normalized in the receiver's
+        channels, like maps from a file, so the image has the same scale whichever maps are used.
     psf_cache
         A :class:`mri_recon.cache.PsfCache`: the PSF is read from it when an entry for this trajectory,
         these weights and this matrix exists (and is intact), else computed and stored in it.
@@ -181,17 +196,29 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     Result
         The image (complex64 ``matrix``), residuals, timings and the settings used.
     """
+    if not math.isfinite(lam):
+        raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
-    dev, engine = resolve(device, method)
+    dev, engine = choose_engine(device, method)
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
+    if maps_basis is not None and estimate_maps is None:
+        raise InvalidDataError("maps_basis applies to estimated coil maps only (estimate_maps='walsh' or "
+                               "'espirit')")
     sense = scan.coil_maps is not None or estimate_maps is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
-    weights = scan.weights if scan.weights is not None else np.ones(scan.n_samples, dtype=np.float32)
-    peak = float(np.sum(weights, dtype=np.float64))
-    lam_abs = lam * peak
+    # weights scaled by a power of two near their largest value (the PSF cache keys the scaled weights)
+    if scan.weights is None:
+        weights, weight_scale = np.ones(scan.n_samples, dtype=np.float32), 1.0
+    else:
+        weight_scale = power_of_two(float(scan.weights.max()))
+        if weight_scale == 1.0 and not float(scan.weights.max()) > 0:
+            raise InvalidDataError(f"{scan.source}: every density weight is zero, so no sample would count; "
+                                   f"use --dcf none or other weights")
+        weights = scan.weights / np.float32(weight_scale)
+    weight_sum = float(np.sum(weights, dtype=np.float64))
     budget = memory_plan(scan, dev, iterations, sense)
     clock = _Clock(dev, progress, iterations)
     with contextlib.ExitStack() as stack:
@@ -201,11 +228,15 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             trajectory = to_device(scan.trajectory, dev)
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
+            data_scale = power_of_two(_largest(kspace))
+        encoding = engine(trajectory, matrix, scan.n_coils)
         lookup = None
         if psf is None and psf_cache is not None:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
-            lookup = stack.enter_context(ThreadPoolExecutor(1)).submit(_lookup_psf, psf_cache, scan)
+            key_weights = weights if scan.weights is not None else None
+            lookup = stack.enter_context(ThreadPoolExecutor(1)).submit(
+                _lookup_psf, psf_cache, scan.trajectory, key_weights, matrix)
         if estimate_maps is not None:
             with clock.stage("coil_maps"):
                 from .prep.coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
@@ -213,34 +244,64 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 maps = coil_maps_from_kspace(kspace, trajectory, matrix, estimate_maps,
                                              weights=w if scan.weights is not None else None, device=dev)
                 maps = maps.astype(np.complex64, copy=False)
+                if maps_basis is not None:
+                    maps = _normalize_in_basis(maps, maps_basis)
+        maps_scale = 1.0
+        if maps is not None:
+            maps_peak = _rss_peak(maps)
+            maps_scale = power_of_two(maps_peak)
+            if maps_peak == 0.0:
+                raise InvalidDataError(f"{scan.source}: the coil maps are zero everywhere")
+            if maps_scale != 1.0:
+                maps = maps * np.float32(1.0 / maps_scale)
         with clock.stage("fhd"):
-            rhs = _rhs(engine, kspace, trajectory, w, maps, matrix, budget.coil_batch)
+            weighted = kspace * (w * np.float32(1.0 / data_scale))
+            rhs = _rhs(encoding, weighted, maps, budget.coil_batch)
+            del weighted
         with clock.stage("psf"):
             key = cache_state = None
+            given = None if psf is None else psf / np.float32(weight_scale)  # the caller's: unscaled weights
             if lookup is not None:
-                key, psf = lookup.result()
-                cache_state = "hit" if psf is not None else "miss"
-            point_spread = _point_spread(engine, trajectory, w, matrix, psf, dev)
+                key, given = lookup.result()  # the cache's: scaled weights
+                cache_state = "hit" if given is not None else "miss"
+            point_spread = _point_spread(encoding, w, given, dev)
             if cache_state == "miss":
                 psf_cache.store(key, to_host(point_spread))
             spectrum = kernel_spectrum(point_spread)
             del point_spread
+        # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
+        peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
         with clock.stage("iterations"):
-            operator = normal_operator(spectrum, coil_maps=maps, lam=lam_abs, coil_batch=budget.coil_batch)
+            operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
                               callback=clock.iteration if progress else None)
             image = _combine(x, combine)
+            image *= np.float32(data_scale / maps_scale)  # back to the data's units (a power of two: exact)
         if filter_sigma is not None:
             with clock.stage("filter"):
-                from .filters import smooth  # noqa: PLC0415 - written beside this module, loaded on use
+                from .filters import smooth  # noqa: PLC0415 - loaded on use
 
                 image = smooth(image, filter_sigma, device=dev)
         with clock.stage("download"):
             host = np.ascontiguousarray(to_host(image), dtype=np.complex64)
+    lam_abs = lam * peak * weight_scale * maps_scale ** 2
     parameters = {"iterations": int(iterations), "tol": float(tol), "lam": float(lam), "lam_abs": lam_abs,
-                  "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": engine,
+                  "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": encoding.name,
                   "weights": "scan" if scan.weights is not None else "ones",
                   "psf": cache_state or ("given" if psf is not None else "computed"),
                   "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
     return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),
                   device=str(dev), parameters=parameters, combine=combine)
+
+
+def _normalize_in_basis(maps: Any, basis: Any) -> Any:
+    """Estimated maps ``S`` (unit root-sum-of-squares in the channels they were estimated in) rescaled per
+    voxel so that ``basis @ S`` has unit root-sum-of-squares: the convention of maps given in the receiver's
+    channels and then whitened. ``basis`` is the ``(C, C)`` matrix taking whitened channels back to receiver
+    channels (the Cholesky factor L of the noise covariance)."""
+    xp = get_xp(maps)
+    flat = maps.reshape(maps.shape[0], -1)
+    receiver = xp.asarray(basis, dtype=np.complex64) @ flat
+    rss = xp.sqrt((receiver.real ** 2 + receiver.imag ** 2).sum(axis=0))
+    scale = xp.where(rss > 0, 1.0 / xp.maximum(rss, np.float32(1e-30)), 0).astype(np.float32)
+    return (flat * scale).reshape(maps.shape)

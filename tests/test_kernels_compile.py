@@ -11,7 +11,7 @@ from mri_recon.errors import KernelError
 from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, kernel_files
 from mri_recon.operators import gpu_exact as gpu_fhd
 from mri_recon.operators import gpu_toeplitz
-from mri_recon.solvers import cg
+from mri_recon.solvers import gpu_cg as cg
 
 if os.environ.get("CI"):  # CI must build every kernel: without NVRTC the import fails the run
     import cupy_backends.cuda.libs.nvrtc  # noqa: F401

@@ -95,7 +95,7 @@ def test_resolve():
 
 
 def test_nufft_refuses_a_gpu(monkeypatch):
-    monkeypatch.setattr(operators.public, "resolve_device", lambda device: Device(0))
+    monkeypatch.setattr(operators.encoding, "resolve_device", lambda device: Device(0))
     assert resolve("gpu", "exact") == (Device(0), "gpu")
     with pytest.raises(DeviceError, match="method 'nufft' .* runs on the CPU only, found device gpu:0"):
         resolve("gpu", "nufft")

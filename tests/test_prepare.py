@@ -17,10 +17,14 @@ def scan():
 
 def test_choices_are_recorded_and_applied(scan):
     ready, record = prepare_scan(scan, dcf="none", coil_maps="walsh")
+    basis = record.pop("maps_basis")  # the noise covariance's Cholesky factor, for the estimated maps' scale
+    noise = scan.noise.astype(np.complex128)
+    np.testing.assert_allclose(basis @ basis.conj().T, noise @ noise.conj().T / noise.shape[1], rtol=1e-10)
+    assert np.allclose(basis, np.tril(basis))
     assert record == {"prewhitened": True, "dcf": "none", "coil_maps": "walsh", "estimate_maps": "walsh"}
     assert ready.weights is None and ready.coil_maps is None
     ready, record = prepare_scan(scan, prewhiten=False, dcf="ramp", coil_maps="file")
-    assert not record["prewhitened"] and record["estimate_maps"] is None
+    assert not record["prewhitened"] and record["estimate_maps"] is None and record["maps_basis"] is None
     assert ready.weights is not None and not np.array_equal(ready.weights, scan.weights)
     np.testing.assert_array_equal(ready.coil_maps, scan.coil_maps)
 

@@ -1,7 +1,18 @@
-"""Linear operators of the encoding model and the public functions built on them."""
+"""Linear operators of the encoding model, and the public functions built on them.
+
+- :mod:`.base`: the protocol (:class:`LinearOperator` with ``.H``, ``.N``, ``@``) and generic operators
+  (:class:`Scale`, :func:`Identity`, :class:`Multiply`, :func:`Sense`).
+- :mod:`.encoding`: the encoding operator F per engine and :func:`choose_engine`.
+- :mod:`.toeplitz`: F^H W F as a convolution on the 2x grid (:class:`Toeplitz`) and the CG-SENSE normal
+  operator (:func:`normal_operator`); :mod:`.gpu_toeplitz` is its fused GPU form.
+- :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input.
+"""
 
 from __future__ import annotations
 
-from .public import apply_adjoint, apply_forward, apply_psf, fhd, forward, psf, resolve
+from .base import Identity, LinearOperator, Multiply, Scale, Sense
+from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
+from .public import fhd, forward, psf, resolve
 
-__all__ = ["apply_adjoint", "apply_forward", "apply_psf", "fhd", "forward", "psf", "resolve"]
+__all__ = ["Encoding", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator", "Multiply",
+           "NudftEncoding", "Scale", "Sense", "choose_engine", "fhd", "forward", "psf", "resolve"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..backend import Device, cupy_module
 from ..kernels import get_kernel
+from .base import LinearOperator
 
 BLOCK = 256
 
@@ -39,52 +39,63 @@ def _plan(shape: tuple[int, ...], device_index: int) -> Any:
         return get_fft_plan(probe, axes=tuple(range(1, len(shape))))
 
 
-def sense_operator(spectrum: Any, coil_maps: Any, lam: float, coil_batch: int | None,
-                   device: Device) -> Callable[[Any], Any]:
-    """``x -> sum_c conj(S_c) T(S_c x) + lam x`` for CuPy ``x`` of shape ``matrix`` (see the module doc)."""
-    from cupy.cuda import cufft  # noqa: PLC0415 - GPU only
+class FusedSenseNormal(LinearOperator):
+    """``x -> sum_c conj(S_c) T(S_c x) + lam x`` for CuPy ``x`` of shape ``matrix`` (see the module doc).
 
-    cupy = cupy_module()
-    matrix = tuple(int(n) for n in coil_maps.shape[1:])
-    grid = tuple(int(n) for n in spectrum.shape)
-    dims = list(matrix) + [1] * (3 - len(matrix))
-    pdims = list(grid) + [1] * (3 - len(grid))
-    grid_size = math.prod(grid)
-    n_coils = int(coil_maps.shape[0])
-    step = n_coils if coil_batch is None else max(1, min(n_coils, int(coil_batch)))
-    scaled = (spectrum / np.float32(grid_size)).astype(cupy.complex64)
-    padded = cupy.empty((step, *grid), dtype=cupy.complex64)
-    maps = cupy.ascontiguousarray(coil_maps, dtype=cupy.complex64)
-    expand = get_kernel("toeplitz.cu", "mri_recon_sense_expand", None, device)
-    reduce = get_kernel("toeplitz.cu", "mri_recon_sense_reduce", None, device)
-    multiply = get_kernel("toeplitz.cu", "mri_recon_sense_filter", None, device)
-    plans = {count: _plan((count, *grid), device.index) for count in {step, n_coils % step or step}}
-    nvox = math.prod(matrix)
-    sizes = (np.int32(dims[0]), np.int32(dims[1]), np.int32(dims[2]), np.int32(pdims[1]), np.int32(pdims[2]),
-             np.int64(grid_size))
+    :meth:`apply_into` only launches (no allocation, no synchronization), so a CUDA graph can capture it.
+    """
 
-    def blocks(n: int) -> tuple[int]:
+    hermitian = True
+    writes_into = True
+
+    def __init__(self, spectrum: Any, coil_maps: Any, lam: float, coil_batch: int | None) -> None:
+        cupy = cupy_module()
+        matrix = tuple(int(n) for n in coil_maps.shape[1:])
+        super().__init__(matrix, matrix)
+        device = Device(int(coil_maps.device.id))
+        grid = tuple(int(n) for n in spectrum.shape)
+        dims = list(matrix) + [1] * (3 - len(matrix))
+        pdims = list(grid) + [1] * (3 - len(grid))
+        self._grid_size = math.prod(grid)
+        self._n_coils = int(coil_maps.shape[0])
+        self._step = self._n_coils if coil_batch is None else max(1, min(self._n_coils, int(coil_batch)))
+        self._scaled = (spectrum / np.float32(self._grid_size)).astype(cupy.complex64)
+        self._padded = cupy.empty((self._step, *grid), dtype=cupy.complex64)
+        self._maps = cupy.ascontiguousarray(coil_maps, dtype=cupy.complex64)
+        self._expand = get_kernel("toeplitz.cu", "mri_recon_sense_expand", None, device)
+        self._reduce = get_kernel("toeplitz.cu", "mri_recon_sense_reduce", None, device)
+        self._multiply = get_kernel("toeplitz.cu", "mri_recon_sense_filter", None, device)
+        counts = {self._step, self._n_coils % self._step or self._step}
+        self._plans = {count: _plan((count, *grid), device.index) for count in counts}
+        self._nvox = math.prod(matrix)
+        self._lam = np.float32(lam)
+        self._sizes = (np.int32(dims[0]), np.int32(dims[1]), np.int32(dims[2]), np.int32(pdims[1]),
+                       np.int32(pdims[2]), np.int64(self._grid_size))
+
+    @staticmethod
+    def _blocks(n: int) -> tuple[int]:
         return (min(-(-n // BLOCK), 65535 * 8),)
 
-    def into(x: Any, out: Any) -> None:
-        """``out = A x``; both C-contiguous complex64 of shape ``matrix``. Launches only (no allocation, no
-        synchronization), so a CUDA graph can capture it."""
-        for first, start in enumerate(range(0, n_coils, step)):
-            count = min(step, n_coils - start)
-            part = maps[start:start + count]
-            work = padded[:count]
-            expand(blocks(count * grid_size), (BLOCK,), (part, x, work, np.int32(count), *sizes))
-            plans[count].fft(work, work, cufft.CUFFT_FORWARD)
-            multiply(blocks(count * grid_size), (BLOCK,), (work, scaled, np.int32(count), np.int64(grid_size)))
-            plans[count].fft(work, work, cufft.CUFFT_INVERSE)  # unnormalized: 1/N is in `scaled`
-            reduce(blocks(nvox), (BLOCK,), (part, work, x, out, np.int32(count), *sizes, np.float32(lam),
-                                            np.int32(first == 0)))
+    def apply_into(self, x: Any, out: Any) -> None:
+        """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
+        from cupy.cuda import cufft  # noqa: PLC0415 - GPU only
 
-    def apply(x: Any) -> Any:
+        step, grid_size, sizes = self._step, self._grid_size, self._sizes
+        for first, start in enumerate(range(0, self._n_coils, step)):
+            count = min(step, self._n_coils - start)
+            part = self._maps[start:start + count]
+            work = self._padded[:count]
+            blocks = self._blocks(count * grid_size)
+            self._expand(blocks, (BLOCK,), (part, x, work, np.int32(count), *sizes))
+            self._plans[count].fft(work, work, cufft.CUFFT_FORWARD)
+            self._multiply(blocks, (BLOCK,), (work, self._scaled, np.int32(count), np.int64(grid_size)))
+            self._plans[count].fft(work, work, cufft.CUFFT_INVERSE)  # unnormalized: 1/N is in `scaled`
+            self._reduce(self._blocks(self._nvox), (BLOCK,),
+                         (part, work, x, out, np.int32(count), *sizes, self._lam, np.int32(first == 0)))
+
+    def _apply(self, x: Any) -> Any:
+        cupy = cupy_module()
         x = cupy.ascontiguousarray(x, dtype=cupy.complex64)
         out = cupy.empty_like(x)
-        into(x, out)
+        self.apply_into(x, out)
         return out
-
-    apply.into = into
-    return apply

@@ -9,12 +9,12 @@ No sample is touched inside the CG loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..backend import get_xp
+from .base import LinearOperator
 
 
 def _scipy_fft():
@@ -104,8 +104,77 @@ def toeplitz_apply(x: Any, spectrum: Any) -> Any:
     return get_xp(x).ascontiguousarray(_cropped_ifft(padded, tuple(x.shape[-ndim:]), axes))
 
 
+class Toeplitz(LinearOperator):
+    """F^H W F of one image (or a batch of images) as the 2x-grid convolution; Hermitian.
+
+    Parameters
+    ----------
+    spectrum
+        complex64 ``tuple(2 * n for n in matrix)`` from :func:`kernel_spectrum`.
+    ishape
+        ``matrix`` or ``(batch, *matrix)``.
+    """
+
+    hermitian = True
+
+    def __init__(self, spectrum: Any, ishape: tuple[int, ...]) -> None:
+        super().__init__(ishape, ishape)
+        self.spectrum = spectrum
+
+    def _apply(self, x: Any) -> Any:
+        return toeplitz_apply(x, self.spectrum)
+
+
+class ToeplitzNormal(LinearOperator):
+    """The CG operator ``A x = sum_c conj(S_c) T(S_c x) + lam x`` (NumPy or CuPy, unfused).
+
+    Without maps, ``A x = T x + lam x`` on images with any leading batch axes (one image per coil, each
+    solved independently): ``ishape`` is ``matrix`` and only the trailing axes are checked.
+    The coils go through the 2x-grid FFTs ``coil_batch`` at a time. Hermitian positive (semi-)definite.
+    On a GPU with maps, :func:`normal_operator` returns the fused
+    :class:`mri_recon.operators.gpu_toeplitz.FusedSenseNormal` instead.
+    """
+
+    hermitian = True
+
+    def __init__(self, spectrum: Any, matrix: tuple[int, ...], *, coil_maps: Any = None, lam: float = 0.0,
+                 coil_batch: int | None = None) -> None:
+        super().__init__(matrix, matrix)
+        self.spectrum, self.maps, self.lam = spectrum, coil_maps, float(lam)
+        self.coil_batch = coil_batch
+
+    def _check(self, array: Any, shape: tuple[int, ...], what: str) -> None:
+        ndim = len(shape)
+        if self.maps is None and array.ndim > ndim:
+            shape = (*array.shape[:array.ndim - ndim], *shape)
+        super()._check(array, shape, what)
+
+    def _apply(self, x: Any) -> Any:
+        xp = get_xp(x)
+        if self.maps is None:
+            step = self.coil_batch
+            if step is None or x.ndim == self.spectrum.ndim or x.shape[0] <= step:
+                y = toeplitz_apply(x, self.spectrum)
+            else:
+                step = max(1, int(step))
+                y = xp.concatenate([toeplitz_apply(x[i:i + step], self.spectrum)
+                                    for i in range(0, x.shape[0], step)])
+            if self.lam:
+                y += self.lam * x
+            return y
+        n_coils = int(self.maps.shape[0])
+        step = n_coils if self.coil_batch is None else max(1, min(n_coils, int(self.coil_batch)))
+        out = self.lam * x if self.lam else xp.zeros_like(x)
+        for start in range(0, n_coils, step):
+            part = self.maps[start:start + step]
+            y = toeplitz_apply(part * x, self.spectrum)
+            y *= xp.conj(part)
+            out += y.sum(axis=0)
+        return out
+
+
 def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
-                    coil_batch: int | None = None) -> Callable[[Any], Any]:
+                    coil_batch: int | None = None) -> LinearOperator:
     """The CG operator: ``A x = sum_c conj(S_c) T(S_c x) + lam x``, or ``A x = T x + lam x`` without maps.
 
     Parameters
@@ -122,41 +191,13 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
 
     Returns
     -------
-    callable
-        ``x -> A x``, Hermitian positive (semi-)definite; same array type and shape as ``x``.
+    LinearOperator
+        Hermitian positive (semi-)definite; the fused GPU operator (which writes into a given array, for
+        CUDA-graph CG) when the maps are CuPy arrays.
     """
-    lam = float(lam)
-    if coil_maps is None:
-        def apply(x: Any) -> Any:
-            if coil_batch is None or x.ndim == spectrum.ndim or x.shape[0] <= coil_batch:
-                y = toeplitz_apply(x, spectrum)
-            else:
-                step = max(1, int(coil_batch))
-                y = get_xp(x).concatenate([toeplitz_apply(x[i:i + step], spectrum)
-                                           for i in range(0, x.shape[0], step)])
-            if lam:
-                y += lam * x
-            return y
+    matrix = tuple(n // 2 for n in spectrum.shape)
+    if coil_maps is not None and get_xp(coil_maps) is not np:
+        from .gpu_toeplitz import FusedSenseNormal  # noqa: PLC0415 - GPU only
 
-        return apply
-
-    xp = get_xp(coil_maps)
-    if xp is not np:
-        from ..backend import Device  # noqa: PLC0415
-        from .gpu_toeplitz import sense_operator  # noqa: PLC0415 - GPU only
-
-        return sense_operator(spectrum, coil_maps, lam, coil_batch, Device(int(coil_maps.device.id)))
-    conj_maps = xp.conj(coil_maps)
-    n_coils = int(coil_maps.shape[0])
-    step = n_coils if coil_batch is None else max(1, min(n_coils, int(coil_batch)))
-
-    def apply_sense(x: Any) -> Any:
-        out = lam * x if lam else xp.zeros_like(x)
-        for start in range(0, n_coils, step):
-            part = slice(start, start + step)
-            y = toeplitz_apply(coil_maps[part] * x, spectrum)
-            y *= conj_maps[part]
-            out += y.sum(axis=0)
-        return out
-
-    return apply_sense
+        return FusedSenseNormal(spectrum, coil_maps, lam, coil_batch)
+    return ToeplitzNormal(spectrum, matrix, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)

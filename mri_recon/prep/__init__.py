@@ -20,7 +20,9 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
-    :func:`mri_recon.reconstruct` (``estimate_maps=``) to run on the data it has already uploaded.
+    :func:`mri_recon.reconstruct` (``estimate_maps=``) to run on the data it has already uploaded, and
+    ``record["maps_basis"]`` (with prewhitening) the noise's Cholesky factor for its ``maps_basis=``, so that
+    estimated maps have the scale of whitened file maps.
 
     Parameters
     ----------
@@ -40,10 +42,12 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
         raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
                                f"{', '.join(COIL_MAP_CHOICES)}")
     record: dict[str, Any] = {"prewhitened": False}
+    basis = None
     if prewhiten and scan.noise is not None:
         from .noise import prewhiten as whiten
+        from .noise import receiver_basis
 
-        scan = whiten(scan)
+        scan, basis = whiten(scan), receiver_basis(scan.noise)
         record["prewhitened"] = True
 
     if dcf == "file" and scan.weights is None:
@@ -67,4 +71,5 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
         scan = scan.replace(coil_maps=None)
     record["coil_maps"] = method
     record["estimate_maps"] = method if method in ("walsh", "espirit") else None
+    record["maps_basis"] = basis if record["estimate_maps"] else None
     return scan, record

@@ -3,8 +3,8 @@
 Both start from the centre of k-space. :func:`lowres_images` forms ``F^H`` of the samples within a small
 radius, density compensated (the scan's weights, or one over the number of samples in each 1/FOV cell) and
 tapered by a smooth window, with the project's adjoint (FINUFFT on the CPU, the exact GPU kernel on a GPU,
-both through :func:`mri_recon.operators.fhd`). Then, per voxel, both methods take the dominant eigenvector
-of a small C x C Hermitian matrix, all voxels at once (:func:`dominant_eigenvectors`: batched repeated
+both through :mod:`mri_recon.operators.encoding`). Then, per voxel, both methods take the dominant eigenvector of
+a small C x C Hermitian matrix, all voxels at once (:func:`dominant_eigenvectors`: batched repeated
 squaring by default, batched ``eigh`` on request):
 
 - :func:`walsh`: the coil covariance of the low-resolution images averaged over a box (Walsh, Gmitro and
@@ -122,7 +122,7 @@ def lowres_images(kspace: Any, trajectory: Any, matrix: Sequence[int], *, radius
 def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius: float, flat: float,
                     weights: Any, device: str | int | Device | None) -> Any:
     """``F^H`` on ``grid`` of the density-compensated, windowed samples with ``|k| < radius``."""
-    from ..operators import fhd  # noqa: PLC0415 - operators imports this package's scan module
+    from ..operators.encoding import choose_engine  # noqa: PLC0415 - loaded when maps are estimated
 
     if not 0 <= flat < radius:
         raise InvalidDataError(f"lowres_images: flat must be in [0, radius = {radius:g}), found {flat:g}")
@@ -147,7 +147,9 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
         w = cell_density_weights(k) if weights is None else to_device(weights, dev)[inside]
         w = w * _window(r[inside], radius, flat)
         centre = data[:, inside] * w[None, :].astype(xp.float32)
-        return fhd(centre.astype(xp.complex64), k.astype(xp.float32), grid, device=dev)
+        # internal arrays, already checked: the encoding operator, not the validating public fhd
+        _, engine = choose_engine(dev)
+        return engine(k.astype(xp.float32), grid, int(centre.shape[0])).H(centre.astype(xp.complex64))
 
 
 def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:

@@ -73,6 +73,18 @@ def apply_whitening(w: Any, data: Any) -> Any:
     return (w.astype(flat.dtype) @ flat).reshape(data.shape)
 
 
+def receiver_basis(noise: Any) -> Any:
+    """The Cholesky factor ``L`` of the noise covariance (``W = L^{-1}``), complex128 ``(C, C)``.
+
+    ``L`` takes whitened channels back to the receiver's: estimated coil maps are normalized with it
+    (:func:`mri_recon.reconstruct`'s ``maps_basis``) so that they follow the convention of maps given in
+    the receiver's channels and whitened.
+    """
+    xp = get_xp(noise)
+    cov = noise_covariance(noise)
+    return xp.linalg.cholesky((cov + cov.conj().T) / 2)
+
+
 def prewhiten(scan: Scan) -> Scan:
     """A copy of ``scan`` with whitened k-space, coil maps (``S' = W S``) and noise.
 

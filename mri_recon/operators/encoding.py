@@ -1,0 +1,159 @@
+"""The encoding operator F of every engine, and the one place that chooses an engine.
+
+``F x = sum_n x_n exp(-i 2 pi k_m . r_n)`` maps images ``(C, *matrix)`` to samples ``(C, M)`` (C images at
+once, e.g. coils); ``F^H d = sum_m d_m exp(+i 2 pi k_m . r_n)`` is its adjoint. The trajectory k is in
+cycles per field of view and r_n is the voxel grid of :mod:`mri_recon.grid`.
+
+Engines (subclasses of :class:`Encoding`, each with its ``name``):
+
+- :class:`NudftEncoding` (``"exact"``): the float64 NumPy sum of :mod:`.nudft`, the oracle; CPU.
+- :class:`FinufftEncoding` (``"nufft"``): FINUFFT at tolerance :data:`NUFFT_EPS`; CPU.
+- :class:`GpuExactEncoding` (``"gpu"``): exact direct summation in the CUDA kernels of :mod:`.gpu_exact`.
+
+:func:`choose_engine` turns the user's ``device`` and ``method`` into a device and an engine class.
+Encoding operators take arrays already validated and on their device: the public functions of
+:mod:`.public` and the pipeline validate once, at the boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import CPU, Device, is_gpu_array, resolve_device
+from ..errors import DeviceError, InvalidDataError
+from . import finufft, nudft
+from .base import LinearOperator
+
+METHODS = ("auto", "exact", "nufft")
+NUFFT_EPS = 1e-7
+"""FINUFFT tolerance (relative, computed in double precision); below complex64 output rounding."""
+
+
+class Encoding(LinearOperator):
+    """F for a fixed trajectory: ``(batch, *matrix)`` complex64 -> ``(batch, M)`` complex64.
+
+    Parameters
+    ----------
+    trajectory
+        float32 ``(M, D)`` in cycles per field of view, on the engine's device.
+    matrix
+        Image size, D = ``len(matrix)``.
+    batch
+        Images transformed at once (coils).
+    """
+
+    name = "?"
+    """The engine's name, recorded in outputs: ``"exact"``, ``"nufft"`` or ``"gpu"``."""
+
+    def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1) -> None:
+        matrix = tuple(int(n) for n in matrix)
+        super().__init__((batch, *matrix), (batch, int(trajectory.shape[0])))
+        self.trajectory = trajectory
+        self.matrix = matrix
+
+    def batched(self, batch: int) -> Encoding:
+        """The same operator for ``batch`` images at once (shares the trajectory and any plan)."""
+        if batch == self.ishape[0]:
+            return self
+        return type(self)(self.trajectory, self.matrix, batch)
+
+    def psf(self, weights: Any) -> Any:
+        """The Toeplitz point-spread function on the 2x grid, ``p[j] = sum_m w_m exp(+i 2 pi k_m . (j - c)/N)``.
+
+        ``c`` is the 2x grid's centre (index N per axis). It is F^H w with trajectory 2k on matrix 2N;
+        ``weights`` is float32 ``(M,)``. Returns complex64 ``tuple(2 * n for n in matrix)``.
+        """
+        big = tuple(2 * n for n in self.matrix)
+        data = weights.astype(np.complex64)[None, :]
+        return type(self)(2 * self.trajectory, big, 1)._adjoint(data)[0]
+
+
+class NudftEncoding(Encoding):
+    """F by the float64 NumPy sum (the oracle), CPU only; results rounded to complex64."""
+
+    name = "exact"
+
+    def _apply(self, x: Any) -> Any:
+        return nudft.nudft_forward(x, self.trajectory).astype(np.complex64)
+
+    def _adjoint(self, y: Any) -> Any:
+        return nudft.nudft_adjoint(y, self.trajectory, self.matrix).astype(np.complex64)
+
+    def psf(self, weights: Any) -> Any:
+        big = tuple(2 * n for n in self.matrix)
+        data = np.asarray(weights, dtype=np.complex128)[None, :]
+        out = nudft.nudft_adjoint(data, 2 * np.asarray(self.trajectory, dtype=np.float64), big)
+        return out[0].astype(np.complex64)
+
+
+class FinufftEncoding(Encoding):
+    """F by FINUFFT (tolerance :data:`NUFFT_EPS`, double precision inside), CPU only."""
+
+    name = "nufft"
+
+    def _apply(self, x: Any) -> Any:
+        return finufft.forward(x, self.trajectory, eps=NUFFT_EPS).astype(np.complex64)
+
+    def _adjoint(self, y: Any) -> Any:
+        return finufft.adjoint(y, self.trajectory, self.matrix, eps=NUFFT_EPS).astype(np.complex64)
+
+    def psf(self, weights: Any) -> Any:
+        big = tuple(2 * n for n in self.matrix)
+        data = np.asarray(weights, dtype=np.complex128)[None, :]
+        out = finufft.adjoint(data, 2 * np.asarray(self.trajectory, dtype=np.float64), big, eps=NUFFT_EPS)
+        return out[0].astype(np.complex64)
+
+
+class GpuExactEncoding(Encoding):
+    """F by exact direct summation on the GPU (CuPy arrays on the current device)."""
+
+    name = "gpu"
+
+    def _apply(self, x: Any) -> Any:
+        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+
+        return gpu_exact.forward_gpu(x, self.trajectory)
+
+    def _adjoint(self, y: Any) -> Any:
+        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+
+        return gpu_exact.fhd_gpu(y, self.trajectory, self.matrix)
+
+    def psf(self, weights: Any) -> Any:
+        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+
+        return gpu_exact.psf_gpu(self.trajectory, weights, self.matrix)
+
+
+def choose_engine(device: str | int | Device | None = "auto", method: str = "auto",
+                  like: Any = None) -> tuple[Device, type[Encoding]]:
+    """The device to compute on and the encoding engine for it.
+
+    Parameters
+    ----------
+    device
+        ``"auto" | "cpu" | "gpu" | "gpu:N" | N | Device``. With ``"auto"`` a CuPy input ``like`` keeps its
+        own GPU, and ``method="nufft"`` means the CPU.
+    method
+        ``"auto"`` (the GPU kernels on a GPU, FINUFFT on the CPU), ``"exact"`` (exact sums: the GPU kernels
+        on a GPU, the NumPy oracle on the CPU) or ``"nufft"`` (FINUFFT, CPU only).
+    like
+        An input array, consulted by ``device="auto"``.
+    """
+    if method not in METHODS:
+        raise InvalidDataError(f"unknown method {method!r}: expected 'auto', 'exact' or 'nufft'")
+    auto = device is None or (isinstance(device, str) and device == "auto")
+    if auto and method == "nufft":
+        return CPU, FinufftEncoding
+    if auto and is_gpu_array(like):
+        dev = resolve_device(int(like.device.id))
+    else:
+        dev = resolve_device(device)
+    if dev.is_gpu:
+        if method == "nufft":
+            raise DeviceError(f"method 'nufft' (FINUFFT) runs on the CPU only, found device {dev}; "
+                              f"use device='cpu' or method='exact'")
+        return dev, GpuExactEncoding
+    return dev, NudftEncoding if method == "exact" else FinufftEncoding

@@ -125,7 +125,8 @@ def test_gpu_checks_every_few_iterations_and_with_a_callback(rng):
 @pytest.mark.parametrize("coil_batch", [None, 2], ids=["all-coils", "batches"])
 def test_gpu_sense_cg_graph_replay_equals_eager_launches(rng, coil_batch):
     # The SENSE operator can write into a given array, so the fused CG captures one iteration as a CUDA
-    # graph and replays it; wrapping it in a plain callable forces one launch at a time. Same kernels, same order: bit-equal.
+    # graph and replays it; wrapping it in a plain callable forces one launch at a time. Same kernels,
+    # same order: bit-equal.
     from mri_recon.operators import psf
     from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
     from mri_recon.sim.trajectories import radial

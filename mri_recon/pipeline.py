@@ -80,15 +80,21 @@ def power_of_two(value: float) -> float:
 def _largest(array: Any) -> float:
     """``max |Re|, |Im|`` of a complex (or ``max |.|`` of a real) array: one reduction, one number back."""
     xp = get_xp(array)
-    flat = array.view(np.float32 if array.dtype == np.complex64 else np.float64) if array.dtype.kind == "c" \
-        else array
-    return float(xp.max(xp.abs(flat)))
+    if array.dtype.kind == "c":
+        array = xp.ascontiguousarray(array)
+        array = array.view(np.float32 if array.dtype == np.complex64 else np.float64)
+    return float(xp.max(xp.abs(array)))
 
 
 def _rss_peak(maps: Any) -> float:
-    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``."""
+    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``, without overflow or underflow (the
+    squares are taken of the maps divided by their largest component)."""
     xp = get_xp(maps)
-    return math.sqrt(float(xp.max((maps.real ** 2 + maps.imag ** 2).sum(axis=0))))
+    largest = _largest(maps)
+    if largest == 0.0:
+        return 0.0
+    unit = maps * np.float32(1.0 / largest) if maps.dtype == np.complex64 else maps / largest
+    return largest * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None) -> Plan:

@@ -46,6 +46,13 @@ def check_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tu
     return np.ascontiguousarray(array)
 
 
+def positive_int(name: str, value) -> int:
+    """``value`` as an int, or :class:`InvalidDataError` naming ``name`` when it is not a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidDataError(f"{name} must be a positive integer, found {value!r}")
+    return int(value)
+
+
 def validate_matrix(matrix: Any, source: str = "<memory>") -> tuple[int, ...]:
     """Check the image size: 2 or 3 positive integers, none absurd."""
     values = np.asarray(matrix)

@@ -16,8 +16,7 @@ from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
 from ..errors import InvalidDataError
 from ..operators import finufft as nufft_cpu
-from ..sim.trajectories import positive_int
-from ..validation import validate_matrix
+from ..validation import positive_int, validate_matrix
 
 BLOB_WIDTH = 0.1
 """Standard deviation (FOV units) of the Gaussian blob that fixes the scale of the weights (at least

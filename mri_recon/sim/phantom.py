@@ -27,8 +27,7 @@ from scipy.special import j1
 
 from ..errors import InvalidDataError
 from ..operators.nudft import voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
-from ..validation import validate_matrix
-from .trajectories import positive_int
+from ..validation import positive_int, validate_matrix
 
 SCALE = 0.45
 """Factor from the classic ``[-1, 1]`` phantom coordinates to the field of view ``[-0.5, 0.5)``."""

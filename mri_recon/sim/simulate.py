@@ -14,9 +14,8 @@ import numpy as np
 from ..errors import InvalidDataError
 from ..prep import dcf as _dcf
 from ..scan import Scan
-from ..validation import validate_matrix
+from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
-from .trajectories import positive_int
 
 KINDS = ("radial", "golden", "spiral", "kooshball", "stack-of-stars")
 """Trajectory kinds: uniform or golden-angle 2D radial, variable-density spiral, 3D radial, stack of stars."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidDataError
-from ..validation import validate_matrix
+from ..validation import positive_int, validate_matrix
 
 GOLDEN_ANGLE = np.pi * (np.sqrt(5.0) - 1.0) / 2.0
 """Golden-angle increment of full-diameter radial spokes: 180 deg / golden ratio = 111.246 deg."""
@@ -29,13 +29,6 @@ def _golden_means() -> tuple[float, float]:
 
 GOLDEN_MEANS = _golden_means()
 """(0.4656, 0.6823): increments of cos(polar angle) and azimuth / 2 pi of golden-means kooshball spokes."""
-
-
-def positive_int(name: str, value) -> int:
-    """``value`` as an int, or :class:`InvalidDataError` naming ``name`` when it is not a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidDataError(f"{name} must be a positive integer, found {value!r}")
-    return int(value)
 
 
 def _positive_float(name: str, value) -> float:

@@ -1,0 +1,147 @@
+"""The linear-operator protocol: adjointness of every concrete operator, .H, .N, composition, shape errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mri_recon.backend import cupy_module
+from mri_recon.errors import SchemaError
+from mri_recon.operators import (
+    FinufftEncoding,
+    Identity,
+    LinearOperator,
+    Multiply,
+    NudftEncoding,
+    Scale,
+    Sense,
+    choose_engine,
+)
+from mri_recon.operators.base import Adjoint, Compose, Sum
+from mri_recon.operators.toeplitz import Toeplitz, ToeplitzNormal, kernel_spectrum, normal_operator
+
+
+def crandn(rng, *shape) -> np.ndarray:
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+
+
+def trajectory(rng, matrix, m) -> np.ndarray:
+    return ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+
+
+def dot(a, b) -> complex:
+    return complex(np.vdot(np.asarray(a, dtype=np.complex128), np.asarray(b, dtype=np.complex128)))
+
+
+def assert_adjoint(op: LinearOperator, rng, xp=np, tol: float = 1e-5) -> None:
+    """<A x, y> = <x, A^H y> on fresh random inputs, shapes checked before the dot products."""
+    x = xp.asarray(crandn(rng, *op.ishape))
+    y = xp.asarray(crandn(rng, *op.oshape))
+    ax, ahy = op(x), op.H(y)
+    assert tuple(ax.shape) == op.oshape and tuple(ahy.shape) == op.ishape
+    host = cupy_module().asnumpy if xp is not np else np.asarray
+    lhs, rhs = dot(host(ax), host(y)), dot(host(x), host(ahy))
+    assert abs(lhs - rhs) <= tol * abs(lhs)
+
+
+def _spectrum(rng, matrix):
+    k = trajectory(rng, matrix, 90)
+    w = rng.uniform(0.5, 1.5, k.shape[0]).astype(np.float32)
+    return kernel_spectrum(NudftEncoding(k, matrix).psf(w)), k, w
+
+
+MATRICES = [(12, 10), (6, 5, 4)]
+
+
+@pytest.mark.parametrize("matrix", MATRICES, ids=["2d", "3d"])
+@pytest.mark.parametrize("engine", [NudftEncoding, FinufftEncoding], ids=["exact", "finufft"])
+def test_encoding_adjointness(rng, engine, matrix):
+    op = engine(trajectory(rng, matrix, 77), matrix, 3)
+    assert op.ishape == (3, *matrix) and op.oshape == (3, 77)
+    assert_adjoint(op, rng)
+
+
+def test_generic_operators_adjointness(rng):
+    maps = crandn(rng, 4, 6, 5)
+    assert_adjoint(Sense(maps), rng)
+    assert_adjoint(Multiply((6, 5), rng.random((6, 5)).astype(np.float32)), rng)
+    assert_adjoint(Scale((7,), 2.5 - 1j), rng)
+    assert_adjoint(Identity((3, 2)), rng)
+    op = NudftEncoding(trajectory(rng, (6, 5), 40), (6, 5), 4) @ Sense(maps)
+    assert isinstance(op, Compose) and op.ishape == (6, 5) and op.oshape == (4, 40)
+    assert_adjoint(op, rng)
+    assert_adjoint(op.N + Scale(op.ishape, 0.3), rng)
+
+
+@pytest.mark.parametrize("matrix", [(8, 6), (7, 5), (4, 5, 3)], ids=["2d", "2d-odd", "3d"])
+def test_toeplitz_operators_adjointness_and_normal(rng, matrix):
+    spectrum, k, w = _spectrum(rng, matrix)
+    assert_adjoint(Toeplitz(spectrum, (2, *matrix)), rng)
+    maps = crandn(rng, 3, *matrix)
+    sense = normal_operator(spectrum, coil_maps=maps, lam=0.2)
+    assert isinstance(sense, ToeplitzNormal) and sense.H is sense
+    assert_adjoint(sense, rng)
+    # Toeplitz embedding equals the composed normal operator A^H W A + lam I
+    a = NudftEncoding(k, matrix, 3) @ Sense(maps)
+    x = crandn(rng, *matrix)
+    direct = a.H(a(x) * w) + 0.2 * x
+    assert np.linalg.norm(sense(x) - direct) <= 1e-4 * np.linalg.norm(direct)
+
+
+def test_protocol_pieces(rng):
+    op = NudftEncoding(trajectory(rng, (6, 5), 30), (6, 5), 2)
+    assert isinstance(op.H, Adjoint) and op.H.H is op and op.H.ishape == op.oshape
+    n = op.N
+    x = crandn(rng, 2, 6, 5)
+    np.testing.assert_allclose(n(x), op.H(op(x)), rtol=1e-6)
+    assert isinstance(op.H @ op + Identity(op.ishape), Sum)
+    np.testing.assert_allclose((2 * op)(x), 2 * op(x), rtol=1e-6)
+    out = np.empty(op.oshape, dtype=np.complex64)
+    op.apply_into(x, out)
+    np.testing.assert_array_equal(out, op(x))
+    assert not op.writes_into and "NudftEncoding" in repr(op)
+    assert op.batched(2) is op and op.batched(5).ishape == (5, 6, 5)
+
+
+def test_shape_errors(rng):
+    op = NudftEncoding(trajectory(rng, (6, 5), 30), (6, 5), 2)
+    with pytest.raises(SchemaError, match=r"NudftEncoding input must have shape \(2, 6, 5\), found \(6, 5\)"):
+        op(crandn(rng, 6, 5))
+    with pytest.raises(SchemaError, match=r"cannot compose .* \(2, 6, 5\) != \(3, 6, 5\)"):
+        op @ Identity((3, 6, 5))
+    with pytest.raises(SchemaError, match="cannot add"):
+        op + Identity((2, 6, 5))
+    with pytest.raises(NotImplementedError, match="does not implement its forward map"):
+        LinearOperator((2,), (2,))(np.zeros(2))
+    with pytest.raises(NotImplementedError, match="does not implement its adjoint"):
+        LinearOperator((2,), (3,)).H(np.zeros(3))
+
+
+def test_choose_engine_names():
+    dev, engine = choose_engine("cpu", "exact")
+    assert not dev.is_gpu and engine is NudftEncoding and engine.name == "exact"
+    assert choose_engine("cpu")[1] is FinufftEncoding and choose_engine("auto", "nufft")[1].name == "nufft"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(12, 10), (7, 6, 5)], ids=["2d", "3d"])
+def test_gpu_operators_adjointness(rng, matrix):
+    from mri_recon.operators import GpuExactEncoding
+    from mri_recon.operators.gpu_toeplitz import FusedSenseNormal
+
+    cupy = cupy_module()
+    k = trajectory(rng, matrix, 77)
+    op = GpuExactEncoding(cupy.asarray(k), matrix, 3)
+    assert_adjoint(op, rng, cupy)
+    assert_adjoint(op @ Sense(cupy.asarray(crandn(rng, 3, *matrix))), rng, cupy)
+    spectrum, _, _ = _spectrum(rng, matrix)
+    assert_adjoint(Toeplitz(cupy.asarray(spectrum), (2, *matrix)), rng, cupy)
+    maps = crandn(rng, 3, *matrix)
+    fused = normal_operator(cupy.asarray(spectrum), coil_maps=cupy.asarray(maps), lam=0.2, coil_batch=2)
+    assert isinstance(fused, FusedSenseNormal) and fused.writes_into
+    assert_adjoint(fused, rng, cupy)
+    x = crandn(rng, *matrix)
+    out = cupy.full(matrix, cupy.nan, dtype=cupy.complex64)
+    fused.apply_into(cupy.asarray(x), out)
+    ref = normal_operator(spectrum, coil_maps=maps, lam=0.2)(x)
+    assert np.linalg.norm(cupy.asnumpy(out) - ref) <= 1e-5 * np.linalg.norm(ref)

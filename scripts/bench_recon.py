@@ -6,7 +6,8 @@ Pipe-Menon density weights, 30 CG iterations, lambda = 1e-3 (relative to the nor
 
 Timed: ours with the PSF computed in the run (quiet, and with the progress lines the CLI shows), ours
 estimating the coil maps itself (Walsh, ESPIRiT) from the uploaded data, ours with a PSF-cache hit,
-SigPy 0.1.27 SenseRecon on the GPU with the same maps, weights and iterations (its lambda mapped to the same absolute regularization).
+SigPy 0.1.27 SenseRecon on the GPU with the same maps, weights and iterations (its lambda mapped to the
+same absolute regularization).
 Medians of wall-clock times around the whole call (device synchronized), after one warm-up run each.
 Usage: python scripts/bench_recon.py OUT.json [--repeats N] [--data SCAN.h5]
 """

@@ -2,32 +2,40 @@
 
 Public API (stable)::
 
-    load_scan, save_scan, Scan            schema-v1 HDF5 scans (and ISMRMRD input)
-    fhd, forward                           exact F^H d and F
+    load_scan, load_scans, save_scan, Scan schema-v1 HDF5 scans (and ISMRMRD input)
+    prepare_scan                           prewhitening, density compensation, coil-map choice
+    fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out)
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction
     convolve, smooth                       post-filter (correlation semantics)
+    simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
+
+The operators themselves (``LinearOperator``, the encoding engines, ``Sense``, Toeplitz) are in
+:mod:`mri_recon.operators`; the layout is described in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from ._version import __version__  # noqa: E402
+from ._version import __version__
 from .errors import MriReconError
-from .io import load_scan, save_scan
+from .io import load_scan, load_scans, save_scan
 from .scan import Scan
 
 _LAZY = {
     "fhd": "operators",
     "forward": "operators",
+    "psf": "operators",
+    "prepare_scan": "prep",
+    "simulate_scan": "sim.simulate",
     "reconstruct": "pipeline",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",
 }
 
-__all__ = ["MriReconError", "Scan", "load_scan", "save_scan", "__version__", *_LAZY]
+__all__ = ["MriReconError", "Scan", "load_scan", "load_scans", "save_scan", "__version__", *_LAZY]
 
 
 def __getattr__(name: str):

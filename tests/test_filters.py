@@ -12,6 +12,8 @@ from mri_recon import filters
 from mri_recon.errors import DeviceError, FilterError, InvalidDataError, ResourceError
 from mri_recon.filters import convolve, gaussian_taps, gaussian_weights, separable_factors, smooth
 from mri_recon.filters import gpu as gpu_filter
+from mri_recon.filters import plan as gpu_plan
+from mri_recon.filters import taps as filter_taps
 from mri_recon.kernels import compile_ptx
 
 SCIPY_MODE = {"zero": "constant", "nearest": "nearest"}
@@ -81,16 +83,19 @@ def test_gaussian_taps(sigma, radius):
     np.testing.assert_array_equal(taps, taps[::-1])
 
 
-def test_default_radius_is_three_sigma_capped_at_seven():
-    assert [filters.default_radius(s) for s in (0.1, 0.5, 1.0, 2.0, 2.4, 5.0)] == [1, 2, 3, 6, 7, 7]
+def test_default_radius_is_scipy_truncate_four():
+    # scipy.ndimage.gaussian_filter: radius = int(truncate * sigma + 0.5), truncate = 4
+    sigmas = (0.1, 0.5, 1.0, 2.0, 2.4, 5.0, 6.1)
+    assert [filters.default_radius(s) for s in sigmas] == [int(4.0 * s + 0.5) for s in sigmas]
+    assert [filters.default_radius(s) for s in sigmas] == [0, 2, 4, 8, 10, 20, 24]
 
 
 def test_gaussian_weights_is_separable_and_normalized():
     weights = gaussian_weights((1.0, 2.0, 0.5), ndim=3)
-    assert weights.shape == (7, 13, 5)
+    assert weights.shape == (9, 17, 5)  # radii int(4 sigma + 0.5)
     assert abs(float(weights.astype(np.float64).sum()) - 1.0) <= 1e-6
     factors = separable_factors(weights)
-    assert factors is not None and [f.size for f in factors] == [7, 13, 5]
+    assert factors is not None and [f.size for f in factors] == [9, 17, 5]
     rebuilt = filters.outer_product(factors, np.float64)
     assert np.max(np.abs(rebuilt - weights)) <= 1e-7 * np.max(weights)
 
@@ -119,7 +124,6 @@ def test_smooth_preserves_constants_with_nearest(rng):
 
 @pytest.mark.parametrize("weights, match", [
     (np.ones((4, 3)), r"even size 4 along axis 0: expected odd sizes"),
-    (np.ones((3, 17)), r"radius 8 along axis 1: expected radius <= 7"),
     (np.ones((3, 3, 3)), r"filter of rank 3 .* for a 2-D image: expected a 2-D filter"),
     (np.ones((3, 3), np.complex64), r"filter dtype complex64: expected real taps"),
     (np.array([["a", "b", "c"]]), r"filter dtype <U1: expected real numbers"),
@@ -131,9 +135,10 @@ def test_bad_filters(weights, match):
         convolve(np.ones((8, 8), np.float32), weights, device="cpu")
 
 
-def test_oversized_filter_names_constant_memory_bytes():
+def test_oversized_filter_names_constant_memory_bytes(rng):
+    weights = rng.uniform(0.1, 1.0, (31, 31, 31)).astype(np.float32)  # not separable
     with pytest.raises(FilterError, match=r"its 119164 bytes would not fit the 65536-byte __constant__ memory"):
-        convolve(np.ones((4, 4, 4), np.float32), np.ones((31, 31, 31), np.float32), device="cpu")
+        gpu_plan.plan((4, 4, 4), weights)
 
 
 @pytest.mark.parametrize("sigma, radius, match", [
@@ -142,9 +147,8 @@ def test_oversized_filter_names_constant_memory_bytes():
     (float("nan"), None, r"sigma must be finite and > 0; found nan"),
     ("wide", None, r"sigma must be a number; found 'wide'"),
     ((1.0, 2.0, 3.0), None, r"sigma has 3 values for a 2-D image: expected 1 or 2"),
-    (1.0, 8, r"radius 8 along axis 0: expected radius <= 7"),
-    (1.0, -1, r"radius must be an integer in 0..7; found -1"),
-    (1.0, 2.5, r"radius must be an integer in 0..7; found 2.5"),
+    (1.0, -1, r"radius must be an integer >= 0; found -1"),
+    (1.0, 2.5, r"radius must be an integer >= 0; found 2.5"),
     (1.0, (1, 2, 3), r"radius has 3 values for a 2-D image: expected 1 or 2"),
 ])
 def test_bad_smoothing_parameters(sigma, radius, match):
@@ -153,8 +157,8 @@ def test_bad_smoothing_parameters(sigma, radius, match):
 
 
 def test_gaussian_taps_rejects_bad_radius():
-    with pytest.raises(FilterError, match=r"radius 9 along axis 0: expected radius <= 7"):
-        gaussian_taps(1.0, 9)
+    with pytest.raises(FilterError, match=r"radius must be an integer >= 0; found -3"):
+        gaussian_taps(1.0, -3)
 
 
 def test_unknown_mode():
@@ -174,7 +178,7 @@ def test_bad_images(image, match):
 
 # --- GPU launch plans (pure Python: geometry checked without a GPU) ---------------------------------------
 
-def _covers(launch: gpu_filter.Launch) -> bool:
+def _covers(launch: gpu_plan.Launch) -> bool:
     nz, ny, nx = launch.view
     oz, oy, ox = launch.out_tile
     gx, gy, gz = launch.grid
@@ -186,101 +190,101 @@ def _covers(launch: gpu_filter.Launch) -> bool:
 def test_plans_cover_the_image(strategy, shape, rng):
     radius = 2
     factors = [rng.uniform(0.1, 1, 2 * radius + 1).astype(np.float32) for _ in shape]
-    launches = gpu_filter.plan(shape, filters.outer_product(factors), strategy=strategy, factors=factors)
+    launches = gpu_plan.plan(shape, filters.outer_product(factors), strategy=strategy, factors=factors)
     assert len(launches) == (len(shape) if strategy == "separable" else 1)
     for launch in launches:
         assert _covers(launch)
         assert math.prod(launch.view) * launch.batch == math.prod(shape)
-        assert math.prod(launch.block) <= gpu_filter.MAX_THREADS
-        assert launch.shared_bytes <= gpu_filter.SHARED_LIMIT_BYTES
+        assert math.prod(launch.block) <= gpu_plan.MAX_THREADS
+        assert launch.shared_bytes <= gpu_plan.SHARED_LIMIT_BYTES
         assert launch.taps.size == math.prod(2 * r + 1 for r in launch.radii)
 
 
 def test_register_plan_runs_2d_rows_as_the_blocked_axis():
-    (launch,) = gpu_filter.plan((40, 50), np.ones((5, 3), np.float32), strategy="register")
+    (launch,) = gpu_plan.plan((40, 50), np.ones((5, 3), np.float32), strategy="register")
     assert launch.view == (40, 1, 50) and launch.radii == (2, 0, 1)
     assert launch.out_tile == (64, 1, 32) and launch.in_tile == (68, 1, 34)
 
 
 def test_strategy_a_tiles():
-    assert gpu_filter.tile_a((0, 2, 2), 2) == (32, 32, 1)
-    in_x, in_y, in_z = gpu_filter.tile_a((1, 1, 1), 3)
+    assert gpu_plan.tile_a((0, 2, 2), 2) == (32, 32, 1)
+    in_x, in_y, in_z = gpu_plan.tile_a((1, 1, 1), 3)
     assert in_x * in_y * in_z <= 1024 and min(in_x, in_y, in_z) >= 3
     with pytest.raises(FilterError, match=r"strategy 'A' cannot tile radii .* \(5, 5, 5\) in 3-D"):
-        gpu_filter.plan((20, 20, 20), np.ones((11, 11, 11), np.float32), strategy="A")
+        gpu_plan.plan((20, 20, 20), np.ones((11, 11, 11), np.float32), strategy="A")
 
 
 def test_separable_folds_single_taps_into_one_pass():
     factors = [np.array([2.0], np.float32), np.array([1.0, 3.0, 1.0], np.float32)]
-    (launch,) = gpu_filter.plan((10, 10), filters.outer_product(factors), strategy="separable", factors=factors)
+    (launch,) = gpu_plan.plan((10, 10), filters.outer_product(factors), strategy="separable", factors=factors)
     np.testing.assert_allclose(launch.taps, [2.0, 6.0, 2.0])
     assert launch.radii == (0, 0, 1)
 
 
 def test_auto_strategy_rule():
-    assert gpu_filter.choose_strategy((512, 512, 512), (2, 2, 2), separable=True) == "separable"
-    assert gpu_filter.choose_strategy((256, 256, 256), (1, 1, 1), separable=True) == "register"
-    assert gpu_filter.choose_strategy((8192, 8192), (7, 7), separable=True) == "separable"
-    assert gpu_filter.choose_strategy((8192, 8192), (2, 2), separable=True) == "register"
-    assert gpu_filter.choose_strategy((8192, 8192), (7, 7), separable=False) == "register"
-    assert gpu_filter.choose_strategy((64, 64), (7, 7), separable=True) == "register"
-    assert gpu_filter.choose_strategy((8192, 8192), (2, 2), separable=True, streamable=True) == "stream"
-    assert gpu_filter.choose_strategy((8192, 8192), (7, 7), separable=True, streamable=True) == "separable"
-    assert gpu_filter.choose_strategy((8192, 8192), (3, 3), separable=False, streamable=True) == "register"
+    assert gpu_plan.choose_strategy((512, 512, 512), (2, 2, 2), separable=True) == "separable"
+    assert gpu_plan.choose_strategy((256, 256, 256), (1, 1, 1), separable=True) == "register"
+    assert gpu_plan.choose_strategy((8192, 8192), (7, 7), separable=True) == "separable"
+    assert gpu_plan.choose_strategy((8192, 8192), (2, 2), separable=True) == "register"
+    assert gpu_plan.choose_strategy((8192, 8192), (7, 7), separable=False) == "register"
+    assert gpu_plan.choose_strategy((64, 64), (7, 7), separable=True) == "register"
+    assert gpu_plan.choose_strategy((8192, 8192), (2, 2), separable=True, streamable=True) == "stream"
+    assert gpu_plan.choose_strategy((8192, 8192), (7, 7), separable=True, streamable=True) == "separable"
+    assert gpu_plan.choose_strategy((8192, 8192), (3, 3), separable=False, streamable=True) == "register"
 
 
 def test_stream_plans():
     five = np.ones((5, 5), np.float32)
-    (launch,) = gpu_filter.plan((8192, 8192), five)
+    (launch,) = gpu_plan.plan((8192, 8192), five)
     assert launch.strategy == "stream"
-    rows, width = gpu_filter.STREAM_ROWS, 32 * gpu_filter.STREAM_WARPS * 4
+    rows, width = gpu_plan.STREAM_ROWS, 32 * gpu_plan.STREAM_WARPS * 4
     assert launch.out_tile == (1, rows, width)
     assert launch.grid == (8192 // width, 8192 // rows, 1) and launch.block == (width // 4, 1, 1)
-    (launch,) = gpu_filter.plan((3, 70, 132), np.ones((1, 3, 3), np.float32), strategy="stream")
-    assert launch.grid == (1, -(-70 // gpu_filter.STREAM_ROWS), 3)  # planes on the grid's z axis
-    (launch,) = gpu_filter.plan((64, 64), five, complex_=True, strategy="stream")
-    assert launch.out_tile[2] == 32 * gpu_filter.STREAM_WARPS * 2
+    (launch,) = gpu_plan.plan((3, 70, 132), np.ones((1, 3, 3), np.float32), strategy="stream")
+    assert launch.grid == (1, -(-70 // gpu_plan.STREAM_ROWS), 3)  # planes on the grid's z axis
+    (launch,) = gpu_plan.plan((64, 64), five, complex_=True, strategy="stream")
+    assert launch.out_tile[2] == 32 * gpu_plan.STREAM_WARPS * 2
     # auto takes the register kernel when streaming does not fit
-    assert gpu_filter.plan((8192, 8190), five)[0].strategy == "register"
-    assert gpu_filter.plan((8192, 8192), five, aligned=False)[0].strategy == "register"
-    assert gpu_filter.plan((64, 64), np.ones((9, 9), np.float32))[0].strategy == "register"
-    assert gpu_filter.plan((64, 64), five, complex_=True)[0].strategy == "register"
+    assert gpu_plan.plan((8192, 8190), five)[0].strategy == "register"
+    assert gpu_plan.plan((8192, 8192), five, aligned=False)[0].strategy == "register"
+    assert gpu_plan.plan((64, 64), np.ones((9, 9), np.float32))[0].strategy == "register"
+    assert gpu_plan.plan((64, 64), five, complex_=True)[0].strategy == "register"
     refusals = [((64, 62), five, False, "multiple of 4 elements"),
                 ((64, 64), np.ones((9, 9), np.float32), False, "radius is at most 3"),
                 ((64, 64), np.ones((3, 7), np.float32), True, "x radius is at most 2"),
                 ((8, 64, 64), np.ones((3, 3, 3), np.float32), False, "2-D planes only")]
     for shape, weights, complex_, reason in refusals:
         with pytest.raises(FilterError, match=f"strategy 'stream' cannot filter .*{reason}"):
-            gpu_filter.plan(shape, weights, complex_=complex_, strategy="stream")
+            gpu_plan.plan(shape, weights, complex_=complex_, strategy="stream")
     with pytest.raises(FilterError, match="not 16-byte aligned"):
-        gpu_filter.plan((64, 64), five, strategy="stream", aligned=False)
+        gpu_plan.plan((64, 64), five, strategy="stream", aligned=False)
 
 
 def test_plan_errors():
     weights = np.ones((3, 3), np.float32)
     with pytest.raises(FilterError, match=r"unknown strategy 'C': expected one of auto, A, B"):
-        gpu_filter.plan((8, 8), weights, strategy="C")
+        gpu_plan.plan((8, 8), weights, strategy="C")
     with pytest.raises(FilterError, match=r"strategy 'separable' needs a filter that is an outer product"):
-        gpu_filter.plan((8, 8), weights, strategy="separable", factors=None)
+        gpu_plan.plan((8, 8), weights, strategy="separable", factors=None)
     with pytest.raises(ResourceError, match=r"needs a grid of .* at most 65535 blocks along y and z"):
-        gpu_filter.plan((3_000_000, 2), weights, strategy="A")
+        gpu_plan.plan((3_000_000, 2), weights, strategy="A")
 
 
 def test_check_factors():
     weights = filters.outer_product([np.ones(3), np.arange(1.0, 6.0)])
-    assert len(gpu_filter.check_factors([np.ones(3), np.arange(1.0, 6.0)], weights)) == 2
+    assert len(filter_taps.check_factors([np.ones(3), np.arange(1.0, 6.0)], weights)) == 2
     with pytest.raises(FilterError, match=r"factors of lengths \(3,\) for a filter of shape \(3, 5\)"):
-        gpu_filter.check_factors([np.ones(3)], weights)
+        filter_taps.check_factors([np.ones(3)], weights)
     with pytest.raises(FilterError, match=r"separable factors do not multiply to the filter"):
-        gpu_filter.check_factors([np.ones(3), np.ones(5)], weights)
+        filter_taps.check_factors([np.ones(3), np.ones(5)], weights)
 
 
 def test_shared_memory_limit():
-    (launch,) = gpu_filter.plan((20, 20, 20), np.ones((15, 15, 15), np.float32), strategy="register")
-    assert gpu_filter.STATIC_SHARED_BYTES < launch.shared_bytes <= gpu_filter.SHARED_LIMIT_BYTES
-    gpu_filter.check_shared_memory(launch.name, launch.shared_bytes, 232448)  # H100 / H200
+    (launch,) = gpu_plan.plan((20, 20, 20), np.ones((15, 15, 15), np.float32), strategy="register")
+    assert gpu_plan.STATIC_SHARED_BYTES < launch.shared_bytes <= gpu_plan.SHARED_LIMIT_BYTES
+    gpu_plan.check_shared_memory(launch.name, launch.shared_bytes, 232448)  # H100 / H200
     with pytest.raises(ResourceError, match=r"needs \d+ bytes of shared memory per block; this GPU allows 65536"):
-        gpu_filter.check_shared_memory(launch.name, launch.shared_bytes, 65536)  # Turing
+        gpu_plan.check_shared_memory(launch.name, launch.shared_bytes, 65536)  # Turing
 
 
 def test_gpu_correlate_needs_a_cupy_array():

@@ -17,6 +17,7 @@ from mri_recon.backend import Device
 from mri_recon.errors import FilterError, InvalidDataError
 from mri_recon.filters import convolve, smooth
 from mri_recon.filters import gpu as gpu_filter
+from mri_recon.filters import plan as gpu_plan
 
 pytestmark = pytest.mark.gpu
 
@@ -77,7 +78,7 @@ def image_tile(strategy, ndim, radius):
     """Output tile of the (first) launch, in image axes."""
     fshape = (2 * radius + 1,) * ndim
     factors = [np.ones(n, np.float32) for n in fshape]
-    launch = gpu_filter.plan((100,) * ndim, filters.outer_product(factors), strategy=strategy, factors=factors)[0]
+    launch = gpu_plan.plan((100,) * ndim, filters.outer_product(factors), strategy=strategy, factors=factors)[0]
     oz, oy, ox = launch.out_tile
     if strategy in ("register", "separable") and ndim == 2:
         return oz, ox  # 2-D images run as (ny, 1, nx): rows are the blocked axis
@@ -129,8 +130,8 @@ def test_complex64(rng, strategy):
 
 def test_complex64_large_shared_tile(rng):
     # 3-D radius 7 complex: the register tile needs more than the default 48 KB of shared memory
-    (launch,) = gpu_filter.plan((9, 9, 33), np.ones((15, 15, 15), np.float32), complex_=True, strategy="register")
-    assert launch.shared_bytes > gpu_filter.STATIC_SHARED_BYTES
+    (launch,) = gpu_plan.plan((9, 9, 33), np.ones((15, 15, 15), np.float32), complex_=True, strategy="register")
+    assert launch.shared_bytes > gpu_plan.STATIC_SHARED_BYTES
     check(rng, "register", (9, 9, 33), (15, 15, 15), "nearest", complex_=True)
 
 
@@ -155,7 +156,7 @@ def test_one_dimensional(rng, strategy):
 def test_each_separable_pass_writes_every_output(rng, fshape):
     # a single non-trivial factor gives a single pass straight into the poisoned output
     weights, factors = random_filter(rng, fshape, separable=True)
-    assert len(gpu_filter.plan((9, 10, 65), weights, strategy="separable", factors=factors)) == 1
+    assert len(gpu_plan.plan((9, 10, 65), weights, strategy="separable", factors=factors)) == 1
     check(rng, "separable", (9, 10, 65), fshape, "nearest")
 
 
@@ -206,18 +207,18 @@ def test_bad_output_arrays():
 def stream_shapes(radius, complex_=False):
     """Around the streaming kernel's output tile: widths of whole vectors (tile - 1 vector, tile, tile + 1
     vector), heights ROWS - 1, ROWS, ROWS + 1, one-row and one-vector images."""
-    (launch,) = gpu_filter.plan((64, 64), np.ones((2 * radius + 1, 1), np.float32), complex_=complex_,
+    (launch,) = gpu_plan.plan((64, 64), np.ones((2 * radius + 1, 1), np.float32), complex_=complex_,
                                 strategy="stream")
     _, rows, width = launch.out_tile
-    vec = gpu_filter.vector_elements(complex_)
+    vec = gpu_plan.vector_elements(complex_)
     return [(rows - 1, width + vec), (rows, width), (rows + 1, width - vec), (1, 4 * vec), (45, vec),
             (2 * rows + 3, 3 * width + 2 * vec)]
 
 
-@pytest.mark.parametrize("radius", range(gpu_filter.STREAM_MAX_RADIUS + 1))
+@pytest.mark.parametrize("radius", range(gpu_plan.STREAM_MAX_RADIUS + 1))
 @pytest.mark.parametrize("complex_", [False, True], ids=["float32", "complex64"])
 def test_stream_every_radius_and_edge_size(rng, radius, complex_):
-    vec = gpu_filter.vector_elements(complex_)
+    vec = gpu_plan.vector_elements(complex_)
     fshapes = [(2 * radius + 1, 2 * min(radius, vec) + 1), (2 * radius + 1, 1), (1, 2 * min(radius, vec) + 1)]
     for shape in stream_shapes(radius, complex_):
         for fshape in fshapes:
@@ -245,7 +246,7 @@ def test_stream_refuses_unaligned_arrays(rng):
     with pytest.raises(FilterError, match="not 16-byte aligned"):
         gpu_filter.correlate(contiguous, weights, strategy="stream", out=offset)
     # a streaming plan made for aligned arrays is refused at execution, before any launch
-    launches = gpu_filter.plan((8, 16), weights, strategy="stream")
+    launches = gpu_plan.plan((8, 16), weights, strategy="stream")
     with pytest.raises(FilterError, match="strategy 'stream' needs arrays that start on 16-byte boundaries"):
         gpu_filter.execute(launches, contiguous, out=offset)
     # auto falls back to the register kernel for the same arrays

@@ -170,3 +170,21 @@ def test_gpu_refuses_what_it_cannot_take(rng):
         convolve(image, rng.uniform(0.1, 1.0, (17, 3)).astype(np.float32))
     # the CPU takes both
     assert smooth(image, 1.0, radius=limit + 1, device="cpu").shape == (40, 40)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["zero", "nearest"])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=["float32", "complex64"])
+def test_gpu_smooth_beyond_the_separable_passes_matches_scipy(rng, mode, dtype):
+    # sigma 8: default radius 32 > SEPARABLE_MAX_RADIUS, served by cupyx's correlate1d passes (never cut)
+    cupy = backend.cupy_module()
+    image = rng.standard_normal((70, 61)).astype(np.float32)
+    if dtype == np.complex64:
+        image = (image + 1j * rng.standard_normal((70, 61))).astype(np.complex64)
+    got = cupy.asnumpy(filters.smooth(cupy.asarray(image), 8.0, mode=mode))
+    scipy_mode = "constant" if mode == "zero" else "nearest"
+    ref = ndimage.gaussian_filter(image.real.astype(np.float64), 8.0, mode=scipy_mode)
+    if dtype == np.complex64:
+        ref = ref + 1j * ndimage.gaussian_filter(image.imag.astype(np.float64), 8.0, mode=scipy_mode)
+    assert got.dtype == dtype
+    assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)

@@ -9,8 +9,9 @@ Gaussian filters of :func:`smooth` correlation and convolution coincide.) Exampl
 - Filters have odd sizes ``2r + 1`` and the image's rank. The CPU takes any radius. The GPU takes radius
   ``<= 7`` per axis (:data:`MAX_RADIUS`: its kernels hold the filter in ``__constant__`` memory), and a
   separable filter such as :func:`smooth`'s Gaussian up to radius 24 (:data:`SEPARABLE_MAX_RADIUS`, as
-  1-D passes); a larger filter on the GPU is refused with a :class:`~mri_recon.errors.FilterError` that
-  names the limit, never cut.
+  1-D passes); a wider separable filter runs as 1-D passes of ``cupyx.scipy.ndimage.correlate1d``, and a
+  wider non-separable one is refused with a :class:`~mri_recon.errors.FilterError` that names the limit.
+  No filter is ever cut.
 - :func:`smooth`'s default radius is ``int(4 sigma + 0.5)``, that of ``scipy.ndimage.gaussian_filter``
   (``truncate=4.0``), so ``smooth(x, s)`` equals ``gaussian_filter(x, s, mode="constant")``.
 - Boundary ``mode``: ``"zero"`` (ghost cells are 0, scipy ``mode="constant", cval=0``) or ``"nearest"``
@@ -115,8 +116,8 @@ def smooth(image: Any, sigma: float | Sequence[float], *, radius: int | Sequence
         Standard deviation in voxels, one for all axes or one per axis; finite and > 0.
     radius : int or sequence of int, optional
         Filter half-width per axis, ``>= 0``. Default ``int(4 sigma + 0.5)``, as
-        ``scipy.ndimage.gaussian_filter``. The GPU takes radii up to 24 (sigma up to about 6 by default);
-        beyond, use ``device="cpu"``.
+        ``scipy.ndimage.gaussian_filter``. Any radius: on the GPU, radii above 24 run through
+        ``cupyx.scipy.ndimage.correlate1d`` instead of the project's kernels.
     mode, device
         As for :func:`convolve`.
 
@@ -128,7 +129,7 @@ def smooth(image: Any, sigma: float | Sequence[float], *, radius: int | Sequence
     Raises
     ------
     FilterError
-        Bad sigma or radius, unknown mode; on the GPU, a radius above 24.
+        Bad sigma or radius, unknown mode.
     """
     mode = check_mode(mode)
     data = check_image(image)

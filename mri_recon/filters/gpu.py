@@ -123,10 +123,36 @@ def run(data: Any, taps: Taps, *, mode: str, strategy: str = "auto", out: Any = 
 
     The internal entry of :func:`mri_recon.filters.convolve`: no validation beyond a cache lookup.
     """
+    factors = taps.factors
+    if factors is not None and max((f.size - 1) // 2 for f in factors) > SEPARABLE_MAX_RADIUS:
+        return _wide_separable(data, factors, mode, out)
     device_index = int(data.device.id)
     aligned = _aligned(data) and (out is None or not backend.is_gpu_array(out) or _aligned(out))
     prepared = _planned(data.shape, data.dtype.kind == "c", taps, strategy, aligned, mode, device_index)
     return _execute(prepared, data, out)
+
+
+def _wide_separable(data: Any, factors: Any, mode: str, out: Any) -> Any:
+    """A separable filter wider than the project's kernels (radius > :data:`SEPARABLE_MAX_RADIUS`, e.g. a
+    Gaussian of sigma > 6): 1-D correlations along each axis through ``cupyx.scipy.ndimage.correlate1d``,
+    which has no radius limit. Same semantics (correlation; zero or nearest boundaries)."""
+    from cupyx.scipy import ndimage  # noqa: PLC0415 - CuPy's path
+
+    cupy = backend.cupy_module()
+    scipy_mode = {"zero": "constant", "nearest": "nearest"}[mode]
+    result = data
+    for axis, factor in enumerate(factors):
+        weights = cupy.asarray(factor, dtype=cupy.float32)
+        if data.dtype.kind == "c":
+            result = (ndimage.correlate1d(result.real, weights, axis=axis, mode=scipy_mode, cval=0.0)
+                      + 1j * ndimage.correlate1d(result.imag, weights, axis=axis, mode=scipy_mode, cval=0.0))
+        else:
+            result = ndimage.correlate1d(result, weights, axis=axis, mode=scipy_mode, cval=0.0)
+    result = result.astype(data.dtype, copy=False)
+    if out is not None:
+        out[...] = result
+        return out
+    return result
 
 
 @functools.lru_cache(maxsize=PLAN_CACHE_SIZE)

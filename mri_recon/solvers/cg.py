@@ -20,11 +20,6 @@ from ..backend import get_xp
 from ..errors import InvalidDataError, SchemaError
 
 
-def compile_configurations() -> list[tuple[str, dict]]:
-    """The CUDA sources of the fused GPU updates (for the CI compile test)."""
-    return [("cg.cu", {})]
-
-
 def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iterations: int, tolerance: float,
        callback: Callable[[int, Any, float], None] | None = None,
        check_every: int = 5) -> tuple[Any, tuple[float, ...]]:

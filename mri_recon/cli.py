@@ -261,7 +261,7 @@ def doctor(device: str) -> None:
     for check in checks:
         status = "PASS" if check.passed else "FAIL"
         detail = check.message or (f"relative error {check.error:.2e} (tolerance {check.tolerance:.0e})"
-                                   if check.name != "compile kernels" else "all configurations built")
+                                   if check.name != "compile kernels" else "every registry configuration built")
         click.echo(f"{status}  {check.name:<16} {detail}  {check.seconds:.2f} s")
     failed = [c.name for c in checks if not c.passed]
     if failed:

@@ -38,7 +38,7 @@ class Scan:
     """float32 ``(M, D)``: sample positions in cycles per field of view; axis d is Nyquist-sampled on
     ``[-matrix[d]/2, matrix[d]/2)``."""
     matrix: tuple[int, ...]
-    """Image size ``(Nx, Ny)`` or ``(Nx, Ny, Nz)``; voxel j of an axis of size N is at ``(j - N/2) / N``."""
+    """Image size ``(Nx, Ny)`` or ``(Nx, Ny, Nz)``; voxel j of an axis of size N is at ``(j - N // 2) / N``."""
     weights: np.ndarray | None = None
     """float32 ``(M,)``: density-compensation weights, >= 0."""
     coil_maps: np.ndarray | None = None

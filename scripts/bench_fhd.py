@@ -24,8 +24,11 @@ import traceback
 import numpy as np
 
 from mri_recon.backend import cupy_module
+from mri_recon.grid import voxel_positions
+from mri_recon.kernels.configs import fhd_defines
 from mri_recon.operators import gpu_exact as gpu_fhd
-from mri_recon.operators.nudft import voxel_positions
+from mri_recon.operators import gpu_ladder as ladder
+from mri_recon.operators.gpu_layout import fixed_point_turns
 
 CEILING = 132 * 8 * 1.98e9
 """H200 special-function-unit bound of direct F^H d, one coil: 132 SMs x 8 sin+cos pairs/clock x 1.98 GHz."""
@@ -111,8 +114,8 @@ def section(results: dict, name: str, fn) -> None:
 def ours(problem: dict, variant: str, coils: int, dim: str, **kwargs) -> dict:
     cupy = cupy_module()
     data = problem["data"][:coils]
-    fn = kwargs.pop("fn", None) or (lambda: gpu_fhd.fhd_gpu(data, problem["traj"], problem["matrix"],
-                                                            variant=variant))
+    fn = kwargs.pop("fn", None) or (lambda: ladder.fhd_ladder(data, problem["traj"], problem["matrix"],
+                                                              variant=variant))
     out = fn()
     timing = timed(fn)
     triples = problem["nvox"] * problem["m"] * coils
@@ -216,9 +219,9 @@ def main(path: str) -> int:
                 "trajectory": f"golden-angle radial {SPOKES} x {READOUT}"}
 
     section(results, "problem 2d", problem_2d)
-    for variant in gpu_fhd.VARIANTS:
+    for variant in ladder.VARIANTS:
         section(results, f"2d {variant} 1 coil", lambda v=variant: ours(problems["2d"], v, 1, "2d"))
-    section(results, "2d best 8 coils", lambda: ours(problems["2d"], gpu_fhd.BEST, 8, "2d"))
+    section(results, "2d best 8 coils", lambda: ours(problems["2d"], ladder.BEST, 8, "2d"))
     section(results, "2d sigpy 1 coil", lambda: sigpy_peer(problems["2d"], 1))
     section(results, "2d sigpy 8 coils", lambda: sigpy_peer(problems["2d"], 8))
     section(results, "2d torchkbnufft 1 coil", lambda: torchkbnufft_peer(problems["2d"], 1))
@@ -227,13 +230,12 @@ def main(path: str) -> int:
     def sweep(problem: dict, dim: str, vox: int, coils: int = 1, recur: bool = True, block: int | None = None,
               chunk: int | None = None) -> dict:
         p = problem
-        defines = gpu_fhd.fhd_defines(len(p["matrix"]), coils, vox, recur)
+        defines = fhd_defines(len(p["matrix"]), coils, vox, recur)
 
         def fn():
             out = gpu_fhd._empty((coils, p["nvox"]), cupy.complex64)
-            records = gpu_fhd._records(gpu_fhd.fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils],
-                                       real=False)
-            gpu_fhd._fhd_fast(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd._device())
+            records = gpu_fhd._records(fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils], real=False)
+            gpu_fhd._fhd_launch(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd._device())
             return out
 
         return ours(p, "recur" if recur else "multi", coils, dim, fn=fn, positions_per_thread=vox, block=block,
@@ -257,13 +259,13 @@ def main(path: str) -> int:
         matrix = p["matrix"]
         big = tuple(2 * n for n in matrix)
         weights = cupy.abs(p["data"][0].real).astype(cupy.float32)
-        defines = gpu_fhd.fhd_defines(2, 1, vox, recur, real=True)
+        defines = fhd_defines(2, 1, vox, recur, real=True)
 
         def fn():
-            kfix = gpu_fhd.fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
+            kfix = fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
             records = gpu_fhd._records(kfix, weights[None, :], real=True)
             out = gpu_fhd._empty((1, math.prod(big)), cupy.complex64)
-            gpu_fhd._fhd_fast(out, records, big, defines, True, 0, None, block, gpu_fhd._device())
+            gpu_fhd._fhd_launch(out, records, big, defines, True, 0, None, block, gpu_fhd._device())
             return out
 
         timing = timed(fn)
@@ -280,7 +282,7 @@ def main(path: str) -> int:
                 "trajectory": f"uniform random in [-{SIZE_3D // 2}, {SIZE_3D // 2})^3"}
 
     section(results, "problem 3d", problem_3d)
-    section(results, "3d best 1 coil", lambda: ours(problems["3d"], gpu_fhd.BEST, 1, "3d"))
+    section(results, "3d best 1 coil", lambda: ours(problems["3d"], ladder.BEST, 1, "3d"))
     for vox in (2, 8):
         section(results, f"3d recur vox={vox} 1 coil", lambda v=vox: sweep(problems["3d"], "3d", v))
 

@@ -25,23 +25,25 @@ def random_trajectory(rng: np.random.Generator, matrix: tuple[int, ...], m: int)
 
 
 def cartesian(matrix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Integer grid q_d = j - N_d // 2 (fftshift order) as a trajectory, and the phase exp(i pi sum q)."""
+    """Integer grid q_d = j - N_d // 2 (fftshift order) as a trajectory, and the phase
+    exp(i 2 pi sum_d q_d (N_d // 2) / N_d) (exp(i pi sum q) for even sizes)."""
     axes = [np.arange(n) - n // 2 for n in matrix]
     grids = np.meshgrid(*axes, indexing="ij")
     k = np.stack([g.reshape(-1) for g in grids], axis=1).astype(np.float64)
-    return k, np.exp(1j * np.pi * k.sum(axis=1)).reshape(matrix)
+    phase = sum(2 * np.pi * k[:, d] * (n // 2) / n for d, n in enumerate(matrix))
+    return k, np.exp(1j * phase).reshape(matrix)
 
 
 def test_voxel_positions():
     r = voxel_positions((4, 3))
     assert r.shape == (12, 2)
-    np.testing.assert_allclose(r[:3], [[-0.5, -0.5], [-0.5, -1 / 6], [-0.5, 1 / 6]])
-    np.testing.assert_allclose(r[-1], [0.25, 1 / 6])
+    np.testing.assert_allclose(r[:3], [[-0.5, -1 / 3], [-0.5, 0], [-0.5, 1 / 3]])
+    np.testing.assert_allclose(r[-1], [0.25, 1 / 3])
 
 
 @pytest.mark.parametrize("matrix", MATRICES, ids=IDS)
 def test_forward_on_cartesian_grid_is_fft(rng, matrix):
-    # d(q) = sum_j x_j exp(-i 2 pi q (j - N/2) / N) = exp(i pi q) FFT(x)[q]
+    # d(q) = sum_j x_j exp(-i 2 pi q (j - c) / N) = exp(i 2 pi q c / N) FFT(x)[q], c = N // 2
     x = crandn(rng, *matrix)
     k, phase = cartesian(matrix)
     expected = np.fft.fftshift(np.fft.fftn(x)) * phase

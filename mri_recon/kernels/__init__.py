@@ -1,6 +1,9 @@
 """CUDA sources of mri-recon and the one module that loads them.
 
-Kernels live in ``*.cu`` files beside this module, ``extern "C"`` and prefixed ``mri_recon_``. Sizes known
+Kernels live in ``*.cu`` files beside this module, ``extern "C"`` and prefixed ``mri_recon_``; device
+functions they share live in ``*.cuh`` headers here, found through ``-I`` of this folder (a checksum of the
+headers is part of the options, so CuPy's on-disk cache never serves a kernel built with an older header).
+Every configuration the launchers build is listed in :mod:`mri_recon.kernels.registry`. Sizes known
 at compile time are passed as ``-D`` options (never by editing the source text). Modules are memoized per
 (file, options, device). :func:`upload_constant` is the single way to fill ``__constant__`` memory: it checks
 that the data fits the symbol (and so the 64 KB constant bank) before copying on the current stream, which
@@ -13,6 +16,7 @@ not build never lands.
 from __future__ import annotations
 
 import functools
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,8 +34,14 @@ def kernel_files() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
 
 
+def header_files() -> list[Path]:
+    """Every ``.cuh`` header shipped with the package (included by the ``.cu`` files)."""
+    return sorted(KERNEL_DIR.glob("*.cuh"))
+
+
 @functools.cache
 def source(filename: str) -> str:
+    """The text of ``filename`` in the kernel folder."""
     path = KERNEL_DIR / filename
     if not path.is_file():
         raise KernelError(f"kernel source {filename!r} not found in {KERNEL_DIR}")
@@ -42,6 +52,14 @@ def options(defines: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """NVRTC options: the base options plus ``-DNAME=VALUE`` for each define, in sorted order."""
     items = sorted((defines or {}).items())
     return BASE_OPTIONS + tuple(f"-D{name}={int(value)}" for name, value in items)
+
+
+def include_options() -> tuple[str, ...]:
+    """``-I`` of the kernel folder and ``-DMRI_RECON_HEADERS=<crc32 of every header>`` (the cache key)."""
+    crc = 0
+    for path in header_files():
+        crc = zlib.crc32(path.name.encode() + b"\0" + source(path.name).encode(), crc)
+    return (f"-I{KERNEL_DIR}", f"-DMRI_RECON_HEADERS={crc}")
 
 
 def _freeze(defines: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
@@ -55,7 +73,7 @@ def _module(filename: str, frozen: tuple[tuple[str, int], ...], device_index: in
         raise KernelError("CuPy is not installed: GPU kernels are unavailable")
     with cupy.cuda.Device(device_index):
         try:
-            module = cupy.RawModule(code=source(filename), options=options(dict(frozen)))
+            module = cupy.RawModule(code=source(filename), options=options(dict(frozen)) + include_options())
             module.compile()
         except cupy.cuda.compiler.CompileException as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -136,7 +154,7 @@ def compile_ptx(filename: str, defines: Mapping[str, Any] | None = None, arch: s
         raise KernelError(f"NVRTC is unavailable ({exc}); install 'mri-recon[test]'") from exc
     program = nvrtc.createProgram(source(filename), filename, [], [])
     try:
-        nvrtc.compileProgram(program, list(options(defines)) + [f"-arch={arch}"])
+        nvrtc.compileProgram(program, [*options(defines), *include_options(), f"-arch={arch}"])
     except nvrtc.NVRTCError as exc:
         log = nvrtc.getProgramLog(program)
         raise KernelError(f"CUDA kernel {filename} failed to compile:\n{log}") from exc

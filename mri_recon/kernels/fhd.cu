@@ -1,25 +1,26 @@
 // F^H d by exact direct summation: the fast rungs of the ladder ("packed", "mirror", "multi", "recur") and
 // the Toeplitz point-spread function (real weights, FHD_REAL 1). The seed rungs live in fhd_seed.cu.
 //
-// Mathematics (schema v1). Voxel j of an axis of size N sits at r = (j - N/2)/N = Q/(2N) with the integer
-// Q = 2j - N, and F^H d_j = sum_m d_m exp(+i 2 pi k_m . r_j). The phase is kept in fixed-point turns:
+// Mathematics (schema v1, mri_recon_phase.cuh). Voxel j of an axis of size N sits at r = (j - c)/N = Q/(2N)
+// with the centre c = N / 2 (floor) and the integer Q = 2j - 2c, and F^H d_j = sum_m d_m exp(+i 2 pi k_m . r_j). The phase is kept in fixed-point turns:
 // each sample carries K_d = round(2^32 frac(k_d / (2 N_d))) (host side, float64), so that
 //     T = sum_d K_d Q_d  (mod 2^32, plain unsigned arithmetic)
 // is the phase k . r in units of 2^-32 turns, exact up to the rounding of K (|error| <= 2^-33 sum_d N_d
 // turns, 4.5e-8 turns for 3 x 128). Wrapping modulo 2^32 *is* the reduction to one turn, so there is no
-// large argument and no cancellation. The top 23 bits of T become the mantissa of a float t in [-1/2, 1/2)
-// (bit trick on the integer pipe, no conversion instruction), and __sincosf(2 pi t) runs on the special
-// function unit within its accurate range [-pi, pi] (abs. error <= 2^-21.4).
+// large argument and no cancellation. phasor() (mri_recon_phase.cuh) turns T into a sine and cosine on the
+// special function unit, within its accurate range.
 //
 // Work assignment. Voxels are visited along lines of the last axis (y in 2D, z in 3D). Mirror pairing
 // ("mirror", "multi", "recur"): r and -r have conjugate phases, so one phase evaluation serves the voxel
-// j and its mirror N - j (per axis). With U = sum d c and W = sum d s (c, s = cos, sin of the phase of j):
+// j and its mirror 2c - j (per axis: N - j for even N, N - 1 - j for odd N). With U = sum d c and
+// W = sum d s (c, s = cos, sin of the phase of j):
 //     F^H d_j = U + i W,      F^H d_mirror = U - i W,
 // four FMAs per coil for both voxels. The host lists one representative line per mirror pair (flag 1) and
-// every line without a partner (flag 0); on a paired line the positions run over [0, L] inclusive, where
-// position p computes voxel p of the line (if p < L) and voxel L - p of the mirror line (if p >= 1), so that
-// position L reaches voxel 0 of the mirror line, whose own partner does not exist. Unpaired lines use only
-// [0, L). "packed" lists every line unpaired.
+// every line without a partner or that is its own mirror (flag 0). On a line of L voxels with centre c the
+// positions run over [0, 2c] inclusive (L + 1 positions for even L, L for odd L): position p computes voxel p
+// of the line (if p < L) and, on a paired line, voxel 2c - p of the mirror line (if 2c - p < L, i.e.
+// p >= 1 for even L, every p for odd L). For even L position L reaches voxel 0 of the mirror line, whose
+// own partner does not exist. "packed" lists every line unpaired.
 //
 // Each thread owns FHD_VOX positions p = t, t + P, ..., t + (FHD_VOX - 1) P of one line (P = threads per
 // line). Their phases differ by the step D = K_last * 2P: "multi" (FHD_RECUR 0) evaluates each one with the
@@ -54,6 +55,8 @@
 // Record layout (32-bit words): K_0 .. K_{D-1} (unsigned fixed point), then the reserved time word when
 // FHD_OFFRES = 1, then zero padding to an even word count for complex data (float2 alignment), then the
 // data: FHD_COILS float2 (re, im) or FHD_COILS float.
+
+#include "mri_recon_phase.cuh"
 
 #ifndef FHD_DIM
 #error "FHD_DIM must be defined"
@@ -101,14 +104,6 @@ static_assert(FHD_CHUNK * sizeof(kdata) <= 65536, "the chunk exceeds the 64 KB c
 
 __constant__ kdata c_k[FHD_CHUNK];
 
-// exp(+i 2 pi T / 2^32): T is a phase in fixed-point turns that already carries the rounding offset 2^8
-// (half of the 9 bits dropped here). (T >> 9) ^ 0x3FC00000 is the float 1 + (t + 1/2) in [1, 2), whose
-// mantissa is the top 23 bits of T + 2^31; subtracting 3/2 is exact and leaves t in [-1/2, 1/2).
-__device__ __forceinline__ void phasor(unsigned T, float& c, float& s) {
-    const float t = __uint_as_float((T >> 9) ^ 0x3FC00000u) - 1.5f;
-    __sincosf(6.28318530717958647692f * t, &s, &c);
-}
-
 #if FHD_REAL
 #define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real
 #else
@@ -137,16 +132,19 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     const int jx = lines[3 * item];
     const int jy = lines[3 * item + 1];
     const bool paired = lines[3 * item + 2] != 0;
+    const int cx2 = mri_recon_twice_centre(nx);
 #if FHD_DIM == 3
     const int len = nz;
-    const unsigned q0 = (unsigned)(2 * jx - nx);
-    const unsigned q1 = (unsigned)(2 * jy - ny);
+    const int cy2 = mri_recon_twice_centre(ny);
+    const unsigned q0 = (unsigned)(2 * jx - cx2);
+    const unsigned q1 = (unsigned)(2 * jy - cy2);
 #else
     const int len = ny;
-    const unsigned q0 = (unsigned)(2 * jx - nx);
+    const unsigned q0 = (unsigned)(2 * jx - cx2);
     (void)jy;
 #endif
-    const unsigned qlast = (unsigned)(2 * t0 - len);  // position t0 of the line
+    const int c2 = mri_recon_twice_centre(len);      // position p's mirror voxel on the partner line: c2 - p
+    const unsigned qlast = (unsigned)(2 * t0 - c2);  // position t0 of the line
     const unsigned qstep = (unsigned)(2 * per_line);  // between this thread's positions
 
     // this row's share of the chunk: part blockIdx.y * blockDim.y + threadIdx.y of gridDim.y * blockDim.y
@@ -269,16 +267,16 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     const long long voxels = (long long)nx * ny * (FHD_DIM == 3 ? nz : 1);
 #if FHD_DIM == 3
     const long long line_a = ((long long)jx * ny + jy) * nz;
-    const long long line_b = ((long long)(nx - jx) * ny + (ny - jy)) * nz;
+    const long long line_b = ((long long)(cx2 - jx) * ny + (cy2 - jy)) * nz;
 #else
     const long long line_a = (long long)jx * ny;
-    const long long line_b = (long long)(nx - jx) * ny;
+    const long long line_b = (long long)(cx2 - jx) * ny;
 #endif
 #pragma unroll
     for (int v = 0; v < FHD_VOX; ++v) {
         const int p = t0 + v * per_line;
         const bool own = p < len;
-        const bool mirror = paired && p >= 1 && p <= len;
+        const bool mirror = paired && p <= c2 && c2 - p < len;
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
             float2* o = out + ((long long)blockIdx.y * coils + coil0 + c) * voxels;
@@ -299,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
                 }
             }
             if (mirror) {
-                float2* dst = o + line_b + (len - p);
+                float2* dst = o + line_b + (c2 - p);
                 if (first) {
                     *dst = b;
                 } else {

@@ -11,13 +11,16 @@
 //   rung "aos"       (FHD_RUNG 3): the trajectory as an array of structures kdata {x, y[, z]} so that one
 //                    iteration touches one constant-cache line instead of D: still rMu iMu, 4 (2 loads).
 //
-// Conventions (schema v1): voxel n sits at r_n (arrays x, y, z, in units of the field of view), the
+// Conventions (schema v1): voxel n sits at r_n (arrays x, y, z, in units of the field of view, from
+// mri_recon/grid.py: centre at N / 2), the
 // trajectory is in cycles per field of view, and F^H d_n = sum_m d_m exp(+i 2 pi k_m . r_n). The phase is
 // formed in turns (t = k . r), reduced to [-1/2, 1/2] and only then handed to the fast sine and cosine,
 // whose error bound holds on [-pi, pi] only. One coil per launch (the host loops over coils).
 //
 // Compile-time sizes (-D): FHD_DIM (2 or 3), FHD_RUNG (0..3), FHD_CHUNK (samples per constant chunk,
 // rungs 2 and 3).
+
+#include "mri_recon_phase.cuh"
 
 #ifndef FHD_DIM
 #error "FHD_DIM (2 or 3) must be defined"
@@ -29,13 +32,7 @@
 #error "FHD_DIM must be 2 or 3"
 #endif
 
-// t - rint(t) with rint done by the 1.5 * 2^23 trick (two adds on the FMA pipe, exact for |t| < 2^22);
-// the result lies in [-1/2, 1/2].
-__device__ __forceinline__ float reduce_turns(float t) {
-    const float magic = 12582912.0f;  // 1.5 * 2^23
-    return t - ((t + magic) - magic);
-}
-
+// the phase in turns reduced to [-1/2, 1/2] (reduce_turns, mri_recon_phase.cuh), then the fast sine and cosine
 __device__ __forceinline__ void turn_sincos(float t, float* s, float* c) {
     __sincosf(6.28318530717958647692f * reduce_turns(t), s, c);
 }

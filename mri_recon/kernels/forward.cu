@@ -1,5 +1,6 @@
 // The forward transform F x by exact direct summation: d_m = sum_n x_n exp(-i 2 pi k_m . r_n), one thread
-// per sample m (schema v1: voxel j of an axis of size N at r = (j - N/2)/N = Q/(2N), Q = 2j - N).
+// per sample m (schema v1, mri_recon_phase.cuh: voxel j of an axis of size N at r = (j - c)/N = Q/(2N) with the
+// centre c = N / 2 (floor) and Q = 2j - 2c).
 //
 // FWD_NAIVE 1: mri_recon_forward_naive, the reference rung: every voxel's position and value read from
 // global memory, the phase formed in float turns and reduced to [-1/2, 1/2] before __sincosf; one coil.
@@ -7,7 +8,7 @@
 // FWD_NAIVE 0: mri_recon_forward, the fast kernel. The host turns the image into "runs": FWD_RUN consecutive
 // positions of one line of the last axis, each position carrying, for every coil of the launch,
 //     P = x_j + x_mirror,   D = x_j - x_mirror      (x_mirror = 0 when the mirror voxel does not exist)
-// because the mirror voxel N - j sits at -r_j and has the conjugate phase:
+// because the mirror voxel 2c - j sits at -r_j and has the conjugate phase:
 //     x_j e^{-i theta} + x_mirror e^{+i theta} = P cos(theta) - i D sin(theta)
 // (the same line list and position rule as fhd.cu). Blocks stream the runs through shared memory, tile by
 // tile. The phase at a run's first position is exact fixed-point turns T = sum_d K_d Q_d (mod 2^32, K_d =
@@ -22,6 +23,8 @@
 //
 // Run record (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y of the first position, 0),
 // one zero word, then FWD_RUN x FWD_COILS float4 (P.re, P.im, D.re, D.im), position-major.
+
+#include "mri_recon_phase.cuh"
 
 #ifndef FWD_DIM
 #error "FWD_DIM must be defined"
@@ -55,8 +58,7 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_naiv
 #else
         float t = kxm * x[n] + kym * y[n];
 #endif
-        const float magic = 12582912.0f;  // 1.5 * 2^23: t - rint(t), exact for |t| < 2^22
-        t = t - ((t + magic) - magic);
+        t = reduce_turns(t);
         float s, c;
         __sincosf(6.28318530717958647692f * t, &s, &c);
         const float2 v = image[n];
@@ -77,12 +79,6 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_naiv
 
 #define FWD_RECORD4 (1 + FWD_RUN * FWD_COILS)  // record size in 16-byte units
 static_assert(FWD_TILE_RUNS * FWD_RECORD4 * 16 <= 48 * 1024, "the tile exceeds 48 KB of shared memory");
-
-// exp(+i 2 pi T / 2^32) for a fixed-point phase T that carries the rounding offset 2^8 (see fhd.cu).
-__device__ __forceinline__ void phasor(unsigned T, float& c, float& s) {
-    const float t = __uint_as_float((T >> 9) ^ 0x3FC00000u) - 1.5f;
-    __sincosf(6.28318530717958647692f * t, &s, &c);
-}
 
 // out     complex64 (slices, coils, M): slice blockIdx.y, coils coil0 .. coil0 + FWD_COILS - 1
 // kfix    uint32 (M, FWD_DIM): fixed-point trajectory

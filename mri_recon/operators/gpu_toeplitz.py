@@ -24,10 +24,6 @@ from .base import LinearOperator
 BLOCK = 256
 
 
-def compile_configurations() -> list[tuple[str, dict]]:
-    return [("toeplitz.cu", {})]
-
-
 @functools.lru_cache(maxsize=8)
 def _plan(shape: tuple[int, ...], device_index: int) -> Any:
     """In-place complex64 cuFFT plan over every axis but the first (a batch), made once per shape."""

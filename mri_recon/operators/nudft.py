@@ -1,6 +1,7 @@
 """The exact non-uniform DFT in NumPy: the slow, obviously correct oracle every fast path is tested against.
 
-Convention (schema v1): voxel j of an axis of size N sits at r = (j - N/2) / N, the trajectory k is in
+Convention (schema v1, :mod:`mri_recon.grid`): voxel j of an axis of size N sits at r = (j - N // 2) / N,
+the trajectory k is in
 cycles per field of view, the forward transform is d_m = sum_n x_n exp(-i 2 pi k_m . r_n) and the adjoint
 is (F^H d)_n = sum_m d_m exp(+i 2 pi k_m . r_n). Both are evaluated term by term, one block of
 (samples x voxels) phases at a time, so that memory stays bounded by ``chunk_bytes``.
@@ -13,28 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import SchemaError
+from ..grid import voxel_positions
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Upper bound on the working memory of one block of phases (bytes)."""
-
-
-def voxel_positions(matrix: Sequence[int]) -> np.ndarray:
-    """Positions of every voxel of ``matrix`` in units of the field of view.
-
-    Parameters
-    ----------
-    matrix
-        Image size ``(Nx, Ny)`` or ``(Nx, Ny, Nz)``.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 ``(prod(matrix), D)``: row n holds ``r = (j - N/2) / N`` per axis for the voxel whose
-        C-order flat index is n.
-    """
-    axes = [(np.arange(n, dtype=np.float64) - n / 2) / n for n in matrix]
-    grids = np.meshgrid(*axes, indexing="ij")
-    return np.stack([g.reshape(-1) for g in grids], axis=1)
 
 
 def _blocks(n_samples: int, n_voxels: int, itemsize: int, chunk_bytes: int) -> tuple[int, int]:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
 from ..errors import InvalidDataError, SchemaError
+from ..grid import centre_phase
 from ..scan import Scan
 from ..validation import validate_matrix
 
@@ -157,8 +158,8 @@ def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:
 
     The grid's coefficients ``y(kappa)`` (:func:`calibration_region`, kappa in ``[-g/2, g/2)``) define
     ``x(r) = g^-D sum_kappa y(kappa) exp(+i 2 pi kappa . r)``, which is evaluated at the voxels
-    ``r = (n - N/2) / N`` of ``matrix`` by a zero-padded inverse FFT; on the grid's own voxels it returns
-    the input.
+    ``r = (n - N // 2) / N`` of ``matrix`` (:mod:`mri_recon.grid`) by a zero-padded inverse FFT; on the
+    grid's own voxels it returns the input.
     """
     xp = get_xp(images)
     grid = tuple(images.shape[1:])
@@ -169,7 +170,7 @@ def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:
         raise InvalidDataError(f"fourier_resize: grid {list(grid)} is larger than the matrix {list(matrix)}")
     coef = calibration_region(images, grid)
     kappa = [np.arange(g) - g // 2 for g in grid]
-    sign = xp.asarray(_checkerboard(kappa))
+    sign = xp.asarray(_centre_phases(kappa, matrix))
     spectrum = xp.zeros((images.shape[0], *matrix), dtype=xp.complex64)
     index = np.ix_(*[kap % n for kap, n in zip(kappa, matrix)])
     spectrum[(slice(None), *(xp.asarray(i) for i in index))] = coef * sign[None]
@@ -304,7 +305,7 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
 def calibration_region(images: Any, size: int | Sequence[int]) -> Any:
     """Cartesian k-space of coil images on the integer grid ``|kappa_d| < size/2``: ``(C, *size)``.
 
-    ``y(kappa) = sum_n x_n exp(-i 2 pi kappa . r_n)`` with ``r_n = (n - N/2) / N``, i.e. the project's
+    ``y(kappa) = sum_n x_n exp(-i 2 pi kappa . r_n)`` with ``r_n = (n - N // 2) / N``, i.e. the project's
     forward transform at integer frequencies, computed by FFT; index i of an axis is ``kappa = i - size//2``.
     From :func:`lowres_images` this grids the non-Cartesian centre with the FOV's Dirichlet kernel.
     """
@@ -318,7 +319,7 @@ def calibration_region(images: Any, size: int | Sequence[int]) -> Any:
     for axis, (s, n) in enumerate(zip(sizes, spatial), start=1):
         kappa = np.arange(s) - s // 2
         out = xp.take(out, xp.asarray(kappa % n), axis=axis)
-        sign = xp.asarray((-1.0) ** kappa, dtype=xp.float32)
+        sign = xp.asarray(centre_phase(kappa, n).astype(np.complex64))  # exp(+i 2 pi kappa (N // 2) / N)
         out = out * sign.reshape([-1 if a == axis else 1 for a in range(out.ndim)])
     return out.astype(xp.complex64)
 
@@ -365,7 +366,7 @@ def espirit_operator(kernels: Any, matrix: Sequence[int]) -> Any:
     delta = np.arange(-(kernel - 1), kernel)
     index = np.ix_(*[delta % n for n in matrix])
     source = np.ix_(*[delta % small for _ in matrix])
-    sign = xp.asarray(_checkerboard([delta] * ndim))
+    sign = xp.asarray(_centre_phases([delta] * ndim, matrix))
     grid = xp.zeros((c, c, *matrix), dtype=xp.complex64)  # transformed axes last: batched FFTs
     grid[(slice(None), slice(None), *(xp.asarray(i) for i in index))] = (
         coef[(slice(None), slice(None), *(xp.asarray(i) for i in source))] * sign)
@@ -373,11 +374,13 @@ def espirit_operator(kernels: Any, matrix: Sequence[int]) -> Any:
     return xp.ascontiguousarray(out.reshape(c, c, -1).transpose(2, 0, 1))
 
 
-def _checkerboard(freqs: Sequence[np.ndarray]) -> np.ndarray:
-    """``(-1)^(sum_d q_d)`` on the grid of integer frequencies ``freqs[d]`` (the ``r = (n - N/2)/N`` shift)."""
-    out = np.ones(())
-    for q in freqs:
-        out = np.multiply.outer(out, (-1.0) ** q)
+def _centre_phases(freqs: Sequence[np.ndarray], matrix: Sequence[int]) -> np.ndarray:
+    """``exp(-i 2 pi sum_d q_d c_d / N_d)`` (c_d = N_d // 2) on the grid of integer frequencies ``freqs[d]``:
+    the factor that moves a DFT over voxel indices onto the voxels ``r = (n - c) / N`` of ``matrix``
+    (``(-1)^(sum_d q_d)`` when every N_d is even)."""
+    out = np.ones((), dtype=np.complex128)
+    for q, n in zip(freqs, matrix):
+        out = np.multiply.outer(out, np.conj(centre_phase(q, n)))
     return out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
 from ..errors import InvalidDataError
+from ..grid import axis_positions
 from ..operators import finufft as nufft_cpu
 from ..validation import positive_int, validate_matrix
 
@@ -61,7 +62,7 @@ def _blob_spectrum(k: np.ndarray, matrix: tuple[int, ...]) -> np.ndarray:
         part = near[start:start + 8192]
         spectrum = np.ones(len(part), dtype=np.complex128)
         for d, (n, s) in enumerate(zip(matrix, width)):
-            r = (np.arange(n) - n / 2) / n
+            r = axis_positions(n)
             spectrum *= np.exp(-2j * np.pi * np.outer(k[part, d], r)) @ np.exp(-(r**2) / (2 * s**2))
         out[part] = spectrum.real
     return out
@@ -133,7 +134,7 @@ class _Convolution:
     def __init__(self, k: np.ndarray) -> None:
         self.k = k
         self.grid = _grid(k)
-        r = np.meshgrid(*[(np.arange(n) - n / 2) / n for n in self.grid], indexing="ij", sparse=True)
+        r = np.meshgrid(*[axis_positions(n) for n in self.grid], indexing="ij", sparse=True)
         self.window = np.exp(-sum(x**2 for x in r) / (2 * WINDOW_WIDTH**2))
 
     def __call__(self, weights: np.ndarray, points: np.ndarray | None = None) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import j1
 
 from ..errors import InvalidDataError
-from ..operators.nudft import voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
+from ..grid import axis_positions, voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
 from ..validation import positive_int, validate_matrix
 
 SCALE = 0.45
@@ -128,7 +128,7 @@ def shepp_logan_image(matrix, *, oversample: int = 4) -> np.ndarray:
     Parameters
     ----------
     matrix : sequence of int
-        ``(Nx, Ny)`` or ``(Nx, Ny, Nz)``; voxel j of an axis of size N is centred at ``(j - N/2) / N``.
+        ``(Nx, Ny)`` or ``(Nx, Ny, Nz)``; voxel j of an axis of size N is centred at ``(j - N // 2) / N``.
     oversample : int
         Sub-samples per voxel and axis, on a regular grid centred in the voxel (1: point samples at the
         voxel centres). The average is the voxel's partial-volume intensity.
@@ -140,7 +140,7 @@ def shepp_logan_image(matrix, *, oversample: int = 4) -> np.ndarray:
     """
     matrix = _matrix(matrix)
     oversample = positive_int("oversample", oversample)
-    centres = [(np.arange(n) - n / 2) / n for n in matrix]
+    centres = [axis_positions(n) for n in matrix]
     steps = [((np.arange(oversample) + 0.5) / oversample - 0.5) / n for n in matrix]
     total = np.zeros(matrix)
     for offset in itertools.product(*steps):

@@ -20,11 +20,6 @@ from ..errors import InvalidDataError
 from ..kernels import get_kernel
 
 
-def compile_configurations() -> list[tuple[str, dict]]:
-    """The CUDA sources of the fused GPU updates (for the CI compile test)."""
-    return [("cg.cu", {})]
-
-
 def _check_positive(paps: Any, iteration: int) -> None:
     if not bool((np.asarray(paps) > 0).all()):
         raise InvalidDataError(f"CG needs a positive definite operator, found <p, A p> <= 0 by iteration "

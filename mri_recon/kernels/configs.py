@@ -1,0 +1,73 @@
+"""The ``-D`` options of every kernel: pure functions of the launch, shared by the launchers and the registry.
+
+Nothing here touches a GPU or imports a layer above :mod:`mri_recon.kernels`; the launchers in
+:mod:`mri_recon.operators` build their options with these functions, and :mod:`mri_recon.kernels.registry`
+lists every configuration they can produce.
+"""
+
+from __future__ import annotations
+
+from . import CONSTANT_BYTES
+
+MAX_GROUP = 8
+"""Coils per F^H d / F launch (one phase evaluation serves all of them); more coils are split into groups."""
+FORWARD_RUN = 8
+"""Positions per run of the forward ``recur`` kernel (recurrence steps between exact phases + 1)."""
+FORWARD_TILE_WORDS = 8192
+"""32-bit words of one shared-memory tile of the forward kernel (32 KB)."""
+PSF_VOX = 8
+"""Positions per thread of the real-weight PSF kernel (measured on an H200: 8 is 2.7x faster than 4)."""
+_VOX = {1: 8, 2: 4}  # positions per thread of "multi" and "recur" by coils per launch; 2 beyond (measured on
+# an H200, docs/benchmarks.md: 1 coil 8 beats 4 in 3D and ties in 2D; 8 coils 2 beats 4 and 8)
+
+
+def positions_per_thread(coils: int) -> int:
+    """Positions (voxels, or mirror pairs) per thread of F^H d with several positions per thread."""
+    return _VOX.get(int(coils), 2)
+
+
+def fhd_record_words(dim: int, coils: int, real: bool = False) -> int:
+    """32-bit words of one constant-memory record of ``fhd.cu`` (trajectory, padding, sample data)."""
+    header = dim if real else dim + dim % 2  # complex data is float2-aligned
+    return header + coils * (1 if real else 2)
+
+
+def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False) -> dict[str, int]:
+    """The ``-D`` options of ``fhd.cu`` for one launch configuration.
+
+    ``FHD_OFFRES`` is always 0: the off-resonance path is reserved (its record slot is documented in
+    ``fhd.cu``, which refuses ``FHD_OFFRES != 0`` with ``#error`` until the field-map work implements it).
+    """
+    words = fhd_record_words(dim, coils, real)
+    accumulators = vox * coils * (2 if real else 4)
+    return {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
+            "FHD_REAL": int(real), "FHD_OFFRES": 0, "FHD_WORDS": words,
+            "FHD_CHUNK": CONSTANT_BYTES // (4 * words), "FHD_MAX_THREADS": 512 if accumulators <= 32 else 256}
+
+
+def adjoint_defines(dim: int, coils: int, *, multi: bool, recur: bool) -> dict[str, int]:
+    """``fhd.cu`` options of F^H d: ``multi`` several positions per thread, ``recur`` their phases by the
+    angle-addition recurrence (needs ``multi``; the caller checks)."""
+    return fhd_defines(dim, coils, positions_per_thread(coils) if multi else 1, recur)
+
+
+def psf_defines(dim: int) -> dict[str, int]:
+    """``fhd.cu`` options of the Toeplitz PSF (real weights, recurrence, :data:`PSF_VOX` positions)."""
+    return fhd_defines(dim, 1, PSF_VOX, True, real=True)
+
+
+def seed_defines(dim: int, rung: int) -> dict[str, int]:
+    """The ``-D`` options of ``fhd_seed.cu`` for one rung of the textbook ladder (0 naive .. 3 aos)."""
+    defines = {"FHD_DIM": dim, "FHD_RUNG": rung}
+    if rung >= 2:
+        defines["FHD_CHUNK"] = CONSTANT_BYTES // (4 * dim)
+    return defines
+
+
+def forward_defines(dim: int, coils: int | None, run: int | None) -> dict[str, int]:
+    """The ``-D`` options of ``forward.cu``: ``coils=None`` selects the naive (reference) kernel."""
+    if coils is None:
+        return {"FWD_DIM": dim, "FWD_NAIVE": 1}
+    words = 4 + 4 * run * coils
+    return {"FWD_DIM": dim, "FWD_NAIVE": 0, "FWD_COILS": coils, "FWD_RUN": run,
+            "FWD_TILE_RUNS": max(1, FORWARD_TILE_WORDS // words)}

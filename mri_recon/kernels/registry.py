@@ -1,0 +1,65 @@
+"""The one registry of kernel compile configurations: every ``(filename, defines)`` a launcher can build.
+
+The list is data, ``registry.json`` beside this module, so that this layer imports none of the launchers
+above it (the filter plans, for one, come from the filter package's planner). ``mri-recon doctor`` compiles
+each configuration on the GPU, ``tests/test_kernels_compile.py`` compiles each with NVRTC (no GPU needed),
+and ``tests/test_kernel_registry.py`` fails when the file differs from what the launchers can build, or
+when a ``.cu`` file of this folder is missing from it. ``python scripts/update_kernel_registry.py``
+rewrites the file from the launchers.
+
+Reserved: ``fhd.cu`` with ``FHD_OFFRES = 1`` (exact off-resonance correction) is not listed; its record slot
+is documented in ``fhd.cu``, which refuses it with ``#error`` until the field-map work implements it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from .configs import FORWARD_RUN, MAX_GROUP, adjoint_defines, forward_defines, psf_defines, seed_defines
+
+REGISTRY_FILE = Path(__file__).resolve().parent / "registry.json"
+DIMENSIONS = (2, 3)
+SEED_RUNGS = 4
+"""Rungs of ``fhd_seed.cu`` (the textbook ladder: naive, registers, constant, aos)."""
+
+
+def exact_configurations() -> list[tuple[str, dict[str, int]]]:
+    """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils,
+    plus the Toeplitz product and CG (used by ``scripts/update_kernel_registry.py``)."""
+    configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {})]
+    for dim in DIMENSIONS:
+        configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(SEED_RUNGS)]
+        for coils in range(1, MAX_GROUP + 1):
+            configs += [("fhd.cu", adjoint_defines(dim, coils, multi=False, recur=False)),
+                        ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=False)),
+                        ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=True))]
+        configs.append(("fhd.cu", psf_defines(dim)))
+        configs.append(("forward.cu", forward_defines(dim, None, None)))
+        for coils in range(1, MAX_GROUP + 1):
+            configs += [("forward.cu", forward_defines(dim, coils, 1)),
+                        ("forward.cu", forward_defines(dim, coils, FORWARD_RUN))]
+    return configs
+
+
+def canonical(configs: list[tuple[str, dict[str, int]]]) -> list[tuple[str, dict[str, int]]]:
+    """``configs`` without repeats, sorted by file and defines (the order of ``registry.json``)."""
+    unique = {(f, tuple(sorted((k, int(v)) for k, v in d.items()))) for f, d in configs}
+    return [(f, dict(d)) for f, d in sorted(unique)]
+
+
+@functools.cache
+def _load() -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    entries = json.loads(REGISTRY_FILE.read_text())
+    return tuple((str(f), tuple(sorted((str(k), int(v)) for k, v in d.items()))) for f, d in entries)
+
+
+def configurations() -> list[tuple[str, dict[str, int]]]:
+    """Every configuration of the registry, each once, as ``(filename, defines)``."""
+    return [(f, dict(d)) for f, d in _load()]
+
+
+def contains(filename: str, defines: dict[str, int]) -> bool:
+    """Whether ``(filename, defines)`` is in the registry."""
+    return (filename, tuple(sorted((k, int(v)) for k, v in defines.items()))) in set(_load())

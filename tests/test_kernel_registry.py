@@ -1,0 +1,107 @@
+"""The registry of kernel configurations is complete: every .cu file, every configuration a launcher makes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from mri_recon.kernels import KERNEL_DIR, header_files, include_options, kernel_files, registry, source
+from mri_recon.kernels.configs import (
+    FORWARD_RUN,
+    MAX_GROUP,
+    adjoint_defines,
+    forward_defines,
+    psf_defines,
+    seed_defines,
+)
+from mri_recon.operators import gpu_layout
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
+
+
+def _key(filename, defines):
+    return filename, tuple(sorted((k, int(v)) for k, v in defines.items()))
+
+
+REGISTERED = {_key(f, d) for f, d in registry.configurations()}
+
+
+def test_every_kernel_file_is_registered():
+    covered = {filename for filename, _ in REGISTERED}
+    missing = sorted(path.name for path in kernel_files() if path.name not in covered)
+    assert not missing, f"no registry configuration covers {missing}"
+
+
+def test_configurations_are_unique():
+    assert len(REGISTERED) == len(registry.configurations())
+    assert registry.contains("cg.cu", {}) and not registry.contains("cg.cu", {"X": 1})
+
+
+def launcher_configurations():
+    """Every configuration the launchers of gpu_exact, gpu_ladder, gpu_toeplitz and cg can build."""
+    sizes = {size for n in range(1, 5 * MAX_GROUP + 2) for _, size in gpu_layout.coil_groups(n)}
+    assert sizes == set(range(1, MAX_GROUP + 1))
+    configs = [("toeplitz.cu", {}), ("cg.cu", {})]
+    for dim in (2, 3):
+        configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(4)]
+        configs += [("fhd.cu", psf_defines(dim)), ("forward.cu", forward_defines(dim, None, None))]
+        for coils in sizes:
+            for multi, recur in ((False, False), (True, False), (True, True)):  # recur needs multi
+                configs.append(("fhd.cu", adjoint_defines(dim, coils, multi=multi, recur=recur)))
+            configs += [("forward.cu", forward_defines(dim, coils, run)) for run in (1, FORWARD_RUN)]
+    return configs
+
+
+@pytest.mark.parametrize("config", launcher_configurations(), ids=lambda c: f"{c[0]}{sorted(c[1].items())}")
+def test_every_launcher_configuration_is_registered(config):
+    assert _key(*config) in REGISTERED
+
+
+def _kernel_literals(module: str) -> set[str]:
+    """``.cu`` file names written as string literals in a module's source."""
+    tree = ast.parse((PACKAGE / module).read_text())
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and node.value.endswith(".cu")}
+
+
+def test_launchers_build_only_registered_files():
+    files = {filename for filename, _ in REGISTERED}
+    for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
+                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py"):
+        assert _kernel_literals(module) <= files, module
+
+
+def test_registry_file_is_what_the_launchers_build():
+    from mri_recon.filters.gpu import compile_configurations as filter_configurations
+
+    built = registry.canonical([*registry.exact_configurations(), *filter_configurations()])
+    assert registry.configurations() == built, "run: python scripts/update_kernel_registry.py"
+    assert {_key(f, d) for f, d in filter_configurations()} <= REGISTERED
+
+
+def test_headers_are_found_and_shipped():
+    assert [p.name for p in header_files()] == ["mri_recon_phase.cuh"]
+    options = include_options()
+    assert options[0] == f"-I{KERNEL_DIR}" and options[1].startswith("-DMRI_RECON_HEADERS=")
+    for name in ("fhd.cu", "forward.cu", "fhd_seed.cu"):
+        assert '#include "mri_recon_phase.cuh"' in source(name)
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
+    assert '"mri_recon.kernels" = ["*.cu", "*.cuh", "*.json"]' in pyproject
+
+
+def test_kernels_layer_does_not_import_upwards():
+    for path in (PACKAGE / "kernels").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module.split(".")[0] not in ("operators", "filters", "solvers"), path.name
+
+
+def test_production_launcher_does_not_import_the_ladder():
+    tree = ast.parse((PACKAGE / "operators" / "gpu_exact.py").read_text())
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+             for alias in node.names}
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "gpu_ladder" not in names and not any("gpu_ladder" in (m or "") for m in modules)

@@ -4,9 +4,21 @@ Convention (schema v1): voxel j of an axis of size N sits at r = (j - N/2) / N, 
 cycles per field of view, F x = sum_n x_n exp(-i 2 pi k . r_n) and F^H d = sum_m d_m exp(+i 2 pi k_m . r).
 FINUFFT's modes are the integers q = j - N//2, so an odd axis carries an extra half-voxel shift s = 1/2,
 applied here as a phase on the samples. Computed in double precision to tolerance ``eps``.
+
+Bit reproducibility: FINUFFT's multi-threaded type-1 spreading adds the threads' subgrids in whatever
+order the threads finish, so two runs of F^H d (or of the PSF) can differ in the last bits (about 1e-7
+relative after the cast to complex64, more on a loaded machine). :func:`adjoint` therefore runs each
+transform with ``nthreads=1`` (a fixed summation order) and spreads the coils over a pool of threads
+instead: the same inputs give bit-identical F^H d and PSF on every run of the same build on the same
+machine, whatever the load, and a cached PSF matches a recomputed one. Not promised: identical bits across
+FINUFFT or FFTW versions, CPUs (SIMD width), or against the GPU path. :func:`forward` (type 2: each
+sample interpolated by one thread) is deterministic with FINUFFT's default threading.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -28,15 +40,38 @@ def _scaled(trajectory: np.ndarray, matrix: tuple[int, ...]) -> tuple[list[np.nd
     return coords, phase
 
 
+def workers() -> int:
+    """Threads for the per-coil transforms of :func:`adjoint`: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def adjoint(kspace: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...],
             eps: float = DEFAULT_EPS) -> np.ndarray:
-    """F^H d for ``kspace`` of shape ``(C, M)``; returns complex128 ``(C, *matrix)``."""
+    """F^H d for ``kspace`` of shape ``(C, M)``; returns complex128 ``(C, *matrix)``.
+
+    Bit-reproducible: each coil is one single-threaded FINUFFT transform (fixed summation order); up to
+    :func:`workers` coils run at once, each with its own oversampled grid.
+    """
     matrix = tuple(int(n) for n in matrix)
     coords, phase = _scaled(trajectory, matrix)
     data = np.ascontiguousarray(np.asarray(kspace, dtype=np.complex128) * phase)
     fn = {2: _finufft().nufft2d1, 3: _finufft().nufft3d1}[len(matrix)]
-    out = fn(*coords, data, n_modes=matrix, eps=eps, isign=+1)
-    return out.reshape(data.shape[0], *matrix)
+    out = np.empty((data.shape[0], *matrix), dtype=np.complex128)
+
+    def one(c: int) -> None:
+        fn(*coords, data[c], n_modes=matrix, eps=eps, isign=+1, nthreads=1, out=out[c])
+
+    count = min(workers(), data.shape[0])
+    if count == 1:
+        for c in range(data.shape[0]):
+            one(c)
+    else:
+        with ThreadPoolExecutor(count) as pool:
+            list(pool.map(one, range(data.shape[0])))
+    return out
 
 
 def forward(image: np.ndarray, trajectory: np.ndarray, eps: float = DEFAULT_EPS) -> np.ndarray:

@@ -17,12 +17,48 @@ sample interpolated by one thread) is deterministic with FINUFFT's default threa
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 DEFAULT_EPS = 1e-9
+MAX_KERNEL_WIDTH = 16
+
+
+def upsampfac(eps: float) -> float:
+    """The oversampling factor used at tolerance ``eps``: 1.25 down to 1e-9 (what FINUFFT 2.5 picks itself
+    there), else 2 (a 1.25 grid would need a kernel wider than FINUFFT allows). Fixed here, not left to
+    FINUFFT's heuristics, so that the memory planner can count the grids."""
+    return 1.25 if eps >= 1e-9 else 2.0
+
+
+def _next235even(n: int) -> int:
+    """Smallest even integer >= n whose only prime factors are 2, 3 and 5 (FINUFFT's ``next235even``)."""
+    n = max(2, n + (n % 2))
+    while True:
+        m = n
+        for p in (2, 3, 5):
+            while m % p == 0:
+                m //= p
+        if m == 1:
+            return n
+        n += 2
+
+
+def fine_grid_shape(matrix: tuple[int, ...], eps: float = DEFAULT_EPS) -> tuple[int, ...]:
+    """The oversampled (fine) grid of one FINUFFT transform onto ``matrix`` at tolerance ``eps``.
+
+    Each transform in flight holds one complex128 array of this shape (plus its FFTW plan's). The kernel
+    width follows FINUFFT 2.5's rule for its PSWF kernel (``ns`` grid points, at most 16); the grid is at
+    least ``upsampfac * N`` and ``2 ns`` per axis, rounded up to an even 2-3-5-smooth size.
+    """
+    sigma = upsampfac(eps)
+    tolfac = 0.18 * 1.4 ** (len(matrix) - 1)
+    ns = math.ceil(math.log(tolfac / eps) / (math.pi * math.sqrt(1 - 1 / sigma)) + 1)
+    ns = min(MAX_KERNEL_WIDTH, max(2, ns))
+    return tuple(_next235even(max(math.ceil(sigma * n), 2 * ns)) for n in matrix)
 
 
 def _finufft():
@@ -62,7 +98,7 @@ def adjoint(kspace: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...],
     out = np.empty((data.shape[0], *matrix), dtype=np.complex128)
 
     def one(c: int) -> None:
-        fn(*coords, data[c], n_modes=matrix, eps=eps, isign=+1, nthreads=1, out=out[c])
+        fn(*coords, data[c], n_modes=matrix, eps=eps, isign=+1, nthreads=1, upsampfac=upsampfac(eps), out=out[c])
 
     count = min(workers(), data.shape[0])
     if count == 1:
@@ -80,5 +116,5 @@ def forward(image: np.ndarray, trajectory: np.ndarray, eps: float = DEFAULT_EPS)
     matrix = tuple(image.shape[1:])
     coords, phase = _scaled(trajectory, matrix)
     fn = {2: _finufft().nufft2d2, 3: _finufft().nufft3d2}[len(matrix)]
-    out = fn(*coords, image, eps=eps, isign=-1)
+    out = fn(*coords, image, eps=eps, isign=-1, upsampfac=upsampfac(eps))
     return out.reshape(image.shape[0], -1) * np.conj(phase)

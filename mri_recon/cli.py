@@ -8,6 +8,7 @@ never replace the input.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from pathlib import Path
 
@@ -39,6 +40,14 @@ def _friendly(func):
 def _log(quiet: bool, message: str) -> None:
     if not quiet:
         click.echo(message, err=True)
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Refuse NaN and infinity for a float option, naming the option (click's ranges let NaN through)."""
+    del ctx
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, found {value}", param=param)
+    return value
 
 
 def _parse_matrix(text: str) -> tuple[int, ...]:
@@ -84,10 +93,10 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
               help="Maximum CG iterations.")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-              help="Tikhonov weight, relative to the point-spread function's peak.")
-@click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True,
+              callback=_finite, help="Tikhonov weight, relative to the point-spread function's peak.")
+@click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=_finite,
               help="Stop when the relative CG residual falls below this.")
-@click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None,
+@click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
               help="Gaussian post-filter width in voxels (off by default).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--png", type=click.Path(path_type=Path), default=None, help="Also write a PNG preview.")
@@ -96,6 +105,9 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--dcf", type=click.Choice(DCF_CHOICES), default="auto", show_default=True,
               help="Density compensation: auto (the file's weights if any), none, ramp, pipe, file.")
 @click.option("--no-prewhiten", is_flag=True, help="Do not whiten with the noise samples.")
+@click.option("--no-field-map", is_flag=True,
+              help="Reconstruct without off-resonance correction, dropping the scan's field_map and times "
+                   "(a scan with a field map is refused otherwise: the correction does not exist yet).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
@@ -105,7 +117,8 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @_friendly
 def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
                 filter_sigma: float | None, device: str, png: Path | None, coil_maps: str, dcf: str,
-                no_prewhiten: bool, traj_units: str, no_cache: bool, cache_dir: Path | None, quiet: bool) -> None:
+                no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool, cache_dir: Path | None,
+                quiet: bool) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
 
     Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
@@ -127,7 +140,8 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
         label = "".join(f", {name} {value}" for name, value in key.items())
         _log(quiet, f"{scan}{label}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), "
                     f"{loaded.n_samples} samples, device {dev}")
-        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps)
+        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
+                                     field_map="ignore" if no_field_map else "refuse")
         result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
                      progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
                      maps_basis=record.pop("maps_basis"))
@@ -142,8 +156,10 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
 
 def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
     """Fail before any work when an output cannot be written (the same checks the writers make)."""
-    from .io.files import check_output
+    from .io.files import check_output, same_file
 
+    if png is not None and same_file(png, output):
+        raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
     for target in (output, png):
         if target is not None:
             check_output(target, protect=(scan,))

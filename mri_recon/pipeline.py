@@ -97,7 +97,8 @@ def _rss_peak(maps: Any) -> float:
     return largest * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
 
 
-def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None) -> Plan:
+def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None,
+                method: str = "auto") -> Plan:
     """Check that the reconstruction fits the memory of ``device`` before anything is allocated.
 
     Uses :func:`mri_recon.planner.plan` with the host's available memory (CPU) or the GPU's free memory;
@@ -109,8 +110,8 @@ def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None 
     else:
         available, what = host_memory_available(), "host memory"
     sense = scan.coil_maps is not None if sense is None else sense
-    return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=sense,
-                iterations=iterations, available_bytes=available, gpu=device.is_gpu, what=what)
+    return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=sense, iterations=iterations,
+                available_bytes=available, gpu=device.is_gpu, what=what, method=method)
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
@@ -210,6 +211,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
+    if scan.field_map is not None:
+        raise InvalidDataError(f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon "
+                               f"cannot correct yet; drop it on purpose with prepare_scan(..., field_map='ignore') "
+                               f"(CLI: --no-field-map)")
     if maps_basis is not None and estimate_maps is None:
         raise InvalidDataError("maps_basis applies to estimated coil maps only (estimate_maps='walsh' or "
                                "'espirit')")
@@ -219,13 +224,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     if scan.weights is None:
         weights, weight_scale = np.ones(scan.n_samples, dtype=np.float32), 1.0
     else:
-        weight_scale = power_of_two(float(scan.weights.max()))
-        if weight_scale == 1.0 and not float(scan.weights.max()) > 0:
-            raise InvalidDataError(f"{scan.source}: every density weight is zero, so no sample would count; "
-                                   f"use --dcf none or other weights")
+        weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
         weights = scan.weights / np.float32(weight_scale)
     weight_sum = float(np.sum(weights, dtype=np.float64))
-    budget = memory_plan(scan, dev, iterations, sense)
+    budget = memory_plan(scan, dev, iterations, sense, engine.name if not dev.is_gpu else "auto")
     clock = _Clock(dev, progress, iterations)
     with contextlib.ExitStack() as stack:
         stack.enter_context(dev.use())

@@ -1,16 +1,21 @@
 """Memory and time planning for a reconstruction, before anything is allocated.
 
-The planner counts the arrays the pipeline holds (data, trajectory, weights, coil maps, the PSF spectrum
-on the 2x grid, the CG vectors and the per-coil FFT work) and picks how many coils go through the Toeplitz
-operator at once so that the peak fits the memory available. When even one coil at a time does not fit it
-raises :class:`~mri_recon.errors.ResourceError` naming the size needed and the size available.
+The planner follows the pipeline stage by stage and takes the largest: F^H d (the samples in double
+precision, FINUFFT's oversampled complex128 fine grid per transform in flight, the complex128 images), the
+PSF (FINUFFT's fine grid of the 2x grid, about ``(2.5 N)^D * 16`` bytes, and the complex128 PSF), the
+kernel spectrum's FFT, and the CG iterations (spectrum, CG vectors and per-coil Toeplitz FFT work). It picks
+how many coils go through the Toeplitz operator at once so that the peak fits the memory available; when
+even one coil at a time does not fit it raises :class:`~mri_recon.errors.ResourceError` naming the size
+needed and the size available. Measured against max RSS on the CPU in ``docs/planner.md``
+(``scripts/bench_planner.py``). The GPU figures count the device arrays only.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .errors import ResourceError
 
@@ -37,9 +42,12 @@ class Plan:
     """Coils pushed through the Toeplitz operator at once."""
     n_coils: int
     peak_bytes: int
-    """fixed_bytes + coil_batch * per_coil_bytes."""
+    """The largest of ``stages``: on the GPU fixed_bytes + coil_batch * per_coil_bytes; on the CPU often
+    the PSF stage (FINUFFT's oversampled grid of the 2x grid)."""
     available_bytes: int | None
     estimated_seconds: float
+    stages: Mapping[str, int] = field(default_factory=dict)
+    """Bytes held at the peak of each stage: ``fhd``, ``psf``, ``spectrum`` (CPU only) and ``iterations``."""
 
     @property
     def batched(self) -> bool:
@@ -70,9 +78,54 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+NUFFT_EPS = 1e-7
+"""The tolerance of the pipeline's FINUFFT transforms (``mri_recon.operators.public.NUFFT_EPS``)."""
+COMPLEX128 = 16
+FLOAT64 = 8
+EXACT_CHUNK = 128 * 2**20
+"""Working memory of the NumPy exact DFT: its block (64 MiB counted at 24 bytes per phase) holds 48 bytes
+per phase at its peak (float64 cycles and angle, the complex128 phase, and the previous block's phase)."""
+METHODS = ("auto", "exact", "nufft")
+
+
+def _cpu_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, method: str,
+                workers: int) -> dict[str, int]:
+    """Bytes held at the peak of each CPU stage before the CG iterations (inputs included)."""
+    from .operators.finufft import fine_grid_shape  # noqa: PLC0415 - numpy only; keeps this module light
+
+    d, m, c = len(matrix), n_samples, n_coils
+    n_vox = math.prod(matrix)
+    big = tuple(2 * n for n in matrix)
+    grid2 = math.prod(big)
+    inputs = c * m * COMPLEX64 + m * (d + 1) * FLOAT32 + (c * n_vox * COMPLEX64 if sense else 0)
+    coords = m * d * FLOAT64 * 2 + m * COMPLEX128  # float64 trajectory, scaled coordinates, phase
+    if method == "nufft":
+        in_flight = min(workers, c)
+        fhd_work = (2 * c * m * COMPLEX128  # the samples in complex128, and times the phase
+                    + in_flight * (math.prod(fine_grid_shape(matrix, NUFFT_EPS)) * COMPLEX128 + m * FLOAT64))
+        psf_work = (3 * m * COMPLEX128 + math.prod(fine_grid_shape(big, NUFFT_EPS)) * COMPLEX128
+                    + m * FLOAT64)
+    else:
+        fhd_work = c * m * COMPLEX128 + n_vox * d * FLOAT64 + EXACT_CHUNK
+        psf_work = m * COMPLEX128 + grid2 * d * FLOAT64 + EXACT_CHUNK
+    weighted = c * m * COMPLEX64
+    fhd = inputs + weighted + coords + fhd_work + c * n_vox * (COMPLEX128 + COMPLEX64)
+    rhs = (1 if sense else c) * n_vox * COMPLEX64
+    psf = inputs + rhs + coords + max(psf_work + grid2 * COMPLEX128, grid2 * (COMPLEX128 + COMPLEX64))
+    spectrum = inputs + rhs + 3 * grid2 * COMPLEX64
+    return {"fhd": int(fhd), "psf": int(psf), "spectrum": int(spectrum)}
+
+
 def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, iterations: int,
          available_bytes: int | None, gpu: bool, max_coil_batch: int | None = None,
-         what: str = "memory") -> Plan:
+         what: str = "memory", method: str = "auto", workers: int | None = None) -> Plan:
     """Plan the memory of a reconstruction of ``n_coils`` x ``n_samples`` samples onto ``matrix``.
 
     Parameters
@@ -81,9 +134,23 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
         True for CG-SENSE (one image, coil maps); False solves each coil (C images) and combines.
     available_bytes
         Memory the run may use (None: do not check).
+    gpu
+        Plan the GPU path (device arrays) instead of the CPU one.
     max_coil_batch
         Force at most this many coils per Toeplitz batch (tests, and users who share the device).
+    method
+        The CPU engine: ``"auto"`` or ``"nufft"`` (FINUFFT, whose oversampled complex128 grids dominate the
+        F^H d and PSF stages) or ``"exact"`` (the NumPy DFT, block by block). Ignored on the GPU.
+    workers
+        CPU transforms in flight at once (default: the CPUs this process may use).
+
+    Raises
+    ------
+    ResourceError
+        Even one coil at a time needs more than ``available_bytes``.
     """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
     n_vox = math.prod(matrix)
     grid2 = n_vox * 2 ** len(matrix)
     images = 1 if sense else n_coils
@@ -96,12 +163,19 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
         + n_coils * n_vox * COMPLEX64  # F^H d of every coil before the coil combination
     )
     per_coil = 2 * grid2 * COMPLEX64  # padded grid and the FFT's work area
+    stages: dict[str, int] = {}
+    if not gpu:
+        stages = _cpu_stages(tuple(matrix), n_coils, n_samples, sense=sense,
+                             method="exact" if method == "exact" else "nufft",
+                             workers=_cpu_workers() if workers is None else max(1, int(workers)))
+    before_cg = max(stages.values(), default=0)
     batch = n_coils if max_coil_batch is None else max(1, min(n_coils, int(max_coil_batch)))
     if available_bytes is not None:
         budget = int(available_bytes * HEADROOM)
-        if fixed + per_coil > budget:
+        least = max(before_cg, fixed + per_coil)
+        if least > budget:
             raise ResourceError(
-                f"problem too large for {what}: needs at least {human_bytes(fixed + per_coil)} "
+                f"problem too large for {what}: needs at least {human_bytes(least)} "
                 f"(matrix {list(matrix)}, {n_coils} coils, {n_samples} samples) but "
                 f"{human_bytes(available_bytes)} is available"
             )
@@ -112,6 +186,7 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
                    + fft_work * GPU_FFT_S)
     else:
         seconds = (n_coils + 1) * n_samples / CPU_SAMPLES_PER_S + fft_work * CPU_FFT_S
+    stages["iterations"] = int(fixed + batch * per_coil)
     return Plan(fixed_bytes=int(fixed), per_coil_bytes=int(per_coil), coil_batch=int(batch),
-                n_coils=int(n_coils), peak_bytes=int(fixed + batch * per_coil),
-                available_bytes=available_bytes, estimated_seconds=float(seconds))
+                n_coils=int(n_coils), peak_bytes=int(max(stages.values())),
+                available_bytes=available_bytes, estimated_seconds=float(seconds), stages=stages)

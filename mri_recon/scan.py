@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidDataError
-from .validation import _fail, check_array, check_trajectory_units, validate_matrix
+from .validation import _fail, check_array, check_trajectory_units, check_weights, validate_matrix
 
 SCHEMA_VERSION = 1
 OPTIONAL = ("weights", "coil_maps", "field_map", "times", "noise", "ground_truth")
@@ -117,8 +116,8 @@ def validate(scan: Scan) -> dict[str, Any]:
                 _fail(src, f"{name} has {array.shape[0]} samples but kspace has {m}")
             _fail(src, f"{name} must have shape {tuple(shape)}, found {array.shape}")
         out[name] = array
-    if out["weights"] is not None and np.any(out["weights"] < 0):
-        _fail(src, "weights must be non-negative", InvalidDataError)
+    if out["weights"] is not None:
+        check_weights(out["weights"], src)
     if out["noise"] is not None and out["noise"].shape[0] != n_coils:
         _fail(src, f"noise has {out['noise'].shape[0]} coils but kspace has {n_coils}")
     out["attrs"] = dict(scan.attrs)

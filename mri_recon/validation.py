@@ -54,21 +54,43 @@ def positive_int(name: str, value) -> int:
 
 
 def validate_matrix(matrix: Any, source: str = "<memory>") -> tuple[int, ...]:
-    """Check the image size: 2 or 3 positive integers, none absurd."""
+    """Check the image size: 2 or 3 positive integers, none absurd.
+
+    Values are compared as exact Python integers, so an unsigned 2**64 - 1 is reported as written, never
+    wrapped to -1.
+    """
     values = np.asarray(matrix)
+    written = values.tolist()
     if values.dtype.kind not in "iu" and not (
-        values.dtype.kind == "f" and values.size and np.all(np.mod(values, 1) == 0)
+        values.dtype.kind == "f" and values.size and np.all(np.isfinite(values)) and np.all(np.mod(values, 1) == 0)
     ):
-        _fail(source, f"attribute 'matrix' must hold integers, found {values.dtype} {values.tolist()}")
-    values = values.reshape(-1).astype(np.int64) if values.ndim <= 1 else values
-    if values.ndim != 1 or values.size not in (2, 3):
-        _fail(source, f"attribute 'matrix' must be [Nx, Ny] or [Nx, Ny, Nz], found {np.asarray(matrix).tolist()}")
-    if np.any(values < 1):
-        _fail(source, f"attribute 'matrix' must be positive, found {values.tolist()}", InvalidDataError)
-    if np.any(values > MAX_AXIS) or int(np.prod(values)) > MAX_VOXELS:
-        _fail(source, f"attribute 'matrix' {values.tolist()} is absurd (at most {MAX_AXIS} per axis)",
+        _fail(source, f"attribute 'matrix' must hold integers, found {values.dtype} {written}")
+    if values.ndim > 1 or values.size not in (2, 3):
+        _fail(source, f"attribute 'matrix' must be [Nx, Ny] or [Nx, Ny, Nz], found {written}")
+    numbers = [int(v) for v in values.reshape(-1).tolist()]
+    if any(n < 1 for n in numbers):
+        _fail(source, f"attribute 'matrix' must be positive, found {numbers}", InvalidDataError)
+    if any(n > MAX_AXIS for n in numbers) or np.prod(numbers, dtype=object) > MAX_VOXELS:
+        _fail(source, f"attribute 'matrix' {numbers} is absurd (at most {MAX_AXIS} per axis)",
               InvalidDataError)
-    return tuple(int(v) for v in values)
+    return tuple(numbers)
+
+
+def check_weights(weights: np.ndarray, source: str = "<memory>", what: str = "weights") -> None:
+    """Density weights must be non-negative and not all zero (an all-zero W gives a zero image).
+
+    Raises
+    ------
+    InvalidDataError
+        A negative weight, or no positive one.
+    """
+    if np.any(weights < 0):
+        _fail(source, f"{what} must be non-negative, found {int(np.count_nonzero(weights < 0))} negative "
+                      f"value(s) (minimum {float(np.min(weights)):.4g})", InvalidDataError)
+    if not np.any(weights > 0):
+        _fail(source, f"{what} are all zero: every sample would be ignored and the image would be zero; "
+                      f"drop the weights (no density compensation) or compute them (--dcf ramp|pipe)",
+              InvalidDataError)
 
 
 def check_trajectory_units(trajectory: np.ndarray, matrix: tuple[int, ...], source: str = "<memory>") -> None:

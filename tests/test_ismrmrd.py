@@ -379,8 +379,61 @@ def test_malformed_header(tmp_path, rng, pattern, replacement, message):
 def test_encoding_reference_beyond_the_header(tmp_path, rng):
     path = _write_raw(tmp_path / "bad.h5", _header(),
                       _imaging_from(rng, {a: {"encoding_space_ref": 1} for a in range(4)}))
-    with pytest.raises(SchemaError, match="acquisitions use encoding space 1 but the XML header describes 1"):
+    with pytest.raises(SchemaError, match=r"acquisitions use encoding space 1 but the XML header describes only 1 "
+                                          r"encoding space\(s\) \(numbered from 0\)"):
         load_ismrmrd(path)
+
+
+def test_header_without_encoding(tmp_path, rng):
+    path = _write_raw(tmp_path / "bad.h5", _header(), _imaging_from(rng, {}))
+    _edit_xml(path, r"<encoding>.*</encoding>", "")
+    with pytest.raises(SchemaError, match=r"the XML header has no <encoding> element; expected one describing"):
+        load_ismrmrd(path)
+
+
+def test_file_without_xml_is_named_as_such(tmp_path, rng):
+    path = _write_raw(tmp_path / "raw.h5", _header(), _imaging_from(rng, {}))
+    with h5py.File(path, "r+") as f:
+        del f["dataset/xml"]
+    for read in (load_ismrmrd, load_scan, load_scans):
+        with pytest.raises(SchemaError, match=r"ISMRMRD file without its XML header: dataset 'dataset' has no "
+                                              r"'xml' header"):
+            read(path)
+
+
+@pytest.mark.parametrize("matrix", [(16, 16), (8, 8, 8)], ids=["2d", "3d"])
+def test_an_all_zero_extra_trajectory_column_is_not_taken_as_weights(tmp_path, rng, matrix):
+    ndim = len(matrix)
+    acquisitions = []
+    for data, traj in _readouts(rng, count=6, samples=16, extent=matrix[0] / 2, dims=ndim + 1):
+        if ndim == 3:
+            traj[:, 2] = traj[:, 0] / 2
+        traj[:, ndim] = 0.0  # kz of a 2-D encoding, or a weight column left unset
+        acquisitions.append(_acq(data, traj))
+    _write_raw(tmp_path / "raw.h5", _header(matrix=matrix, fov=(200.0,) * ndim), acquisitions)
+    scan = load_ismrmrd(tmp_path / "raw.h5")
+    assert scan.weights is None and scan.trajectory.shape[1] == ndim
+    assert scan.attrs["trajectory_extra_column"].startswith("all zero: ignored")
+
+
+def test_a_negative_extra_trajectory_column_is_refused(tmp_path, rng):
+    acquisitions = []
+    for data, traj in _readouts(rng, count=4, dims=3):
+        traj[:, 2] = np.linspace(-3, 3, len(traj))  # a kz, impossible for a 2-D encoding
+        acquisitions.append(_acq(data, traj))
+    path = _write_raw(tmp_path / "raw.h5", _header(), acquisitions)
+    with pytest.raises(SchemaError, match=r"trajectory column 3 of 3 has negative values \(min -3\); for a 2-D "
+                                          r"encoding ISMRMRD stores density weights"):
+        load_ismrmrd(path)
+
+
+def test_all_zero_weights_of_a_header_column_are_refused(tmp_path, rng):
+    acquisitions = []
+    for a, (data, traj) in enumerate(_readouts(rng, count=4, dims=3)):
+        traj[:, 2] = 1.0 if a == 0 else 0.0
+        acquisitions.append(_acq(data, traj))
+    scan = load_ismrmrd(_write_raw(tmp_path / "raw.h5", _header(), acquisitions))
+    assert scan.weights is not None and scan.weights.sum() == 16  # some non-zero weights: taken as weights
 
 
 def test_no_imaging_acquisitions(tmp_path, rng):
@@ -440,8 +493,9 @@ def test_unknown_units_option(tmp_path, rng):
 def test_missing_ismrmrd_package(tmp_path, rng, monkeypatch):
     write_ismrmrd(tmp_path / "raw.h5", _scan(rng))
     monkeypatch.setitem(sys.modules, "ismrmrd", None)
-    with pytest.raises(InvalidDataError, match=r"needs the 'ismrmrd' package"):
+    with pytest.raises(InvalidDataError, match=r"needs the 'ismrmrd' package, a dependency of mri-recon") as err:
         load_ismrmrd(tmp_path / "raw.h5")
+    assert "mri-recon[" not in str(err.value) and "pip install ismrmrd" in str(err.value)
 
 
 # --------------------------------------------------------------------------------------------------------

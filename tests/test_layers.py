@@ -16,10 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 LAYERS = [
     {"_version", "errors"},
     {"backend"},
-    {"validation", "grid", "planner"},
+    {"validation", "grid"},
     {"scan"},
     {"kernels"},
     {"io", "operators", "solvers", "filters"},
+    {"planner"},
     {"prep"},
     {"sim"},
     {"result"},

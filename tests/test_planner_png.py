@@ -69,3 +69,51 @@ def test_preview_scales_magnitude_and_shows_3d_as_three_slices(rng):
 def test_preview_refuses_other_ranks():
     with pytest.raises(ValueError, match=r"preview needs a 2-D or 3-D image, got shape \(4,\)"):
         preview(np.ones(4))
+
+
+def test_cpu_plan_counts_finufft_fine_grids():
+    from mri_recon.operators.finufft import fine_grid_shape
+
+    # 256^3, one coil: the PSF stage holds FINUFFT's complex128 fine grid of the 512^3 grid (640^3 at
+    # upsampfac 1.25) and the complex128 PSF; the old count (3.9 GiB) missed both.
+    m = 4_000_000
+    p = plan((256, 256, 256), 1, m, sense=True, iterations=30, available_bytes=None, gpu=False, workers=2)
+    fine = np.prod(fine_grid_shape((512, 512, 512), 1e-7)) * 16
+    assert fine_grid_shape((512, 512, 512), 1e-7) == (640, 640, 640)
+    assert max(p.stages, key=p.stages.get) == "psf" and p.peak_bytes == p.stages["psf"]
+    assert p.peak_bytes > fine + 512**3 * 16 and p.peak_bytes / 2**30 > 6.0
+    exact = plan((256, 256, 256), 1, m, sense=True, iterations=30, available_bytes=None, gpu=False,
+                 method="exact")
+    assert exact.stages["psf"] < p.stages["psf"]
+    with pytest.raises(ResourceError, match=r"needs at least 6\.\d GiB"):
+        plan((256, 256, 256), 1, m, sense=True, iterations=30, available_bytes=5 * 2**30, gpu=False)
+    with pytest.raises(ValueError, match="unknown method 'fast'"):
+        plan((8, 8), 1, 10, sense=True, iterations=1, available_bytes=None, gpu=False, method="fast")
+
+
+@pytest.mark.parametrize("matrix", [(8, 8), (24, 30), (100, 100), (31, 33), (17, 17, 17), (64, 80, 24)])
+def test_fine_grid_shape_is_finufft_s(matrix):
+    """The planner's fine grid equals the one FINUFFT allocates (read from its debug output)."""
+    import os
+    import re
+    import tempfile
+
+    finufft = pytest.importorskip("finufft")
+    from mri_recon.operators.finufft import fine_grid_shape, upsampfac
+
+    x = [np.linspace(-3, 3, 50) for _ in matrix]
+    fn = {2: finufft.nufft2d1, 3: finufft.nufft3d1}[len(matrix)]
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(1)
+        os.dup2(log.fileno(), 1)
+        try:
+            fn(*x, np.ones(50, complex), n_modes=matrix, eps=1e-7, nthreads=1, debug=1, upsampfac=upsampfac(1e-7))
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode()
+    found = re.search(r"\(nf1,nf2,nf3\)=\((\d+),(\d+),(\d+)\)", text)
+    assert found is not None, text
+    # FINUFFT reports its axes fastest first (Fortran order), ours are C order
+    assert tuple(int(v) for v in found.groups()[: len(matrix)])[::-1] == fine_grid_shape(matrix, 1e-7)

@@ -39,3 +39,27 @@ def test_bad_choices_and_missing_datasets(scan):
         prepare_scan(bare, dcf="file")
     with pytest.raises(SchemaError, match="--coil-maps file needs a 'coil_maps' dataset"):
         prepare_scan(bare, coil_maps="file")
+
+
+def test_a_field_map_is_refused_unless_ignored_on_purpose(scan):
+    with_map = scan.replace(field_map=np.ones(scan.matrix, np.float32),
+                            times=np.linspace(0, 1e-3, scan.n_samples, dtype=np.float32))
+    with pytest.raises(InvalidDataError, match=r"carries a field_map \(off-resonance, Hz\), which mri-recon cannot "
+                                               r"correct yet.*--no-field-map"):
+        prepare_scan(with_map)
+    ready, record = prepare_scan(with_map, field_map="ignore")
+    assert ready.field_map is None and ready.times is None and record["field_map"] == "ignored"
+    ready, record = prepare_scan(scan.replace(times=with_map.times))  # times alone: nothing to correct
+    assert ready.times is None and record["field_map"] == "none (times dropped)"
+    with pytest.raises(InvalidDataError, match="unknown field-map choice 'apply'"):
+        prepare_scan(scan, field_map="apply")
+
+
+def test_density_compensation_that_comes_out_zero_is_refused(scan, monkeypatch):
+    from mri_recon.prep import dcf
+
+    monkeypatch.setattr(dcf, "pipe_menon", lambda trajectory, matrix: np.zeros(len(trajectory), np.float32))
+    with pytest.raises(InvalidDataError, match=r"density compensation 'pipe' gave all-zero weights"):
+        prepare_scan(scan, dcf="pipe")
+    with pytest.raises(InvalidDataError, match="weights are all zero"):
+        scan.replace(weights=np.zeros(scan.n_samples, np.float32))

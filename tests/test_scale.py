@@ -71,7 +71,7 @@ def test_lambda_is_relative_to_the_operator_solved(scan):
 def test_all_zero_weights_are_refused(scan):
     from mri_recon.errors import InvalidDataError
 
-    with pytest.raises(InvalidDataError, match="every density weight is zero"):
+    with pytest.raises(InvalidDataError, match="weights are all zero: every sample would be ignored"):
         reconstruct(scan.replace(weights=np.zeros_like(scan.weights)), iterations=2, device="cpu",
                     progress=False)
 
@@ -126,3 +126,12 @@ def test_gpu_cg_inner_products_do_not_overflow(rng):
     x, residuals = cg(lambda v: ad @ v, cupy.asarray(b), max_iterations=80, tolerance=1e-5)
     assert residuals[-1] <= 1e-5
     assert rel(cupy.asnumpy(x), np.linalg.solve(a.astype(np.complex128), b.astype(np.complex128))) <= 1e-4
+
+
+def test_reconstruct_refuses_a_field_map_it_cannot_use(scan):
+    from mri_recon.errors import InvalidDataError
+
+    with_map = scan.replace(field_map=np.zeros(scan.matrix, dtype=np.float32),
+                            times=np.zeros(scan.n_samples, dtype=np.float32))
+    with pytest.raises(InvalidDataError, match="carries a field_map .* field_map='ignore'"):
+        reconstruct(with_map, iterations=2, device="cpu", progress=False)

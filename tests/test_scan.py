@@ -60,6 +60,18 @@ def test_bad_matrix(matrix, message):
         validate_matrix(matrix, "scan.h5")
 
 
+def test_huge_unsigned_matrix_is_reported_as_written(tmp_path, rng):
+    huge = np.array([2**64 - 1, 64], dtype=np.uint64)
+    with pytest.raises(InvalidDataError, match=r"'matrix' \[18446744073709551615, 64\] is absurd"):
+        validate_matrix(huge, "scan.h5")
+    kspace, traj = _arrays(rng, matrix=(16, 16))
+    path = _write(tmp_path / "huge.h5", kspace=kspace, trajectory=traj, matrix=huge)
+    with pytest.raises(InvalidDataError, match=r"huge.h5: attribute 'matrix' \[18446744073709551615, 64\]"):
+        load_scan(path)
+    with pytest.raises(SchemaError, match=r"must hold integers, found float64 \[inf, 2.0\]"):
+        validate_matrix([np.inf, 2.0], "scan.h5")
+
+
 @pytest.mark.parametrize("change, error, message", [
     ({"kspace": "real"}, SchemaError, "'kspace' must be complex64"),
     ({"trajectory": "int"}, SchemaError, "'trajectory' must be float32"),
@@ -72,6 +84,7 @@ def test_bad_matrix(matrix, message):
     ({"weights": "short"}, SchemaError, "weights has 10 samples but kspace has 50"),
     ({"times": "short"}, SchemaError, "times has 10 samples but kspace has 50"),
     ({"weights": "negative"}, InvalidDataError, "weights must be non-negative"),
+    ({"weights": "zero"}, InvalidDataError, r"weights are all zero: every sample would be ignored"),
     ({"coil_maps": "wrong"}, SchemaError, r"coil_maps must have shape \(2, 16, 12\)"),
     ({"noise": "coils"}, SchemaError, "noise has 3 coils but kspace has 2"),
     ({"trajectory": "far"}, TrajectoryUnitsError, "did you scale your trajectory correctly"),
@@ -86,7 +99,7 @@ def test_validation_errors_name_the_problem(rng, change, error, message):
         ("kspace", "rank3"): kspace[None], ("kspace", "empty"): kspace[:, :0],
         ("trajectory", "short"): traj[:-1], ("trajectory", "3d"): np.zeros((50, 3), np.float32),
         ("weights", "short"): np.ones(10, np.float32), ("times", "short"): np.ones(10, np.float32),
-        ("weights", "negative"): -np.ones(50, np.float32),
+        ("weights", "negative"): -np.ones(50, np.float32), ("weights", "zero"): np.zeros(50, np.float32),
         ("coil_maps", "wrong"): np.ones((2, 12, 16), np.complex64),
         ("noise", "coils"): np.ones((3, 5), np.complex64),
         ("trajectory", "far"): traj * 3, ("trajectory", "normalized"): traj / np.array([16, 12]),

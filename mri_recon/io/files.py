@@ -1,17 +1,116 @@
 """Safe output files: write to a temporary file beside the target, then rename over it.
 
 A crash or an error leaves no partial output, and an input file is never overwritten.
+
+Temporary files are named ``.mri-recon.HOST.PID.RANDOM.tmp`` (at most 47 characters, whatever the target's
+name, so that any target name the file system accepts can be written). ``HOST`` is a short hash of the host
+name and the PID namespace, ``PID`` the writer's process id. A writer killed before its rename (SIGKILL,
+power loss) leaves its temporary file behind; the next write into the same folder removes the stale ones:
+those of this host whose writer is gone, and any of ours older than :data:`STALE_AGE_S`. Files written by
+earlier versions (``.TARGET.XXXXXXXX.tmp``, from :func:`tempfile.mkstemp`) are removed after the same age.
+Nothing else is ever touched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
-import tempfile
+import re
+import secrets
+import socket
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import OutputError
+
+PREFIX = ".mri-recon."
+STALE_AGE_S = 24 * 3600.0
+"""Age (seconds since the last write) after which any temporary file of ours is taken as abandoned."""
+NAME_MAX = 255
+"""Longest file name (bytes) assumed when the file system does not say."""
+_TEMP = re.compile(r"^\.mri-recon\.([0-9a-f]{8})\.([0-9]{1,10})\.([0-9a-f]{12})\.tmp$")
+_LEGACY = re.compile(r"^\.(.+)\.[a-z0-9_]{8}\.tmp$")
+
+
+def _host_token() -> str:
+    """8 hex digits naming this host and PID namespace: a PID means something only within both."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
+
+
+def temp_name() -> str:
+    """A fresh temporary file name of this process (``.mri-recon.HOST.PID.RANDOM.tmp``, 47 characters at most)."""
+    return f"{PREFIX}{_host_token()}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but belongs to someone else, or cannot be asked: keep the file
+    return True
+
+
+def is_stale(name: str, age_s: float, *, host: str | None = None) -> bool:
+    """True when ``name`` is a temporary file of ours whose writer is gone or that is older than
+    :data:`STALE_AGE_S` (``age_s``: seconds since it was last modified).
+
+    Parameters
+    ----------
+    name
+        A file name (no folder).
+    age_s
+        Seconds since the file's last modification.
+    host
+        This host's token (default: computed).
+    """
+    match = _TEMP.match(name)
+    if match is None:
+        return bool(_LEGACY.match(name)) and age_s > STALE_AGE_S
+    if age_s > STALE_AGE_S:
+        return True
+    host = _host_token() if host is None else host
+    return match.group(1) == host and int(match.group(2)) != os.getpid() and not _pid_alive(int(match.group(2)))
+
+
+def clean_stale(folder: str | os.PathLike, *, target_name: str | None = None) -> list[Path]:
+    """Remove our abandoned temporary files from ``folder``; returns those removed.
+
+    Only names of our temporary-file pattern are considered (see the module docstring); files of earlier
+    versions (``.TARGET.XXXXXXXX.tmp``) only when ``target_name`` is TARGET or ends with ``.psf`` (a PSF
+    cache entry). Errors (a file removed meanwhile, a read-only folder) are ignored.
+    """
+    removed: list[Path] = []
+    host, now = _host_token(), time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".tmp") or not name.startswith("."):
+            continue
+        legacy = _LEGACY.match(name) if not name.startswith(PREFIX) else None
+        if legacy is not None and legacy.group(1) != target_name and not legacy.group(1).endswith(".psf"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or not is_stale(name, now - info.st_mtime, host=host):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -20,24 +119,51 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     try:
         if pa.exists() and pb.exists():
             return pa.samefile(pb)
-    except OSError:
-        pass
-    return pa.resolve() == pb.resolve()
+        return pa.resolve() == pb.resolve()
+    except (OSError, RuntimeError):
+        return os.path.abspath(pa) == os.path.abspath(pb)
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
 
 
 def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] = ()) -> Path:
     """Check that ``path`` can be written without replacing a protected input; returns its folder.
 
-    Raises :class:`OutputError` when ``path`` names a protected file or a directory, or when its folder is
-    missing or not writable.
+    Raises
+    ------
+    OutputError
+        ``path`` names a protected file, a directory or an existing non-regular file (a device such as
+        ``/dev/null``, a FIFO, a socket), its name is longer than the file system allows, or its folder is
+        missing or not writable.
     """
     target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    length = len(os.fsencode(target.name))
+    if not target.name or target.name in (".", ".."):
+        raise OutputError(f"{target}: output path names no file")
+    limit = _name_max(folder) if folder.is_dir() else NAME_MAX
+    if length > limit:
+        raise OutputError(f"{str(target)[:80]}...: output file name is {length} bytes long; the file system "
+                          f"allows at most {limit}")
     for item in protect:
         if same_file(target, item):
             raise OutputError(f"{target}: output would overwrite the input file; choose another path")
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot be written ({exc.strerror})") from exc
+    if info is not None and stat.S_ISDIR(info.st_mode):
         raise OutputError(f"{target}: output path is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise OutputError(f"{target}: exists and is not a regular file (a device, FIFO or socket); "
+                          f"mri-recon writes a new file and renames it into place: choose a file path")
     if not folder.is_dir():
         raise OutputError(f"{target}: output folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
@@ -51,21 +177,27 @@ def atomic_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, 
 
     ``protect`` lists input files that must never be replaced: naming one as ``path`` raises
     :class:`OutputError`. On any exception the temporary file is removed and ``path`` is untouched.
+    Abandoned temporary files of earlier writers in the same folder are removed first
+    (:func:`clean_stale`).
     """
     target = Path(path)
     folder = check_output(target, protect=protect)
+    clean_stale(folder, target_name=target.name)
+    tmp = folder / temp_name()
+    umask = os.umask(0)
+    os.umask(umask)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        # O_EXCL: a fresh file, never an existing one; the usual permissions of a new file (mkstemp's are 0600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~umask)
     except OSError as exc:
         raise OutputError(f"{target}: cannot create a file in {folder} ({exc.strerror})") from exc
     os.close(fd)
-    tmp = Path(tmp_name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual permissions
     try:
         yield tmp
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise OutputError(f"{target}: cannot be written ({exc.strerror})") from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -9,7 +9,11 @@ What is read
 ------------
 - Imaging acquisitions carry a per-sample trajectory, ``trajectory_dimensions`` = D (2 for a 2-D matrix,
   3 for 3-D) or D + 1, where the trailing column is a density-compensation weight and becomes
-  ``Scan.weights``. ``discard_pre`` / ``discard_post`` samples are dropped. Every imaging readout must
+  ``Scan.weights`` (the ISMRMRD convention, e.g. Gadgetron's spiral and radial data). A trailing column
+  that is all zero is not taken as weights (they would give a zero image): it is a 2-D encoding's kz = 0
+  written as 3-D coordinates, or an unset weight column, and is ignored (``Scan.attrs["trajectory_extra_column"]``
+  says so). A trailing column with negative values is refused: it is neither weights nor the kz of a 2-D
+  encoding. ``discard_pre`` / ``discard_post`` samples are dropped. Every imaging readout must
   keep the same number of samples and channels.
 - ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions become ``Scan.noise`` (C, K), shared by every slice.
 - Skipped: pure calibration (``ACQ_IS_PARALLEL_CALIBRATION``), navigators (``ACQ_IS_NAVIGATION_DATA``),
@@ -70,10 +74,10 @@ _PLAUSIBLE = (0.25, 2.0)
 
 def _ismrmrd():
     try:
-        import ismrmrd  # noqa: PLC0415 - optional dependency, imported on first use
+        import ismrmrd  # noqa: PLC0415 - a dependency of mri-recon, imported on first use
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise InvalidDataError("reading ISMRMRD files needs the 'ismrmrd' package: "
-                               "pip install 'mri-recon[ismrmrd]'") from exc
+        raise InvalidDataError(f"reading ISMRMRD files needs the 'ismrmrd' package, a dependency of mri-recon "
+                               f"that cannot be imported ({exc}); reinstall it: pip install ismrmrd") from exc
     return ismrmrd
 
 
@@ -109,7 +113,8 @@ def _read(path: str | os.PathLike, dataset: str | None) -> tuple[Any, np.ndarray
                               f"'xml'; groups found: {sorted(f.keys())})")
         group = f[dataset]
         if not group.has_header():
-            raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' has no 'xml' header")
+            raise SchemaError(f"{src}: ISMRMRD file without its XML header: dataset '{dataset}' has no 'xml' "
+                              f"header (it gives the matrix and field of view)")
         if not group.has_acquisitions():
             raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data')")
         try:
@@ -136,9 +141,13 @@ def _geometry(src: str, header: Any, ref: int, space: str) -> dict[str, Any]:
     """Image matrix, encoded matrix and the per-axis factor from encoded-FOV cycles to image-FOV cycles."""
     if space not in SPACES:
         raise InvalidDataError(f"unknown space {space!r}: expected 'recon' or 'encoded'")
-    if ref >= len(header.encoding):
-        raise SchemaError(f"{src}: acquisitions use encoding space {ref} but the XML header describes "
-                          f"{len(header.encoding)}")
+    count = len(header.encoding)
+    if count == 0:
+        raise SchemaError(f"{src}: the XML header has no <encoding> element; expected one describing the "
+                          f"encoded and recon spaces (matrix and field of view)")
+    if ref >= count:
+        raise SchemaError(f"{src}: acquisitions use encoding space {ref} but the XML header describes only "
+                          f"{count} encoding space(s) (numbered from 0)")
     enc = header.encoding[ref]
     spaces = {}
     for name in ("encodedSpace", "reconSpace"):
@@ -302,6 +311,15 @@ def _trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_units
                           f"{list(geometry['matrix'])} needs {ndim} (or {ndim + 1} with a density weight)")
     k = traj[..., :ndim]
     weights = traj[..., ndim] if dims == ndim + 1 else None
+    if weights is not None and not np.any(weights):
+        # An all-zero trailing column holds no weights: kz = 0 of a 2-D encoding written as 3-D coordinates,
+        # or a weight column left unset. Taking it as weights would give a zero image.
+        weights = None
+    elif weights is not None and np.any(weights < 0):
+        raise SchemaError(
+            f"{src}: trajectory column {ndim + 1} of {dims} has negative values (min {float(np.min(weights)):.4g}); "
+            f"for a {ndim}-D encoding ISMRMRD stores density weights (>= 0) there, and a {ndim}-D encoding has no "
+            f"k{'z' if ndim == 2 else 'w'}: expected {ndim} columns, or {ndim + 1} with non-negative weights")
     if traj_units == "auto":
         extent = np.max(np.abs(k.reshape(-1, ndim)), axis=0)
         traj_units = detect_units(extent, geometry["encoded"], src)
@@ -329,6 +347,8 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
             "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
             "skipped_acquisitions": acq["skipped"],
         }
+        if acq["dims"] > geometry["ndim"] and weights is None:
+            attrs["trajectory_extra_column"] = "all zero: ignored (no density weights)"
         pick = slice(None) if rows.size == len(data) else rows  # no copy for a single image
         scan = Scan(
             kspace=np.concatenate([data[i] for i in rows], axis=1),

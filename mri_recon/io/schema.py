@@ -19,9 +19,13 @@ from .files import atomic_output
 
 def _open(path: str | os.PathLike) -> h5py.File:
     p = Path(path)
-    if not p.exists():
+    try:
+        exists, is_dir = p.exists(), p.is_dir()
+    except OSError as exc:  # a name too long, a loop of links, ...
+        raise ScanFileError(f"{str(p)[:200]}: cannot be opened ({exc.strerror})") from exc
+    if not exists:
         raise ScanFileError(f"{p}: no such file")
-    if p.is_dir():
+    if is_dir:
         raise ScanFileError(f"{p}: is a directory, expected an HDF5 scan file")
     try:
         if not h5py.is_hdf5(p):
@@ -34,8 +38,16 @@ def _open(path: str | os.PathLike) -> h5py.File:
 
 
 def is_ismrmrd(f: h5py.File) -> bool:
-    """True for an ISMRMRD (MRD) file: a group holding ``data`` and ``xml`` datasets."""
-    return any(isinstance(g, h5py.Group) and "data" in g and "xml" in g for g in f.values())
+    """True for an ISMRMRD (MRD) file: a group holding ``data`` and ``xml`` datasets, or an acquisition
+    ``data`` dataset alone (an ISMRMRD file that lost its header; the ISMRMRD reader then says so)."""
+    return any(isinstance(g, h5py.Group) and "data" in g and ("xml" in g or _acquisitions(g["data"]))
+               for g in f.values())
+
+
+def _acquisitions(item: object) -> bool:
+    """True for a dataset of ISMRMRD acquisition records (a compound with ``head``, ``traj`` and ``data``)."""
+    names = getattr(getattr(item, "dtype", None), "names", None) or ()
+    return isinstance(item, h5py.Dataset) and {"head", "traj", "data"} <= set(names)
 
 
 def is_hdf5_scan(path: str | os.PathLike) -> str:

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
+FIELD_MAP_CHOICES = ("refuse", "ignore")
+"""What to do with a scan's ``field_map`` / ``times`` until off-resonance correction exists."""
 
 
-def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
-                 coil_maps: str = "auto") -> tuple[Scan, dict[str, Any]]:
+def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
+                 field_map: str = "refuse") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
@@ -35,14 +39,38 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
         ``"auto"``: the scan's maps if present, else Walsh estimates for several coils; ``"file"``: the
         scan's maps, required; ``"walsh"`` / ``"espirit"``: estimated from the k-space centre; ``"rss"``: no
         maps, each coil solved alone and combined by root-sum-of-squares.
+    field_map
+        mri-recon does not correct off-resonance yet. ``"refuse"`` (default): a scan carrying a ``field_map``
+        raises :class:`~mri_recon.errors.InvalidDataError` rather than give an image that silently ignores
+        it; ``"ignore"``: drop ``field_map`` and ``times`` on purpose (recorded as
+        ``record["field_map"] = "ignored"``). ``times`` alone (no field map) has nothing to correct and is
+        dropped either way.
+
+    Raises
+    ------
+    InvalidDataError
+        An unknown choice, a field map with ``field_map="refuse"``, or density weights that come out all
+        zero.
+    SchemaError
+        ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
     if dcf not in DCF_CHOICES:
         raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
     if coil_maps not in COIL_MAP_CHOICES:
         raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
                                f"{', '.join(COIL_MAP_CHOICES)}")
+    if field_map not in FIELD_MAP_CHOICES:
+        raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'refuse' or 'ignore'")
     record: dict[str, Any] = {"prewhitened": False}
     basis = None
+    if scan.field_map is not None and field_map == "refuse":
+        raise InvalidDataError(
+            f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon cannot correct "
+            f"yet; the image would be blurred where the field is off-resonant. Reconstruct without the "
+            f"correction on purpose with --no-field-map (Python: prepare_scan(..., field_map='ignore'))")
+    if scan.field_map is not None or scan.times is not None:
+        record["field_map"] = "ignored" if scan.field_map is not None else "none (times dropped)"
+        scan = scan.replace(field_map=None, times=None)
     if prewhiten and scan.noise is not None:
         from .noise import prewhiten as whiten
         from .noise import receiver_basis
@@ -56,7 +84,11 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto",
         from . import dcf as dcf_module
 
         compute = dcf_module.ramp if dcf == "ramp" else dcf_module.pipe_menon
-        scan = scan.replace(weights=compute(scan.trajectory, scan.matrix))
+        weights = np.asarray(compute(scan.trajectory, scan.matrix))
+        if not np.any(weights > 0):
+            raise InvalidDataError(f"{scan.source}: density compensation '{dcf}' gave all-zero weights (are "
+                                   f"all samples at k = 0?); the image would be zero")
+        scan = scan.replace(weights=weights)
     elif dcf == "none":
         scan = scan.replace(weights=None)
     record["dcf"] = dcf if dcf != "auto" else ("file" if scan.weights is not None else "none")

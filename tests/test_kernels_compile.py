@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mri_recon import cg, gpu_fhd, gpu_toeplitz
+from mri_recon import cg, gpu_fhd, gpu_nufft, gpu_toeplitz
 from mri_recon.errors import KernelError
 from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, kernel_files
 
@@ -19,7 +19,7 @@ else:
 
 def _configurations() -> list[tuple[str, dict[str, int]]]:
     configs = [*gpu_fhd.compile_configurations(), *gpu_toeplitz.compile_configurations(),
-               *cg.compile_configurations()]
+               *cg.compile_configurations(), *gpu_nufft.compile_configurations()]
     try:
         gpu_filter = importlib.import_module("mri_recon.gpu_filter")
     except ImportError:  # the filter module is optional here
@@ -60,3 +60,17 @@ def test_fhd_records_fit_the_constant_bank():
 def test_missing_defines_fail_with_the_log():
     with pytest.raises(KernelError, match="fhd.cu failed to compile"):
         compile_ptx("fhd.cu", {"FHD_DIM": 2})
+
+
+def test_nufft_tiles_fit_the_shared_memory():
+    for _, defines in gpu_nufft.compile_configurations():
+        dim, width = defines["NUFFT_DIM"], defines["NUFFT_W"]
+        bins = (defines["NUFFT_BIN0"], defines["NUFFT_BIN1"], defines["NUFFT_BIN2"])
+        coils, real = defines["NUFFT_COILS"], bool(defines["NUFFT_REAL"])
+        if gpu_nufft.spread_coils(bins, width, dim, coils, real) == coils:
+            assert gpu_nufft.spread_bytes(bins, width, dim, coils, real) <= gpu_nufft.SHARED_LIMIT
+
+
+def test_nufft_missing_defines_fail_with_the_log():
+    with pytest.raises(KernelError, match="nufft.cu failed to compile"):
+        compile_ptx("nufft.cu", {"NUFFT_DIM": 2, "NUFFT_W": 7})

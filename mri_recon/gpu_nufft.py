@@ -33,30 +33,38 @@ COIL_STEPS = (1, 2, 4, 8)
 """Coils per spread / interpolation launch that are compiled (a launch may leave some unused)."""
 SHARED_LIMIT = 110 * 1024
 """Most dynamic shared memory a spreading block may use (two blocks per H200 multiprocessor)."""
+SPREAD_METHODS = ("warp", "atomic")
+"""How a spreading block adds samples to its shared tile: "warp" (a private tile per warp, lanes over the
+stencil, no atomics; the default) or "atomic" (one tile, a thread per sample, shared atomicAdd: cufinufft)."""
+DEFAULT_WARPS = {2: 4, 3: 2}
+"""Warps per spreading block of the "warp" method (each holds its own tile)."""
 GRID_MEMORY_SHARE = 0.35
 """Share of the free device memory the fine grids of one coil group may take."""
-DEFAULT_BINS = {2: (32, 32, 1), 3: (16, 16, 8)}
+DEFAULT_BINS = {"warp": {2: (16, 16, 1), 3: (8, 8, 8)}, "atomic": {2: (32, 32, 1), 3: (16, 16, 8)}}
 DEFAULT_EPS = 1e-6
 COMPILED_EPS = (1e-5, 1e-6)
 """Tolerances whose kernel widths :func:`compile_configurations` lists (others compile on first use)."""
 
 
 def tile_points(bins: tuple[int, int, int], width: int, dim: int) -> int:
-    """Points of a spreading tile: (bin + 2 ceil(w/2)) per axis."""
-    halo = (width + 1) // 2
-    return math.prod(b + 2 * halo for b in bins[:dim])
+    """Points of a spreading tile: bin + w per axis (a sample touches floor(w/2) before its bin and
+    ceil(w/2) - 1 after it)."""
+    return math.prod(b + width for b in bins[:dim])
 
 
-def spread_bytes(bins: tuple[int, int, int], width: int, dim: int, coils: int, real: bool) -> int:
-    """Dynamic shared memory of one spreading block."""
-    return tile_points(bins, width, dim) * coils * (1 if real else 2) * 4
+def spread_bytes(bins: tuple[int, int, int], width: int, dim: int, coils: int, real: bool,
+                 warps: int = 0) -> int:
+    """Dynamic shared memory of one spreading block: one tile ("atomic", ``warps = 0``) or one tile per
+    warp plus each warp's 3 w weights ("warp")."""
+    tile = tile_points(bins, width, dim) * coils * (1 if real else 2) * 4
+    return tile if warps == 0 else warps * (tile + 3 * width * 4)
 
 
 def spread_coils(bins: tuple[int, int, int], width: int, dim: int, coils: int, real: bool,
-                 limit: int = SHARED_LIMIT) -> int:
-    """The largest step of :data:`COIL_STEPS` whose tile fits ``limit``, no larger than needed for
+                 limit: int = SHARED_LIMIT, warps: int = 0) -> int:
+    """The largest step of :data:`COIL_STEPS` whose tiles fit ``limit``, no larger than needed for
     ``coils``; 1 if even one coil does not fit (the caller then fails on the launch)."""
-    fits = [s for s in COIL_STEPS if spread_bytes(bins, width, dim, s, real) <= limit] or [1]
+    fits = [s for s in COIL_STEPS if spread_bytes(bins, width, dim, s, real, warps) <= limit] or [1]
     enough = [s for s in fits if s >= coils]
     return enough[0] if enough else fits[-1]
 
@@ -76,12 +84,13 @@ def compile_configurations() -> list[tuple[str, dict[str, int]]]:
     """Every ``(file, defines)`` the default plans launch: 2D and 3D, the widths of
     :data:`COMPILED_EPS`, every coil step that fits the shared memory, complex data and real (PSF) data."""
     configs = []
-    for dim in (2, 3):
-        bins = DEFAULT_BINS[dim]
-        for width in sorted({kernel_width(e) for e in COMPILED_EPS}):
-            for coils in COIL_STEPS:
-                configs.append((KERNEL_FILE, nufft_defines(dim, width, coils, bins, False)))
-            configs.append((KERNEL_FILE, nufft_defines(dim, width, 1, bins, True)))
+    for method in SPREAD_METHODS:
+        for dim in (2, 3):
+            bins = DEFAULT_BINS[method][dim]
+            for width in sorted({kernel_width(e) for e in COMPILED_EPS}):
+                for coils in COIL_STEPS:
+                    configs.append((KERNEL_FILE, nufft_defines(dim, width, coils, bins, False)))
+                configs.append((KERNEL_FILE, nufft_defines(dim, width, 1, bins, True)))
     return configs
 
 
@@ -120,14 +129,16 @@ class GpuNufft:
     max_group
         Most coils transformed together (one fine grid each); default: as many as fit
         :data:`GRID_MEMORY_SHARE` of the free memory, at most 8.
+    spread, warps
+        Spreading method of :data:`SPREAD_METHODS` and warps per block of the "warp" method.
     subproblem, shared_limit
         Most samples per spreading block, most shared memory per spreading block (tuning).
     """
 
     def __init__(self, trajectory: Any, matrix: tuple[int, ...], *, eps: float = DEFAULT_EPS,
                  device: Device | str | int | None = None, bins: tuple[int, ...] | None = None,
-                 max_group: int | None = None, subproblem: int = SUBPROBLEM,
-                 shared_limit: int = SHARED_LIMIT) -> None:
+                 max_group: int | None = None, spread: str = "warp", warps: int | None = None,
+                 subproblem: int = SUBPROBLEM, shared_limit: int = SHARED_LIMIT) -> None:
         cupy = cupy_module()
         if cupy is None:
             raise DeviceError("the GPU NUFFT needs CuPy and an NVIDIA GPU (use the CPU path)")
@@ -140,7 +151,13 @@ class GpuNufft:
         self.params: NufftParams = nufft_params(matrix, eps)
         self.matrix = self.params.matrix
         self.dim = len(self.matrix)
-        self.bins = _padded(tuple(bins) if bins is not None else DEFAULT_BINS[self.dim][:self.dim])
+        if spread not in SPREAD_METHODS:
+            raise InvalidDataError(f"unknown spreading method {spread!r}: expected one of {', '.join(SPREAD_METHODS)}")
+        self.spread = spread
+        self.warps = 0 if spread == "atomic" else int(warps or DEFAULT_WARPS[self.dim])
+        if not 0 <= self.warps <= THREADS // 32:
+            raise InvalidDataError(f"warps must lie in 1..{THREADS // 32}, found {warps!r}")
+        self.bins = _padded(tuple(bins) if bins is not None else DEFAULT_BINS[spread][self.dim][:self.dim])
         if len(self.bins) != 3 or min(self.bins) < 1 or (self.dim == 2 and self.bins[2] != 1):
             raise InvalidDataError(f"bins must be {self.dim} positive sizes, found {bins!r}")
         self.subproblem = int(subproblem)
@@ -259,15 +276,17 @@ class GpuNufft:
 
     def _spread(self, data: Any, grid: Any, coils: int, real: bool) -> None:
         """Add the spread samples of ``coils`` coils (``data`` rows) to ``grid`` (zeroed by the caller)."""
-        step = spread_coils(self.bins, self.params.width, self.dim, coils, real, self.shared_limit)
-        kernel = self._kernel("mri_recon_nufft_spread", step, real)
-        shared = spread_bytes(self.bins, self.params.width, self.dim, step, real)
+        step = spread_coils(self.bins, self.params.width, self.dim, coils, real, self.shared_limit, self.warps)
+        name = "mri_recon_nufft_spread_warp" if self.warps else "mri_recon_nufft_spread"
+        kernel = self._kernel(name, step, real)
+        shared = spread_bytes(self.bins, self.params.width, self.dim, step, real, self.warps)
+        threads = 32 * self.warps if self.warps else THREADS
         if kernel.max_dynamic_shared_size_bytes < shared:
             kernel.max_dynamic_shared_size_bytes = shared
         _, _, _, n0, n1, n2, nb1, nb2 = self._geometry_args
         for c in range(0, coils, step):
             active = min(step, coils - c)
-            kernel((self.n_subproblems,), (THREADS,),
+            kernel((self.n_subproblems,), (threads,),
                    (self._sub_first, self._sub_count, self._sub_bin, self._perm, self._first, self._z0,
                     data[c:c + active], np.int64(self.n_samples), np.int32(active),
                     np.float32(self.params.beta), grid[c:c + active], n0, n1, n2, nb1, nb2),

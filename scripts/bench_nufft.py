@@ -156,7 +156,7 @@ def stages(plan, data) -> dict:
     return {"group": group, "spread_s": timed(spread, runs)["median_s"], "fft_s": timed(fft, runs)["median_s"],
             "deconv_s": timed(dec, runs)["median_s"], "subproblems": plan.n_subproblems,
             "spread_coils_per_launch": gpu_nufft.spread_coils(plan.bins, plan.params.width, plan.dim, group,
-                                                               False, plan.shared_limit)}
+                                                               False, plan.shared_limit, plan.warps)}
 
 
 def run_problem(results: dict, p: dict, with_sigpy: bool, sweep: list[dict]) -> None:
@@ -276,10 +276,12 @@ def main(argv: list[str]) -> int:
                      "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "sigpy": with_sigpy}
     rng = np.random.default_rng(0)
     sweeps = {
-        "2d": [{"bins": (16, 16)}, {"bins": (64, 32)}],
-        "3d128": [{"bins": (8, 8, 8)}, {"bins": (16, 16, 4)}, {"bins": (16, 16, 8), "shared_limit": 227 * 1024},
-                  {"bins": (8, 8, 8), "shared_limit": 227 * 1024}, {"eps": 1e-5}],
-        "3d256": [],
+        "2d": [{"spread": "atomic"}, {"bins": (32, 32)}, {"bins": (16, 16), "warps": 8},
+               {"bins": (16, 16), "warps": 2}, {"bins": (8, 8), "warps": 8}, {"bins": (16, 16), "subproblem": 256}],
+        "3d128": [{"spread": "atomic"}, {"warps": 1}, {"warps": 4, "shared_limit": 227 * 1024},
+                  {"bins": (8, 8, 4), "warps": 4}, {"bins": (16, 8, 8), "warps": 2, "shared_limit": 227 * 1024},
+                  {"bins": (4, 4, 4), "warps": 8}, {"subproblem": 256}, {"eps": 1e-5}],
+        "3d256": [{"spread": "atomic"}],
     }
     for name in ("2d", "3d128") if quick else ("2d", "3d128", "3d256"):
         t0 = time.perf_counter()

@@ -35,14 +35,18 @@ def poisoned(shape):
 
 
 def test_spread_coils_fit_the_shared_memory():
-    bins2, bins3 = gpu_nufft.DEFAULT_BINS[2], gpu_nufft.DEFAULT_BINS[3]
-    assert gpu_nufft.tile_points(bins2, 7, 2) == 40 * 40
-    assert gpu_nufft.spread_bytes(bins2, 7, 2, 8, False) == 40 * 40 * 8 * 8
+    assert gpu_nufft.tile_points((32, 32, 1), 7, 2) == 39 * 39
+    assert gpu_nufft.spread_bytes((32, 32, 1), 7, 2, 8, False) == 39 * 39 * 8 * 8
+    assert gpu_nufft.spread_bytes((8, 8, 8), 7, 3, 1, True, warps=2) == 2 * (15**3 * 4 + 21 * 4)
     for coils in range(1, 10):
-        for bins, dim in ((bins2, 2), (bins3, 3), ((8, 8, 8), 3)):
-            step = gpu_nufft.spread_coils(bins, 7, dim, coils, False)
-            assert step in gpu_nufft.COIL_STEPS
-            assert gpu_nufft.spread_bytes(bins, 7, dim, step, False) <= gpu_nufft.SHARED_LIMIT or step == 1
+        for method in gpu_nufft.SPREAD_METHODS:
+            for dim in (2, 3):
+                bins = gpu_nufft.DEFAULT_BINS[method][dim]
+                warps = gpu_nufft.DEFAULT_WARPS[dim] if method == "warp" else 0
+                step = gpu_nufft.spread_coils(bins, 7, dim, coils, False, warps=warps)
+                assert step in gpu_nufft.COIL_STEPS
+                used = gpu_nufft.spread_bytes(bins, 7, dim, step, False, warps)
+                assert used <= gpu_nufft.SHARED_LIMIT or step == 1
 
 
 @pytest.mark.parametrize(("coils", "step"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8)])
@@ -65,10 +69,11 @@ def test_compile_configurations_cover_2d_3d_complex_and_real():
 @pytest.mark.gpu
 @pytest.mark.parametrize("matrix", MATRICES, ids=str)
 @pytest.mark.parametrize("coils", [1, 3, 8, 9])
-def test_adjoint_matches_exact_sum(rng, matrix, coils):
+@pytest.mark.parametrize("spread", gpu_nufft.SPREAD_METHODS)
+def test_adjoint_matches_exact_sum(rng, matrix, coils, spread):
     cupy = cupy_module()
     traj, data = random_problem(rng, matrix, coils, 700)
-    plan = gpu_nufft.GpuNufft(traj, matrix)
+    plan = gpu_nufft.GpuNufft(traj, matrix, spread=spread)
     out = plan.adjoint(cupy.asarray(data), out=poisoned((coils, *matrix)))
     assert relative(out.get(), direct_adjoint(data, traj, matrix)) < TOL
 
@@ -88,12 +93,13 @@ def test_forward_matches_exact_sum(rng, matrix, coils):
 @pytest.mark.gpu
 @pytest.mark.parametrize("matrix", [(64, 48), (24, 20, 18)], ids=str)
 @pytest.mark.parametrize("subproblem", [16, 1024])
-def test_crowded_bins_and_coil_groups(rng, matrix, subproblem):
+@pytest.mark.parametrize("spread", gpu_nufft.SPREAD_METHODS)
+def test_crowded_bins_and_coil_groups(rng, matrix, subproblem, spread):
     """Many samples per bin (split into subproblems), reach up to N (the PSF's), coils in groups of 2."""
     cupy = cupy_module()
     traj, data = random_problem(rng, matrix, 5, 4000, reach=1.0)
     traj[:200] *= 0.05  # a dense centre, as radial trajectories have
-    plan = gpu_nufft.GpuNufft(traj, matrix, subproblem=subproblem, max_group=2)
+    plan = gpu_nufft.GpuNufft(traj, matrix, subproblem=subproblem, max_group=2, spread=spread)
     assert plan.n_subproblems >= 1
     out = plan.adjoint(cupy.asarray(data), out=poisoned((5, *matrix)))
     assert relative(out.get(), direct_adjoint(data, traj, matrix)) < TOL
@@ -178,6 +184,10 @@ def test_errors_name_what_is_wrong(rng):
         gpu_nufft.GpuNufft(traj[:0], matrix)
     with pytest.raises(InvalidDataError, match="bins must be 2 positive sizes"):
         gpu_nufft.GpuNufft(traj, matrix, bins=(0, 8))
+    with pytest.raises(InvalidDataError, match="unknown spreading method 'fast'"):
+        gpu_nufft.GpuNufft(traj, matrix, spread="fast")
+    with pytest.raises(InvalidDataError, match="warps must lie in"):
+        gpu_nufft.GpuNufft(traj, matrix, warps=9)
     plan = gpu_nufft.GpuNufft(traj, matrix)
     with pytest.raises(DeviceError, match="must be a CuPy array"):
         plan.adjoint(data)

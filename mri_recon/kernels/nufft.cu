@@ -18,12 +18,16 @@
 // permutation and the sorted per-axis (i1, z0). Subproblems: (first sorted sample, count, bin), built on
 // the host side from the counts with CuPy array operations.
 //
-// Spreading (mri_recon_nufft_spread): one block per subproblem; a tile of (BIN_d + 2 HALO) points per axis,
-// HALO = ceil(W/2), in dynamic shared memory, one plane of floats per coil and part (real, imaginary), so
-// that threads updating random cells of one plane spread over the banks. Each thread takes one sample at
-// a time, computes its W weights per axis once, and adds weight * d_c for all NUFFT_COILS coils (shared
-// atomics). The tile is then added to the fine grid with global atomics (periodic wrap; cells nobody
-// touched are skipped).
+// Spreading: one block per subproblem; a tile of BIN_d + W points per axis (origin s - floor(W/2)) in
+// dynamic shared memory, one plane of floats per coil and part (real, imaginary). The tile is then added
+// to the fine grid with global atomics (periodic wrap; cells nobody touched are skipped).
+//   mri_recon_nufft_spread_warp ("warp", the default): every warp owns a private tile and takes one sample
+//     at a time; lanes 0 .. D W - 1 compute the sample's D W weights (into shared memory), then lane l
+//     updates stencil cells l, l + 32, ... of all coils with plain loads and stores: the cells of one sample
+//     are distinct and __syncwarp orders successive samples, so no atomics are needed (the float atomicAdd
+//     on shared memory is a compare-and-swap loop on these GPUs). The flush sums the warps' tiles.
+//   mri_recon_nufft_spread ("atomic", the cufinufft scheme): one tile per block, one thread per sample
+//     with its W weights per axis in registers, shared-memory atomicAdd for all NUFFT_COILS coils.
 // Interpolation (mri_recon_nufft_interp): one thread per sorted sample, W^D grid reads per coil.
 //
 // Compile-time sizes (-D):
@@ -57,13 +61,16 @@
 #error "bin sizes must be positive"
 #endif
 
-#define HALO ((NUFFT_W + 1) / 2)
-#define P0 (NUFFT_BIN0 + 2 * HALO)
-#define P1 (NUFFT_BIN1 + 2 * HALO)
+// A sample of bin [s, s + B) touches the points s - floor(W/2) .. s + B - 1 + ceil(W/2): B + W of them.
+#define HALO (NUFFT_W / 2)
+#define P0 (NUFFT_BIN0 + NUFFT_W)
+#define P1 (NUFFT_BIN1 + NUFFT_W)
 #if NUFFT_DIM == 3
-#define P2 (NUFFT_BIN2 + 2 * HALO)
+#define P2 (NUFFT_BIN2 + NUFFT_W)
+#define STENCIL (NUFFT_W * NUFFT_W * NUFFT_W)
 #else
 #define P2 1
+#define STENCIL (NUFFT_W * NUFFT_W)
 #endif
 #define TILE (P0 * P1 * P2)
 #if NUFFT_REAL
@@ -164,6 +171,39 @@ __device__ __forceinline__ void grid_add(float2* __restrict__ cell, float re, fl
 #endif
 }
 
+// Tile flush shared by both spreading kernels: tiles (count of them, stride apart) summed into the grid.
+__device__ __forceinline__ void flush(const float* __restrict__ tiles, int count, int stride, int coils,
+                                      float2* __restrict__ grid, int o0, int o1, int o2, int n0, int n1,
+                                      int n2) {
+    const long long plane = (long long)n0 * n1 * n2;
+    for (int q = threadIdx.x; q < TILE; q += blockDim.x) {
+        int x0 = (o0 + q / (P1 * P2)) % n0;
+        int x1 = (o1 + (q / P2) % P1) % n1;
+        int x2 = (o2 + q % P2) % n2;
+        x0 += x0 < 0 ? n0 : 0;
+        x1 += x1 < 0 ? n1 : 0;
+        x2 += x2 < 0 ? n2 : 0;
+        const long long cell = ((long long)x0 * n1 + x1) * n2 + x2;
+#pragma unroll
+        for (int c = 0; c < NUFFT_COILS; ++c) {
+            if (c < coils) {
+                float re = 0.0f, im = 0.0f;
+                for (int t = 0; t < count; ++t) {
+                    re += tiles[t * stride + (PARTS * c) * TILE + q];
+#if !NUFFT_REAL
+                    im += tiles[t * stride + (2 * c + 1) * TILE + q];
+#endif
+                }
+#if NUFFT_REAL
+                if (re != 0.0f) atomicAdd(&grid[c * plane + cell].x, re);
+#else
+                if (re != 0.0f || im != 0.0f) grid_add(&grid[c * plane + cell], re, im);
+#endif
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Type 1 spreading. data: (coils, M) of the launch's coils; grid: (coils, n0, n1, n2) complex64, zeroed
 // by the host before the first launch of a transform.
@@ -247,29 +287,99 @@ mri_recon_nufft_spread(const int* __restrict__ sub_first, const int* __restrict_
     }
     __syncthreads();
 
-    const long long plane = (long long)n0 * n1 * n2;
-    for (int q = threadIdx.x; q < TILE; q += blockDim.x) {
-        int x0 = (o0 + q / (P1 * P2)) % n0;
-        int x1 = (o1 + (q / P2) % P1) % n1;
-        int x2 = (o2 + q % P2) % n2;
-        x0 += x0 < 0 ? n0 : 0;
-        x1 += x1 < 0 ? n1 : 0;
-        x2 += x2 < 0 ? n2 : 0;
-        const long long cell = ((long long)x0 * n1 + x1) * n2 + x2;
+    flush(tile, 1, 0, coils, grid, o0, o1, o2, n0, n1, n2);
+}
+
+// Warp-private tiles (see the header). Shared memory: nwarps tiles of NUFFT_COILS * PARTS * TILE floats,
+// then nwarps * 3 * NUFFT_W floats of weights. Block: nwarps * 32 threads.
+extern "C" __global__ void __launch_bounds__(NUFFT_THREADS)
+mri_recon_nufft_spread_warp(const int* __restrict__ sub_first, const int* __restrict__ sub_count,
+                            const int* __restrict__ sub_bin, const int* __restrict__ perm,
+                            const int* __restrict__ first, const float* __restrict__ z0,
+                            const sample_t* __restrict__ data, long long M, int coils, float beta,
+                            float2* __restrict__ grid, int n0, int n1, int n2, int nb1, int nb2) {
+    extern __shared__ float smem[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int nwarps = blockDim.x >> 5;
+    const int stride = NUFFT_COILS * PARTS * TILE;
+    float* __restrict__ tile = smem + warp * stride;
+    float* __restrict__ wts = smem + nwarps * stride + warp * (3 * NUFFT_W);
+    const int s = blockIdx.x;
+    const int begin = sub_first[s];
+    const int count = sub_count[s];
+    const int bin = sub_bin[s];
+#if NUFFT_DIM == 3
+    const int o2 = (bin % nb2) * NUFFT_BIN2 - HALO;
+    const int o1 = ((bin / nb2) % nb1) * NUFFT_BIN1 - HALO;
+    const int o0 = (bin / (nb2 * nb1)) * NUFFT_BIN0 - HALO;
+#else
+    const int o2 = 0;
+    const int o1 = (bin % nb1) * NUFFT_BIN1 - HALO;
+    const int o0 = (bin / nb1) * NUFFT_BIN0 - HALO;
+#endif
+    for (int q = threadIdx.x; q < nwarps * stride; q += blockDim.x) smem[q] = 0.0f;
+    __syncthreads();
+
+    for (int p = warp; p < count; p += nwarps) {
+        const long long idx = (long long)begin + p;
+        if (lane < NUFFT_DIM * NUFFT_W) {
+            const int d = lane / NUFFT_W;
+            const float z = (z0[d * M + idx] + (float)(lane - d * NUFFT_W)) * (2.0f / NUFFT_W);
+            wts[lane] = expf(beta * (sqrtf(fmaxf(0.0f, 1.0f - z * z)) - 1.0f));
+        }
+        const int m = perm[idx];
+        int base = (first[idx] - o0) * (P1 * P2) + (first[M + idx] - o1) * P2;
+#if NUFFT_DIM == 3
+        base += first[2 * M + idx] - o2;
+#endif
+        sample_t v[NUFFT_COILS];
 #pragma unroll
         for (int c = 0; c < NUFFT_COILS; ++c) {
             if (c < coils) {
+                v[c] = data[c * M + m];
+            } else {
 #if NUFFT_REAL
-                const float re = tile[c * TILE + q];
-                if (re != 0.0f) atomicAdd(&grid[c * plane + cell].x, re);
+                v[c] = 0.0f;
 #else
-                const float re = tile[(2 * c) * TILE + q];
-                const float im = tile[(2 * c + 1) * TILE + q];
-                if (re != 0.0f || im != 0.0f) grid_add(&grid[c * plane + cell], re, im);
+                v[c] = make_float2(0.0f, 0.0f);
 #endif
             }
         }
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < (STENCIL + 31) / 32; ++r) {
+            const int st = lane + 32 * r;
+            if (st < STENCIL) {
+#if NUFFT_DIM == 3
+                const int a = st / (NUFFT_W * NUFFT_W);
+                const int b = (st / NUFFT_W) % NUFFT_W;
+                const int e = st % NUFFT_W;
+                const float wt = wts[a] * wts[NUFFT_W + b] * wts[2 * NUFFT_W + e];
+                const int cell = base + a * (P1 * P2) + b * P2 + e;
+#else
+                const int a = st / NUFFT_W;
+                const int b = st % NUFFT_W;
+                const float wt = wts[a] * wts[NUFFT_W + b];
+                const int cell = base + a * P1 + b;
+#endif
+#pragma unroll
+                for (int c = 0; c < NUFFT_COILS; ++c) {
+                    if (c < coils) {
+#if NUFFT_REAL
+                        tile[c * TILE + cell] += wt * v[c];
+#else
+                        tile[(2 * c) * TILE + cell] += wt * v[c].x;
+                        tile[(2 * c + 1) * TILE + cell] += wt * v[c].y;
+#endif
+                    }
+                }
+            }
+        }
+        __syncwarp();
     }
+    __syncthreads();
+    flush(smem, nwarps, stride, coils, grid, o0, o1, o2, n0, n1, n2);
 }
 
 // ---------------------------------------------------------------------------------------------------

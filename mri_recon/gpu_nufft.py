@@ -27,7 +27,7 @@ from .nufft_params import NufftParams, kernel_width, nufft_params
 KERNEL_FILE = "nufft.cu"
 THREADS = 256
 """Threads per block of every NUFFT kernel (the launch bounds)."""
-SUBPROBLEM = 1024
+SUBPROBLEM = 256
 """Most samples one spreading block takes (a crowded bin is split into several subproblems)."""
 COIL_STEPS = (1, 2, 4, 8)
 """Coils per spread / interpolation launch that are compiled (a launch may leave some unused)."""

@@ -276,12 +276,12 @@ def main(argv: list[str]) -> int:
                      "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "sigpy": with_sigpy}
     rng = np.random.default_rng(0)
     sweeps = {
-        "2d": [{"spread": "atomic"}, {"bins": (32, 32)}, {"bins": (16, 16), "warps": 8},
-               {"bins": (16, 16), "warps": 2}, {"bins": (8, 8), "warps": 8}, {"bins": (16, 16), "subproblem": 256}],
-        "3d128": [{"spread": "atomic"}, {"warps": 1}, {"warps": 4, "shared_limit": 227 * 1024},
+        "2d": [{"spread": "atomic"}, {"subproblem": 128}, {"subproblem": 512}, {"bins": (16, 16), "warps": 8},
+               {"bins": (8, 8), "warps": 8}, {"bins": (32, 32), "warps": 2}],
+        "3d128": [{"spread": "atomic"}, {"warps": 4}, {"warps": 8, "shared_limit": 227 * 1024}, {"warps": 1},
                   {"bins": (8, 8, 4), "warps": 4}, {"bins": (16, 8, 8), "warps": 2, "shared_limit": 227 * 1024},
-                  {"bins": (4, 4, 4), "warps": 8}, {"subproblem": 256}, {"eps": 1e-5}],
-        "3d256": [{"spread": "atomic"}],
+                  {"subproblem": 128}, {"subproblem": 1024}, {"eps": 1e-5}],
+        "3d256": [{"spread": "atomic"}, {"warps": 4}],
     }
     for name in ("2d", "3d128") if quick else ("2d", "3d128", "3d256"):
         t0 = time.perf_counter()

@@ -73,6 +73,10 @@
 #define STENCIL (NUFFT_W * NUFFT_W)
 #endif
 #define TILE (P0 * P1 * P2)
+#define ROUNDS ((STENCIL + 31) / 32)  // stencil cells per lane in the warp method
+// rounds per batch of loads in the warp method: about 16 values in flight per lane
+#define RCHUNK_RAW (16 / (NUFFT_COILS * (2 - NUFFT_REAL)) > 0 ? 16 / (NUFFT_COILS * (2 - NUFFT_REAL)) : 1)
+#define RCHUNK (RCHUNK_RAW < ROUNDS ? RCHUNK_RAW : ROUNDS)
 #if NUFFT_REAL
 #define PARTS 1
 typedef float sample_t;
@@ -347,30 +351,51 @@ mri_recon_nufft_spread_warp(const int* __restrict__ sub_first, const int* __rest
             }
         }
         __syncwarp();
+        // Rounds of RCHUNK stencil cells per lane: all loads of a round, then all stores. The cells of one
+        // sample are distinct, so this is exact; the compiler cannot prove it, and would otherwise wait
+        // for each load-add-store before the next load.
 #pragma unroll
-        for (int r = 0; r < (STENCIL + 31) / 32; ++r) {
-            const int st = lane + 32 * r;
-            if (st < STENCIL) {
+        for (int r0 = 0; r0 < ROUNDS; r0 += RCHUNK) {
+            int cell[RCHUNK];
+            float wt[RCHUNK];
+            float old[RCHUNK][NUFFT_COILS * PARTS];
+#pragma unroll
+            for (int i = 0; i < RCHUNK; ++i) {
+                const int st = lane + 32 * (r0 + i);
+                cell[i] = -1;
+                wt[i] = 0.0f;
+                if (r0 + i < ROUNDS && st < STENCIL) {
 #if NUFFT_DIM == 3
-                const int a = st / (NUFFT_W * NUFFT_W);
-                const int b = (st / NUFFT_W) % NUFFT_W;
-                const int e = st % NUFFT_W;
-                const float wt = wts[a] * wts[NUFFT_W + b] * wts[2 * NUFFT_W + e];
-                const int cell = base + a * (P1 * P2) + b * P2 + e;
+                    const int a = st / (NUFFT_W * NUFFT_W);
+                    const int b = (st / NUFFT_W) % NUFFT_W;
+                    const int e = st % NUFFT_W;
+                    wt[i] = wts[a] * wts[NUFFT_W + b] * wts[2 * NUFFT_W + e];
+                    cell[i] = base + a * (P1 * P2) + b * P2 + e;
 #else
-                const int a = st / NUFFT_W;
-                const int b = st % NUFFT_W;
-                const float wt = wts[a] * wts[NUFFT_W + b];
-                const int cell = base + a * P1 + b;
+                    const int a = st / NUFFT_W;
+                    const int b = st % NUFFT_W;
+                    wt[i] = wts[a] * wts[NUFFT_W + b];
+                    cell[i] = base + a * P1 + b;
 #endif
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < RCHUNK; ++i) {
+#pragma unroll
+                for (int c = 0; c < NUFFT_COILS * PARTS; ++c) {
+                    if (cell[i] >= 0 && c < coils * PARTS) old[i][c] = tile[c * TILE + cell[i]];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < RCHUNK; ++i) {
 #pragma unroll
                 for (int c = 0; c < NUFFT_COILS; ++c) {
-                    if (c < coils) {
+                    if (cell[i] >= 0 && c < coils) {
 #if NUFFT_REAL
-                        tile[c * TILE + cell] += wt * v[c];
+                        tile[c * TILE + cell[i]] = fmaf(wt[i], v[c], old[i][c]);
 #else
-                        tile[(2 * c) * TILE + cell] += wt * v[c].x;
-                        tile[(2 * c + 1) * TILE + cell] += wt * v[c].y;
+                        tile[(2 * c) * TILE + cell[i]] = fmaf(wt[i], v[c].x, old[i][2 * c]);
+                        tile[(2 * c + 1) * TILE + cell[i]] = fmaf(wt[i], v[c].y, old[i][2 * c + 1]);
 #endif
                     }
                 }

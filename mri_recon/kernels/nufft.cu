@@ -157,13 +157,14 @@ mri_recon_nufft_bin_scatter(const float* __restrict__ k, long long M, double s0,
 // ---------------------------------------------------------------------------------------------------
 // Kernel weights: psi(z0 + t), t = 0 .. W-1, once per sample and axis.
 
+__device__ __forceinline__ float psi(float offset, float beta) {
+    const float z = offset * (2.0f / NUFFT_W);
+    return expf(beta * (sqrtf(fmaxf(0.0f, 1.0f - z * z)) - 1.0f));
+}
+
 __device__ __forceinline__ void weights(float z0, float beta, float* __restrict__ out) {
 #pragma unroll
-    for (int t = 0; t < NUFFT_W; ++t) {
-        const float z = (z0 + (float)t) * (2.0f / NUFFT_W);
-        const float r = fmaxf(0.0f, 1.0f - z * z);
-        out[t] = expf(beta * (sqrtf(r) - 1.0f));
-    }
+    for (int t = 0; t < NUFFT_W; ++t) out[t] = psi(z0 + (float)t, beta);
 }
 
 __device__ __forceinline__ void grid_add(float2* __restrict__ cell, float re, float im) {
@@ -238,8 +239,8 @@ mri_recon_nufft_spread(const int* __restrict__ sub_first, const int* __restrict_
     for (int p = threadIdx.x; p < count; p += blockDim.x) {
         const long long idx = (long long)begin + p;
         const int m = perm[idx];
-        float w0[NUFFT_W], w1[NUFFT_W];
-        weights(z0[idx], beta, w0);
+        float w1[NUFFT_W];
+        const float z00 = z0[idx];
         weights(z0[M + idx], beta, w1);
         const int u0 = first[idx] - o0;
         const int u1 = first[M + idx] - o1;
@@ -261,9 +262,11 @@ mri_recon_nufft_spread(const int* __restrict__ sub_first, const int* __restrict_
 #endif
             }
         }
-        for (int a = 0; a < NUFFT_W; ++a) {
+        for (int a = 0; a < NUFFT_W; ++a) {  // rolled: axis-0 weight computed here, no indexed array
+            const float wa = psi(z00 + (float)a, beta);
+#pragma unroll
             for (int b = 0; b < NUFFT_W; ++b) {
-                const float wab = w0[a] * w1[b];
+                const float wab = wa * w1[b];
 #if NUFFT_DIM == 3
 #pragma unroll
                 for (int e = 0; e < NUFFT_W; ++e) {
@@ -416,18 +419,14 @@ mri_recon_nufft_interp(const int* __restrict__ perm, const int* __restrict__ fir
                        float beta, float2* __restrict__ out, int n0, int n1, int n2) {
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= M) return;
-    float w0[NUFFT_W], w1[NUFFT_W];
-    int i0[NUFFT_W], i1[NUFFT_W];
-    weights(z0[idx], beta, w0);
+    float w1[NUFFT_W];
+    int i1[NUFFT_W];
+    const float z00 = z0[idx];
     weights(z0[M + idx], beta, w1);
     const int f0 = first[idx], f1 = first[M + idx];
 #pragma unroll
     for (int t = 0; t < NUFFT_W; ++t) {
-        int x = f0 + t;
-        x += x < 0 ? n0 : 0;
-        x -= x >= n0 ? n0 : 0;
-        i0[t] = x;
-        x = f1 + t;
+        int x = f1 + t;
         x += x < 0 ? n1 : 0;
         x -= x >= n1 ? n1 : 0;
         i1[t] = x;
@@ -449,10 +448,15 @@ mri_recon_nufft_interp(const int* __restrict__ perm, const int* __restrict__ fir
 #pragma unroll
     for (int c = 0; c < NUFFT_COILS; ++c) acc[c] = make_float2(0.0f, 0.0f);
     const long long plane = (long long)n0 * n1 * n2;
-    for (int a = 0; a < NUFFT_W; ++a) {
+    for (int a = 0; a < NUFFT_W; ++a) {  // rolled: axis-0 weight and index computed here
+        const float wa = psi(z00 + (float)a, beta);
+        int x0 = f0 + a;
+        x0 += x0 < 0 ? n0 : 0;
+        x0 -= x0 >= n0 ? n0 : 0;
+#pragma unroll
         for (int b = 0; b < NUFFT_W; ++b) {
-            const float wab = w0[a] * w1[b];
-            const long long row = ((long long)i0[a] * n1 + i1[b]) * n2;
+            const float wab = wa * w1[b];
+            const long long row = ((long long)x0 * n1 + i1[b]) * n2;
 #if NUFFT_DIM == 3
 #pragma unroll
             for (int e = 0; e < NUFFT_W; ++e) {

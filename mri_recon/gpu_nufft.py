@@ -36,7 +36,7 @@ SHARED_LIMIT = 110 * 1024
 SPREAD_METHODS = ("warp", "atomic")
 """How a spreading block adds samples to its shared tile: "warp" (a private tile per warp, lanes over the
 stencil, no atomics; the default) or "atomic" (one tile, a thread per sample, shared atomicAdd: cufinufft)."""
-DEFAULT_WARPS = {2: 4, 3: 2}
+DEFAULT_WARPS = {2: 4, 3: 4}
 """Warps per spreading block of the "warp" method (each holds its own tile)."""
 GRID_MEMORY_SHARE = 0.35
 """Share of the free device memory the fine grids of one coil group may take."""

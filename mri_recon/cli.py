@@ -99,6 +99,9 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
               help="Gaussian post-filter width in voxels (off by default).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--method", type=click.Choice(["auto", "exact", "nufft"]), default="auto", show_default=True,
+              help="F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster "
+                   "one on a GPU by a cost model; FINUFFT on the CPU). The output records the engine used.")
 @click.option("--png", type=click.Path(path_type=Path), default=None, help="Also write a PNG preview.")
 @click.option("--coil-maps", type=click.Choice(COIL_MAP_CHOICES), default="auto", show_default=True,
               help="auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, root-sum-of-squares).")
@@ -116,7 +119,7 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @_friendly
 def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
-                filter_sigma: float | None, device: str, png: Path | None, coil_maps: str, dcf: str,
+                filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str, dcf: str,
                 no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool, cache_dir: Path | None,
                 quiet: bool) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
@@ -143,7 +146,7 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
         ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
                                      field_map="ignore" if no_field_map else "refuse")
         result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
-                     progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
+                     method=method, progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
                      maps_basis=record.pop("maps_basis"))
         results.append((key, ready, record, result))
     write_result(output, results, scan)

@@ -182,7 +182,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     progress
         Print one line per stage and per iteration on stderr.
     method
-        ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :func:`mri_recon.operators.choose_engine`).
+        ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :func:`mri_recon.operators.choose_engine`:
+        on a GPU, ``"auto"`` picks the exact kernels or the GPU NUFFT by predicted time). The engine used is
+        ``Result.parameters["method"]``.
     psf
         A PSF computed before (e.g. from :class:`mri_recon.cache.PsfCache`) for this trajectory, these
         weights and this matrix, of shape ``2 * matrix``; None computes it.
@@ -207,7 +209,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
-    dev, engine = choose_engine(device, method)
+    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
@@ -227,7 +229,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
         weights = scan.weights / np.float32(weight_scale)
     weight_sum = float(np.sum(weights, dtype=np.float64))
-    budget = memory_plan(scan, dev, iterations, sense, engine.name if not dev.is_gpu else "auto")
+    budget = memory_plan(scan, dev, iterations, sense, engine.name)
     clock = _Clock(dev, progress, iterations)
     with contextlib.ExitStack() as stack:
         stack.enter_context(dev.use())

@@ -85,7 +85,12 @@ FLOAT64 = 8
 EXACT_CHUNK = 128 * 2**20
 """Working memory of the NumPy exact DFT: its block (64 MiB counted at 24 bytes per phase) holds 48 bytes
 per phase at its peak (float64 cycles and angle, the complex128 phase, and the previous block's phase)."""
-METHODS = ("auto", "exact", "nufft")
+METHODS = ("auto", "exact", "nufft", "gpu", "gpu-nufft")
+NUFFT_PLAN_BYTES_PER_SAMPLE = 36
+"""GPU NUFFT plan per sample and axis set: bin index, rank, permutation (int32) and per-axis first grid
+index (int32) and offset (float32), 3-D (``12 + 8 D`` bytes)."""
+NUFFT_MAX_GROUP = 8
+"""Most coils the GPU NUFFT spreads onto fine grids at once."""
 
 
 def _cpu_workers() -> int:
@@ -123,6 +128,23 @@ def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense:
     return {"fhd": int(fhd), "psf": int(psf), "spectrum": int(spectrum)}
 
 
+def _gpu_nufft_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool,
+                      fixed: int) -> dict[str, int]:
+    """Bytes at the peak of the GPU NUFFT's F^H d and PSF stages, on top of the ``fixed`` arrays."""
+    from .operators.encoding import GPU_NUFFT_EPS  # noqa: PLC0415 - plain Python; keeps this module light
+    from .operators.nufft_params import nufft_params  # noqa: PLC0415
+
+    d, m, c = len(matrix), n_samples, n_coils
+    big = tuple(2 * n for n in matrix)
+    fine = math.prod(nufft_params(matrix, GPU_NUFFT_EPS).fine)
+    fine2 = math.prod(nufft_params(big, GPU_NUFFT_EPS).fine)
+    per_sample = 12 + 8 * d + 4 * d  # the plan's sort buffers and its copy of the trajectory
+    group = min(c, NUFFT_MAX_GROUP)
+    fhd = m * per_sample + group * fine * COMPLEX64 + c * m * COMPLEX64  # + the weighted samples
+    psf = m * (per_sample + 4 * d) + fine2 * COMPLEX64 + math.prod(big) * COMPLEX64
+    return {"fhd": int(fixed + fhd), "psf": int(fixed + psf)}
+
+
 def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, iterations: int,
          available_bytes: int | None, gpu: bool, max_coil_batch: int | None = None,
          what: str = "memory", method: str = "auto", workers: int | None = None) -> Plan:
@@ -139,8 +161,10 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     max_coil_batch
         Force at most this many coils per Toeplitz batch (tests, and users who share the device).
     method
-        The CPU engine: ``"auto"`` or ``"nufft"`` (FINUFFT, whose oversampled complex128 grids dominate the
-        F^H d and PSF stages) or ``"exact"`` (the NumPy DFT, block by block). Ignored on the GPU.
+        The engine. CPU: ``"auto"`` or ``"nufft"`` (FINUFFT, whose oversampled complex128 grids dominate the
+        F^H d and PSF stages) or ``"exact"`` (the NumPy DFT, block by block). GPU: ``"gpu-nufft"`` (the GPU
+        NUFFT: its fine grids, up to 8 coils at once, and the PSF's fine grid on the 2x grid) or anything
+        else (the exact kernels, which need no work arrays).
     workers
         CPU transforms in flight at once (default: the CPUs this process may use).
 
@@ -164,6 +188,8 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     )
     per_coil = 2 * grid2 * COMPLEX64  # padded grid and the FFT's work area
     stages: dict[str, int] = {}
+    if gpu and method == "gpu-nufft":
+        stages = _gpu_nufft_stages(tuple(matrix), n_coils, n_samples, sense=sense, fixed=fixed)
     if not gpu:
         stages = _cpu_stages(tuple(matrix), n_coils, n_samples, sense=sense,
                              method="exact" if method == "exact" else "nufft",
@@ -181,7 +207,11 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
             )
         batch = max(1, min(batch, (budget - fixed) // per_coil))
     fft_work = iterations * n_coils * grid2 * max(1.0, math.log2(grid2))
-    if gpu:
+    if gpu and method == "gpu-nufft":
+        from .operators.cost import nufft_seconds  # noqa: PLC0415
+
+        seconds = nufft_seconds(tuple(matrix), n_samples, n_coils) + fft_work * GPU_FFT_S
+    elif gpu:
         seconds = (n_coils * n_vox * n_samples / GPU_TRIPLES_PER_S + grid2 * n_samples / GPU_PAIRS_PER_S
                    + fft_work * GPU_FFT_S)
     else:

@@ -10,11 +10,12 @@ import json
 
 from mri_recon.filters.gpu import compile_configurations as filter_configurations
 from mri_recon.kernels import registry
+from mri_recon.operators.gpu_nufft import compile_configurations as nufft_configurations
 
 
 def launcher_configurations() -> list[tuple[str, dict[str, int]]]:
-    """The exact transforms, the Toeplitz product, CG and the post-filter, sorted and without repeats."""
-    return registry.canonical([*registry.exact_configurations(), *filter_configurations()])
+    """The exact transforms, the Toeplitz product, CG, the NUFFT and the post-filter, sorted, no repeats."""
+    return registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
 
 
 def main() -> int:

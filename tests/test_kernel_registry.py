@@ -69,14 +69,15 @@ def _kernel_literals(module: str) -> set[str]:
 def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
     for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
-                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py"):
+                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py"):
         assert _kernel_literals(module) <= files, module
 
 
 def test_registry_file_is_what_the_launchers_build():
     from mri_recon.filters.gpu import compile_configurations as filter_configurations
+    from mri_recon.operators.gpu_nufft import compile_configurations as nufft_configurations
 
-    built = registry.canonical([*registry.exact_configurations(), *filter_configurations()])
+    built = registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
     assert registry.configurations() == built, "run: python scripts/update_kernel_registry.py"
     assert {_key(f, d) for f, d in filter_configurations()} <= REGISTERED
 

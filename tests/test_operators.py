@@ -7,7 +7,7 @@ import pytest
 
 from mri_recon import operators
 from mri_recon.backend import CPU, Device, cupy_module
-from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
+from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 from mri_recon.operators import fhd, forward, psf, resolve
 from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
 
@@ -88,17 +88,23 @@ def test_psf_definition(rng, matrix, reach):
 
 def test_resolve():
     assert resolve("cpu", "auto") == (CPU, "nufft")
-    assert resolve("auto", "nufft") == (CPU, "nufft")
+    assert resolve("cpu", "nufft") == (CPU, "nufft")
     assert resolve("cpu", "exact") == (CPU, "exact")
     with pytest.raises(InvalidDataError, match="unknown method 'fast': expected 'auto', 'exact' or 'nufft'"):
         resolve("cpu", "fast")
 
 
-def test_nufft_refuses_a_gpu(monkeypatch):
+def test_gpu_engines_by_method(monkeypatch):
     monkeypatch.setattr(operators.encoding, "resolve_device", lambda device: Device(0))
     assert resolve("gpu", "exact") == (Device(0), "gpu")
-    with pytest.raises(DeviceError, match="method 'nufft' .* runs on the CPU only, found device gpu:0"):
-        resolve("gpu", "nufft")
+    assert resolve("gpu", "nufft") == (Device(0), "gpu-nufft")
+    assert resolve("gpu", "auto") == (Device(0), "gpu")  # no problem size: the exact kernels
+    choose = operators.encoding.choose_engine
+    # the cost model: the NUFFT for a 256^2, 8-coil radial scan, the exact sums for a small one
+    assert choose("gpu", "auto", problem=((256, 256), 262144, 8))[1].name == "gpu-nufft"
+    assert choose("gpu", "auto", problem=((128, 128, 128), 1647104, 8))[1].name == "gpu-nufft"
+    assert choose("gpu", "auto", problem=((48, 48), 6000, 4))[1].name == "gpu"
+    assert choose("gpu", "exact", problem=((256, 256), 262144, 8))[1].name == "gpu"
 
 
 def test_input_errors(rng):

@@ -9,8 +9,12 @@ Engines (subclasses of :class:`Encoding`, each with its ``name``):
 - :class:`NudftEncoding` (``"exact"``): the float64 NumPy sum of :mod:`.nudft`, the oracle; CPU.
 - :class:`FinufftEncoding` (``"nufft"``): FINUFFT at tolerance :data:`NUFFT_EPS`; CPU.
 - :class:`GpuExactEncoding` (``"gpu"``): exact direct summation in the CUDA kernels of :mod:`.gpu_exact`.
+- :class:`GpuNufftEncoding` (``"gpu-nufft"``): the GPU NUFFT of :mod:`.gpu_nufft` at tolerance
+  :data:`GPU_NUFFT_EPS` (relative error about 2e-6 against the exact sum, within the exact kernel's own
+  float32 error).
 
-:func:`choose_engine` turns the user's ``device`` and ``method`` into a device and an engine class.
+:func:`choose_engine` turns the user's ``device`` and ``method`` into a device and an engine class; on a GPU,
+``method="auto"`` asks the cost model of :mod:`.cost` which of the two GPU engines is faster for the problem.
 Encoding operators take arrays already validated and on their device: the public functions of
 :mod:`.public` and the pipeline validate once, at the boundary.
 """
@@ -21,14 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import CPU, Device, is_gpu_array, resolve_device
-from ..errors import DeviceError, InvalidDataError
+from ..backend import Device, is_gpu_array, resolve_device
+from ..errors import InvalidDataError
 from . import finufft, nudft
 from .base import LinearOperator
 
 METHODS = ("auto", "exact", "nufft")
 NUFFT_EPS = 1e-7
 """FINUFFT tolerance (relative, computed in double precision); below complex64 output rounding."""
+GPU_NUFFT_EPS = 1e-6
+"""GPU NUFFT tolerance: kernel width 7, measured relative error 1.2e-6..1.6e-6 against the float64 sum."""
 
 
 class Encoding(LinearOperator):
@@ -127,8 +133,44 @@ class GpuExactEncoding(Encoding):
         return gpu_exact.psf_gpu(self.trajectory, weights, self.matrix)
 
 
+class GpuNufftEncoding(Encoding):
+    """F by the GPU NUFFT (CuPy arrays on the plan's GPU). The plan (the samples sorted into bins, the fine
+    grids, the cuFFT plans) is made on first use and shared by :meth:`batched` copies."""
+
+    name = "gpu-nufft"
+
+    def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1, plan: Any = None) -> None:
+        super().__init__(trajectory, matrix, batch)
+        self._plan = plan
+
+    @property
+    def plan(self) -> Any:
+        if self._plan is None:
+            from .gpu_nufft import GpuNufft  # noqa: PLC0415 - needs CuPy and a GPU
+
+            self._plan = GpuNufft(self.trajectory, self.matrix, eps=GPU_NUFFT_EPS, checked=True)
+        return self._plan
+
+    def batched(self, batch: int) -> Encoding:
+        if batch == self.ishape[0]:
+            return self
+        return GpuNufftEncoding(self.trajectory, self.matrix, batch, plan=self.plan)
+
+    def _apply(self, x: Any) -> Any:
+        return self.plan.forward(x)
+
+    def _adjoint(self, y: Any) -> Any:
+        return self.plan.adjoint(y)
+
+    def psf(self, weights: Any) -> Any:
+        from .gpu_nufft import psf  # noqa: PLC0415 - needs CuPy and a GPU
+
+        return psf(self.trajectory, weights, self.matrix, eps=GPU_NUFFT_EPS, checked=True)
+
+
 def choose_engine(device: str | int | Device | None = "auto", method: str = "auto",
-                  like: Any = None) -> tuple[Device, type[Encoding]]:
+                  like: Any = None, problem: tuple[tuple[int, ...], int, int] | None = None
+                  ) -> tuple[Device, type[Encoding]]:
     """The device to compute on and the encoding engine for it.
 
     Parameters
@@ -137,23 +179,30 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
         ``"auto" | "cpu" | "gpu" | "gpu:N" | N | Device``. With ``"auto"`` a CuPy input ``like`` keeps its
         own GPU, and ``method="nufft"`` means the CPU.
     method
-        ``"auto"`` (the GPU kernels on a GPU, FINUFFT on the CPU), ``"exact"`` (exact sums: the GPU kernels
-        on a GPU, the NumPy oracle on the CPU) or ``"nufft"`` (FINUFFT, CPU only).
+        ``"exact"``: exact sums (the GPU kernels on a GPU, the NumPy oracle on the CPU); ``"nufft"``: the
+        GPU NUFFT on a GPU, FINUFFT on the CPU; ``"auto"``: FINUFFT on the CPU and, on a GPU, whichever of
+        the exact kernels and the GPU NUFFT :func:`mri_recon.operators.cost.fastest_gpu_engine` predicts
+        faster for ``problem`` (the exact kernels when no problem is given).
     like
         An input array, consulted by ``device="auto"``.
+    problem
+        ``(matrix, samples, coils)`` of the work to do, for ``method="auto"`` on a GPU.
     """
     if method not in METHODS:
         raise InvalidDataError(f"unknown method {method!r}: expected 'auto', 'exact' or 'nufft'")
     auto = device is None or (isinstance(device, str) and device == "auto")
-    if auto and method == "nufft":
-        return CPU, FinufftEncoding
     if auto and is_gpu_array(like):
         dev = resolve_device(int(like.device.id))
     else:
         dev = resolve_device(device)
-    if dev.is_gpu:
-        if method == "nufft":
-            raise DeviceError(f"method 'nufft' (FINUFFT) runs on the CPU only, found device {dev}; "
-                              f"use device='cpu' or method='exact'")
+    if not dev.is_gpu:
+        return dev, NudftEncoding if method == "exact" else FinufftEncoding
+    if method == "exact":
         return dev, GpuExactEncoding
-    return dev, NudftEncoding if method == "exact" else FinufftEncoding
+    if method == "nufft":
+        return dev, GpuNufftEncoding
+    if problem is None:
+        return dev, GpuExactEncoding
+    from .cost import fastest_gpu_engine  # noqa: PLC0415
+
+    return dev, GpuNufftEncoding if fastest_gpu_engine(*problem) == "gpu-nufft" else GpuExactEncoding

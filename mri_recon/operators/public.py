@@ -21,8 +21,8 @@ from .encoding import choose_engine
 
 def resolve(device: str | int | Device | None = "auto", method: str = "auto",
             like: Any = None) -> tuple[Device, str]:
-    """The device and the name of the engine :func:`~.encoding.choose_engine` picks (``"gpu"``,
-    ``"exact"`` or ``"nufft"``)."""
+    """The device and the name of the engine :func:`~.encoding.choose_engine` picks without a problem size
+    (``"exact"``, ``"nufft"``, ``"gpu"`` or ``"gpu-nufft"``)."""
     dev, engine = choose_engine(device, method, like)
     return dev, engine.name
 
@@ -65,7 +65,7 @@ def fhd(kspace: Any, trajectory: Any, matrix: Sequence[int], *, device: str | in
     single = data.ndim == 1
     data = data[None, :] if single else data
     traj = check_trajectory("fhd", trajectory, matrix, data.shape[1])
-    dev, engine = choose_engine(device, method, like=kspace)
+    dev, engine = choose_engine(device, method, like=kspace, problem=(matrix, data.shape[1], data.shape[0]))
     with dev.use():
         op = engine(to_device(traj, dev), matrix, data.shape[0])
         out = _like(op.H(to_device(data, dev)), kspace)
@@ -99,7 +99,7 @@ def forward(image: Any, trajectory: Any, *, device: str | int | Device | None = 
     x = x[None] if single else x
     matrix = validate_matrix(x.shape[1:], "forward")
     check_units("forward", traj, matrix)
-    dev, engine = choose_engine(device, method, like=image)
+    dev, engine = choose_engine(device, method, like=image, problem=(matrix, traj.shape[0], x.shape[0]))
     with dev.use():
         op = engine(to_device(traj, dev), matrix, x.shape[0])
         out = _like(op(to_device(x, dev)), image)
@@ -138,7 +138,7 @@ def psf(trajectory: Any, matrix: Sequence[int], weights: Any = None, *,
         w = check_any_array("psf", "weights", weights, complex_=False, ranks=(1,))
         if w.shape[0] != traj.shape[0]:
             raise SchemaError(f"psf: weights has {w.shape[0]} samples but trajectory has {traj.shape[0]}")
-    dev, engine = choose_engine(device, method, like=trajectory)
+    dev, engine = choose_engine(device, method, like=trajectory, problem=(matrix, traj.shape[0], 1))
     with dev.use():
         op = engine(to_device(traj, dev), matrix)
         out = _like(op.psf(to_device(w, dev)), trajectory)

@@ -145,3 +145,23 @@ def test_gpu_operators_adjointness(rng, matrix):
     fused.apply_into(cupy.asarray(x), out)
     ref = normal_operator(spectrum, coil_maps=maps, lam=0.2)(x)
     assert np.linalg.norm(cupy.asnumpy(out) - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(32, 30), (17, 16, 15)], ids=["2d", "3d-odd"])
+def test_gpu_nufft_engine_adjointness_and_accuracy(rng, matrix):
+    from mri_recon.operators import GpuExactEncoding
+    from mri_recon.operators.encoding import GpuNufftEncoding
+
+    cupy = cupy_module()
+    k = cupy.asarray(trajectory(rng, matrix, 2000))
+    op = GpuNufftEncoding(k, matrix, 3)
+    assert_adjoint(op, rng, cupy)
+    exact = GpuExactEncoding(k, matrix, 3)
+    y = cupy.asarray(crandn(rng, 3, 2000))
+    ref = cupy.asnumpy(exact.H(y))
+    assert np.linalg.norm(cupy.asnumpy(op.H(y)) - ref) <= 1e-5 * np.linalg.norm(ref)
+    assert op.batched(1).plan is op.plan  # one sort per trajectory
+    w = cupy.asarray(rng.uniform(0.5, 1.5, 2000).astype(np.float32))
+    ref = cupy.asnumpy(exact.psf(w))
+    assert np.linalg.norm(cupy.asnumpy(op.psf(w)) - ref) <= 1e-5 * np.linalg.norm(ref)

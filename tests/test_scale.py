@@ -135,3 +135,11 @@ def test_reconstruct_refuses_a_field_map_it_cannot_use(scan):
                             times=np.zeros(scan.n_samples, dtype=np.float32))
     with pytest.raises(InvalidDataError, match="carries a field_map .* field_map='ignore'"):
         reconstruct(with_map, iterations=2, device="cpu", progress=False)
+
+
+@pytest.mark.gpu
+def test_gpu_engines_reconstruct_the_same_image(scan):
+    images = {m: reconstruct(scan, iterations=12, tol=0.0, device="gpu", method=m, progress=False)
+              for m in ("exact", "nufft")}
+    assert images["exact"].parameters["method"] == "gpu" and images["nufft"].parameters["method"] == "gpu-nufft"
+    assert rel(images["nufft"].image, images["exact"].image) <= 1e-4

@@ -91,11 +91,13 @@ def features(row: dict) -> tuple[list[float], list[float]]:
 
 
 def fit(rows: list[dict]) -> dict:
-    """Least squares on relative errors (each row weighted by 1 / measured time)."""
+    """Non-negative least squares on relative errors (each row weighted by 1 / measured time)."""
+    from scipy.optimize import nnls  # noqa: PLC0415
+
     a_e = np.array([features(r)[0] for r in rows]) / np.array([[r["exact_s"]] for r in rows])
     a_n = np.array([features(r)[1] for r in rows]) / np.array([[r["nufft_s"]] for r in rows])
-    ce, *_ = np.linalg.lstsq(a_e, np.ones(len(rows)), rcond=None)
-    cn, *_ = np.linalg.lstsq(a_n, np.ones(len(rows)), rcond=None)
+    ce, _ = nnls(a_e, np.ones(len(rows)))
+    cn, _ = nnls(a_n, np.ones(len(rows)))
     return {"R_EXACT": 1 / ce[0], "EXACT_COIL_SHARE": ce[1] / ce[0], "R_PSF": 1 / ce[2], "EXACT_LAUNCH_S": ce[3],
             "NUFFT_SETUP_S": cn[0], "NUFFT_SETUP_PER_SAMPLE": cn[1], "NUFFT_SPREAD_S": cn[2], "NUFFT_FFT_S": cn[3]}
 

@@ -160,16 +160,19 @@ def test_large_separable_radius_every_edge_size(rng, radius):
 
 
 @pytest.mark.gpu
-def test_gpu_refuses_what_it_cannot_take(rng):
+def test_gpu_takes_wide_separable_filters_and_refuses_wide_dense_ones(rng):
     cupy = backend.cupy_module()
     image = cupy.asarray(random_image(rng, (40, 40)))
     limit = gpu_plan.SEPARABLE_MAX_RADIUS
-    with pytest.raises(FilterError, match=rf"separable passes take radius <= {limit}"):
-        smooth(image, 1.0, radius=limit + 1)
+    # a separable filter beyond the passes' limit is served by cupyx's correlate1d, never cut
+    wide = cupy.asnumpy(smooth(image, 1.0, radius=limit + 1))
+    np.testing.assert_allclose(wide, smooth(cupy.asnumpy(image), 1.0, radius=limit + 1, device="cpu"),
+                               rtol=1e-5, atol=1e-6)
     with pytest.raises(FilterError, match=r"direct kernels take radius <= 7 .*not separable"):
         convolve(image, rng.uniform(0.1, 1.0, (17, 3)).astype(np.float32))
-    # the CPU takes both
-    assert smooth(image, 1.0, radius=limit + 1, device="cpu").shape == (40, 40)
+    # the CPU takes it
+    assert convolve(cupy.asnumpy(image), rng.uniform(0.1, 1.0, (17, 3)).astype(np.float32),
+                    device="cpu").shape == (40, 40)
 
 
 @pytest.mark.gpu

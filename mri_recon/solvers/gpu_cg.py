@@ -32,18 +32,14 @@ CG_BLOCKS = 512
 """Most blocks of the fused CG kernels (grid-stride loops beyond)."""
 
 
-def _cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: float, *, max_iterations: int,
-              tolerance: float, callback: Callable[[int, Any, float], None] | None,
-              check_every: int) -> tuple[Any, tuple[float, ...]]:
-    """complex64 CG with ``kernels/cg.cu``: per iteration the operator, then three launches.
+def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: float, *, max_iterations: int,
+             tolerance: float, callback: Callable[[int, Any, float], None] | None,
+             check_every: int) -> tuple[Any, tuple[float, ...]]:
+    """complex64 CG with ``kernels/cg.cu`` (see the module docstring); called by :func:`~.cg.cg`.
 
-    The iteration index lives on the device, so every iteration queues the same work. When the operator
-    can write into a given array (an ``into(x, out)`` attribute, like the SENSE operator of
-    :mod:`mri_recon.gpu_toeplitz`), the second iteration is captured as a CUDA graph and replayed for the
-    others: one launch per iteration instead of about ten, so the host no longer paces the device. Where
-    capture is refused the iterations are queued one launch at a time, with the same results.
+    Where graph capture is refused the iterations are queued one launch at a time, with the same results.
+    ``callback`` is called at each check, once for every iteration since the previous check, in order.
     """
-
     xp = get_xp(x)
     device = Device(int(x.device.id))
     dot = get_kernel("cg.cu", "mri_recon_cg_dot", None, device)

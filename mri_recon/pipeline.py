@@ -241,7 +241,11 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             data_scale = power_of_two(_largest(kspace))
         encoding = engine(trajectory, matrix, scan.n_coils)
         lookup = None
-        if psf is None and psf_cache is not None:
+        # The GPU NUFFT computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
+        # (H200: 12.4 ms per 2D reconstruction with a cache hit, 12.2 ms without; at 128^3 the PSF stage
+        # takes 206 ms from the cache, 9 ms computed): the cache serves the exact engines only.
+        cache_used = psf_cache is not None and encoding.name != "gpu-nufft"
+        if psf is None and cache_used:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
             key_weights = weights if scan.weights is not None else None
@@ -298,7 +302,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     parameters = {"iterations": int(iterations), "tol": float(tol), "lam": float(lam), "lam_abs": lam_abs,
                   "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": encoding.name,
                   "weights": "scan" if scan.weights is not None else "ones",
-                  "psf": cache_state or ("given" if psf is not None else "computed"),
+                  "psf": cache_state or ("given" if psf is not None else
+                                         "computed (cache not used by the GPU NUFFT)" if psf_cache is not None
+                                         else "computed"),
                   "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
     return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),
                   device=str(dev), parameters=parameters, combine=combine)

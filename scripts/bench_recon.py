@@ -65,7 +65,7 @@ def problem_3d(n: int, seed: int = 0) -> Scan:
     import math
 
     from mri_recon.operators.encoding import GpuNufftEncoding
-    from mri_recon.sim.phantom import noise_std_for
+    from mri_recon.sim.phantom import cartesian_signal, noise_std_for
     from mri_recon.sim.trajectories import kooshball
 
     cupy = cupy_module()
@@ -76,7 +76,7 @@ def problem_3d(n: int, seed: int = 0) -> Scan:
     encode = GpuNufftEncoding(cupy.asarray(traj), matrix, COILS)
     clean = cupy.asnumpy(encode(cupy.asarray(maps * truth)))
     rng = np.random.default_rng(seed)
-    sigma = noise_std_for(clean, 30.0)
+    sigma = noise_std_for(clean, 30.0, signal=cartesian_signal(maps * truth))  # image-domain SNR, as simulate
     noise = sigma * (rng.standard_normal(clean.shape, dtype=np.float32)
                      + 1j * rng.standard_normal(clean.shape, dtype=np.float32)) / np.sqrt(2)
     # ramp weights |k|^2 (unnormalized: lambda is relative, so the scale of the weights does not matter)

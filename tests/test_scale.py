@@ -143,3 +143,15 @@ def test_gpu_engines_reconstruct_the_same_image(scan):
               for m in ("exact", "nufft")}
     assert images["exact"].parameters["method"] == "gpu" and images["nufft"].parameters["method"] == "gpu-nufft"
     assert rel(images["nufft"].image, images["exact"].image) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_gpu_nufft_does_not_use_the_psf_cache(scan, tmp_path):
+    from mri_recon.io.cache import PsfCache
+
+    cache = PsfCache(tmp_path)
+    result = reconstruct(scan, iterations=3, device="gpu", method="nufft", progress=False, psf_cache=cache)
+    assert result.parameters["psf"] == "computed (cache not used by the GPU NUFFT)"
+    assert not list(tmp_path.iterdir())
+    exact = reconstruct(scan, iterations=3, device="gpu", method="exact", progress=False, psf_cache=cache)
+    assert exact.parameters["psf"] == "miss" and list(tmp_path.iterdir())

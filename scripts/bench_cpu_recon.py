@@ -16,7 +16,10 @@ reported raw and after the best complex scale (BART's images differ from ours by
 The ceiling of the CG stage is the time of its FFTs alone: one padded forward and inverse 2x-grid FFT per
 coil per iteration.
 
-Usage: ``python scripts/bench_cpu_recon.py [OUT.json] [--repeats 7] [--snr S] [--no-bart]``;
+``--problem 3d64``: 64^3, 3D kooshball of 1,608 spokes x 128 samples (205,952 per coil), 4 coils, the same
+settings (issue 12: ``method="auto"`` on the CPU, FINUFFT, no slower than BART ``pics``).
+
+Usage: ``python scripts/bench_cpu_recon.py [OUT.json] [--repeats 7] [--snr S] [--no-bart] [--problem 2d|3d64]``;
 JSON goes to OUT.json, or to stdout without it; a summary goes to stderr.
 """
 
@@ -45,6 +48,11 @@ from mri_recon.prep import dcf
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories
 
+PROBLEMS = {
+    "2d": {"matrix": (128, 128), "spokes": 201, "samples": 256, "coils": 8},
+    # issue 12's CPU case: 3D kooshball at its Nyquist spoke count pi/2 (N/2)^2, 2N samples per spoke
+    "3d64": {"matrix": (64, 64, 64), "spokes": 1608, "samples": 128, "coils": 4},
+}
 MATRIX = (128, 128)
 SPOKES = 201
 SAMPLES = 256
@@ -53,9 +61,19 @@ ITERATIONS = 30
 LAM = 1e-3
 
 
+def use_problem(name: str) -> None:
+    """Set the module's problem constants (``--problem``)."""
+    global MATRIX, SPOKES, SAMPLES, COILS  # noqa: PLW0603 - the script's configuration
+    chosen = PROBLEMS[name]
+    MATRIX, SPOKES, SAMPLES, COILS = chosen["matrix"], chosen["spokes"], chosen["samples"], chosen["coils"]
+
+
 def problem(snr: float | None, seed: int = 0) -> Scan:
     """The benchmark scan, with the rasterized phantom as ground truth."""
-    k = trajectories.radial(MATRIX, SPOKES, SAMPLES, oversampling=2.0)
+    if len(MATRIX) == 3:
+        k = trajectories.kooshball(MATRIX, SPOKES, SAMPLES)
+    else:
+        k = trajectories.radial(MATRIX, SPOKES, SAMPLES, oversampling=2.0)
     kspace = phantom.coil_kspace(k, MATRIX, COILS)
     if snr is not None:
         kspace, _ = phantom.add_noise(kspace, snr, np.random.default_rng(seed))
@@ -148,12 +166,15 @@ class Bart:
         self.scan = scan
         self.lam = LAM * scan.n_samples / int(np.prod(MATRIX))
         root = Path(folder)
-        k = scan.trajectory.reshape(SPOKES, SAMPLES, 2)
+        dim = len(MATRIX)
+        k = scan.trajectory.reshape(SPOKES, SAMPLES, dim)
         traj = np.zeros((3, SAMPLES, SPOKES), dtype=np.complex64)
-        traj[0], traj[1] = k[:, :, 0].T, k[:, :, 1].T
+        for axis in range(dim):
+            traj[axis] = k[:, :, axis].T
         _write_cfl(root / "traj", traj)
         _write_cfl(root / "ksp", scan.kspace.reshape(COILS, SPOKES, SAMPLES).transpose(2, 1, 0)[None])
-        _write_cfl(root / "sens", scan.coil_maps.transpose(1, 2, 0)[:, :, None, :])
+        maps = np.moveaxis(scan.coil_maps, 0, -1)
+        _write_cfl(root / "sens", maps[:, :, None, :] if dim == 2 else maps)
         self.command = [self.binary, "pics", "-S", "-l2", "-r", f"{self.lam:.6g}", "-i", str(ITERATIONS),
                         "-t", "traj", "ksp", "sens", "out"]
 
@@ -214,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--snr", type=float, default=None, help="add noise at this SNR (default: none)")
     parser.add_argument("--no-bart", action="store_true", help="skip the BART peer")
+    parser.add_argument("--problem", choices=sorted(PROBLEMS), default="2d")
     args = parser.parse_args(argv)
+    use_problem(args.problem)
 
     scan = problem(args.snr)
     ours, same, peer = run_all(scan, args.repeats, with_bart=not args.no_bart)
@@ -224,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "versions": {"mri_recon": mri_recon.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
                      "finufft": _version("finufft")},
-        "problem": {"matrix": list(MATRIX), "spokes": SPOKES, "samples_per_spoke": SAMPLES,
+        "problem": {"name": args.problem, "matrix": list(MATRIX), "spokes": SPOKES, "samples_per_spoke": SAMPLES,
                     "readout_spacing_cycles_per_fov": 0.5, "coils": COILS, "iterations": ITERATIONS,
                     "lam": LAM, "snr": args.snr, "weights": "dcf.ramp", "phantom": "shepp_logan_image",
                     "kspace": "phantom.coil_kspace (analytic)", "repeats": args.repeats},

@@ -155,3 +155,21 @@ def test_gpu_nufft_does_not_use_the_psf_cache(scan, tmp_path):
     assert not list(tmp_path.iterdir())
     exact = reconstruct(scan, iterations=3, device="gpu", method="exact", progress=False, psf_cache=cache)
     assert exact.parameters["psf"] == "miss" and list(tmp_path.iterdir())
+
+
+def test_a_bart_scan_with_bart_maps_reconstructs_on_the_cpu():
+    # BART's `phantom -S` maps have magnitudes near 1.2e5: float32 inner products overflowed here before
+    # ("<p, A p> = nan at iteration 1"). Same NRMSE as BART's own `pics` on the same data (recorded in the file).
+    from pathlib import Path
+
+    from mri_recon.io import load_scan
+
+    scan = load_scan(Path(__file__).parent / "data" / "bart_radial_64.h5")
+    assert float(np.abs(scan.coil_maps).max()) > 1e5
+    truth = scan.ground_truth
+    for method in ("nufft", "exact"):
+        image = reconstruct(scan, iterations=30, tol=0.0, lam=1e-3, device="cpu", method=method,
+                            progress=False).image
+        assert np.isfinite(image).all()
+        best = np.vdot(image, truth) / np.vdot(image, image)
+        assert rel(image * best, truth) <= 1.02 * scan.attrs["bart_pics_nrmse_best_scale"]

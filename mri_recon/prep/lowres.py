@@ -129,7 +129,7 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
         w = w * _window(r[inside], radius, flat)
         centre = data[:, inside] * w[None, :].astype(xp.float32)
         # internal arrays, already checked: the encoding operator, not the validating public fhd
-        _, engine = choose_engine(dev)
+        _, engine = choose_engine(dev, problem=(grid, int(k.shape[0]), int(centre.shape[0])))
         return engine(k.astype(xp.float32), grid, int(centre.shape[0])).H(centre.astype(xp.complex64))
 
 

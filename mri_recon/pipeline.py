@@ -70,11 +70,28 @@ class _Clock:
                  f"{time.perf_counter() - self._start:.2f} s")
 
 
+MIN_EXPONENT, MAX_EXPONENT = -126, 127
+"""Exponents of the scale factors: their powers of two and the reciprocals are normal float32 numbers."""
+
+
 def power_of_two(value: float) -> float:
-    """The power of two nearest to ``value`` (> 0) on a log scale; 1 for 0 (nothing to scale)."""
+    """The power of two nearest to ``value`` (> 0) on a log scale, within float32's normal range
+    (2^-126 .. 2^127, so that it and its reciprocal are finite float32); 1 for 0 (nothing to scale)."""
     if not value > 0 or not math.isfinite(value):
         return 1.0
-    return math.ldexp(1.0, round(math.log2(value)))
+    return math.ldexp(1.0, min(MAX_EXPONENT, max(MIN_EXPONENT, round(math.log2(value)))))
+
+
+def _rescale(array: Any, factor: float) -> Any:
+    """``array *= factor`` for a power of two ``factor`` that float32 may not hold (up to 2^254), in steps
+    that it does; exact unless the result leaves float32's range."""
+    exponent = round(math.log2(factor))
+    with np.errstate(over="ignore"):  # an overflow is reported by the caller's finiteness check
+        while exponent:
+            step = max(MIN_EXPONENT, min(MAX_EXPONENT, exponent))
+            array *= np.float32(math.ldexp(1.0, step))
+            exponent -= step
+    return array
 
 
 def _largest(array: Any) -> float:
@@ -93,8 +110,9 @@ def _rss_peak(maps: Any) -> float:
     largest = _largest(maps)
     if largest == 0.0:
         return 0.0
-    unit = maps * np.float32(1.0 / largest) if maps.dtype == np.complex64 else maps / largest
-    return largest * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
+    scale = power_of_two(largest)
+    unit = maps * np.float32(1.0 / scale) if maps.dtype == np.complex64 else maps / scale
+    return scale * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None,
@@ -227,7 +245,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weights, weight_scale = np.ones(scan.n_samples, dtype=np.float32), 1.0
     else:
         weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
-        weights = scan.weights / np.float32(weight_scale)
+        weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
     budget = memory_plan(scan, dev, iterations, sense, engine.name)
     clock = _Clock(dev, progress, iterations)
@@ -290,7 +308,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
                               callback=clock.iteration if progress else None)
             image = _combine(x, combine)
-            image *= np.float32(data_scale / maps_scale)  # back to the data's units (a power of two: exact)
+            image = _rescale(image, data_scale / maps_scale)  # back to the data's units (powers of two: exact)
+            if not bool(get_xp(image).isfinite(image).all()):
+                raise InvalidDataError(f"{scan.source}: the image exceeds the float32 range (the k-space is near "
+                                       f"float32's largest values and the coil maps are small); scale the data down")
         if filter_sigma is not None:
             with clock.stage("filter"):
                 from .filters import smooth  # noqa: PLC0415 - loaded on use

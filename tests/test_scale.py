@@ -173,3 +173,22 @@ def test_a_bart_scan_with_bart_maps_reconstructs_on_the_cpu():
         assert np.isfinite(image).all()
         best = np.vdot(image, truth) / np.vdot(image, image)
         assert rel(image * best, truth) <= 1.02 * scan.attrs["bart_pics_nrmse_best_scale"]
+
+
+def test_scales_at_the_ends_of_the_float32_range(scan):
+    # factors whose powers of two float32 cannot hold: weights near 3e38, k-space near 2e38, maps subnormal
+    ref = _run(scan, "cpu")
+    big = (scan.weights.astype(np.float64) * (2.6e38 / float(scan.weights.max()))).astype(np.float32)
+    assert rel(_run(scan, "cpu", weights=big), ref) <= 1e-4
+    f = 2e38 / float(np.abs(scan.kspace.view(np.float32)).max())
+    assert rel(_run(scan, "cpu", kspace=(scan.kspace * f).astype(np.complex64)), ref * np.float32(f)) <= 1e-4
+    # subnormal maps (1e-40) keep about 17 bits: the implied factor within 1e-3
+    tiny = _run(scan, "cpu", coil_maps=(scan.coil_maps * 1e-40).astype(np.complex64), kspace=scan.kspace * 1e-12)
+    assert np.isfinite(tiny).all() and rel(tiny, ref * np.float32(1e28)) <= 1e-3
+
+
+def test_an_image_beyond_float32_is_refused(scan):
+    from mri_recon.errors import InvalidDataError
+
+    with pytest.raises(InvalidDataError, match="the image exceeds the float32 range"):
+        _run(scan, "cpu", kspace=scan.kspace * 1e30, coil_maps=scan.coil_maps * 1e-20)

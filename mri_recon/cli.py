@@ -93,7 +93,8 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
               help="Maximum CG iterations.")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-              callback=_finite, help="Tikhonov weight, relative to the point-spread function's peak.")
+              callback=_finite, help="Tikhonov weight, relative to the largest diagonal entry of the normal operator "
+                   "(max over voxels of sum_c |S_c|^2 times the sum of the weights).")
 @click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=_finite,
               help="Stop when the relative CG residual falls below this.")
 @click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,

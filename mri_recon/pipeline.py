@@ -166,12 +166,16 @@ def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray
     return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
 
-def _combine(x: Any, combine: str) -> Any:
+def _combine(x: Any, combine: str, basis: Any = None) -> Any:
+    """The image from CG's solution: itself (SENSE), the root-sum-of-squares of the per-coil images (taken
+    in the receiver's channels when ``basis`` takes the whitened channels back there), or the one image."""
+    xp = get_xp(x)
     if combine == "rss":
-        xp = get_xp(x)
+        if basis is not None:
+            x = (xp.asarray(basis, dtype=np.complex64) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
         return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64)
     if combine == "single":
-        return x[0]
+        return x[0] * np.float32(abs(complex(np.asarray(basis).reshape(-1)[0]))) if basis is not None else x[0]
     return x
 
 
@@ -204,19 +208,22 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         on a GPU, ``"auto"`` picks the exact kernels or the GPU NUFFT by predicted time). The engine used is
         ``Result.parameters["method"]``.
     psf
-        A PSF computed before (e.g. from :class:`mri_recon.cache.PsfCache`) for this trajectory, these
-        weights and this matrix, of shape ``2 * matrix``; None computes it.
+        The PSF of this trajectory, the scan's weights and this matrix, computed before by
+        :func:`mri_recon.psf` (``psf(scan.trajectory, scan.matrix, scan.weights)``), of shape ``2 * matrix``;
+        None computes it (or takes it from ``psf_cache``).
     estimate_maps
         ``"walsh"`` or ``"espirit"``: estimate coil maps from the k-space centre on the device, from the
-        data already uploaded (:func:`mri_recon.coilmaps.coil_maps_from_kspace`), instead of using
+        data already uploaded (:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`), instead of using
         ``scan.coil_maps``; None uses the scan's maps (or none).
     maps_basis
-        With estimated maps of prewhitened data: the ``(C, C)`` Cholesky factor of the noise covariance
-        (:func:`mri_recon.prep.noise.receiver_basis`). The estimates are then normalized in the receiver's
-        channels, like maps from a file, so the image has the same scale whichever maps are used.
+        With prewhitened data and no maps from the file: the ``(C, C)`` Cholesky factor of the noise
+        covariance (:func:`mri_recon.prep.noise.receiver_basis`). Estimated maps are then normalized in the
+        receiver's channels, and per-coil images are combined there, like a reconstruction with maps from a
+        file, so the image has the same scale whichever maps (or none) are used.
     psf_cache
-        A :class:`mri_recon.cache.PsfCache`: the PSF is read from it when an entry for this trajectory,
-        these weights and this matrix exists (and is intact), else computed and stored in it.
+        A :class:`mri_recon.io.cache.PsfCache`: for the exact engines the PSF is read from it when an entry
+        for this trajectory, these weights, this matrix and this engine exists (and is intact), else computed
+        and stored in it. The GPU NUFFT does not use it (it computes a PSF faster than a read).
 
     Returns
     -------
@@ -235,9 +242,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon "
                                f"cannot correct yet; drop it on purpose with prepare_scan(..., field_map='ignore') "
                                f"(CLI: --no-field-map)")
-    if maps_basis is not None and estimate_maps is None:
-        raise InvalidDataError("maps_basis applies to estimated coil maps only (estimate_maps='walsh' or "
-                               "'espirit')")
+    if maps_basis is not None and scan.coil_maps is not None and estimate_maps is None:
+        raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "
+                               "scan's own coil maps (they are whitened with the data)")
     sense = scan.coil_maps is not None or estimate_maps is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
     # weights scaled by a power of two near their largest value (the PSF cache keys the scaled weights)
@@ -307,7 +314,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
                               callback=clock.iteration if progress else None)
-            image = _combine(x, combine)
+            image = _combine(x, combine, maps_basis if not sense else None)
             image = _rescale(image, data_scale / maps_scale)  # back to the data's units (powers of two: exact)
             if not bool(get_xp(image).isfinite(image).all()):
                 raise InvalidDataError(f"{scan.source}: the image exceeds the float32 range (the k-space is near "

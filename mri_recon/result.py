@@ -77,6 +77,19 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
         for stage in first.timings:
             f.attrs[f"time_{stage}_s"] = float(sum(r.timings.get(stage, 0.0) for _, _, _, r in results))
         if len(results) == 1 and scan.ground_truth is not None:
-            truth = scan.ground_truth
-            f.attrs["nrmse_vs_ground_truth"] = float(
-                np.linalg.norm(images[0] - truth) / max(np.linalg.norm(truth), 1e-30))
+            kind, value = nrmse_vs_truth(images[0], scan.ground_truth, first)
+            f.attrs["nrmse_vs_ground_truth"] = value
+            f.attrs["nrmse_kind"] = kind
+
+
+def nrmse_vs_truth(image: np.ndarray, truth: np.ndarray, result: Result) -> tuple[str, float]:
+    """``("complex" | "magnitude", ||image - truth|| / ||truth||)`` with no fitted scale.
+
+    Complex only where the image's phase is the truth's: SENSE with the scan's own maps. Estimated maps carry
+    an arbitrary phase per voxel and root-sum-of-squares images none, so those compare magnitudes.
+    """
+    if result.combine == "sense" and result.parameters.get("coil_maps") == "scan":
+        kind, a, b = "complex", np.asarray(image, np.complex128), np.asarray(truth, np.complex128)
+    else:
+        kind, a, b = "magnitude", np.abs(np.asarray(image, np.complex128)), np.abs(np.asarray(truth, np.complex128))
+    return kind, float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))

@@ -2,7 +2,8 @@
 
 Problem: 128 x 128 Shepp-Logan phantom (analytic multi-coil k-space, no inverse crime), 2D radial
 201 spokes x 256 samples (2x readout oversampling: [-64, 64) at 0.5 cycles/FOV), 8 coils with the
-phantom's own coil maps, ramp density compensation, 30 CG iterations, lam = 1e-3 (relative to the PSF peak).
+phantom's own coil maps, ramp density compensation, 30 CG iterations, lam = 1e-3 (relative to the
+normal operator's peak).
 Ours also runs without density weights: the same least-squares problem as BART's (with noise, ``--snr``,
 density weights amplify high-frequency noise, so that is the fair NRMSE comparison).
 

@@ -105,6 +105,9 @@ def test_gpu_engines_by_method(monkeypatch):
     assert choose("gpu", "auto", problem=((128, 128, 128), 1647104, 8))[1].name == "gpu-nufft"
     assert choose("gpu", "auto", problem=((48, 48), 6000, 4))[1].name == "gpu"
     assert choose("gpu", "exact", problem=((256, 256), 262144, 8))[1].name == "gpu"
+    # device "auto" with a GPU present: "nufft" is the GPU NUFFT (it used to mean FINUFFT on the CPU)
+    monkeypatch.setattr(operators.encoding, "resolve_device", lambda device: Device(0 if device == "auto" else -1))
+    assert resolve("auto", "nufft") == (Device(0), "gpu-nufft")
 
 
 def test_input_errors(rng):

@@ -51,7 +51,7 @@ class Encoding(LinearOperator):
     """
 
     name = "?"
-    """The engine's name, recorded in outputs: ``"exact"``, ``"nufft"`` or ``"gpu"``."""
+    """The engine's name, recorded in outputs: ``"exact"``, ``"nufft"``, ``"gpu"`` or ``"gpu-nufft"``."""
 
     def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1) -> None:
         matrix = tuple(int(n) for n in matrix)
@@ -176,8 +176,9 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
     Parameters
     ----------
     device
-        ``"auto" | "cpu" | "gpu" | "gpu:N" | N | Device``. With ``"auto"`` a CuPy input ``like`` keeps its
-        own GPU, and ``method="nufft"`` means the CPU.
+        ``"auto" | "cpu" | "gpu" | "gpu:N" | N | Device``. ``"auto"``: a CuPy input ``like`` keeps its own
+        GPU; otherwise GPU 0 when CuPy and a GPU are present (for every method: ``"nufft"`` then means the
+        GPU NUFFT, where it used to mean FINUFFT on the CPU), else the CPU.
     method
         ``"exact"``: exact sums (the GPU kernels on a GPU, the NumPy oracle on the CPU); ``"nufft"``: the
         GPU NUFFT on a GPU, FINUFFT on the CPU; ``"auto"``: FINUFFT on the CPU and, on a GPU, whichever of

@@ -25,8 +25,9 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
 
     Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
     :func:`mri_recon.reconstruct` (``estimate_maps=``) to run on the data it has already uploaded, and
-    ``record["maps_basis"]`` (with prewhitening) the noise's Cholesky factor for its ``maps_basis=``, so that
-    estimated maps have the scale of whitened file maps.
+    ``record["maps_basis"]`` (with prewhitening, unless the maps come from the file) the noise's Cholesky
+    factor for its ``maps_basis=``, so that estimated maps, and coil images combined by root-sum-of-squares,
+    have the scale of a reconstruction with whitened file maps.
 
     Parameters
     ----------
@@ -103,5 +104,5 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         scan = scan.replace(coil_maps=None)
     record["coil_maps"] = method
     record["estimate_maps"] = method if method in ("walsh", "espirit") else None
-    record["maps_basis"] = basis if record["estimate_maps"] else None
+    record["maps_basis"] = basis if method != "file" else None  # file maps were whitened with the data
     return scan, record

@@ -211,6 +211,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from .backend import device_memory, resolve_device
     from .io import load_scans
+    from .operators.encoding import choose_engine
     from .planner import host_memory_available, human_bytes, plan
 
     scans = load_scans(scan, traj_units=traj_units)
@@ -232,10 +233,12 @@ def info(scan: Path, device: str, traj_units: str) -> None:
         lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {s.attrs['traj_units']}")
-    sense = s.coil_maps is not None or s.n_coils == 1
+    sense = s.coil_maps is not None or s.n_coils > 1  # reconstruct's default: the file's maps, else Walsh
     available = device_memory(dev)[0] if dev.is_gpu else host_memory_available()
+    _, engine = choose_engine(dev, "auto", problem=(s.matrix, s.n_samples, s.n_coils))
+    lines.append(f"engine      {engine.name} (method auto)")
     p = plan(s.matrix, s.n_coils, s.n_samples, sense=sense, iterations=30, available_bytes=None,
-             gpu=dev.is_gpu)
+             gpu=dev.is_gpu, method=engine.name)
     lines.append(f"memory      about {human_bytes(p.peak_bytes)} on {dev}"
                  + (f" ({human_bytes(available)} available)" if available else ""))
     lines.append(f"time        about {p.estimated_seconds * len(scans):.2g} s for 30 iterations"

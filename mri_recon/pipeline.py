@@ -160,9 +160,10 @@ def _point_spread(encoding: Encoding, weights: Any, given: Any, device: Device) 
 
 
 def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray | None,
-                matrix: tuple[int, ...]) -> tuple[str, np.ndarray | None]:
-    """The cache key of the PSF of these (scaled) weights and the cached PSF (None when absent or invalid)."""
-    key = psf_key(trajectory, weights, matrix)
+                matrix: tuple[int, ...], engine: str) -> tuple[str, np.ndarray | None]:
+    """The cache key of the PSF of these (scaled) weights by ``engine`` and the cached PSF (None when absent
+    or invalid)."""
+    key = psf_key(trajectory, weights, matrix, engine)
     return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
 
@@ -275,7 +276,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             # computes F^H d (hashlib and file reads release the GIL).
             key_weights = weights if scan.weights is not None else None
             lookup = stack.enter_context(ThreadPoolExecutor(1)).submit(
-                _lookup_psf, psf_cache, scan.trajectory, key_weights, matrix)
+                _lookup_psf, psf_cache, scan.trajectory, key_weights, matrix, encoding.name)
         if estimate_maps is not None:
             with clock.stage("coil_maps"):
                 from .prep.coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating

@@ -12,7 +12,7 @@ def _psf(rng, shape=(8, 6)):
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
 
 
-def test_key_depends_on_trajectory_weights_and_matrix(rng):
+def test_key_depends_on_trajectory_weights_matrix_and_engine(rng):
     traj = rng.standard_normal((20, 2)).astype(np.float32)
     w = rng.random(20).astype(np.float32)
     key = psf_key(traj, w, (4, 3))
@@ -20,8 +20,8 @@ def test_key_depends_on_trajectory_weights_and_matrix(rng):
     changed = traj.copy()
     changed[3, 1] = np.nextafter(changed[3, 1], np.float32(np.inf))
     others = {psf_key(changed, w, (4, 3)), psf_key(traj, None, (4, 3)), psf_key(traj, w, (4, 4)),
-              psf_key(traj, w * 2, (4, 3))}
-    assert key not in others and len(others) == 4
+              psf_key(traj, w * 2, (4, 3)), psf_key(traj, w, (4, 3), "exact")}
+    assert key not in others and len(others) == 5
 
 
 def test_round_trip_is_bit_identical(tmp_path, rng):

@@ -198,3 +198,13 @@ def test_an_image_beyond_float32_is_refused(scan):
 
     with pytest.raises(InvalidDataError, match="the image exceeds the float32 range"):
         _run(scan, "cpu", kspace=scan.kspace * 1e30, coil_maps=scan.coil_maps * 1e-20)
+
+
+def test_a_cached_psf_serves_only_the_engine_that_computed_it(scan, tmp_path):
+    from mri_recon.io.cache import PsfCache
+
+    cache = PsfCache(tmp_path)
+    runs = [reconstruct(scan, iterations=3, device="cpu", method=m, progress=False, psf_cache=cache)
+            for m in ("nufft", "exact", "exact")]
+    assert [r.parameters["psf"] for r in runs] == ["miss", "miss", "hit"]
+    np.testing.assert_array_equal(runs[1].image, runs[2].image)

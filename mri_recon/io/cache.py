@@ -32,10 +32,13 @@ def default_cache_dir() -> Path:
     return Path(base) / "mri-recon" / "psf"
 
 
-def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[int, ...]) -> str:
-    """SHA-256 of the PSF's inputs (trajectory and weights as float32, matrix as int64)."""
+def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[int, ...],
+            engine: str = "") -> str:
+    """SHA-256 of the PSF's inputs (trajectory and weights as float32, matrix as int64) and of the engine
+    that computes it (``"exact"``, ``"nufft"``, ``"gpu"``: a cache hit gives that engine's bits)."""
     digest = hashlib.sha256()
     digest.update(b"psf-v%d" % FORMAT_VERSION)
+    digest.update(b"engine:" + engine.encode())
     digest.update(np.asarray(matrix, dtype=np.int64).tobytes())
     traj = np.ascontiguousarray(np.asarray(trajectory), dtype=np.float32)
     digest.update(np.asarray(traj.shape, dtype=np.int64).tobytes())

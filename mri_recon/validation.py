@@ -42,7 +42,12 @@ def check_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tu
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         _fail(source, f"dataset '{name}' contains {bad} NaN or Inf value(s)", InvalidDataError)
     if array.dtype != target:
-        array = array.astype(target)
+        with np.errstate(over="ignore"):
+            array = array.astype(target)
+        if not np.all(np.isfinite(array)):
+            bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+            _fail(source, f"dataset '{name}' has {bad} value(s) beyond the float32 range (|x| > 3.4e38); "
+                          f"scale the data down", InvalidDataError)
     return np.ascontiguousarray(array)
 
 

@@ -167,3 +167,20 @@ def test_atomic_output_gives_the_usual_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "o.bin").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_values_beyond_float32_are_refused():
+    traj = np.zeros((4, 2), dtype=np.float32)
+    traj[:, 0] = [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(InvalidDataError, match=r"dataset 'kspace' has 1 value\(s\) beyond the float32 range"):
+        Scan(kspace=np.array([1e300, 1, 2, 3], dtype=np.complex128), trajectory=traj, matrix=(16, 16))
+
+
+def test_a_dangling_link_is_a_schema_error(tmp_path):
+    path = tmp_path / "linked.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["matrix"] = [16, 16]
+        f["kspace"] = np.ones((1, 4), dtype=np.complex64)
+        f["trajectory"] = h5py.ExternalLink("missing.h5", "/trajectory")
+    with pytest.raises(SchemaError, match="'trajectory' cannot be opened"):
+        load_scan(path)

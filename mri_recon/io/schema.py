@@ -82,6 +82,21 @@ def save_scan(path: str | os.PathLike, scan: Scan) -> None:
                 f.create_dataset(name, data=value)
 
 
+def _read(f: h5py.File, src: str, name: str) -> Any:
+    """The whole dataset ``name``: a group, a dangling (external or soft) link or an unreadable dataset is a
+    :class:`SchemaError` naming it."""
+    try:
+        node = f[name]
+    except (KeyError, OSError) as exc:
+        raise SchemaError(f"{src}: '{name}' cannot be opened (a broken link?): {exc}") from exc
+    if not isinstance(node, h5py.Dataset):
+        raise SchemaError(f"{src}: '{name}' must be a dataset, found a group")
+    try:
+        return node[()]
+    except (OSError, TypeError, ValueError) as exc:
+        raise SchemaError(f"{src}: dataset '{name}' cannot be read: {exc}") from exc
+
+
 def load_schema_v1(path: str | os.PathLike) -> Scan:
     """Read a schema-v1 scan file and validate it."""
     src = str(path)
@@ -97,14 +112,10 @@ def load_schema_v1(path: str | os.PathLike) -> Scan:
             if name not in f:
                 raise SchemaError(f"{src}: missing dataset '{name}' (schema v1 needs kspace, trajectory "
                                   f"and the root attribute matrix)")
-            if not isinstance(f[name], h5py.Dataset):
-                raise SchemaError(f"{src}: '{name}' must be a dataset, found a group")
-        values = {name: f[name][()] for name in ("kspace", "trajectory")}
+        values = {name: _read(f, src, name) for name in ("kspace", "trajectory")}
         for name in OPTIONAL:
             if name in f:
-                if not isinstance(f[name], h5py.Dataset):
-                    raise SchemaError(f"{src}: '{name}' must be a dataset, found a group")
-                values[name] = f[name][()]
+                values[name] = _read(f, src, name)
         attrs = {k: _plain(v) for k, v in f.attrs.items() if k != "matrix"}
         matrix = f.attrs["matrix"]
     return Scan(matrix=matrix, attrs=attrs, source=src, **values)

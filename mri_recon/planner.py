@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import ResourceError
+from .operators.encoding import NUFFT_EPS
 
 COMPLEX64 = 8
 FLOAT32 = 4
@@ -78,17 +79,12 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-NUFFT_EPS = 1e-7
-"""The tolerance of the pipeline's FINUFFT transforms (``mri_recon.operators.public.NUFFT_EPS``)."""
 COMPLEX128 = 16
 FLOAT64 = 8
 EXACT_CHUNK = 128 * 2**20
 """Working memory of the NumPy exact DFT: its block (64 MiB counted at 24 bytes per phase) holds 48 bytes
 per phase at its peak (float64 cycles and angle, the complex128 phase, and the previous block's phase)."""
 METHODS = ("auto", "exact", "nufft", "gpu", "gpu-nufft")
-NUFFT_PLAN_BYTES_PER_SAMPLE = 36
-"""GPU NUFFT plan per sample and axis set: bin index, rank, permutation (int32) and per-axis first grid
-index (int32) and offset (float32), 3-D (``12 + 8 D`` bytes)."""
 NUFFT_MAX_GROUP = 8
 """Most coils the GPU NUFFT spreads onto fine grids at once."""
 
@@ -128,8 +124,7 @@ def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense:
     return {"fhd": int(fhd), "psf": int(psf), "spectrum": int(spectrum)}
 
 
-def _gpu_nufft_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool,
-                      fixed: int) -> dict[str, int]:
+def _gpu_nufft_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, fixed: int) -> dict[str, int]:
     """Bytes at the peak of the GPU NUFFT's F^H d and PSF stages, on top of the ``fixed`` arrays."""
     from .operators.encoding import GPU_NUFFT_EPS  # noqa: PLC0415 - plain Python; keeps this module light
     from .operators.nufft_params import nufft_params  # noqa: PLC0415
@@ -189,7 +184,7 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     per_coil = 2 * grid2 * COMPLEX64  # padded grid and the FFT's work area
     stages: dict[str, int] = {}
     if gpu and method == "gpu-nufft":
-        stages = _gpu_nufft_stages(tuple(matrix), n_coils, n_samples, sense=sense, fixed=fixed)
+        stages = _gpu_nufft_stages(tuple(matrix), n_coils, n_samples, fixed=fixed)
     if not gpu:
         stages = _cpu_stages(tuple(matrix), n_coils, n_samples, sense=sense,
                              method="exact" if method == "exact" else "nufft",

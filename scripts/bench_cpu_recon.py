@@ -8,7 +8,7 @@ Ours also runs without density weights: the same least-squares problem as BART's
 density weights amplify high-frequency noise, so that is the fair NRMSE comparison).
 
 Ours is timed in-process after one warm-up run (FINUFFT and FFT set-up): median of ``--repeats`` runs of
-:func:`mri_recon.recon.reconstruct` and of each stage; runs of ours and of BART alternate, so that both see
+:func:`mri_recon.reconstruct` and of each stage; runs of ours and of BART alternate, so that both see
 the same load on a shared machine. BART is timed as the ``bart pics`` command (process
 start and .cfl I/O included; a trivial ``bart`` command is timed too, to show that overhead), same data, same
 coil maps, 30 iterations, l2 regularization with the comparable weight ``lam * M / prod(matrix)`` (BART's

@@ -5,14 +5,14 @@ Usage::
     python scripts/bench_ismrmrd.py OUT.json [--size-mb 100] [--repeats 5] [--no-cpu-maps]
 
 1. I/O: writes a radial, 8-coil ISMRMRD file of about ``--size-mb`` MB (with the ``ismrmrd`` package, into
-   a temporary folder), then times :func:`mri_recon.ismrmrd_io.load_ismrmrd` and
-   :func:`mri_recon.ismrmrd_io.convert` (to schema v1) and reports MB/s of the ISMRMRD file. The ceiling is
+   a temporary folder), then times :func:`mri_recon.io.ismrmrd.load_ismrmrd` and
+   :func:`mri_recon.io.ismrmrd_write.convert` (to schema v1) and reports MB/s of the ISMRMRD file. The ceiling is
    h5py reading the same acquisition records (what any reader must do) and the raw file bytes. The file
    is read once before timing, so the page cache is warm: these are parse rates, not disk rates.
 2. Coil maps: Walsh and ESPIRiT on 256 x 256, 262,144 radial samples (512 spokes x 512), 8 coils at SNR 30,
    on the CPU and on GPU 0 when present, with both per-voxel eigen solvers; from a host Scan
-   (:func:`~mri_recon.coilmaps.estimate_coil_maps`, upload and download included) and, on a GPU, from
-   device-resident k-space (:func:`~mri_recon.coilmaps.coil_maps_from_kspace`). Warm-up run first
+   (:func:`~mri_recon.prep.coilmaps.estimate_coil_maps`, upload and download included) and, on a GPU, from
+   device-resident k-space (:func:`~mri_recon.prep.coilmaps.coil_maps_from_kspace`). Warm-up run first
    (kernel compilation), device synchronized, median of the repeats; accuracy is the per-voxel
    correlation with the true maps inside the phantom. The budget is 20% of a 70 ms GPU reconstruction.
 """

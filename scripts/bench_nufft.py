@@ -1,4 +1,4 @@
-"""Benchmark of the GPU NUFFT (mri_recon.gpu_nufft) with SigPy's GPU nufft_adjoint beside it.
+"""Benchmark of the GPU NUFFT (mri_recon.operators.gpu_nufft) with SigPy's GPU nufft_adjoint beside it.
 
 Usage: python scripts/bench_nufft.py OUT.json [quick]
 

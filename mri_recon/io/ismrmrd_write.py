@@ -105,7 +105,7 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
         ``"cycles-per-fov"`` (cycles per encoded FOV) or ``"normalized"`` (that over the encoded matrix).
     samples_per_readout
         Samples per acquisition; by default ``attrs["samples_per_readout"]`` (or ``attrs["samples"]``, as
-        :func:`mri_recon.simulate.simulate_scan` sets it) when it divides the samples, else the largest
+        :func:`mri_recon.sim.simulate.simulate_scan` sets it) when it divides the samples, else the largest
         divisor of M up to :data:`MAX_READOUT`.
     readout_oversampling
         Encoded FOV and matrix along x over the recon ones (2.0 for the usual 2x readout oversampling); the
@@ -183,7 +183,7 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
 def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_units: str = "auto",
             slice: int | None = None, repetition: int | None = None, space: str = "recon",
             dataset: str | None = None) -> list[Path]:
-    """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.scan.save_scan`).
+    """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.io.save_scan`).
 
     One image (after the optional ``slice`` / ``repetition`` choice) is written to ``out_path``. Several
     are written one file each, beside ``out_path`` with the varying indices appended to its stem:

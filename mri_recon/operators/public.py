@@ -53,7 +53,7 @@ def fhd(kspace: Any, trajectory: Any, matrix: Sequence[int], *, device: str | in
     device
         ``"auto" | "cpu" | "gpu" | "gpu:N"``.
     method
-        ``"auto" | "exact" | "nufft"`` (see the module docstring).
+        ``"auto" | "exact" | "nufft"`` (see :func:`~.encoding.choose_engine`).
 
     Returns
     -------

@@ -59,7 +59,7 @@ def estimate_coil_maps(scan: Scan, method: str = "walsh", *, device: str | int |
                        **options: Any) -> np.ndarray:
     """Coil maps of ``scan``: complex64 NumPy ``(C, *matrix)``, ready for ``scan.replace(coil_maps=...)``.
 
-    Prewhiten first (:func:`mri_recon.noise.prewhiten`) so that the maps live in the whitened coil basis.
+    Prewhiten first (:func:`mri_recon.prep.noise.prewhiten`) so that the maps live in the whitened coil basis.
     The scan's ``weights`` are used as density compensation when present; its own ``coil_maps`` are
     ignored. ``options`` are those of :func:`coil_maps_from_kspace`, which keeps the maps on the device.
     """

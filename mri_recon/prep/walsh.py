@@ -15,7 +15,7 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
 
     Per voxel, the coil covariance ``R = sum_box x x^H`` over a box of ``kernel`` voxels per axis; the map
     is its dominant eigenvector (unit norm), phase referenced to the coil with the most energy. The data
-    should be prewhitened (:func:`mri_recon.noise.prewhiten`), which makes the noise covariance the identity.
+    should be prewhitened (:func:`mri_recon.prep.noise.prewhiten`), which makes the noise covariance the identity.
 
     Parameters
     ----------

@@ -314,7 +314,7 @@ def add_noise(kspace: np.ndarray, snr: float, rng: np.random.Generator, *,
     ``sigma / sqrt 2`` per real and imaginary part) and ``signal`` by default the RMS magnitude of
     ``kspace`` over all coils and samples. That k-space SNR depends on the trajectory (radial samples crowd
     the bright centre); pass ``signal=cartesian_signal(coil_images)`` for an image-domain SNR instead, as
-    :func:`mri_recon.simulate.simulate_scan` does.
+    :func:`mri_recon.sim.simulate.simulate_scan` does.
 
     Parameters
     ----------

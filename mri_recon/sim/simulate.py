@@ -111,11 +111,11 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
         ``"kooshball"`` (3D golden-means radial) or ``"stack-of-stars"`` (golden-angle radial on Cartesian
         partitions).
     coils : int
-        Number of coils of :func:`mri_recon.phantom.coil_model` (1: a uniform body coil).
+        Number of coils of :func:`mri_recon.sim.phantom.coil_model` (1: a uniform body coil).
     snr : float or None
         Image-domain SNR of each coil of an equivalent fully sampled Cartesian scan: RMS intensity of the
         coil images ``S_c x`` over the noise standard deviation of their inverse DFT (see
-        :func:`mri_recon.phantom.cartesian_signal`); it does not depend on the trajectory. ``inf`` or
+        :func:`mri_recon.sim.phantom.cartesian_signal`); it does not depend on the trajectory. ``inf`` or
         None: no noise (and no ``noise`` dataset).
     spokes, samples, interleaves : int, optional
         Trajectory size; defaults: :func:`default_spokes`, ``2 * N`` samples per spoke (oversampling 2),
@@ -123,8 +123,8 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     seed : int
         Seed of the noise generator; the same arguments give the same scan.
     dcf : str or None
-        Density compensation stored as ``weights``: ``"pipe"`` (:func:`mri_recon.dcf.pipe_menon`),
-        ``"ramp"`` (:func:`mri_recon.dcf.ramp`, radial kinds) or None (no weights).
+        Density compensation stored as ``weights``: ``"pipe"`` (:func:`mri_recon.prep.dcf.pipe_menon`),
+        ``"ramp"`` (:func:`mri_recon.prep.dcf.ramp`, radial kinds) or None (no weights).
 
     Returns
     -------

@@ -10,6 +10,9 @@ Public API (stable)::
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
 
+The library prints nothing: it logs through :mod:`logging` (logger ``mri_recon`` and its children; stage
+timings at INFO, CG iterations at DEBUG), silent unless the application configures logging.
+
 The operators themselves (``LinearOperator``, the encoding engines, ``Sense``, Toeplitz) are in
 :mod:`mri_recon.operators`; the layout is described in ``docs/architecture.md``.
 """
@@ -17,11 +20,14 @@ The operators themselves (``LinearOperator``, the encoding engines, ``Sense``, T
 from __future__ import annotations
 
 import importlib
+import logging
 
 from ._version import __version__
 from .errors import MriReconError
 from .io import load_scan, load_scans, save_scan
 from .scan import Scan
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 _LAZY = {
     "fhd": "operators",

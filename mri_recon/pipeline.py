@@ -3,7 +3,9 @@
 One pipeline for the CPU and the GPU: choose the device and the encoding engine, check memory, upload once,
 scale the problem, form the right-hand side ``b = A^H W d`` with ``A = Encoding @ Sense``, compute the Toeplitz
 PSF once, run CG on the normal operator ``A^H W A + lam_abs I`` (no sample is touched inside the loop),
-post-filter, download once. Every stage is timed by one :class:`_Clock`.
+post-filter, download once. Every stage is timed by one :class:`_Clock`,
+which logs it (``logging``, logger ``mri_recon.pipeline``: stages at INFO, iterations at DEBUG; silent unless
+configured) and reports it to an optional progress callback.
 
 Scale. The problem is solved in scaled units: data, weights and maps are divided by powers of two close to
 their magnitudes (``max |d|``, ``max w`` and the largest root-sum-of-squares of the maps), and the image is
@@ -18,10 +20,10 @@ maps or the weights by any factor scales the image by the implied factor and cha
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,19 +43,26 @@ from .solvers.cg import cg
 STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
 
-class _Clock:
-    """Times the pipeline's stages (synchronizing the device) and reports progress on stderr."""
+Progress = Callable[[str, int | None, int | None, float | None], None]
+"""A progress callback: ``progress(stage, iteration, total, residual)``."""
 
-    def __init__(self, device: Device, progress: bool, iterations: int) -> None:
+log = logging.getLogger(__name__)
+
+
+class _Clock:
+    """Times the pipeline's stages (synchronizing the device), logs them and forwards progress events.
+
+    Stage timings are logged at INFO and CG iterations at DEBUG on the ``mri_recon.pipeline`` logger; the
+    optional ``progress`` callback receives ``(stage, None, None, None)`` when a stage ends and
+    ``("iterations", k, iterations, residual)`` for CG iteration k.
+    """
+
+    def __init__(self, device: Device, progress: Progress | None, iterations: int) -> None:
         self.device = device
         self.progress = progress
         self.iterations = iterations
         self.timings = dict.fromkeys(STAGES, 0.0)
         self._start = time.perf_counter()
-
-    def say(self, line: str) -> None:
-        if self.progress:
-            print(line, file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -61,13 +70,35 @@ class _Clock:
         yield
         synchronize(self.device)
         self.timings[name] += time.perf_counter() - self._start
-        self.say(f"{name:<10}  {self.timings[name]:.3f} s")
+        log.info("%-10s  %.3f s", name, self.timings[name])
+        if self.progress is not None:
+            self.progress(name, None, None, None)
+
+    def callback(self) -> Callable[[int, Any, float], None] | None:
+        """The CG callback, or None when nobody listens (the solver then skips the calls altogether)."""
+        if self.progress is None and not log.isEnabledFor(logging.DEBUG):
+            return None
+        return self.iteration
 
     def iteration(self, iteration: int, x: Any, residual: float) -> None:
-        """CG callback: one progress line per iteration (the GPU solver calls it in batches at its checks)."""
+        """CG callback: one event per iteration (the GPU solver calls it in batches at its checks, from the
+        residuals it reads back anyway)."""
         del x
-        self.say(f"iteration {iteration}/{self.iterations}  residual {residual:.1e}  "
-                 f"{time.perf_counter() - self._start:.2f} s")
+        log.debug("iteration %d/%d  residual %.1e  %.2f s", iteration, self.iterations, residual,
+                  time.perf_counter() - self._start)
+        if self.progress is not None:
+            self.progress("iterations", iteration, self.iterations, residual)
+
+
+def _progress_callback(progress: Any) -> Progress | None:
+    """``progress`` as a callback: a callable as is; None or a boolean (accepted for compatibility: progress
+    lines are log records now) as None."""
+    if progress is None or isinstance(progress, bool):
+        return None
+    if not callable(progress):
+        raise InvalidDataError(f"progress must be None or a callable (stage, iteration, total, residual), "
+                               f"found {type(progress).__name__}")
+    return progress
 
 
 MIN_EXPONENT, MAX_EXPONENT = -126, 127
@@ -132,6 +163,31 @@ def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None 
                 available_bytes=available, gpu=device.is_gpu, what=what, method=method)
 
 
+def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", method: str = "auto",
+                        iterations: int = 30, sense: bool | None = None) -> tuple[Device, type[Encoding], Plan]:
+    """The device, the encoding engine and the memory plan of a reconstruction of ``scan``: the one estimate
+    that :func:`reconstruct` acts on and ``mri-recon info`` reports.
+
+    Parameters
+    ----------
+    scan
+        The scan as it will be reconstructed (its shapes count, not its values).
+    device, method
+        As for :func:`reconstruct`; the engine is :func:`~mri_recon.operators.choose_engine`'s choice.
+    iterations
+        CG iterations (the time estimate scales with them).
+    sense
+        One image with coil maps (True) or one per coil (False); None: whether ``scan`` has maps.
+
+    Raises
+    ------
+    ResourceError
+        The reconstruction does not fit the device's memory even one coil at a time.
+    """
+    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
+    return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name)
+
+
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
     """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``), or ``F^H (W d)`` per coil without maps.
 
@@ -182,7 +238,7 @@ def _combine(x: Any, combine: str, basis: Any = None) -> Any:
 
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
-                progress: bool = True, method: str = "auto", psf: Any = None,
+                progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
                 maps_basis: Any = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations.
@@ -203,7 +259,12 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     device
         ``"auto" | "cpu" | "gpu" | "gpu:N"`` or a :class:`~mri_recon.backend.Device`.
     progress
-        Print one line per stage and per iteration on stderr.
+        None, or a callable ``progress(stage, iteration, total, residual)``: called with
+        ``(stage, None, None, None)`` when a stage ends (in the order of ``STAGES``, skipping stages not run)
+        and with ``("iterations", k, iterations, residual_k)`` after CG iteration k. On the GPU the iteration
+        calls come in batches at the solver's residual checks (no extra read-back). Booleans are accepted
+        and ignored (the library prints nothing; stage timings and iterations are ``logging`` records of
+        ``mri_recon.pipeline`` at INFO and DEBUG).
     method
         ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :func:`mri_recon.operators.choose_engine`:
         on a GPU, ``"auto"`` picks the exact kernels or the GPU NUFFT by predicted time). The engine used is
@@ -235,7 +296,6 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
-    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
@@ -255,8 +315,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
         weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
-    budget = memory_plan(scan, dev, iterations, sense, engine.name)
-    clock = _Clock(dev, progress, iterations)
+    dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
+    log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
+             list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
+    clock = _Clock(dev, _progress_callback(progress), iterations)
     with contextlib.ExitStack() as stack:
         stack.enter_context(dev.use())
         with clock.stage("upload"):
@@ -314,7 +376,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         with clock.stage("iterations"):
             operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
-                              callback=clock.iteration if progress else None)
+                              callback=clock.callback())
             image = _combine(x, combine, maps_basis if not sense else None)
             image = _rescale(image, data_scale / maps_scale)  # back to the data's units (powers of two: exact)
             if not bool(get_xp(image).isfinite(image).all()):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -147,15 +149,40 @@ def test_given_psf_and_memory_batches(sense_scan, monkeypatch):
     assert rel(batched.image, base.image) < 1e-5
 
 
-def test_progress_lines(sense_scan, capsys):
+def test_library_prints_nothing_and_logs_stages_and_iterations(sense_scan, capsys, caplog):
     scan, _ = sense_scan
-    reconstruct(scan, iterations=3, tol=0.0, progress=True)
-    err = capsys.readouterr().err
-    assert "iteration 1/3  residual " in err and "iteration 3/3  residual " in err
-    for stage in ("upload", "fhd", "psf", "iterations", "download"):
-        assert f"\n{stage}" in "\n" + err
-    reconstruct(scan, iterations=3, tol=0.0, progress=False)
-    assert capsys.readouterr().err == ""
+    with caplog.at_level(logging.DEBUG, logger="mri_recon"):
+        reconstruct(scan, iterations=3, tol=0.0)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""  # no printing, whatever the log level
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    stages = [m.split()[0] for m in info[1:]]
+    assert stages == ["upload", "fhd", "psf", "iterations", "download"]
+    assert all(m.endswith(" s") for m in info[1:]) and "engine nufft on cpu" in info[0]
+    assert [m.split()[:2] for m in debug] == [["iteration", f"{k}/3"] for k in (1, 2, 3)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mri_recon"):
+        reconstruct(scan, iterations=3, tol=0.0)
+    assert caplog.records == [] and capsys.readouterr().err == ""
+
+
+def test_progress_callback_gets_stage_and_iteration_events_in_order(sense_scan):
+    scan, _ = sense_scan
+    events = []
+    result = reconstruct(scan, iterations=4, tol=0.0, progress=lambda *event: events.append(event))
+    iterations = [e for e in events if e[1] is not None]
+    assert [e[:3] for e in iterations] == [("iterations", k, 4) for k in (1, 2, 3, 4)]
+    assert [e[3] for e in iterations] == pytest.approx(result.residuals[1:])
+    ends = [e for e in events if e[1] is None]
+    assert ends == [(s, None, None, None) for s in ("upload", "fhd", "psf", "iterations", "download")]
+    assert events.index(("psf", None, None, None)) < events.index(iterations[0]) < events.index(ends[3])
+
+
+def test_progress_must_be_callable(sense_scan):
+    scan, _ = sense_scan
+    with pytest.raises(InvalidDataError, match="progress must be None or a callable .* found str"):
+        reconstruct(scan, iterations=2, progress="yes")
 
 
 def test_post_filter(sense_scan):

@@ -94,9 +94,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         scan = scan.replace(weights=None)
     record["dcf"] = dcf if dcf != "auto" else ("file" if scan.weights is not None else "none")
 
-    method = coil_maps
-    if method == "auto":
-        method = "file" if scan.coil_maps is not None else ("walsh" if scan.n_coils > 1 else "none")
+    method = coil_map_method(scan, coil_maps)
     if method == "file" and scan.coil_maps is None:
         raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
                           f"(use walsh, espirit or rss)")
@@ -106,3 +104,11 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     record["estimate_maps"] = method if method in ("walsh", "espirit") else None
     record["maps_basis"] = basis if method != "file" else None  # file maps were whitened with the data
     return scan, record
+
+
+def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
+    """The coil-map choice :func:`prepare_scan` makes: ``coil_maps`` itself, or for ``"auto"`` ``"file"``
+    (the scan has maps), ``"walsh"`` (several coils) or ``"none"`` (one coil)."""
+    if coil_maps != "auto":
+        return coil_maps
+    return "file" if scan.coil_maps is not None else ("walsh" if scan.n_coils > 1 else "none")

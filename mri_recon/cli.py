@@ -8,8 +8,10 @@ never replace the input.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -19,6 +21,7 @@ from ._version import __version__
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 
+log = logging.getLogger("mri_recon.cli")
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
 
 
@@ -76,13 +79,13 @@ def _default_output(scan_path: Path) -> Path:
     return scan_path.with_name(f"{name}.recon.h5")
 
 
-def _resolve_device_with_notice(device: str, quiet: bool):
+def _resolve_device_with_notice(device: str):
     from .backend import cupy_module, resolve_device
 
     resolved = resolve_device(device)
     if device == "auto" and not resolved.is_gpu:
         why = "CuPy is not installed" if cupy_module() is None else "no CUDA GPU was found"
-        _log(quiet, f"note: {why}; reconstructing on the CPU")
+        log.info("note: %s; reconstructing on the CPU", why)
     return resolved
 
 
@@ -117,45 +120,79 @@ def _resolve_device_with_notice(device: str, quiet: bool):
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
               help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
-@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no result line (errors only).")
+@click.option("-v", "--verbose", count=True, help="Show the log on stderr: -v stages and timings, -vv iterations too.")
+@click.option("--log-json", type=click.Path(path_type=Path), default=None,
+              help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @_friendly
 def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
                 filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str, dcf: str,
                 no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool, cache_dir: Path | None,
-                quiet: bool) -> None:
+                quiet: bool, verbose: int, log_json: Path | None) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
 
     Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
     axis of the output image.
     """
+    from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
     from .pipeline import reconstruct as run
     from .prep import prepare_scan
     from .result import write_result
 
+    if quiet and verbose:
+        raise click.UsageError("--quiet and --verbose contradict each other; give one")
+    settings = {k: v for k, v in click.get_current_context().params.items() if k not in ("quiet", "verbose")}
     output = output or _default_output(scan)
     _check_outputs(scan, output, png)
-    scans = load_scans(scan, traj_units=traj_units)
-    dev = _resolve_device_with_notice(device, quiet)
-    cache = None if no_cache else PsfCache(cache_dir)
-    results = []
-    for key, loaded in scans:
-        label = "".join(f", {name} {value}" for name, value in key.items())
-        _log(quiet, f"{scan}{label}: matrix {list(loaded.matrix)}, {loaded.n_coils} coil(s), "
-                    f"{loaded.n_samples} samples, device {dev}")
-        ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                                     field_map="ignore" if no_field_map else "refuse")
-        result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=dev,
-                     method=method, progress=not quiet, psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
-                     maps_basis=record.pop("maps_basis"))
-        results.append((key, ready, record, result))
-    write_result(output, results, scan)
-    if png is not None:
-        from .io.png import write_png
+    _check_log_json(scan, log_json, output, png)
+    with cli_logging(verbose, quiet):
+        started = time.perf_counter()
+        scans = load_scans(scan, traj_units=traj_units)
+        dev = _resolve_device_with_notice(device)
+        cache = None if no_cache else PsfCache(cache_dir)
+        results = []
+        bar = ProgressBar(len(scans), iterations, enabled=not quiet)
+        try:
+            for index, (key, loaded) in enumerate(scans):
+                bar.start_image(index)
+                log.info("%s%s: matrix %s, %d coil(s), %d samples, device %s", scan,
+                         "".join(f", {name} {value}" for name, value in key.items()), list(loaded.matrix),
+                         loaded.n_coils, loaded.n_samples, dev)
+                ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
+                                             field_map="ignore" if no_field_map else "refuse")
+                result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma,
+                             device=dev, method=method, progress=bar, psf_cache=cache,
+                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"))
+                results.append((key, ready, record, result))
+        finally:
+            bar.close()
+        write_result(output, results, scan)
+        if png is not None:
+            from .io.png import write_png
 
-        write_png(png, results[0][3].image, protect=(scan,))
-    _log(quiet, f"wrote {output}" + (f" and {png}" if png else ""))
+            write_png(png, results[0][3].image, protect=(scan,))
+        seconds = time.perf_counter() - started
+        if log_json is not None:
+            write_run_log(log_json, run_log({**settings, "output": output}, results, seconds), protect=(scan,))
+    last = results[-1][3]
+    _log(quiet, f"wrote {output}" + (f" and {png}" if png else "") + (f" and {log_json}" if log_json else "")
+         + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} CG iterations, final residual "
+         f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
+         f"{seconds:.2f} s")
+
+
+def _check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | None) -> None:
+    """Fail before any work when the JSON log cannot be written or would replace another output."""
+    from .io.files import check_output, same_file
+
+    if log_json is None:
+        return
+    for other, option in ((output, "-o"), (png, "--png")):
+        if other is not None and same_file(log_json, other):
+            raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
+    check_output(log_json, protect=(scan,))
 
 
 def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import re
 
 import h5py
 import numpy as np
@@ -42,7 +45,9 @@ def test_reconstruct_writes_image_attributes_and_png_and_leaves_input_alone(smal
     out, png = tmp_path / "r.h5", tmp_path / "r.png"
     result = _run("reconstruct", small_scan, "-o", out, "--png", png, "--iterations", "15", "--device", "cpu")
     assert result.exit_code == 0, result.output
-    assert "iteration 15/15" in result.output or "iteration" in result.output
+    bar, line = result.stderr.rsplit("\r", 1)[-1], result.stderr.strip().splitlines()[-1]
+    assert re.search(r"CG: 100%.* (\d+)/\1 ", bar), bar  # one bar, ending full at the iterations run
+    assert line.startswith(f"wrote {out} and {png}: 1 image(s), ") and "nufft on cpu" in line
     with h5py.File(out) as f:
         image = f["image"][()]
         assert image.dtype == np.complex64 and image.shape == (32, 32)
@@ -61,6 +66,56 @@ def test_quiet_silences_progress_and_default_output_sits_beside_input(small_scan
     result = _run("reconstruct", copy, "--iterations", "3", "--quiet", "--device", "cpu")
     assert result.exit_code == 0 and result.output == ""
     assert (tmp_path / "scan.recon.h5").is_file()
+
+
+def test_default_output_is_one_bar_and_the_result_line(small_scan, tmp_path):
+    out = tmp_path / "r.h5"
+    result = _run("reconstruct", small_scan, "-o", out, "--iterations", "4", "--tol", "0", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().split("\n")
+    assert len(lines) == 2 and lines[1].startswith(f"wrote {out}: 1 image(s), 4 CG iterations")
+    assert lines[0].rsplit("\r", 1)[-1].startswith("CG: 100%") and "4/4" in lines[0].rsplit("\r", 1)[-1]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("flag, level", [("-v", logging.INFO), ("-vv", logging.DEBUG)])
+def test_verbose_shows_the_log_and_restores_the_logger(small_scan, tmp_path, flag, level):
+    result = _run("reconstruct", small_scan, "-o", tmp_path / "r.h5", "--iterations", "3", "--tol", "0",
+                  "--device", "cpu", flag)
+    assert result.exit_code == 0, result.output
+    assert "engine nufft on cpu" in result.stderr and "psf " in result.stderr
+    assert ("iteration 3/3  residual" in result.stderr) == (level == logging.DEBUG)
+    logger = logging.getLogger("mri_recon")
+    assert logger.level == logging.NOTSET and not [h for h in logger.handlers if type(h).__name__ == "_TqdmHandler"]
+
+
+def test_quiet_and_verbose_contradict(small_scan, tmp_path):
+    result = _run("reconstruct", small_scan, "-o", tmp_path / "r.h5", "-q", "-v")
+    assert result.exit_code == 2 and "--quiet and --verbose contradict each other" in result.output
+
+
+def test_log_json_records_settings_engine_stages_and_timings(small_scan, tmp_path):
+    out, record = tmp_path / "r.h5", tmp_path / "run.json"
+    result = _run("reconstruct", small_scan, "-o", out, "--iterations", "3", "--tol", "0", "--device", "cpu",
+                  "--log-json", record, "--quiet")
+    assert result.exit_code == 0 and result.output == ""
+    log = json.loads(record.read_text())
+    assert log["settings"]["iterations"] == 3 and log["settings"]["output"] == str(out)
+    (image,) = log["images"]
+    assert image["engine"] == "nufft" and image["device"] == "cpu" and image["iterations"] == 3
+    assert len(image["residuals"]) == 4 and image["final_residual"] == image["residuals"][-1]
+    assert {"upload", "fhd", "psf", "iterations", "download"} <= set(image["timings_s"])
+    assert log["timings_s"]["psf"] == image["timings_s"]["psf"] and log["wall_s"] > 0
+    assert image["preparation"]["coil_maps"] == "file" and image["parameters"]["lam"] == 1e-3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5", "run.json"]  # written atomically
+
+
+def test_log_json_refuses_to_replace_an_output_or_the_input(small_scan, tmp_path):
+    out = tmp_path / "r.h5"
+    result = _run("reconstruct", small_scan, "-o", out, "--log-json", out, "--device", "cpu")
+    _assert_clean_error(result, "--log-json names the same file as -o")
+    result = _run("reconstruct", small_scan, "-o", out, "--log-json", small_scan, "--device", "cpu")
+    assert result.exit_code != 0 and not out.exists()
 
 
 def test_filter_sigma_smooths(small_scan, tmp_path):
@@ -106,7 +161,9 @@ def test_gpu_without_gpu_is_a_clear_error_and_auto_falls_back(small_scan, tmp_pa
     _assert_clean_error(_run("reconstruct", small_scan, "--device", "gpu", "-o", tmp_path / "g.h5"),
                         "device 'gpu' requested but")
     result = _run("reconstruct", small_scan, "--device", "auto", "-o", tmp_path / "a.h5", "--iterations", "2")
-    assert result.exit_code == 0 and "reconstructing on the CPU" in result.output
+    assert result.exit_code == 0 and result.stderr.rstrip().endswith(" s") and "nufft on cpu" in result.stderr
+    result = _run("reconstruct", small_scan, "--device", "auto", "-o", tmp_path / "a.h5", "--iterations", "2", "-v")
+    assert result.exit_code == 0 and "no CUDA GPU was found; reconstructing on the CPU" in result.output
     _assert_clean_error(_run("reconstruct", small_scan, "--device", "tpu"), "unknown device 'tpu'")
 
 

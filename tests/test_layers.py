@@ -26,7 +26,7 @@ LAYERS = [
     {"result"},
     {"pipeline"},
     {"doctor"},
-    {"cli", "__init__", "simulate"},
+    {"cli", "console", "__init__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

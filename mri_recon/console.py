@@ -1,0 +1,125 @@
+"""What the command line shows and records: log records on stderr, the progress bar, the JSON run log.
+
+The library only logs (logger ``mri_recon``) and calls a progress callback; this module, used by
+:mod:`mri_recon.cli`, turns those into a tqdm bar and lines on stderr, and writes ``--log-json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ._version import __version__
+from .io.files import atomic_output
+
+LOGGER = "mri_recon"
+
+
+class _TqdmHandler(logging.Handler):
+    """Writes records to the current ``sys.stderr`` through :func:`tqdm.write`, so a bar is not broken."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging's own convention
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def cli_logging(verbose: int, quiet: bool) -> Iterator[None]:
+    """Show the library's log on stderr for one command: warnings by default, INFO with ``verbose == 1``,
+    DEBUG with 2 or more, errors only when ``quiet``. The logger's level and handlers are restored after."""
+    logger = logging.getLogger(LOGGER)
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    handler = _TqdmHandler(level)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s" if level == logging.DEBUG else "%(message)s"))
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+class ProgressBar:
+    """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback).
+
+    The bar's total is ``images * iterations``; when CG stops early, the iterations it did not run are taken
+    off the total, so the bar ends full and its count is the number of iterations run.
+    """
+
+    def __init__(self, images: int, iterations: int, *, enabled: bool = True) -> None:
+        self.images = images
+        self.iterations = iterations
+        self.count = 0
+        self._in_image = 0
+        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not enabled,
+                        desc="CG" if images == 1 else f"CG, image 1/{images}", dynamic_ncols=True, leave=True)
+
+    def start_image(self, index: int) -> None:
+        """Image ``index`` (from 0) of the stack begins."""
+        self._in_image = 0
+        if self.images > 1:
+            self.bar.set_description(f"CG, image {index + 1}/{self.images}", refresh=False)
+
+    def __call__(self, stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
+        del total
+        if stage != "iterations":
+            return
+        if iteration is None:  # CG ended: the iterations it did not run leave the total
+            self.bar.total -= self.iterations - self._in_image
+            self.bar.refresh()
+            return
+        step = iteration - self._in_image
+        self._in_image = iteration
+        self.count += step
+        self.bar.set_postfix(residual=f"{residual:.1e}", refresh=False)
+        self.bar.update(step)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _plain(value: Any) -> Any:
+    """JSON for NumPy scalars and arrays (everything else as text)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[str, Any]:
+    """The record of a reconstruction run: settings, and per image its key, engine, device, iterations,
+    residuals, stage timings, the pipeline's parameters and the preparation record; the stage timings summed.
+
+    ``results`` holds ``(key, scan, record, result)`` per image, as for :func:`mri_recon.result.write_result`.
+    """
+    images, totals = [], {}
+    for key, _, record, result in results:
+        images.append({"key": dict(key), "engine": result.parameters.get("method"), "device": result.device,
+                       "iterations": result.iterations, "final_residual": float(result.residuals[-1]),
+                       "residuals": [float(r) for r in result.residuals], "timings_s": dict(result.timings),
+                       "parameters": dict(result.parameters), "preparation": dict(record),
+                       "combine": result.combine})
+        for stage, value in result.timings.items():
+            totals[stage] = totals.get(stage, 0.0) + float(value)
+    return {"mri_recon_version": __version__, "settings": dict(settings), "images": images,
+            "timings_s": totals, "wall_s": seconds}
+
+
+def write_run_log(path: str | os.PathLike, log: Mapping[str, Any], *, protect: tuple = ()) -> None:
+    """Write ``log`` as JSON to ``path`` (temporary file, renamed; ``protect`` files are never replaced)."""
+    text = json.dumps(log, indent=2, default=_plain, allow_nan=True) + "\n"
+    with atomic_output(path, protect=protect) as tmp:
+        tmp.write_text(text)

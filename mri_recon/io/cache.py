@@ -7,6 +7,10 @@ to a temporary file and renamed, so a crash never leaves a half-written entry un
 
 Default folder: ``$MRI_RECON_CACHE_DIR``, else ``$XDG_CACHE_HOME/mri-recon/psf``, else
 ``~/.cache/mri-recon/psf``.
+
+Size cap: ``$MRI_RECON_CACHE_MAX`` bytes (default 8 GiB). After each store, the least recently used entries
+(oldest modification time; a hit touches its entry) are removed until the folder's entries fit; an entry
+larger than the cap is not kept. ``mri-recon cache info`` and ``mri-recon cache clear`` show and empty it.
 """
 
 from __future__ import annotations
@@ -15,14 +19,46 @@ import contextlib
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_output
+from ..errors import InvalidDataError
+from .files import atomic_output, clean_stale
 
 MAGIC = b"MRIRECON-PSF-1\n"
 FORMAT_VERSION = 1
+DEFAULT_MAX_BYTES = 8 * 2**30
+"""The cache's size cap without ``$MRI_RECON_CACHE_MAX``: 8 GiB (a 256^3 entry is about 1 GiB)."""
+
+
+def max_bytes_from_env() -> int:
+    """The size cap in bytes: ``$MRI_RECON_CACHE_MAX`` (a non-negative integer), else :data:`DEFAULT_MAX_BYTES`."""
+    text = os.environ.get("MRI_RECON_CACHE_MAX", "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidDataError(f"MRI_RECON_CACHE_MAX must be a whole number of bytes >= 0, found {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What a cache folder holds."""
+
+    directory: Path
+    """The folder."""
+    entries: int
+    """Number of ``*.psf`` entries."""
+    total_bytes: int
+    """Their total size in bytes."""
+    max_bytes: int
+    """The size cap in bytes."""
 
 
 def default_cache_dir() -> Path:
@@ -55,8 +91,11 @@ def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[in
 class PsfCache:
     """A folder of PSF entries, one file per key."""
 
-    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike | None = None, max_bytes: int | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.max_bytes = max_bytes_from_env() if max_bytes is None else int(max_bytes)
+        if self.max_bytes < 0:
+            raise InvalidDataError(f"the cache's max_bytes must be >= 0, found {self.max_bytes}")
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.psf"
@@ -70,9 +109,11 @@ class PsfCache:
         except OSError:
             return None
         array = _decode(blob, shape)
-        if array is None:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if array is None:
                 path.unlink()
+            else:
+                os.utime(path)  # recently used: evicted last
         return array
 
     def store(self, key: str, psf: np.ndarray) -> Path | None:
@@ -83,7 +124,46 @@ class PsfCache:
                 tmp.write_bytes(_encode(np.asarray(psf)))
         except Exception:  # noqa: BLE001 - a cache that cannot be written is not an error
             return None
-        return self.path(key)
+        self.evict()
+        return self.path(key) if self.path(key).exists() else None
+
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        """``(modification time, bytes, path)`` of every entry, oldest first."""
+        found = []
+        for path in self.directory.glob("*.psf"):
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                found.append((info.st_mtime, info.st_size, path))
+        return sorted(found)
+
+    def evict(self) -> list[Path]:
+        """Remove the least recently used entries until the rest fit ``max_bytes``; returns those removed."""
+        entries = self._entries()
+        total = sum(size for _, size, _ in entries)
+        removed = []
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+            total -= size
+        return removed
+
+    def info(self) -> CacheInfo:
+        """The folder, its number of entries and their total size."""
+        entries = self._entries()
+        return CacheInfo(self.directory, len(entries), sum(size for _, size, _ in entries), self.max_bytes)
+
+    def clear(self) -> list[Path]:
+        """Remove every entry (``*.psf``) and our abandoned temporary files; other files stay. Returns what
+        was removed."""
+        removed = []
+        for _, _, path in self._entries():
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+        return removed + clean_stale(self.directory, target_name="entry.psf")
 
 
 def _encode(psf: np.ndarray) -> bytes:

@@ -246,14 +246,15 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @_friendly
 def info(scan: Path, device: str, traj_units: str) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
-    from .backend import device_memory, resolve_device
+    from .backend import device_memory
+    from .errors import ResourceError
     from .io import load_scans
-    from .operators.encoding import choose_engine
-    from .planner import host_memory_available, human_bytes, plan
+    from .pipeline import plan_reconstruction
+    from .planner import host_memory_available, human_bytes
+    from .prep import coil_map_method
 
     scans = load_scans(scan, traj_units=traj_units)
     s = scans[0][1]
-    dev = resolve_device(device)
     lines = [f"file        {scan}"]
     if len(scans) > 1:
         keys = ", ".join(" ".join(f"{k} {v}" for k, v in key.items()) for key, _ in scans)
@@ -270,14 +271,19 @@ def info(scan: Path, device: str, traj_units: str) -> None:
         lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {s.attrs['traj_units']}")
-    sense = s.coil_maps is not None or s.n_coils > 1  # reconstruct's default: the file's maps, else Walsh
+    # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, --coil-maps auto
+    sense = coil_map_method(s) in ("file", "walsh", "espirit")
+    try:
+        dev, engine, p = plan_reconstruction(s, device, "auto", iterations=30, sense=sense)
+    except ResourceError as exc:
+        lines.append(f"memory      does not fit: {exc}")
+        click.echo("\n".join(lines))
+        return
     available = device_memory(dev)[0] if dev.is_gpu else host_memory_available()
-    _, engine = choose_engine(dev, "auto", problem=(s.matrix, s.n_samples, s.n_coils))
     lines.append(f"engine      {engine.name} (method auto)")
-    p = plan(s.matrix, s.n_coils, s.n_samples, sense=sense, iterations=30, available_bytes=None,
-             gpu=dev.is_gpu, method=engine.name)
     lines.append(f"memory      about {human_bytes(p.peak_bytes)} on {dev}"
-                 + (f" ({human_bytes(available)} available)" if available else ""))
+                 + (f" ({human_bytes(available)} available)" if available else "")
+                 + (f", {p.coil_batch} coil(s) per batch" if p.coil_batch < s.n_coils else ""))
     lines.append(f"time        about {p.estimated_seconds * len(scans):.2g} s for 30 iterations"
                  + (f" of all {len(scans)} images" if len(scans) > 1 else "") + f" on {dev} (estimate)")
     click.echo("\n".join(lines))

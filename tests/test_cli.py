@@ -174,6 +174,37 @@ def test_info_reports_shapes_extent_and_estimates(small_scan):
         assert fragment in result.output
 
 
+def test_info_makes_the_planner_call_reconstruct_makes(small_scan, tmp_path, monkeypatch):
+    from mri_recon import pipeline
+    from mri_recon.planner import human_bytes
+
+    calls = []
+    real = pipeline.plan
+    monkeypatch.setattr(pipeline, "host_memory_available", lambda: 2**34)  # the same free memory for both
+    monkeypatch.setattr(pipeline, "plan", lambda *a, **kw: calls.append((a, kw)) or real(*a, **kw))
+    no_maps = tmp_path / "nomaps.h5"  # reconstruct's default for several coils without maps: Walsh (SENSE)
+    scan = load_scan(small_scan)
+    from mri_recon.io import save_scan
+
+    save_scan(no_maps, scan.replace(coil_maps=None))
+    for path in (small_scan, no_maps):
+        calls.clear()
+        info = _run("info", path, "--device", "cpu")
+        assert info.exit_code == 0, info.output
+        assert _run("reconstruct", path, "-o", tmp_path / "r.h5", "--device", "cpu", "-q").exit_code == 0
+        (info_args, info_kw), (run_args, run_kw) = calls
+        assert info_args == run_args and info_kw == run_kw and info_kw["sense"] and info_kw["method"] == "nufft"
+        assert f"about {human_bytes(real(*info_args, **info_kw).peak_bytes)} on cpu" in info.output
+
+
+def test_info_says_when_the_scan_does_not_fit(small_scan, monkeypatch):
+    from mri_recon import pipeline
+
+    monkeypatch.setattr(pipeline, "host_memory_available", lambda: 1000)
+    result = _run("info", small_scan, "--device", "cpu")
+    assert result.exit_code == 0 and "memory      does not fit: " in result.output and "host memory" in result.output
+
+
 def test_simulate_rejects_bad_arguments(tmp_path):
     _assert_clean_error(_run("simulate", tmp_path / "s.h5", "--matrix", "abc"), "expected N, NxM or NxMxK")
     result = _run("simulate", tmp_path / "s.h5", "--matrix", "32", "--trajectory", "spiral", "--spokes", "4")

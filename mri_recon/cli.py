@@ -314,60 +314,24 @@ def convert(source: Path, output: Path, traj_units: str, slice_: int | None, rep
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @_friendly
 def doctor(device: str) -> None:
-    """Print versions, compile the GPU kernels and self-test each against the CPU oracle."""
+    """Print versions, self-test the CPU path, compile the GPU kernels and self-test each against the CPU oracle."""
     from .doctor import run
 
-    rows, checks = run(device)
+    rows, cpu_checks, gpu_checks = run(device)
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         click.echo(f"{name:<{width}}  {value}")
-    if not checks:
-        click.echo("no GPU: GPU self-test skipped (the CPU path needs none)")
-        return
-    for check in checks:
+    for check in cpu_checks + gpu_checks:
         status = "PASS" if check.passed else "FAIL"
         detail = check.message or (f"relative error {check.error:.2e} (tolerance {check.tolerance:.0e})"
                                    if check.name != "compile kernels" else "every registry configuration built")
         click.echo(f"{status}  {check.name:<16} {detail}  {check.seconds:.2f} s")
-    failed = [c.name for c in checks if not c.passed]
+    if not gpu_checks:
+        click.echo("no GPU: GPU self-test skipped (the CPU path needs none)")
+    failed = [c.name for c in cpu_checks + gpu_checks if not c.passed]
     if failed:
         raise click.ClickException(f"self-test failed: {', '.join(failed)}")
-    click.echo("all GPU self-tests passed")
-
-
-@main.group()
-def cache() -> None:
-    """Show or empty the point-spread-function cache (size cap: $MRI_RECON_CACHE_MAX bytes, default 8 GiB)."""
-
-
-_CACHE_DIR = click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
-                          help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
-
-
-@cache.command("info")
-@_CACHE_DIR
-@_friendly
-def cache_info(cache_dir: Path | None) -> None:
-    """Print the cache's folder, number of entries, total size and cap."""
-    from .io.cache import PsfCache
-    from .planner import human_bytes
-
-    info = PsfCache(cache_dir).info()
-    click.echo(f"folder   {info.directory}\nentries  {info.entries}\n"
-               f"size     {info.total_bytes} bytes ({human_bytes(info.total_bytes)})\n"
-               f"cap      {info.max_bytes} bytes ({human_bytes(info.max_bytes)}; MRI_RECON_CACHE_MAX)")
-
-
-@cache.command("clear")
-@_CACHE_DIR
-@_friendly
-def cache_clear(cache_dir: Path | None) -> None:
-    """Remove the cache's entries (*.psf) and abandoned temporary files; nothing else in the folder."""
-    from .io.cache import PsfCache
-
-    store = PsfCache(cache_dir)
-    removed = store.clear()
-    click.echo(f"removed {len(removed)} file(s) from {store.directory}")
+    click.echo("all self-tests passed")
 
 
 if __name__ == "__main__":  # pragma: no cover

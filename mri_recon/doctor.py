@@ -1,4 +1,8 @@
-"""``mri-recon doctor``: versions, kernel compilation and a one-second self-test of every GPU kernel.
+"""``mri-recon doctor``: versions, a self-test of the CPU path, kernel compilation and a one-second self-test
+of every GPU kernel.
+
+The CPU path is always tested: FINUFFT's F^H d and F against the float64 NumPy DFT on a small 2D and 3D
+problem, and a tiny CG-SENSE solve against ``numpy.linalg.solve`` (tolerance :data:`CPU_TOLERANCE`).
 
 Each GPU kernel runs on fresh random inputs and is compared with the float64 NumPy oracle (or
 ``scipy.ndimage.correlate`` for the filter). A CUDA, driver or compiler mismatch that produces silently
@@ -7,6 +11,7 @@ wrong results shows up here as a FAIL with the measured error.
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import time
 from collections.abc import Callable
@@ -17,6 +22,10 @@ import numpy as np
 from ._version import __version__
 from .backend import Device, cupy_module, resolve_device
 
+CPU_TOLERANCE = 1e-5
+"""Relative error allowed in the CPU self-test (FINUFFT runs at 1e-9; CG is run to convergence)."""
+PACKAGES = ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm")
+"""Distributions whose versions ``doctor`` prints (CuPy is reported separately)."""
 TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4}
 
 
@@ -34,7 +43,12 @@ class Check:
 
 
 def versions(device: Device | None) -> list[tuple[str, str]]:
-    rows = [("mri-recon", __version__), ("python", platform.python_version()), ("numpy", np.__version__)]
+    rows = [("mri-recon", __version__), ("python", platform.python_version())]
+    for name in PACKAGES:
+        try:
+            rows.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            rows.append((name, "not installed"))
     cupy = cupy_module()
     if cupy is None:
         rows.append(("cupy", "not installed"))
@@ -157,6 +171,55 @@ def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
     return _timed(f"cg-sense {len(matrix)}d", TOLERANCE["cg"], run_cg)
 
 
+def _finufft_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
+    """FINUFFT's F^H d and F on one random problem, each against the float64 NumPy DFT."""
+    from .operators import finufft
+    from .operators.nudft import nudft_adjoint, nudft_forward
+
+    m, coils = 400, 2
+    traj = ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    data = (rng.standard_normal((coils, m)) + 1j * rng.standard_normal((coils, m))).astype(np.complex64)
+    image = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))).astype(np.complex64)
+    tag = f"{len(matrix)}d"
+    return [
+        _timed(f"finufft fhd {tag}", CPU_TOLERANCE,
+               lambda: _relative(finufft.adjoint(data, traj, matrix), nudft_adjoint(data, traj, matrix))),
+        _timed(f"finufft fwd {tag}", CPU_TOLERANCE,
+               lambda: _relative(finufft.forward(image, traj), nudft_forward(image, traj))),
+    ]
+
+
+def _cpu_cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
+    """CG-SENSE on the CPU (Toeplitz normal operator with coil maps) against ``numpy.linalg.solve`` of the same
+    operator written out as a dense matrix."""
+    from .operators.toeplitz import normal_operator
+    from .solvers.cg import cg
+
+    coils, n = 3, int(np.prod(matrix))
+    spectrum = np.abs(rng.standard_normal(tuple(2 * k for k in matrix))) + 1.0  # real, positive: A is HPD
+    maps = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))) / coils
+    rhs = rng.standard_normal(matrix) + 1j * rng.standard_normal(matrix)
+
+    def run_cg() -> float:
+        op = normal_operator(spectrum.astype(np.complex128), coil_maps=maps, lam=0.5)
+        x, _ = cg(op, rhs, max_iterations=4 * n, tolerance=1e-12)
+        dense = np.stack([op(np.eye(n, dtype=np.complex128)[j].reshape(matrix)).reshape(-1) for j in range(n)],
+                         axis=1)
+        return _relative(x, np.linalg.solve(dense, rhs.reshape(-1)).reshape(matrix))
+
+    return _timed(f"cpu cg-sense {len(matrix)}d", CPU_TOLERANCE, run_cg)
+
+
+def cpu_self_test(rng: np.random.Generator | None = None) -> list[Check]:
+    """FINUFFT against the NumPy DFT (2D and 3D) and a CPU CG-SENSE against ``numpy.linalg.solve``."""
+    rng = rng or np.random.default_rng()
+    checks = []
+    for matrix in ((12, 10), (6, 5, 4)):
+        checks += _finufft_checks(matrix, rng)
+    checks.append(_cpu_cg_check((6, 5), rng))
+    return checks
+
+
 def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Check]:
     """Compile every kernel, then run each once on small random inputs against the CPU oracle."""
     rng = rng or np.random.default_rng()
@@ -171,10 +234,8 @@ def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Ch
     return checks
 
 
-def run(device: str = "auto") -> tuple[list[tuple[str, str]], list[Check]]:
-    """Versions and self-test results (no checks without a GPU)."""
+def run(device: str = "auto") -> tuple[list[tuple[str, str]], list[Check], list[Check]]:
+    """Versions, the CPU self-test and the GPU self-test (empty without a GPU)."""
     dev = resolve_device(device)
     rows = versions(dev)
-    if not dev.is_gpu:
-        return rows, []
-    return rows, self_test(dev)
+    return rows, cpu_self_test(), self_test(dev) if dev.is_gpu else []

@@ -217,6 +217,22 @@ def test_doctor_without_gpu_reports_versions(monkeypatch):
     result = _run("doctor", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "mri-recon" in result.output and "self-test skipped" in result.output
+    for name in ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm", "cupy"):
+        assert re.search(rf"^{name} +\S", result.output, re.MULTILINE), name
+    for check in ("finufft fhd 2d", "finufft fwd 2d", "finufft fhd 3d", "finufft fwd 3d", "cpu cg-sense 2d"):
+        assert re.search(rf"^PASS  {check} +relative error \d\.\d\de-\d+ \(tolerance 1e-05\)", result.output,
+                         re.MULTILINE), check
+    assert result.output.rstrip().endswith("all self-tests passed")
+
+
+def test_doctor_fails_with_a_nonzero_exit_when_a_check_fails(monkeypatch):
+    from mri_recon import doctor
+
+    monkeypatch.setattr(backend, "gpu_count", lambda: 0)
+    monkeypatch.setattr(doctor, "CPU_TOLERANCE", 0.0)
+    result = _run("doctor", "--device", "cpu")
+    assert result.exit_code == 1 and re.search(r"^FAIL  finufft fhd 2d", result.output, re.MULTILINE)
+    assert "Error: self-test failed: finufft fhd 2d, finufft fwd 2d" in result.output
 
 
 def test_psf_cache_hit_gives_the_identical_image(small_scan, tmp_path):

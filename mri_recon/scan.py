@@ -71,6 +71,16 @@ class Scan:
     def n_samples(self) -> int:
         return int(self.kspace.shape[1])
 
+    def __repr__(self) -> str:
+        """Shapes, dtypes and the source; never the arrays."""
+        parts = [f"matrix={list(self.matrix)}", f"coils={self.n_coils}", f"samples={self.n_samples}",
+                 f"kspace={self.kspace.dtype}{list(self.kspace.shape)}"]
+        for name in OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value.dtype}{list(value.shape)}")
+        return f"Scan({', '.join(parts)}, source={self.source!r})"
+
     def replace(self, **changes: Any) -> Scan:
         """A copy with some fields changed (validated again)."""
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -216,3 +216,14 @@ def test_gpu_twin(sense_scan):
     assert gpu.device == "gpu:0" and isinstance(gpu.image, np.ndarray)
     assert rel(gpu.image, cpu.image) < 1e-4
     np.testing.assert_allclose(gpu.residuals[:10], cpu.residuals[:10], rtol=1e-2)
+
+
+def test_short_reprs_name_shapes_not_values(sense_scan):
+    scan, _ = sense_scan
+    text = repr(scan)
+    assert text.startswith(f"Scan(matrix={list(scan.matrix)}, coils={scan.n_coils}, samples={scan.n_samples}, ")
+    assert f"coil_maps=complex64{[scan.n_coils, *scan.matrix]}" in text and "source='<memory>'" in text
+    result = reconstruct(scan, iterations=2, tol=0.0)
+    assert repr(result) == (f"Result(image=complex64{list(scan.matrix)}, iterations=2, "
+                            f"residual={result.residuals[-1]:.2e}, device='cpu', engine='nufft', combine='sense')")
+    assert len(text) < 300 and len(repr(result)) < 200

@@ -34,6 +34,12 @@ class Result:
     combine: str
     """``"sense"`` (coil maps), ``"rss"`` (per-coil images, root-sum-of-squares) or ``"single"``."""
 
+    def __repr__(self) -> str:
+        """Image shape, iterations, final residual, device and engine; never the arrays."""
+        return (f"Result(image={self.image.dtype}{list(self.image.shape)}, iterations={self.iterations}, "
+                f"residual={self.residuals[-1]:.2e}, device={self.device!r}, "
+                f"engine={self.parameters.get('method')!r}, combine={self.combine!r})")
+
 
 
 def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike) -> None:

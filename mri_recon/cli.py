@@ -334,5 +334,40 @@ def doctor(device: str) -> None:
     click.echo("all self-tests passed")
 
 
+@main.group()
+def cache() -> None:
+    """Show or empty the point-spread-function cache (size cap: $MRI_RECON_CACHE_MAX bytes, default 8 GiB)."""
+
+
+_CACHE_DIR = click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+                          help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
+
+
+@cache.command("info")
+@_CACHE_DIR
+@_friendly
+def cache_info(cache_dir: Path | None) -> None:
+    """Print the cache's folder, number of entries, total size and cap."""
+    from .io.cache import PsfCache
+    from .planner import human_bytes
+
+    info = PsfCache(cache_dir).info()
+    click.echo(f"folder   {info.directory}\nentries  {info.entries}\n"
+               f"size     {info.total_bytes} bytes ({human_bytes(info.total_bytes)})\n"
+               f"cap      {info.max_bytes} bytes ({human_bytes(info.max_bytes)}; MRI_RECON_CACHE_MAX)")
+
+
+@cache.command("clear")
+@_CACHE_DIR
+@_friendly
+def cache_clear(cache_dir: Path | None) -> None:
+    """Remove the cache's entries (*.psf) and abandoned temporary files; nothing else in the folder."""
+    from .io.cache import PsfCache
+
+    store = PsfCache(cache_dir)
+    removed = store.clear()
+    click.echo(f"removed {len(removed)} file(s) from {store.directory}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -90,10 +91,20 @@ class _Clock:
             self.progress("iterations", iteration, self.iterations, residual)
 
 
+def print_progress(stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
+    """The ``progress=True`` callback: one line per stage and per CG iteration on stderr."""
+    if iteration is None:
+        print(f"{stage} done", file=sys.stderr, flush=True)
+    else:
+        print(f"iteration {iteration}/{total}  residual {residual:.1e}", file=sys.stderr, flush=True)
+
+
 def _progress_callback(progress: Any) -> Progress | None:
-    """``progress`` as a callback: a callable as is; None or a boolean (accepted for compatibility: progress
-    lines are log records now) as None."""
-    if progress is None or isinstance(progress, bool):
+    """``progress`` as a callback: a callable as is, True as :func:`print_progress` (asked for on purpose),
+    None or False as none."""
+    if progress is True:
+        return print_progress
+    if progress is None or progress is False:
         return None
     if not callable(progress):
         raise InvalidDataError(f"progress must be None or a callable (stage, iteration, total, residual), "
@@ -262,9 +273,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         None, or a callable ``progress(stage, iteration, total, residual)``: called with
         ``(stage, None, None, None)`` when a stage ends (in the order of ``STAGES``, skipping stages not run)
         and with ``("iterations", k, iterations, residual_k)`` after CG iteration k. On the GPU the iteration
-        calls come in batches at the solver's residual checks (no extra read-back). Booleans are accepted
-        and ignored (the library prints nothing; stage timings and iterations are ``logging`` records of
-        ``mri_recon.pipeline`` at INFO and DEBUG).
+        calls come in batches at the solver's residual checks (no extra read-back). ``True`` prints those
+        events on stderr (:func:`print_progress`); ``False`` is None. Without it the library prints nothing:
+        stage timings and iterations are ``logging`` records of ``mri_recon.pipeline`` at INFO and DEBUG.
     method
         ``"auto" | "exact" | "nufft"`` for F^H and the PSF (see :func:`mri_recon.operators.choose_engine`:
         on a GPU, ``"auto"`` picks the exact kernels or the GPU NUFFT by predicted time). The engine used is

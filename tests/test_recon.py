@@ -227,3 +227,12 @@ def test_short_reprs_name_shapes_not_values(sense_scan):
     assert repr(result) == (f"Result(image=complex64{list(scan.matrix)}, iterations=2, "
                             f"residual={result.residuals[-1]:.2e}, device='cpu', engine='nufft', combine='sense')")
     assert len(text) < 300 and len(repr(result)) < 200
+
+
+def test_progress_true_prints_the_events(sense_scan, capsys):
+    scan, _ = sense_scan
+    reconstruct(scan, iterations=2, tol=0.0, progress=True)
+    err = capsys.readouterr().err
+    assert "iteration 1/2  residual " in err and "iterations done" in err
+    reconstruct(scan, iterations=2, tol=0.0, progress=False)
+    assert capsys.readouterr().err == ""

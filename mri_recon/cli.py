@@ -70,13 +70,13 @@ def main() -> None:
     """Exact non-Cartesian MRI reconstruction (radial, spiral, 3D) on NVIDIA GPUs, with a CPU twin."""
 
 
-def _default_output(scan_path: Path) -> Path:
+def _default_output(scan_path: Path, format: str | None = None) -> Path:
     name = scan_path.name
     for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return scan_path.with_name(f"{name}.recon.h5")
+    return scan_path.with_name(f"{name}.recon" + (".nii.gz" if format == "nifti" else ".h5"))
 
 
 def _resolve_device_with_notice(device: str):
@@ -92,7 +92,13 @@ def _resolve_device_with_notice(device: str):
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Output HDF5 file (default: SCAN's name with .recon.h5, beside it).")
+              help="Output file: NIfTI for .nii / .nii.gz, else HDF5 (default: SCAN's name with .recon.h5, "
+                   "or .recon.nii.gz with --format nifti, beside it).")
+@click.option("--format", "format_", type=click.Choice(["hdf5", "nifti"]), default=None,
+              help="Output format, overriding the one chosen by the output's extension.")
+@click.option("--complex", "complex_", is_flag=True,
+              help="NIfTI: write real and imaginary parts (a last axis of size 2) instead of the magnitude. "
+                   "HDF5 always holds the complex image.")
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
               help="Maximum CG iterations.")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
@@ -106,7 +112,9 @@ def _resolve_device_with_notice(device: str):
 @click.option("--method", type=click.Choice(["auto", "exact", "nufft"]), default="auto", show_default=True,
               help="F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster "
                    "one on a GPU by a cost model; FINUFFT on the CPU). The output records the engine used.")
-@click.option("--png", type=click.Path(path_type=Path), default=None, help="Also write a PNG preview.")
+@click.option("--png", type=click.Path(path_type=Path), default=None,
+              help="Also write a PNG preview (.png): the image, or a montage of a stack's images or a 3D "
+                   "image's slices.")
 @click.option("--coil-maps", type=click.Choice(COIL_MAP_CHOICES), default="auto", show_default=True,
               help="auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, root-sum-of-squares).")
 @click.option("--dcf", type=click.Choice(DCF_CHOICES), default="auto", show_default=True,
@@ -125,31 +133,39 @@ def _resolve_device_with_notice(device: str):
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @_friendly
-def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, tol: float,
-                filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str, dcf: str,
-                no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool, cache_dir: Path | None,
-                quiet: bool, verbose: int, log_json: Path | None) -> None:
+def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, iterations: int, lam: float,
+                tol: float, filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str,
+                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool,
+                cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
 
     Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
-    axis of the output image.
+    axis of the HDF5 image (the 4th axis of a NIfTI image).
     """
     from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
+    from .io.geometry import geometry_of
     from .pipeline import reconstruct as run
     from .prep import prepare_scan
-    from .result import write_result
+    from .result import output_format, write_result
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
     settings = {k: v for k, v in click.get_current_context().params.items() if k not in ("quiet", "verbose")}
-    output = output or _default_output(scan)
+    output = output or _default_output(scan, format_)
+    chosen = output_format(output, format_)
     _check_outputs(scan, output, png)
     _check_log_json(scan, log_json, output, png)
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
         scans = load_scans(scan, traj_units=traj_units)
+        geometry = geometry_of(scans[0][1].matrix, scans[0][1].attrs, str(scan))  # malformed: refused before work
+        if not geometry.oriented and chosen == "nifti":  # HDF5 records it in its `geometry` attribute
+            voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
+            _log(quiet, f"warning: {scan} does not say where the image lies (no position or orientation): the "
+                        f"output's affine has identity directions and {voxel} mm voxels"
+                        + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
         results = []
@@ -168,16 +184,21 @@ def reconstruct(scan: Path, output: Path | None, iterations: int, lam: float, to
                 results.append((key, ready, record, result))
         finally:
             bar.close()
-        write_result(output, results, scan)
+        write_result(output, results, scan, format=chosen, complex_=complex_)
+        what = {"hdf5": "HDF5", "nifti": "NIfTI, " + ("real and imaginary" if complex_ else "magnitude")}[chosen]
+        shown = ""
         if png is not None:
             from .io.png import write_png
 
-            write_png(png, results[0][3].image, protect=(scan,))
+            images = [r.image for _, _, _, r in results]
+            shown = write_png(png, images[0] if len(images) == 1 else np.stack(images), stacked=len(images) > 1,
+                              protect=(scan,))
+            shown = f" and {png} ({shown})"
         seconds = time.perf_counter() - started
         if log_json is not None:
             write_run_log(log_json, run_log({**settings, "output": output}, results, seconds), protect=(scan,))
     last = results[-1][3]
-    _log(quiet, f"wrote {output}" + (f" and {png}" if png else "") + (f" and {log_json}" if log_json else "")
+    _log(quiet, f"wrote {output} ({what}){shown}" + (f" and {log_json}" if log_json else "")
          + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} CG iterations, final residual "
          f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
@@ -198,12 +219,15 @@ def _check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path |
 def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
     """Fail before any work when an output cannot be written (the same checks the writers make)."""
     from .io.files import check_output, same_file
+    from .io.png import check_png_name
 
     if png is not None and same_file(png, output):
         raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
     for target in (output, png):
         if target is not None:
             check_output(target, protect=(scan,))
+    if png is not None:
+        check_png_name(png)
 
 
 @main.command()

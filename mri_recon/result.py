@@ -1,4 +1,4 @@
-"""The outcome of a reconstruction and its writer (HDF5)."""
+"""The outcome of a reconstruction and its writers (HDF5, or NIfTI through :mod:`mri_recon.io.nifti`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import h5py
 import numpy as np
 
 from ._version import __version__
+from .errors import OutputError
 from .io.files import atomic_output
+from .io.geometry import Geometry, geometry_attrs, geometry_of
+from .io.nifti import is_nifti_name, write_nifti
+
+FORMATS = ("hdf5", "nifti")
+"""Output formats of :func:`write_result`."""
 
 
 @dataclass(frozen=True)
@@ -42,23 +48,69 @@ class Result:
 
 
 
-def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike) -> None:
-    """Write reconstructions to ``output`` (HDF5, atomically; the input ``scan_path`` is never replaced).
+def output_format(output: str | os.PathLike, format: str | None = None) -> str:
+    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, else ``"hdf5"``; ``format`` overrides.
+
+    Raises
+    ------
+    OutputError
+        ``format`` is not one of :data:`FORMATS`.
+    """
+    if format is None:
+        return "nifti" if is_nifti_name(output) else "hdf5"
+    if format not in FORMATS:
+        raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
+    return format
+
+
+def result_geometries(results: list) -> list[Geometry]:
+    """The :class:`~mri_recon.io.geometry.Geometry` of each ``(key, scan, record, result)`` image."""
+    return [geometry_of(scan.matrix, scan.attrs, scan.source or "<memory>") for _, scan, _, _ in results]
+
+
+def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike, *,
+                 format: str | None = None, complex_: bool = False) -> str:
+    """Write reconstructions to ``output`` (atomically; the input ``scan_path`` is never replaced).
+
+    Returns the format written, ``"hdf5"`` or ``"nifti"`` (:func:`output_format`).
 
     Parameters
     ----------
     output
-        The HDF5 file to write: ``image`` (complex64; several images stacked on a leading axis, listed in
-        the attribute ``stack``), ``residuals``, and attributes for the version, device, settings, timings
-        and the NRMSE against a simulated scan's ground truth.
+        The file to write. HDF5: ``image`` (complex64; several images stacked on a leading axis, listed in
+        the attribute ``stack``), ``residuals``, and attributes for the version, device, settings, timings,
+        the geometry (:func:`mri_recon.io.geometry.geometry_attrs`) and the NRMSE against a simulated scan's
+        ground truth. NIfTI: :func:`mri_recon.io.nifti.write_nifti` with the first image's geometry.
     results
         ``(key, scan, record, result)`` per image: the stack key (e.g. ``{"slice": 0}``), the scan as
         reconstructed, the preparation record of :func:`mri_recon.prep.prepare_scan` and the
         :class:`Result`.
     scan_path
         The input file (recorded, and protected from being overwritten).
+    format
+        ``"hdf5"`` or ``"nifti"``; by default chosen by the name of ``output``.
+    complex_
+        NIfTI only: real and imaginary parts instead of the magnitude (HDF5 always holds the complex image).
+
+    Raises
+    ------
+    OutputError
+        An unknown format, a path that cannot be written or that names the input.
+    SchemaError
+        Malformed geometry attributes of a scan.
     """
+    chosen = output_format(output, format)
     images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
+    geometries = result_geometries(results)
+    if chosen == "nifti":
+        write_nifti(output, images[0] if len(images) == 1 else np.stack(images), geometries[0],
+                    complex_=complex_, protect=(scan_path,))
+        return chosen
+    _write_hdf5(output, results, images, geometries, scan_path)
+    return chosen
+
+
+def _write_hdf5(output, results: list, images: list, geometries: list, scan_path) -> None:
     key, scan, record, first = results[0]
     with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("image", data=images[0] if len(images) == 1 else np.stack(images))
@@ -80,6 +132,8 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
             f.attrs[name] = value
         for name, value in first.parameters.items():
             f.attrs[f"param_{name}"] = "none" if value is None else value
+        for name, value in geometry_attrs(geometries).items():
+            f.attrs[name] = value
         for stage in first.timings:
             f.attrs[f"time_{stage}_s"] = float(sum(r.timings.get(stage, 0.0) for _, _, _, r in results))
         if len(results) == 1 and scan.ground_truth is not None:

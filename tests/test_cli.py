@@ -47,7 +47,7 @@ def test_reconstruct_writes_image_attributes_and_png_and_leaves_input_alone(smal
     assert result.exit_code == 0, result.output
     bar, line = result.stderr.rsplit("\r", 1)[-1], result.stderr.strip().splitlines()[-1]
     assert re.search(r"CG: 100%.* (\d+)/\1 ", bar), bar  # one bar, ending full at the iterations run
-    assert line.startswith(f"wrote {out} and {png}: 1 image(s), ") and "nufft on cpu" in line
+    assert line.startswith(f"wrote {out} (HDF5) and {png} (the image): 1 image(s), ") and "nufft on cpu" in line
     with h5py.File(out) as f:
         image = f["image"][()]
         assert image.dtype == np.complex64 and image.shape == (32, 32)
@@ -73,7 +73,7 @@ def test_default_output_is_one_bar_and_the_result_line(small_scan, tmp_path):
     result = _run("reconstruct", small_scan, "-o", out, "--iterations", "4", "--tol", "0", "--device", "cpu")
     assert result.exit_code == 0, result.output
     lines = result.stderr.strip().split("\n")
-    assert len(lines) == 2 and lines[1].startswith(f"wrote {out}: 1 image(s), 4 CG iterations")
+    assert len(lines) == 2 and lines[1].startswith(f"wrote {out} (HDF5): 1 image(s), 4 CG iterations")
     assert lines[0].rsplit("\r", 1)[-1].startswith("CG: 100%") and "4/4" in lines[0].rsplit("\r", 1)[-1]
     assert result.stdout == ""
 

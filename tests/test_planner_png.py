@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from mri_recon.errors import ResourceError
-from mri_recon.io.png import encode_png, preview
+from mri_recon.errors import OutputError, ResourceError
+from mri_recon.io.png import encode_png, montage, preview, write_png
 from mri_recon.planner import human_bytes, plan
 
 
@@ -59,11 +59,35 @@ def test_png_round_trip(rng):
     np.testing.assert_array_equal(_decode(encode_png(pixels)), pixels)
 
 
-def test_preview_scales_magnitude_and_shows_3d_as_three_slices(rng):
+def test_preview_scales_magnitude_and_shows_3d_as_a_montage_of_its_slices(rng):
     image = rng.standard_normal((20, 10)) + 1j * rng.standard_normal((20, 10))
     pix = preview(image)
     assert pix.shape == (10, 20) and pix.dtype == np.uint8 and pix.max() == 255
-    assert preview(np.ones((4, 5, 6))).shape == (6, 4 + 4 + 5)
+    # 6 slices of 4 x 5 (shown 5 rows by 4 columns) in a grid of 2 rows and 3 columns, row by row
+    volume = np.stack([np.full((4, 5), k + 1.0) for k in range(6)], axis=-1)
+    pix, what = montage(volume)
+    assert pix.shape == (2 * 5, 3 * 4) and what == "montage of the 6 slices along axis 2 (2 x 3 grid, row by row)"
+    tiles = [pix[r * 5:(r + 1) * 5, c * 4:(c + 1) * 4] for r in range(2) for c in range(3)]
+    np.testing.assert_array_equal([t.min() for t in tiles], [t.max() for t in tiles])
+    np.testing.assert_array_equal([t[0, 0] for t in tiles], np.round(np.arange(1, 7) / 6 * 255))
+
+
+def test_montage_of_stacks_fills_a_grid_and_leaves_unused_tiles_black():
+    stack = np.ones((3, 4, 5))
+    pix, what = montage(stack, stacked=True)
+    assert pix.shape == (2 * 5, 2 * 4) and what == "montage of the 3 images of the stack (2 x 2 grid, row by row)"
+    assert np.all(pix[5:, 4:] == 0) and np.all(pix[:5] == 255)
+    pix, what = montage(np.ones((2, 4, 5, 6)), stacked=True)
+    assert pix.shape == (5, 2 * 4) and "slice 3 of axis 2 of each" in what
+    with pytest.raises(ValueError, match=r"preview needs a stack of 2-D or 3-D images, got shape \(4, 5\)"):
+        montage(np.ones((4, 5)), stacked=True)
+
+
+def test_png_names_other_than_png_are_refused(tmp_path):
+    with pytest.raises(OutputError, match=r"out\.jpg: the preview is a PNG image; name it with the extension \.png"):
+        write_png(tmp_path / "out.jpg", np.ones((4, 4)))
+    assert not (tmp_path / "out.jpg").exists()
+    assert write_png(tmp_path / "out.PNG", np.ones((4, 4))) == "the image"
 
 
 def test_preview_refuses_other_ranks():

@@ -44,6 +44,12 @@ voxels). The model then assumes no signal outside the recon FOV; for an object t
 ``Scan.attrs["traj_units"]``; ambiguous or impossible extents raise
 :class:`~mri_recon.errors.TrajectoryUnitsError`.
 
+Where the image lies (``Scan.attrs``, see :mod:`mri_recon.io.geometry`): ``voxel_size_mm`` [3] is the image
+space's field of view over its matrix (a 2-D image: z is the slice thickness); ``position_mm``, ``read_dir``,
+``phase_dir`` and ``slice_dir`` [3 each, LPS] are those of the first readout of the slice and repetition
+(left out when its directions are all zero, i.e. unset). Trajectory columns are read, phase and slice, so
+image axes 0, 1, 2 run along ``read_dir``, ``phase_dir``, ``slice_dir``.
+
 A file with several slices or repetitions is read whole by :func:`load_ismrmrd_all`; the reconstruction
 pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the order
 returned (slice-major, then repetition). :func:`load_ismrmrd` returns one of them and asks which when the
@@ -87,6 +93,11 @@ _SKIPPED = (
     "ACQ_IS_PHASE_STABILIZATION", "ACQ_IS_PHASE_STABILIZATION_REFERENCE",
 )
 """Flags of acquisitions that are not imaging data (``ismrmrd`` constant names)."""
+
+
+_ORIENTATION = {"position_mm": "position", "read_dir": "read_dir", "phase_dir": "phase_dir",
+                "slice_dir": "slice_dir"}
+"""``Scan.attrs`` names (see :mod:`mri_recon.io.geometry`) of the acquisition header's geometry fields."""
 
 
 def _flag(flags: np.ndarray, flag: int) -> np.ndarray:
@@ -172,6 +183,7 @@ def _geometry(src: str, header: Any, ref: int, space: str) -> dict[str, Any]:
         "encoded": encoded[:ndim].astype(np.float64),
         "scale": image_fov[:ndim] / encoded_fov[:ndim],
         "fov_mm": image_fov[:ndim].tolist(),
+        "voxel_size_mm": (image_fov / np.maximum(image, 1)).tolist(),  # a 2-D slice: its thickness along z
         "encoded_matrix": encoded[:ndim].tolist(),
         "encoded_fov_mm": encoded_fov[:ndim].tolist(),
         "trajectory_type": getattr(enc.trajectory, "value", str(enc.trajectory)),
@@ -268,6 +280,7 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
         "ref": int(refs[0]), "samples": n,
         "slice": h["idx"]["slice"].astype(np.int64), "repetition": h["idx"]["repetition"].astype(np.int64),
         "skipped": int((skip & ~noise).sum()), "sample_time_us": float(h["sample_time_us"][0]),
+        "orientation": {name: h[field].astype(np.float64) for name, field in _ORIENTATION.items()},
     }
 
 
@@ -345,8 +358,12 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
             "slice": s, "repetition": r, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
             "encoded_matrix": geometry["encoded_matrix"], "encoded_fov_mm": geometry["encoded_fov_mm"],
             "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
-            "skipped_acquisitions": acq["skipped"],
+            "skipped_acquisitions": acq["skipped"], "voxel_size_mm": geometry["voxel_size_mm"],
         }
+        # The slice's first readout places it; all-zero directions are headers that leave geometry unset.
+        placed = {name: values[rows[0]].tolist() for name, values in acq["orientation"].items()}
+        if any(any(placed[name]) for name in ("read_dir", "phase_dir", "slice_dir")):
+            attrs.update(placed)
         if acq["dims"] > geometry["ndim"] and weights is None:
             attrs["trajectory_extra_column"] = "all zero: ignored (no density weights)"
         pick = slice(None) if rows.size == len(data) else rows  # no copy for a single image

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import random_problem, relative
 
 from mri_recon.backend import cupy_module, gpu_available, gpu_count
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
@@ -22,18 +23,8 @@ MATRICES = [(6, 5), (4, 3, 5), (1, 1), (7, 1), (2, 1, 3), (9, 7, 2), (5, 5), (3,
 ODD = [((31, 31), 2, 300), ((33, 30), 1, 250), ((17, 16, 15), 1, 200), ((15, 17, 9), 3, 150), ((5, 3, 7), 9, 60)]
 
 
-def relative(out, ref) -> float:
-    out = np.asarray(out, dtype=np.complex128)
-    ref = np.asarray(ref, dtype=np.complex128)
-    assert out.shape == ref.shape
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-def random_problem(rng, matrix, coils, samples, reach=0.5):
-    """Trajectory uniform in reach * [-N, N) per axis (0.5: Nyquist), complex data of ``coils`` coils."""
-    traj = ((rng.random((samples, len(matrix))) - 0.5) * 2 * reach * np.asarray(matrix)).astype(np.float32)
-    data = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
-    return traj, data
 
 
 # ----------------------------------------------------------------------------------------------------

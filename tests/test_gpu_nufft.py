@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import random_problem, relative
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
@@ -14,16 +15,8 @@ TOL = 1e-5  # the issue's accuracy requirement (relative L2 error against the fl
 MATRICES = [(16, 12), (9, 7), (1, 6), (40, 33), (8, 6, 5), (7, 5, 3), (10, 1, 4), (21, 18, 17)]
 
 
-def relative(out, ref) -> float:
-    out = np.asarray(out, dtype=np.complex128)
-    assert out.shape == ref.shape
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-def random_problem(rng, matrix, coils, samples, reach=0.5):
-    traj = ((rng.random((samples, len(matrix))) - 0.5) * 2 * reach * np.asarray(matrix)).astype(np.float32)
-    data = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
-    return traj, data
 
 
 def poisoned(shape):

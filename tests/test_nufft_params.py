@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import random_problem, relative
 from scipy import integrate
 
 from mri_recon.errors import InvalidDataError, SchemaError
@@ -15,15 +16,8 @@ from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
 MATRICES = [(16, 12), (9, 7), (8, 6, 5), (7, 5, 3), (1, 6), (10, 1, 4)]
 
 
-def relative(out, ref) -> float:
-    assert out.shape == ref.shape
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-def random_problem(rng, matrix, coils, samples, reach=0.5):
-    traj = ((rng.random((samples, len(matrix))) - 0.5) * 2 * reach * np.asarray(matrix)).astype(np.float32)
-    data = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
-    return traj, data
 
 
 @pytest.mark.parametrize(("eps", "width"), [(1e-2, 3), (1e-5, 6), (1e-6, 7), (1e-9, 10), (1e-20, 16)])

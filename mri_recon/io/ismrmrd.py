@@ -19,8 +19,9 @@ What is read
 - Skipped: pure calibration (``ACQ_IS_PARALLEL_CALIBRATION``), navigators (``ACQ_IS_NAVIGATION_DATA``),
   phase-correction, dummy-scan, feedback, surface-coil-correction and phase-stabilisation data.
   ``ACQ_IS_PARALLEL_CALIBRATION_AND_IMAGING`` readouts are imaging data that also calibrate: kept.
-- Slices (``idx.slice``) and repetitions (``idx.repetition``) give one :class:`Scan` each; averages and
-  segments of one slice and repetition are pooled; several contrasts, phases or sets are refused.
+- Each combination of ``idx.slice``, ``idx.contrast``, ``idx.phase``, ``idx.set`` and ``idx.repetition``
+  gives one :class:`Scan` (its five indices are in ``Scan.attrs``); averages and segments of one image are
+  pooled.
 
 Geometry and trajectory units
 -----------------------------
@@ -50,10 +51,10 @@ space's field of view over its matrix (a 2-D image: z is the slice thickness); `
 (left out when its directions are all zero, i.e. unset). Trajectory columns are read, phase and slice, so
 image axes 0, 1, 2 run along ``read_dir``, ``phase_dir``, ``slice_dir``.
 
-A file with several slices or repetitions is read whole by :func:`load_ismrmrd_all`; the reconstruction
-pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the order
-returned (slice-major, then repetition). :func:`load_ismrmrd` returns one of them and asks which when the
-file holds several.
+A file with several images is read whole by :func:`load_ismrmrd_all` (or the images chosen by their
+indices); the reconstruction pipeline reconstructs each scan and arranges the images on named leading output
+axes in the order slice, contrast, phase, set, repetition (:mod:`mri_recon.io.stack`).
+:func:`load_ismrmrd` returns one of them and asks which when the choice leaves several.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 from .ismrmrd_encoding import SPACES, TRAJ_UNITS, detect_units, encoding_space, one_line, scale_trajectory
 from .schema import _open
+from .stack import DIMENSIONS, describe, select
 
 __all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "load_ismrmrd", "load_ismrmrd_all"]
 
@@ -175,11 +177,6 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
     if refs.size > 1:
         raise InvalidDataError(f"{src}: imaging acquisitions use several encoding spaces {refs.tolist()}; "
                                f"mri-recon reconstructs one")
-    for name in ("contrast", "phase", "set"):
-        values = np.unique(h["idx"][name])
-        if values.size > 1:
-            raise InvalidDataError(f"{src}: imaging acquisitions hold {values.size} values of idx.{name} "
-                                   f"{values.tolist()}; mri-recon reconstructs one {name} per file")
     samples = h["number_of_samples"].astype(np.int64)
     keep = samples - h["discard_pre"].astype(np.int64) - h["discard_post"].astype(np.int64)
     if np.any(keep != keep[0]):
@@ -203,7 +200,7 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
     return {
         "data": data, "traj": traj.reshape(imaging.size, n, n_dims), "noise": noise_data, "dims": n_dims,
         "ref": int(refs[0]), "samples": n,
-        "slice": h["idx"]["slice"].astype(np.int64), "repetition": h["idx"]["repetition"].astype(np.int64),
+        "idx": {name: h["idx"][name].astype(np.int64) for name in DIMENSIONS},
         "skipped": int((skip & ~noise).sum()), "sample_time_us": float(h["sample_time_us"][0]),
         "orientation": {name: h[field].astype(np.float64) for name, field in _ORIENTATION.items()},
     }
@@ -238,20 +235,22 @@ def _noise(src: str, records: np.ndarray, rows: np.ndarray, coils: int) -> np.nd
     return np.concatenate(parts, axis=1)
 
 
-def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None) -> list[tuple[dict, Scan]]:
+def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None,
+           chosen: dict[str, int | None]) -> list[tuple[dict, Scan]]:
     src = str(path)
     header, records, dataset = _read(path, dataset)
     acq = _records(src, records)
     geometry = encoding_space(src, header, acq["ref"], space)
     trajectory, weights, units = scale_trajectory(src, acq["traj"], geometry, traj_units)
     data, n = acq["data"], acq["samples"]  # data: one (C, n) view per readout
+    index = np.stack([acq["idx"][name] for name in DIMENSIONS], axis=1)  # (readouts, 5)
+    every = [dict(zip(DIMENSIONS, values)) for values in sorted({tuple(row) for row in index.tolist()})]
     out = []
-    keys = sorted(set(zip(acq["slice"].tolist(), acq["repetition"].tolist())))
-    for s, r in keys:
-        rows = np.flatnonzero((acq["slice"] == s) & (acq["repetition"] == r))
+    for key in (every[i] for i in select(every, src, **chosen)):
+        rows = np.flatnonzero(np.all(index == [key[name] for name in DIMENSIONS], axis=1))
         attrs = {
             "source_format": "ismrmrd", "ismrmrd_dataset": dataset, "traj_units": units, "space": space,
-            "slice": s, "repetition": r, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
+            **key, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
             "encoded_matrix": geometry["encoded_matrix"], "encoded_fov_mm": geometry["encoded_fov_mm"],
             "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
             "skipped_acquisitions": acq["skipped"], "voxel_size_mm": geometry["voxel_size_mm"],
@@ -270,17 +269,20 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
             weights=None if weights is None else weights[pick].reshape(-1),
             noise=acq["noise"], attrs=attrs, source=src,
         )
-        out.append(({"slice": s, "repetition": r}, scan))
+        out.append((key, scan))
     return out
 
 
 def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space: str = "recon",
-                     dataset: str | None = None) -> list[tuple[dict, Scan]]:
-    """Every slice and repetition of an ISMRMRD file, as ``({"slice": s, "repetition": r}, Scan)`` pairs.
+                     dataset: str | None = None, slice: int | None = None, contrast: int | None = None,
+                     phase: int | None = None, set: int | None = None,
+                     repetition: int | None = None) -> list[tuple[dict, Scan]]:
+    """Every image of an ISMRMRD file, or those chosen, as ``(key, Scan)`` pairs.
 
-    The pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the
-    order returned (sorted by slice, then repetition). See the module docstring for what is read and how
-    the trajectory is scaled.
+    The key holds the image's ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` (in that
+    order); the pairs are sorted by them, slice first. The pipeline reconstructs each scan and arranges the
+    images on named leading output axes (:func:`mri_recon.io.stack.stack_layout`). See the module docstring
+    for what is read and how the trajectory is scaled.
 
     Parameters
     ----------
@@ -294,34 +296,38 @@ def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space
         e.g. the 2x readout FOV, for objects that reach beyond the recon FOV (crop afterwards).
     dataset
         The HDF5 group to read; by default ``"dataset"``, else the first group with ``data`` and ``xml``.
+    slice, contrast, phase, set, repetition
+        Keep only the images with this index (``None``: every value).
 
     Raises
     ------
     SchemaError
-        Missing trajectory, zero channels, missing header matrix, inconsistent sample counts, ...
+        Missing trajectory, zero channels, missing header matrix, inconsistent sample counts, a choice that
+        matches no image (the message names the values the file holds), ...
     TrajectoryUnitsError
         The trajectory extent fits neither unit, or both.
     """
-    return _scans(path, traj_units, space, dataset)
+    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    return _scans(path, traj_units, space, dataset, chosen)
 
 
 def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: int | None = None,
-                 repetition: int | None = None, space: str = "recon", dataset: str | None = None) -> Scan:
-    """One slice and repetition of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
+                 repetition: int | None = None, space: str = "recon", dataset: str | None = None,
+                 contrast: int | None = None, phase: int | None = None, set: int | None = None) -> Scan:
+    """One image of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
 
-    ``slice`` and ``repetition`` select it; they may be left out when the file holds only one value.
-    A file with several, read without a choice, raises :class:`SchemaError` naming those present.
+    ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` choose it; each may be left out when
+    the file (or the images the others leave) holds only one value of it.
+
+    Raises
+    ------
+    SchemaError
+        No image matches, or several do (the message names the values they hold).
     """
-    src = str(path)
-    scans = _scans(path, traj_units, space, dataset)
-    chosen = [(key, scan) for key, scan in scans
-              if (slice is None or key["slice"] == slice)
-              and (repetition is None or key["repetition"] == repetition)]
-    present = (f"slices {sorted({k['slice'] for k, _ in scans})}, "
-               f"repetitions {sorted({k['repetition'] for k, _ in scans})}")
-    if not chosen:
-        raise SchemaError(f"{src}: no data for slice {slice}, repetition {repetition} (file holds {present})")
-    if len(chosen) > 1:
-        raise SchemaError(f"{src}: holds several images ({present}); choose one with slice=/repetition= "
-                          f"or read them all with load_ismrmrd_all")
-    return chosen[0][1]
+    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    scans = _scans(path, traj_units, space, dataset, chosen)
+    if len(scans) > 1:
+        raise SchemaError(f"{path}: holds several images ({describe([key for key, _ in scans])}); choose one "
+                          f"with slice=, contrast=, phase=, set=, repetition= or read them all with "
+                          f"load_ismrmrd_all")
+    return scans[0][1]

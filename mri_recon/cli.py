@@ -89,6 +89,29 @@ def _resolve_device_with_notice(device: str):
     return resolved
 
 
+def _image_choice(verb: str):
+    """The ``--slice``, ``--contrast``, ``--phase``, ``--set`` and ``--repetition`` options (ISMRMRD input)."""
+
+    def decorate(func):
+        for name in reversed(("slice", "contrast", "phase", "set", "repetition")):
+            func = click.option(f"--{name}", f"{name}_", type=click.IntRange(min=0), default=None,
+                                help=f"ISMRMRD: {verb} only the images with this {name} index "
+                                     f"(default: every {name}).")(func)
+        return func
+
+    return decorate
+
+
+def _choice(slice_, contrast_, phase_, set_, repetition_) -> dict:
+    return {"slice": slice_, "contrast": contrast_, "phase": phase_, "set": set_, "repetition": repetition_}
+
+
+def _varying(keys: list[dict]) -> list[str]:
+    """The image indices that differ between these images (``"slice 0"``, ``"slice 1 contrast 1"``, ...)."""
+    names = [name for name in (keys[0] if keys else {}) if len({key[name] for key in keys}) > 1]
+    return [" ".join(f"{name} {key[name]}" for name in names) for key in keys]
+
+
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -125,6 +148,7 @@ def _resolve_device_with_notice(device: str):
                    "(a scan with a field map is refused otherwise: the correction does not exist yet).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
+@_image_choice("reconstruct")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
               help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
@@ -135,12 +159,14 @@ def _resolve_device_with_notice(device: str):
 @_friendly
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, iterations: int, lam: float,
                 tol: float, filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str,
-                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, no_cache: bool,
-                cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
+                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
+                contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
+                no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
 
-    Several slices or repetitions of an ISMRMRD file are reconstructed one by one and stacked on a leading
-    axis of the HDF5 image (the 4th axis of a NIfTI image).
+    The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
+    reconstructed one by one and arranged on named leading axes of the HDF5 image, in that order (attribute
+    `axes`); a NIfTI image has them on its 4th axis.
     """
     from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans
@@ -159,7 +185,8 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
     _check_log_json(scan, log_json, output, png)
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
-        scans = load_scans(scan, traj_units=traj_units)
+        picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}
+        scans = load_scans(scan, traj_units=traj_units, **picked)
         geometry = geometry_of(scans[0][1].matrix, scans[0][1].attrs, str(scan))  # malformed: refused before work
         if not geometry.oriented and chosen == "nifti":  # HDF5 records it in its `geometry` attribute
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
@@ -281,7 +308,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
     s = scans[0][1]
     lines = [f"file        {scan}"]
     if len(scans) > 1:
-        keys = ", ".join(" ".join(f"{k} {v}" for k, v in key.items()) for key, _ in scans)
+        keys = ", ".join(_varying([key for key, _ in scans]))
         lines.append(f"images      {len(scans)} ({keys}); the first is described")
     lines += [f"matrix      {list(s.matrix)} ({s.ndim}-D)",
              f"coils       {s.n_coils}",
@@ -318,19 +345,19 @@ def info(scan: Path, device: str, traj_units: str) -> None:
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="Units of the ISMRMRD trajectory.")
-@click.option("--slice", "slice_", type=click.IntRange(min=0), default=None, help="Convert this slice only.")
-@click.option("--repetition", type=click.IntRange(min=0), default=None, help="Convert this repetition only.")
+@_image_choice("convert")
 @click.option("--quiet", is_flag=True)
 @_friendly
-def convert(source: Path, output: Path, traj_units: str, slice_: int | None, repetition: int | None,
-            quiet: bool) -> None:
-    """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per slice and repetition)."""
+def convert(source: Path, output: Path, traj_units: str, slice_: int | None, contrast_: int | None,
+            phase_: int | None, set_: int | None, repetition_: int | None, quiet: bool) -> None:
+    """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
+    and repetition; the indices that vary are appended to OUTPUT's name)."""
     from .io.files import same_file
     from .io.ismrmrd_write import convert as run
 
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    for path in run(source, output, traj_units=traj_units, slice=slice_, repetition=repetition):
+    for path in run(source, output, traj_units=traj_units, **_choice(slice_, contrast_, phase_, set_, repetition_)):
         _log(quiet, f"wrote {path}")
 
 

@@ -16,6 +16,7 @@ from .errors import OutputError
 from .io.files import atomic_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
 from .io.nifti import is_nifti_name, write_nifti
+from .io.stack import StackLayout, stack_layout
 
 FORMATS = ("hdf5", "nifti")
 """Output formats of :func:`write_result`."""
@@ -77,14 +78,17 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     Parameters
     ----------
     output
-        The file to write. HDF5: ``image`` (complex64; several images stacked on a leading axis, listed in
-        the attribute ``stack``), ``residuals``, and attributes for the version, device, settings, timings,
-        the geometry (:func:`mri_recon.io.geometry.geometry_attrs`) and the NRMSE against a simulated scan's
-        ground truth. NIfTI: :func:`mri_recon.io.nifti.write_nifti` with the first image's geometry.
+        The file to write. HDF5: ``image`` (complex64; several images on named leading axes, see
+        :func:`mri_recon.io.stack.stack_layout`; the attribute ``axes`` names every axis, e.g.
+        ``["slice", "contrast", "x", "y"]``, and ``stack`` lists the images' keys in C order), ``residuals``
+        (one row per image, on the same leading axes), and attributes for the version, device, settings,
+        timings, the geometry (:func:`mri_recon.io.geometry.geometry_attrs`, each on the same leading axes)
+        and the NRMSE against a simulated scan's ground truth. NIfTI: :func:`mri_recon.io.nifti.write_nifti`
+        with the first image's geometry, the leading axes flattened onto its 4th axis.
     results
-        ``(key, scan, record, result)`` per image: the stack key (e.g. ``{"slice": 0}``), the scan as
-        reconstructed, the preparation record of :func:`mri_recon.prep.prepare_scan` and the
-        :class:`Result`.
+        ``(key, scan, record, result)`` per image: the image's key (e.g. ``{"slice": 0, "contrast": 1, ...}``,
+        in the order of :func:`mri_recon.io.load_scans`), the scan as reconstructed, the preparation record
+        of :func:`mri_recon.prep.prepare_scan` and the :class:`Result`.
     scan_path
         The input file (recorded, and protected from being overwritten).
     format
@@ -100,25 +104,35 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
         Malformed geometry attributes of a scan.
     """
     chosen = output_format(output, format)
+    layout = stack_layout([k for k, _, _, _ in results])
     images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
+    image = stacked_image(images, layout)
     geometries = result_geometries(results)
     if chosen == "nifti":
-        write_nifti(output, images[0] if len(images) == 1 else np.stack(images), geometries[0],
-                    complex_=complex_, protect=(scan_path,))
+        write_nifti(output, image, geometries[0], complex_=complex_, protect=(scan_path,), axes=layout.axes)
         return chosen
-    _write_hdf5(output, results, images, geometries, scan_path)
+    _write_hdf5(output, results, image, layout, geometries, scan_path)
     return chosen
 
 
-def _write_hdf5(output, results: list, images: list, geometries: list, scan_path) -> None:
+def stacked_image(images: list[np.ndarray], layout: StackLayout) -> np.ndarray:
+    """The images as one array: ``(*layout.shape, *matrix)``, or the single image itself."""
+    if len(images) == 1:
+        return images[0]
+    return np.stack(images).reshape(*layout.shape, *images[0].shape)
+
+
+def _write_hdf5(output, results: list, image: np.ndarray, layout: StackLayout, geometries: list,
+                scan_path) -> None:
     key, scan, record, first = results[0]
     with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("image", data=images[0] if len(images) == 1 else np.stack(images))
+        f.create_dataset("image", data=image)
+        f.attrs["axes"] = np.array(layout.names(scan.ndim), dtype=h5py.string_dtype())
         longest = max(len(r.residuals) for _, _, _, r in results)
         residuals = np.full((len(results), longest), np.nan)
         for i, (_, _, _, r) in enumerate(results):
             residuals[i, : len(r.residuals)] = r.residuals
-        f.create_dataset("residuals", data=residuals[0] if len(results) == 1 else residuals)
+        f.create_dataset("residuals", data=residuals.reshape(*layout.shape, longest))
         if len(results) > 1:
             f.attrs["stack"] = json.dumps([k for k, _, _, _ in results])
         f.attrs["mri_recon_version"] = __version__
@@ -133,11 +147,12 @@ def _write_hdf5(output, results: list, images: list, geometries: list, scan_path
         for name, value in first.parameters.items():
             f.attrs[f"param_{name}"] = "none" if value is None else value
         for name, value in geometry_attrs(geometries).items():
-            f.attrs[name] = value
+            f.attrs[name] = value if isinstance(value, str) or len(results) == 1 else \
+                value.reshape(*layout.shape, *value.shape[1:])
         for stage in first.timings:
             f.attrs[f"time_{stage}_s"] = float(sum(r.timings.get(stage, 0.0) for _, _, _, r in results))
         if len(results) == 1 and scan.ground_truth is not None:
-            kind, value = nrmse_vs_truth(images[0], scan.ground_truth, first)
+            kind, value = nrmse_vs_truth(image, scan.ground_truth, first)
             f.attrs["nrmse_vs_ground_truth"] = value
             f.attrs["nrmse_kind"] = kind
 

@@ -161,7 +161,8 @@ def test_load_scans_reads_either_format(tmp_path, rng):
     scans = [({"slice": s}, _scan(rng)) for s in (0, 1)]
     write_ismrmrd(tmp_path / "raw.h5", scans)
     got = load_scans(tmp_path / "raw.h5", traj_units="cycles-per-fov")
-    assert [key for key, _ in got] == [{"slice": 0, "repetition": 0}, {"slice": 1, "repetition": 0}]
+    zero = {"slice": 0, "contrast": 0, "phase": 0, "set": 0, "repetition": 0}
+    assert [key for key, _ in got] == [zero, {**zero, "slice": 1}]
     convert(tmp_path / "raw.h5", tmp_path / "one.h5", slice=1)
     ((key, scan),) = load_scans(tmp_path / "one.h5")
     assert key == {}
@@ -246,14 +247,16 @@ def test_two_slices_and_repetitions(tmp_path, rng):
              for s in (0, 1) for r in (0, 2)]
     write_ismrmrd(tmp_path / "raw.h5", scans)
     back = load_ismrmrd_all(tmp_path / "raw.h5")
-    assert [key for key, _ in back] == [key for key, _ in scans]
+    assert [key for key, _ in back] == [{"slice": s, "contrast": 0, "phase": 0, "set": 0, "repetition": r}
+                                        for s in (0, 1) for r in (0, 2)]
     for (_, got), (_, want) in zip(back, scans):
         np.testing.assert_array_equal(got.kspace, want.kspace)
         np.testing.assert_array_equal(got.noise, scans[0][1].noise)  # one noise scan serves every slice
     one = load_ismrmrd(tmp_path / "raw.h5", slice=1, repetition=2)
     np.testing.assert_array_equal(one.kspace, scans[3][1].kspace)
     assert (one.attrs["slice"], one.attrs["repetition"]) == (1, 2)
-    with pytest.raises(SchemaError, match=r"holds several images \(slices \[0, 1\], repetitions \[0, 2\]\)"):
+    with pytest.raises(SchemaError, match=r"holds several images \(slices \[0, 1\], contrasts \[0\], phases "
+                                          r"\[0\], sets \[0\], repetitions \[0, 2\]\)"):
         load_ismrmrd(tmp_path / "raw.h5")
     with pytest.raises(SchemaError, match="no data for slice 5"):
         load_ismrmrd(tmp_path / "raw.h5", slice=5)
@@ -330,8 +333,6 @@ MALFORMED = {
                     "keeps no samples"),
     "discard-differ": (lambda rng: {1: {"discard_pre": 1}, **{a: {"discard_post": 1} for a in (0, 2, 3)}},
                        SchemaError, "discard different numbers of leading samples"),
-    "contrasts": (lambda rng: {1: {"contrast": 1}}, InvalidDataError,
-                  r"hold 2 values of idx.contrast \[0, 1\]"),
     "encodings": (lambda rng: {1: {"encoding_space_ref": 1}}, InvalidDataError,
                   r"several encoding spaces \[0, 1\]"),
 }
@@ -508,7 +509,8 @@ def test_writer_refuses_bad_requests(tmp_path, rng):
     cases = [
         (dict(scans=[]), "no scans given"),
         (dict(scans=[({"slice": 0}, scan), ({"slice": 1}, other)]), "has matrix"),
-        (dict(scans=[({"slice": 0}, scan), ({"slice": 0}, scan)]), "share one slice and repetition"),
+        (dict(scans=[({"slice": 0}, scan), ({"slice": 0}, scan)]),
+         "share one slice, contrast, phase, set and repetition"),
         (dict(scans=scan, samples_per_readout=100), "samples_per_readout 100 must divide"),
         (dict(scans=scan, traj_units="pixels"), "unknown traj_units 'pixels'"),
         (dict(scans=scan, fov_mm=(1.0,)), "fov_mm must be 2 positive sizes"),

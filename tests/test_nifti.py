@@ -89,7 +89,7 @@ def oblique(tmp_path_factory):
 
 def test_the_reader_carries_voxel_size_position_and_directions(oblique):
     [(key, scan)] = load_scans(oblique)
-    assert key == {"slice": 0, "repetition": 0}
+    assert key == {"slice": 0, "contrast": 0, "phase": 0, "set": 0, "repetition": 0}
     np.testing.assert_allclose(scan.attrs["voxel_size_mm"], [FOV / N, FOV / N, THICKNESS])
     np.testing.assert_allclose(scan.attrs["position_mm"], POSITION, rtol=1e-6)
     for d, name in enumerate(("read_dir", "phase_dir", "slice_dir")):

@@ -8,34 +8,51 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..errors import InvalidDataError
 from ..scan import Scan
 from .schema import is_hdf5_scan, load_schema_v1, save_scan
 
 __all__ = ["load_scan", "load_scans", "save_scan"]
 
 
-def load_scans(path: str | os.PathLike, **ismrmrd_options: Any) -> list[tuple[dict, Scan]]:
-    """Every image of a scan file: ``({"slice": s, "repetition": r}, Scan)`` pairs for ISMRMRD (MRD), else
-    ``[({}, scan)]`` for schema v1.
+_CHOICES = ("slice", "contrast", "phase", "set", "repetition")
 
-    The entry point of a pipeline that accepts both formats; ``ismrmrd_options`` (``traj_units``,
-    ``space``, ``dataset``) apply to ISMRMRD files only.
+
+def _one_image_file(path: str | os.PathLike, options: dict[str, Any]) -> None:
+    """A schema-v1 file holds one image: refuse a choice of MRD image indices for it."""
+    chosen = {name: options[name] for name in _CHOICES if options.get(name) is not None}
+    if chosen:
+        asked = ", ".join(f"{name}={value}" for name, value in chosen.items())
+        raise InvalidDataError(f"{path}: a schema-v1 file holds one image; {asked} chooses among the images "
+                               f"of an ISMRMRD file")
+
+
+def load_scans(path: str | os.PathLike, **ismrmrd_options: Any) -> list[tuple[dict, Scan]]:
+    """Every image of a scan file: ``(key, Scan)`` pairs for ISMRMRD (MRD), else ``[({}, scan)]`` for schema v1.
+
+    The entry point of a pipeline that accepts both formats. An ISMRMRD key holds the image's ``slice``,
+    ``contrast``, ``phase``, ``set`` and ``repetition``; ``ismrmrd_options`` (``traj_units``, ``space``,
+    ``dataset``, and those five indices to choose images) apply to ISMRMRD files only, and a choice of
+    indices is refused for a schema-v1 file (:class:`~mri_recon.errors.InvalidDataError`).
     """
     if is_hdf5_scan(path) == "ismrmrd":
         from .ismrmrd import load_ismrmrd_all  # noqa: PLC0415 - the ismrmrd package is imported on use
 
         return load_ismrmrd_all(path, **ismrmrd_options)
+    _one_image_file(path, ismrmrd_options)
     return [({}, load_schema_v1(path))]
 
 
 def load_scan(path: str | os.PathLike, **ismrmrd_options: Any) -> Scan:
-    """Read one scan (schema v1, or an ISMRMRD file holding one image) and validate it.
+    """Read one scan (schema v1, or one image of an ISMRMRD file) and validate it.
 
-    ``ismrmrd_options`` (``traj_units``, ``slice``, ``repetition``, ``space``, ``dataset``) apply to ISMRMRD
-    files only; a file with several images needs ``slice=`` / ``repetition=``.
+    ``ismrmrd_options`` (``traj_units``, ``space``, ``dataset``, and ``slice``, ``contrast``, ``phase``,
+    ``set``, ``repetition`` to choose the image) apply to ISMRMRD files only; a file with several images
+    needs a choice that leaves one.
     """
     if is_hdf5_scan(path) == "ismrmrd":
         from .ismrmrd import load_ismrmrd  # noqa: PLC0415 - the ismrmrd package is imported on use
 
         return load_ismrmrd(path, **ismrmrd_options)
+    _one_image_file(path, ismrmrd_options)
     return load_schema_v1(path)

@@ -19,8 +19,9 @@ What is read
 - Skipped: pure calibration (``ACQ_IS_PARALLEL_CALIBRATION``), navigators (``ACQ_IS_NAVIGATION_DATA``),
   phase-correction, dummy-scan, feedback, surface-coil-correction and phase-stabilisation data.
   ``ACQ_IS_PARALLEL_CALIBRATION_AND_IMAGING`` readouts are imaging data that also calibrate: kept.
-- Slices (``idx.slice``) and repetitions (``idx.repetition``) give one :class:`Scan` each; averages and
-  segments of one slice and repetition are pooled; several contrasts, phases or sets are refused.
+- Each combination of ``idx.slice``, ``idx.contrast``, ``idx.phase``, ``idx.set`` and ``idx.repetition``
+  gives one :class:`Scan` (its five indices are in ``Scan.attrs``); averages and segments of one image are
+  pooled.
 
 Geometry and trajectory units
 -----------------------------
@@ -50,32 +51,30 @@ space's field of view over its matrix (a 2-D image: z is the slice thickness); `
 (left out when its directions are all zero, i.e. unset). Trajectory columns are read, phase and slice, so
 image axes 0, 1, 2 run along ``read_dir``, ``phase_dir``, ``slice_dir``.
 
-A file with several slices or repetitions is read whole by :func:`load_ismrmrd_all`; the reconstruction
-pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the order
-returned (slice-major, then repetition). :func:`load_ismrmrd` returns one of them and asks which when the
-file holds several.
+A file with several images is read whole by :func:`load_ismrmrd_all` (or the images chosen by their
+indices); the reconstruction pipeline reconstructs each scan and arranges the images on named leading output
+axes in the order slice, contrast, phase, set, repetition (:mod:`mri_recon.io.stack`).
+:func:`load_ismrmrd` returns one of them and asks which when the choice leaves several.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
+from .ismrmrd_encoding import SPACES, TRAJ_UNITS, detect_units, encoding_space, one_line, scale_trajectory
 from .schema import _open
+from .stack import DIMENSIONS, describe, select
 
-TRAJ_UNITS = ("auto", "cycles-per-fov", "normalized")
-SPACES = ("recon", "encoded")
-"""Which header space the image is reconstructed on."""
+__all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "load_ismrmrd", "load_ismrmrd_all"]
+
 MAX_READOUT = 65535
 """``number_of_samples`` is a uint16 in the acquisition header."""
-_PLAUSIBLE = (0.25, 2.0)
-"""Fractions of the Nyquist extent a trajectory may reach to be taken as being in a given unit."""
 
 
 def _ismrmrd():
@@ -134,83 +133,11 @@ def _read(path: str | os.PathLike, dataset: str | None) -> tuple[Any, np.ndarray
                 header = group.header
         except Exception as exc:  # the xsd parser raises TypeError, ParserError, ...
             raise SchemaError(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
-                              f"{_one_line(exc)}") from exc
+                              f"{one_line(exc)}") from exc
         records = group.acquisitions.data[()]
     if records.size == 0:
         raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data' is empty)")
     return header, records, dataset
-
-
-def _one_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    if "matrixSize" in text:
-        return f"the encoding has no matrixSize (encodedSpace and reconSpace need one) ({text})"
-    return text
-
-
-def _geometry(src: str, header: Any, ref: int, space: str) -> dict[str, Any]:
-    """Image matrix, encoded matrix and the per-axis factor from encoded-FOV cycles to image-FOV cycles."""
-    if space not in SPACES:
-        raise InvalidDataError(f"unknown space {space!r}: expected 'recon' or 'encoded'")
-    count = len(header.encoding)
-    if count == 0:
-        raise SchemaError(f"{src}: the XML header has no <encoding> element; expected one describing the "
-                          f"encoded and recon spaces (matrix and field of view)")
-    if ref >= count:
-        raise SchemaError(f"{src}: acquisitions use encoding space {ref} but the XML header describes only "
-                          f"{count} encoding space(s) (numbered from 0)")
-    enc = header.encoding[ref]
-    spaces = {}
-    for name in ("encodedSpace", "reconSpace"):
-        described = getattr(enc, name)
-        size, fov = described.matrixSize, described.fieldOfView_mm
-        spaces[name] = (np.array([size.x, size.y, size.z], dtype=np.int64),
-                        np.array([fov.x, fov.y, fov.z], dtype=np.float64))
-    recon, recon_fov = spaces["reconSpace"]
-    encoded, encoded_fov = spaces["encodedSpace"]
-    ndim = 3 if recon[2] > 1 else 2
-    for name, (size, fov) in spaces.items():
-        if np.any(size[:ndim] < 2):
-            raise SchemaError(f"{src}: XML header {name} matrixSize is {size.tolist()}; expected at least 2 "
-                              f"along x and y (and z for 3-D): is the matrix missing?")
-        if np.any(fov[:ndim] <= 0):
-            raise SchemaError(f"{src}: XML header {name} fieldOfView_mm is {fov.tolist()}; expected "
-                              f"positive sizes")
-    image, image_fov = (recon, recon_fov) if space == "recon" else (encoded, encoded_fov)
-    return {
-        "ndim": ndim,
-        "matrix": tuple(int(n) for n in image[:ndim]),
-        "encoded": encoded[:ndim].astype(np.float64),
-        "scale": image_fov[:ndim] / encoded_fov[:ndim],
-        "fov_mm": image_fov[:ndim].tolist(),
-        "voxel_size_mm": (image_fov / np.maximum(image, 1)).tolist(),  # a 2-D slice: its thickness along z
-        "encoded_matrix": encoded[:ndim].tolist(),
-        "encoded_fov_mm": encoded_fov[:ndim].tolist(),
-        "trajectory_type": getattr(enc.trajectory, "value", str(enc.trajectory)),
-    }
-
-
-def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<memory>") -> str:
-    """``"cycles-per-fov"`` or ``"normalized"`` from the per-axis trajectory extent ``max |k_d|``.
-
-    Cycles per FOV reach about ``encoded_d / 2``, normalized units about 0.5; each is accepted between
-    :data:`_PLAUSIBLE` times that. Raises :class:`TrajectoryUnitsError` when both fit (tiny matrices) or
-    neither does.
-    """
-    extent = np.asarray(extent, dtype=np.float64)
-    nyquist = np.asarray(encoded, dtype=np.float64) / 2
-    ratio = {"cycles-per-fov": float(np.max(extent / nyquist)), "normalized": float(np.max(extent / 0.5))}
-    fits = [unit for unit, r in ratio.items() if _PLAUSIBLE[0] <= r <= _PLAUSIBLE[1]]
-    found = f"found max |k| = {[round(float(e), 4) for e in extent]} for an encoded matrix " \
-            f"{[int(n) for n in encoded]}"
-    if len(fits) == 1:
-        return fits[0]
-    if fits:
-        raise TrajectoryUnitsError(f"{source}: trajectory units are ambiguous ({found}: fits both cycles per "
-                                   f"FOV and normalized); pass traj_units='cycles-per-fov' or 'normalized'")
-    raise TrajectoryUnitsError(
-        f"{source}: trajectory extent fits no known unit ({found}); expected about matrix/2 (cycles per FOV) "
-        f"or 0.5 (normalized), within {_PLAUSIBLE[0]}x to {_PLAUSIBLE[1]}x")
 
 
 def _records(src: str, records: np.ndarray) -> dict[str, Any]:
@@ -250,11 +177,6 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
     if refs.size > 1:
         raise InvalidDataError(f"{src}: imaging acquisitions use several encoding spaces {refs.tolist()}; "
                                f"mri-recon reconstructs one")
-    for name in ("contrast", "phase", "set"):
-        values = np.unique(h["idx"][name])
-        if values.size > 1:
-            raise InvalidDataError(f"{src}: imaging acquisitions hold {values.size} values of idx.{name} "
-                                   f"{values.tolist()}; mri-recon reconstructs one {name} per file")
     samples = h["number_of_samples"].astype(np.int64)
     keep = samples - h["discard_pre"].astype(np.int64) - h["discard_post"].astype(np.int64)
     if np.any(keep != keep[0]):
@@ -278,7 +200,7 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
     return {
         "data": data, "traj": traj.reshape(imaging.size, n, n_dims), "noise": noise_data, "dims": n_dims,
         "ref": int(refs[0]), "samples": n,
-        "slice": h["idx"]["slice"].astype(np.int64), "repetition": h["idx"]["repetition"].astype(np.int64),
+        "idx": {name: h["idx"][name].astype(np.int64) for name in DIMENSIONS},
         "skipped": int((skip & ~noise).sum()), "sample_time_us": float(h["sample_time_us"][0]),
         "orientation": {name: h[field].astype(np.float64) for name, field in _ORIENTATION.items()},
     }
@@ -313,49 +235,22 @@ def _noise(src: str, records: np.ndarray, rows: np.ndarray, coils: int) -> np.nd
     return np.concatenate(parts, axis=1)
 
 
-def _trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_units: str) -> tuple:
-    """Recon-FOV trajectory (M, D), the weights column (or None) and the units used."""
-    if traj_units not in TRAJ_UNITS:
-        raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'auto', 'cycles-per-fov' or "
-                               f"'normalized'")
-    ndim, dims = geometry["ndim"], traj.shape[-1]
-    if dims not in (ndim, ndim + 1):
-        raise SchemaError(f"{src}: trajectory_dimensions is {dims} but a {ndim}-D recon matrix "
-                          f"{list(geometry['matrix'])} needs {ndim} (or {ndim + 1} with a density weight)")
-    k = traj[..., :ndim]
-    weights = traj[..., ndim] if dims == ndim + 1 else None
-    if weights is not None and not np.any(weights):
-        # An all-zero trailing column holds no weights: kz = 0 of a 2-D encoding written as 3-D coordinates,
-        # or a weight column left unset. Taking it as weights would give a zero image.
-        weights = None
-    elif weights is not None and np.any(weights < 0):
-        raise SchemaError(
-            f"{src}: trajectory column {ndim + 1} of {dims} has negative values (min {float(np.min(weights)):.4g}); "
-            f"for a {ndim}-D encoding ISMRMRD stores density weights (>= 0) there, and a {ndim}-D encoding has no "
-            f"k{'z' if ndim == 2 else 'w'}: expected {ndim} columns, or {ndim + 1} with non-negative weights")
-    if traj_units == "auto":
-        extent = np.max(np.abs(k.reshape(-1, ndim)), axis=0)
-        traj_units = detect_units(extent, geometry["encoded"], src)
-    factor = geometry["scale"] * (geometry["encoded"] if traj_units == "normalized" else 1.0)
-    if np.any(factor != 1.0):  # scaled in double precision, rounded once
-        k = (k.astype(np.float64) * factor).astype(np.float32)
-    return k, weights, traj_units
-
-
-def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None) -> list[tuple[dict, Scan]]:
+def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None,
+           chosen: dict[str, int | None]) -> list[tuple[dict, Scan]]:
     src = str(path)
     header, records, dataset = _read(path, dataset)
     acq = _records(src, records)
-    geometry = _geometry(src, header, acq["ref"], space)
-    trajectory, weights, units = _trajectory(src, acq["traj"], geometry, traj_units)
+    geometry = encoding_space(src, header, acq["ref"], space)
+    trajectory, weights, units = scale_trajectory(src, acq["traj"], geometry, traj_units)
     data, n = acq["data"], acq["samples"]  # data: one (C, n) view per readout
+    index = np.stack([acq["idx"][name] for name in DIMENSIONS], axis=1)  # (readouts, 5)
+    every = [dict(zip(DIMENSIONS, values)) for values in sorted({tuple(row) for row in index.tolist()})]
     out = []
-    keys = sorted(set(zip(acq["slice"].tolist(), acq["repetition"].tolist())))
-    for s, r in keys:
-        rows = np.flatnonzero((acq["slice"] == s) & (acq["repetition"] == r))
+    for key in (every[i] for i in select(every, src, **chosen)):
+        rows = np.flatnonzero(np.all(index == [key[name] for name in DIMENSIONS], axis=1))
         attrs = {
             "source_format": "ismrmrd", "ismrmrd_dataset": dataset, "traj_units": units, "space": space,
-            "slice": s, "repetition": r, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
+            **key, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
             "encoded_matrix": geometry["encoded_matrix"], "encoded_fov_mm": geometry["encoded_fov_mm"],
             "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
             "skipped_acquisitions": acq["skipped"], "voxel_size_mm": geometry["voxel_size_mm"],
@@ -374,17 +269,20 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
             weights=None if weights is None else weights[pick].reshape(-1),
             noise=acq["noise"], attrs=attrs, source=src,
         )
-        out.append(({"slice": s, "repetition": r}, scan))
+        out.append((key, scan))
     return out
 
 
 def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space: str = "recon",
-                     dataset: str | None = None) -> list[tuple[dict, Scan]]:
-    """Every slice and repetition of an ISMRMRD file, as ``({"slice": s, "repetition": r}, Scan)`` pairs.
+                     dataset: str | None = None, slice: int | None = None, contrast: int | None = None,
+                     phase: int | None = None, set: int | None = None,
+                     repetition: int | None = None) -> list[tuple[dict, Scan]]:
+    """Every image of an ISMRMRD file, or those chosen, as ``(key, Scan)`` pairs.
 
-    The pipeline reconstructs each scan and stacks the images on an extra trailing output axis, in the
-    order returned (sorted by slice, then repetition). See the module docstring for what is read and how
-    the trajectory is scaled.
+    The key holds the image's ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` (in that
+    order); the pairs are sorted by them, slice first. The pipeline reconstructs each scan and arranges the
+    images on named leading output axes (:func:`mri_recon.io.stack.stack_layout`). See the module docstring
+    for what is read and how the trajectory is scaled.
 
     Parameters
     ----------
@@ -398,34 +296,38 @@ def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space
         e.g. the 2x readout FOV, for objects that reach beyond the recon FOV (crop afterwards).
     dataset
         The HDF5 group to read; by default ``"dataset"``, else the first group with ``data`` and ``xml``.
+    slice, contrast, phase, set, repetition
+        Keep only the images with this index (``None``: every value).
 
     Raises
     ------
     SchemaError
-        Missing trajectory, zero channels, missing header matrix, inconsistent sample counts, ...
+        Missing trajectory, zero channels, missing header matrix, inconsistent sample counts, a choice that
+        matches no image (the message names the values the file holds), ...
     TrajectoryUnitsError
         The trajectory extent fits neither unit, or both.
     """
-    return _scans(path, traj_units, space, dataset)
+    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    return _scans(path, traj_units, space, dataset, chosen)
 
 
 def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: int | None = None,
-                 repetition: int | None = None, space: str = "recon", dataset: str | None = None) -> Scan:
-    """One slice and repetition of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
+                 repetition: int | None = None, space: str = "recon", dataset: str | None = None,
+                 contrast: int | None = None, phase: int | None = None, set: int | None = None) -> Scan:
+    """One image of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
 
-    ``slice`` and ``repetition`` select it; they may be left out when the file holds only one value.
-    A file with several, read without a choice, raises :class:`SchemaError` naming those present.
+    ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` choose it; each may be left out when
+    the file (or the images the others leave) holds only one value of it.
+
+    Raises
+    ------
+    SchemaError
+        No image matches, or several do (the message names the values they hold).
     """
-    src = str(path)
-    scans = _scans(path, traj_units, space, dataset)
-    chosen = [(key, scan) for key, scan in scans
-              if (slice is None or key["slice"] == slice)
-              and (repetition is None or key["repetition"] == repetition)]
-    present = (f"slices {sorted({k['slice'] for k, _ in scans})}, "
-               f"repetitions {sorted({k['repetition'] for k, _ in scans})}")
-    if not chosen:
-        raise SchemaError(f"{src}: no data for slice {slice}, repetition {repetition} (file holds {present})")
-    if len(chosen) > 1:
-        raise SchemaError(f"{src}: holds several images ({present}); choose one with slice=/repetition= "
-                          f"or read them all with load_ismrmrd_all")
-    return chosen[0][1]
+    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    scans = _scans(path, traj_units, space, dataset, chosen)
+    if len(scans) > 1:
+        raise SchemaError(f"{path}: holds several images ({describe([key for key, _ in scans])}); choose one "
+                          f"with slice=, contrast=, phase=, set=, repetition= or read them all with "
+                          f"load_ismrmrd_all")
+    return scans[0][1]

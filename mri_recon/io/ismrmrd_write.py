@@ -8,22 +8,26 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidDataError, OutputError, SchemaError
+from ..errors import InvalidDataError, OutputError
 from ..scan import Scan
 from .files import atomic_output, same_file
 from .ismrmrd import MAX_READOUT, TRAJ_UNITS, _ismrmrd, load_ismrmrd_all
 from .schema import save_scan
+from .stack import DIMENSIONS
 
 # --------------------------------------------------------------------------------------------------------
 # Writing
 
 
+def _key(values: Mapping) -> dict[str, int]:
+    """The five image indices of a key or of ``Scan.attrs`` (0 where absent)."""
+    return {name: int(values.get(name, 0)) for name in DIMENSIONS}
+
+
 def _pairs(scans: Scan | Sequence[tuple[Mapping, Scan]]) -> list[tuple[dict, Scan]]:
     if isinstance(scans, Scan):
-        return [({"slice": int(scans.attrs.get("slice", 0)),
-                  "repetition": int(scans.attrs.get("repetition", 0))}, scans)]
-    pairs = [({"slice": int(key.get("slice", 0)), "repetition": int(key.get("repetition", 0))}, scan)
-             for key, scan in scans]
+        return [(_key(scans.attrs), scans)]
+    pairs = [(_key(key), scan) for key, scan in scans]
     if not pairs:
         raise InvalidDataError("write_ismrmrd: no scans given")
     first = pairs[0][1]
@@ -33,8 +37,8 @@ def _pairs(scans: Scan | Sequence[tuple[Mapping, Scan]]) -> list[tuple[dict, Sca
             raise InvalidDataError(f"write_ismrmrd: scan {key} has matrix {list(scan.matrix)}, "
                                    f"{scan.n_coils} coils but the first has {list(first.matrix)}, "
                                    f"{first.n_coils} coils (and weights must be given for all or none)")
-    if len({(k["slice"], k["repetition"]) for k, _ in pairs}) != len(pairs):
-        raise InvalidDataError("write_ismrmrd: two scans share one slice and repetition")
+    if len({tuple(k.values()) for k, _ in pairs}) != len(pairs):
+        raise InvalidDataError("write_ismrmrd: two scans share one slice, contrast, phase, set and repetition")
     return pairs
 
 
@@ -54,7 +58,7 @@ def _readout(scan: Scan, samples_per_readout: int | None) -> int:
 
 
 def _header(mr, scan: Scan, fov: np.ndarray, encoded: np.ndarray, encoded_fov: np.ndarray,
-            slices: int, repetitions: int, readouts: int):
+            counts: dict[str, int], readouts: int):
     x = mr.xsd
     ndim = scan.ndim
 
@@ -77,8 +81,8 @@ def _header(mr, scan: Scan, fov: np.ndarray, encoded: np.ndarray, encoded_fov: n
         acquisitionSystemInformation=x.acquisitionSystemInformationType(receiverChannels=scan.n_coils),
         encoding=[x.encodingType(
             encodedSpace=space(encoded, encoded_fov), reconSpace=space(scan.matrix, fov),
-            encodingLimits=x.encodingLimitsType(kspace_encoding_step_1=limit(readouts), slice=limit(slices),
-                                                repetition=limit(repetitions)),
+            encodingLimits=x.encodingLimitsType(kspace_encoding_step_1=limit(readouts),
+                                                **{name: limit(n) for name, n in counts.items()}),
             trajectory=trajectory)],
     )
 
@@ -98,8 +102,9 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
     path
         Output file.
     scans
-        One :class:`Scan`, or ``({"slice": s, "repetition": r}, Scan)`` pairs (what
-        :func:`load_ismrmrd_all` returns); all share matrix and coils. The noise of the first scan that has
+        One :class:`Scan` (its indices from its attrs), or ``(key, Scan)`` pairs, the key holding any of
+        ``slice``, ``contrast``, ``phase``, ``set``, ``repetition`` (0 where absent), as
+        :func:`load_ismrmrd_all` returns them; all share matrix and coils. The noise of the first scan that has
         one is written first, as ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions.
     traj_units
         ``"cycles-per-fov"`` (cycles per encoded FOV) or ``"normalized"`` (that over the encoded matrix).
@@ -159,17 +164,17 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
             acq = mr.Acquisition.from_array(np.ascontiguousarray(scan.kspace[:, part]),
                                             np.ascontiguousarray(k[part]), sample_time_us=sample_time_us,
                                             center_sample=n // 2)
-            acq.idx.slice, acq.idx.repetition, acq.idx.kspace_encode_step_1 = (
-                key["slice"], key["repetition"], a)
+            for name, value in key.items():
+                setattr(acq.idx, name, value)
+            acq.idx.kspace_encode_step_1 = a
             if a == 0:
                 acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
             if a == count - 1:
                 acq.set_flag(mr.ACQ_LAST_IN_SLICE)
             acquisitions.append(acq)
     acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
-    slices = len({k["slice"] for k, _ in pairs})
-    repetitions = len({k["repetition"] for k, _ in pairs})
-    header = _header(mr, first, fov, encoded, encoded_fov, slices, repetitions, readouts)
+    counts = {name: max(k[name] for k, _ in pairs) + 1 for name in DIMENSIONS}
+    header = _header(mr, first, fov, encoded, encoded_fov, counts, readouts)
     with atomic_output(path) as tmp, mr.File(str(tmp), "w") as f:
         group = f[dataset]
         group.header = header
@@ -182,34 +187,38 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
 
 def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_units: str = "auto",
             slice: int | None = None, repetition: int | None = None, space: str = "recon",
-            dataset: str | None = None) -> list[Path]:
+            dataset: str | None = None, contrast: int | None = None, phase: int | None = None,
+            set: int | None = None) -> list[Path]:
     """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.io.save_scan`).
 
-    One image (after the optional ``slice`` / ``repetition`` choice) is written to ``out_path``. Several
-    are written one file each, beside ``out_path`` with the varying indices appended to its stem:
-    ``out.h5`` becomes ``out_slice0.h5, out_slice1.h5`` (or ``out_rep2.h5``, ``out_slice0_rep2.h5``). The
-    whole input is read and checked before anything is written.
+    One image (after the optional ``slice`` / ``contrast`` / ``phase`` / ``set`` / ``repetition`` choice)
+    is written to ``out_path``. Several are written one file each, beside ``out_path`` with the indices that
+    vary appended to its stem: ``out.h5`` becomes ``out_slice0.h5, out_slice1.h5`` (or ``out_contrast1.h5``,
+    ``out_phase2.h5``, ``out_set1.h5``, ``out_rep2.h5``, ``out_slice0_contrast1.h5``, ...). The whole input
+    is read and checked before anything is written.
 
     Returns
     -------
     list of Path
         The files written, in the order of :func:`load_ismrmrd_all`.
+
+    Raises
+    ------
+    SchemaError
+        The choice matches no image (the message names the values the file holds), or the input is malformed.
+    OutputError
+        An output would replace the input.
     """
     out_path = Path(out_path)
-    every = load_ismrmrd_all(in_path, traj_units=traj_units, space=space, dataset=dataset)
-    scans = [(key, scan) for key, scan in every
-             if (slice is None or key["slice"] == slice)
-             and (repetition is None or key["repetition"] == repetition)]
-    if not scans:
-        raise SchemaError(f"{in_path}: no data for slice {slice}, repetition {repetition}")
+    scans = load_ismrmrd_all(in_path, traj_units=traj_units, space=space, dataset=dataset, slice=slice,
+                             contrast=contrast, phase=phase, set=set, repetition=repetition)
     if len(scans) == 1:
         targets = [out_path]
     else:
-        several = {name: len({key[name] for key, _ in scans}) > 1 for name in ("slice", "repetition")}
-        tags = {"slice": "slice", "repetition": "rep"}
+        several = [name for name in DIMENSIONS if len({key[name] for key, _ in scans}) > 1]
         targets = []
         for key, _ in scans:
-            suffix = "".join(f"_{tags[name]}{key[name]}" for name in ("slice", "repetition") if several[name])
+            suffix = "".join(f"_{_TAGS.get(name, name)}{key[name]}" for name in several)
             targets.append(out_path.with_name(out_path.stem + suffix + out_path.suffix))
     for target in targets:
         if same_file(target, in_path):
@@ -217,3 +226,7 @@ def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_uni
     for target, (_, scan) in zip(targets, scans):
         save_scan(target, scan)
     return targets
+
+
+_TAGS = {"repetition": "rep"}
+"""Short names of the indices in the file names of :func:`convert` (others: the index's own name)."""

@@ -2,8 +2,13 @@
 
 Layout
 ------
-- Axes 0, 1, 2 are the image's axes (a 2-D image gains a third axis of size 1, its slice); a stack of
-  images (several slices or repetitions of one MRD file) is the 4th axis, in the order of the stack.
+- Axes 0, 1, 2 are the image's axes (a 2-D image gains a third axis of size 1, its slice); the images of
+  one MRD file (several slices, contrasts, phases, sets or repetitions) are the 4th axis: the named
+  leading axes of the HDF5 ``image`` (:mod:`mri_recon.io.stack`) flattened in C order, the last named
+  axis fastest (slice 0 contrast 0, slice 0 contrast 1, slice 1 contrast 0, ...). The header's
+  description names them and their sizes (``"mri-recon magnitude; axis 4 = slice(3) x contrast(2)"``),
+  and a NIfTI comment extension holds the same as JSON: ``{"axis_4": ["slice", "contrast"],
+  "axis_4_shape": [3, 2], "order": "C"}``.
 - Magnitude as float32 by default; ``complex_=True`` writes the real and imaginary parts (float32, exactly
   those of the complex64 image) on a last axis of size 2: ``(N1, N2, N3, 2)``, or ``(N1, N2, N3, S, 2)``
   for a stack.
@@ -17,6 +22,7 @@ Layout
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Sequence
 
@@ -41,7 +47,8 @@ def nifti_array(image: np.ndarray, matrix: Sequence[int], *, complex_: bool = Fa
     Parameters
     ----------
     image
-        One image of shape ``matrix`` or a stack ``(S, *matrix)``.
+        One image of shape ``matrix`` or a stack ``(*stack_shape, *matrix)`` (its leading axes are
+        flattened in C order onto the 4th axis).
     matrix
         The image size (2 or 3 axes).
     complex_
@@ -49,9 +56,11 @@ def nifti_array(image: np.ndarray, matrix: Sequence[int], *, complex_: bool = Fa
     """
     image = np.asarray(image)
     ndim = len(matrix)
-    if image.shape[-ndim:] != tuple(matrix) or image.ndim not in (ndim, ndim + 1):
+    if image.shape[-ndim:] != tuple(matrix) or image.ndim < ndim:
         raise OutputError(f"NIfTI output: image of shape {image.shape} is neither the matrix {list(matrix)} "
                           f"nor a stack of it")
+    if image.ndim > ndim + 1:
+        image = image.reshape(-1, *matrix)
     data = np.moveaxis(image, 0, -1) if image.ndim == ndim + 1 else image
     if ndim == 2:
         data = data[:, :, np.newaxis]  # the slice axis
@@ -62,7 +71,7 @@ def nifti_array(image: np.ndarray, matrix: Sequence[int], *, complex_: bool = Fa
 
 
 def write_nifti(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, *, complex_: bool = False,
-                protect: tuple[str | os.PathLike, ...] = ()) -> None:
+                protect: tuple[str | os.PathLike, ...] = (), axes: Sequence[str] = ()) -> None:
     """Write ``image`` to ``path`` as NIfTI-1 (atomically; a name in ``protect`` is never replaced).
 
     Parameters
@@ -70,13 +79,15 @@ def write_nifti(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, 
     path
         The file; gzip-compressed when it ends with ``.gz``.
     image
-        One image (``geometry.matrix`` without its padding) or a stack of them on a leading axis.
+        One image (``geometry.matrix`` without its padding) or a stack of them on leading axes.
     geometry
         Where the (first) image lies: :class:`~mri_recon.io.geometry.Geometry`.
     complex_
         Write real and imaginary parts on a last axis of size 2 instead of the magnitude.
     protect
         Input files that must not be overwritten.
+    axes
+        Names of the image's leading (stack) axes, recorded in the header; by default ``"stack"``.
 
     Raises
     ------
@@ -93,8 +104,13 @@ def write_nifti(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, 
     nii.set_sform(affine, code=1)
     nii.set_qform(affine, code=1)
     parts = "real, imaginary (last axis)" if complex_ else "magnitude"
-    stack = ", stack on axis 4" if np.ndim(image) == len(matrix) + 1 else ""
+    shape = np.shape(image)[: np.ndim(image) - len(matrix)]
+    names = list(axes) if len(axes) == len(shape) else ["stack"] * len(shape)
+    stack = "; axis 4 = " + " x ".join(f"{n}({s})" for n, s in zip(names, shape)) if shape else ""
     nii.header["descrip"] = f"mri-recon {parts}{stack}".encode()[:79]
+    if shape:
+        record = {"axis_4": names, "axis_4_shape": [int(s) for s in shape], "order": "C"}
+        nii.header.extensions.append(nibabel.nifti1.Nifti1Extension("comment", json.dumps(record).encode()))
     payload = nii.to_bytes()
     if str(path).lower().endswith(".gz"):
         payload = gzip.compress(payload, compresslevel=6, mtime=0)

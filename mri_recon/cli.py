@@ -76,7 +76,8 @@ def _default_output(scan_path: Path, format: str | None = None) -> Path:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return scan_path.with_name(f"{name}.recon" + (".nii.gz" if format == "nifti" else ".h5"))
+    suffix = {"nifti": ".nii.gz", "mrd": ".mrd.h5"}.get(format or "hdf5", ".h5")
+    return scan_path.with_name(f"{name}.recon{suffix}")
 
 
 def _resolve_device_with_notice(device: str):
@@ -115,13 +116,16 @@ def _varying(keys: list[dict]) -> list[str]:
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Output file: NIfTI for .nii / .nii.gz, else HDF5 (default: SCAN's name with .recon.h5, "
-                   "or .recon.nii.gz with --format nifti, beside it).")
-@click.option("--format", "format_", type=click.Choice(["hdf5", "nifti"]), default=None,
+              help="Output file: NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, else HDF5 (default: "
+                   "SCAN's name with .recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
+@click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd"]), default=None,
               help="Output format, overriding the one chosen by the output's extension.")
 @click.option("--complex", "complex_", is_flag=True,
               help="NIfTI: write real and imaginary parts (a last axis of size 2) instead of the magnitude. "
-                   "HDF5 always holds the complex image.")
+                   "HDF5 and MRD hold the complex image.")
+@click.option("--magnitude", is_flag=True,
+              help="MRD: write magnitude images (float32) instead of complex ones. NIfTI writes the magnitude "
+                   "unless --complex; HDF5 always holds the complex image.")
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
               help="Maximum CG iterations.")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
@@ -157,8 +161,9 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @_friendly
-def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, iterations: int, lam: float,
-                tol: float, filter_sigma: float | None, device: str, method: str, png: Path | None, coil_maps: str,
+def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
+                iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
+                png: Path | None, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
@@ -166,7 +171,7 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
 
     The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
     reconstructed one by one and arranged on named leading axes of the HDF5 image, in that order (attribute
-    `axes`); a NIfTI image has them on its 4th axis.
+    `axes`); a NIfTI image has them on its 4th axis, MRD output one image record each.
     """
     from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans
@@ -174,13 +179,14 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
     from .io.geometry import geometry_of
     from .pipeline import reconstruct as run
     from .prep import prepare_scan
-    from .result import output_format, write_result
+    from .result import output_format, output_values, write_result
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
     settings = {k: v for k, v in click.get_current_context().params.items() if k not in ("quiet", "verbose")}
     output = output or _default_output(scan, format_)
     chosen = output_format(output, format_)
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     _check_outputs(scan, output, png)
     _check_log_json(scan, log_json, output, png)
     with cli_logging(verbose, quiet):
@@ -188,10 +194,11 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
         picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}
         scans = load_scans(scan, traj_units=traj_units, **picked)
         geometry = geometry_of(scans[0][1].matrix, scans[0][1].attrs, str(scan))  # malformed: refused before work
-        if not geometry.oriented and chosen == "nifti":  # HDF5 records it in its `geometry` attribute
+        if not geometry.oriented and chosen in ("nifti", "mrd"):  # HDF5 records it in its `geometry` attribute
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
+            placed = "affine has" if chosen == "nifti" else "image headers have position 0,"
             _log(quiet, f"warning: {scan} does not say where the image lies (no position or orientation): the "
-                        f"output's affine has identity directions and {voxel} mm voxels"
+                        f"output's {placed} identity directions and {voxel} mm voxels"
                         + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
@@ -211,8 +218,8 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
                 results.append((key, ready, record, result))
         finally:
             bar.close()
-        write_result(output, results, scan, format=chosen, complex_=complex_)
-        what = {"hdf5": "HDF5", "nifti": "NIfTI, " + ("real and imaginary" if complex_ else "magnitude")}[chosen]
+        write_result(output, results, scan, format=chosen, complex_=complex_, magnitude=magnitude)
+        what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images"}[chosen]
         shown = ""
         if png is not None:
             from .io.png import write_png

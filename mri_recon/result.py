@@ -1,4 +1,5 @@
-"""The outcome of a reconstruction and its writers (HDF5, or NIfTI through :mod:`mri_recon.io.nifti`)."""
+"""The outcome of a reconstruction and its writers (HDF5; NIfTI through :mod:`mri_recon.io.nifti`; MRD images
+through :mod:`mri_recon.io.mrd_image`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from ._version import __version__
 from .errors import OutputError
 from .io.files import atomic_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
+from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
 from .io.nifti import is_nifti_name, write_nifti
 from .io.stack import StackLayout, stack_layout
 
-FORMATS = ("hdf5", "nifti")
+FORMATS = ("hdf5", "nifti", "mrd")
 """Output formats of :func:`write_result`."""
 
 
@@ -50,7 +52,8 @@ class Result:
 
 
 def output_format(output: str | os.PathLike, format: str | None = None) -> str:
-    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, else ``"hdf5"``; ``format`` overrides.
+    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, ``"mrd"`` for ``.mrd.h5`` / ``.mrd``, else
+    ``"hdf5"``; ``format`` overrides.
 
     Raises
     ------
@@ -58,10 +61,33 @@ def output_format(output: str | os.PathLike, format: str | None = None) -> str:
         ``format`` is not one of :data:`FORMATS`.
     """
     if format is None:
-        return "nifti" if is_nifti_name(output) else "hdf5"
+        return "nifti" if is_nifti_name(output) else "mrd" if is_mrd_name(output) else "hdf5"
     if format not in FORMATS:
         raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
     return format
+
+
+def output_values(format: str, *, complex_: bool = False, magnitude: bool = False) -> str:
+    """What an output of ``format`` holds: ``"complex"``, ``"magnitude"`` or ``"real and imaginary"``.
+
+    HDF5 always holds the complex image. NIfTI holds the magnitude, or real and imaginary parts with
+    ``complex_``. MRD holds complex images, or magnitude images with ``magnitude``.
+
+    Raises
+    ------
+    OutputError
+        Both ``complex_`` and ``magnitude``, or ``magnitude`` for HDF5 output.
+    """
+    if complex_ and magnitude:
+        raise OutputError("complex and magnitude output both asked for (--complex and --magnitude); choose one")
+    if format == "hdf5":
+        if magnitude:
+            raise OutputError("HDF5 output always holds the complex image; magnitude output applies to MRD "
+                              "(--format mrd) and is NIfTI's default")
+        return "complex"
+    if format == "nifti":
+        return "real and imaginary" if complex_ else "magnitude"
+    return "magnitude" if magnitude else "complex"
 
 
 def result_geometries(results: list) -> list[Geometry]:
@@ -70,10 +96,10 @@ def result_geometries(results: list) -> list[Geometry]:
 
 
 def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike, *,
-                 format: str | None = None, complex_: bool = False) -> str:
+                 format: str | None = None, complex_: bool = False, magnitude: bool = False) -> str:
     """Write reconstructions to ``output`` (atomically; the input ``scan_path`` is never replaced).
 
-    Returns the format written, ``"hdf5"`` or ``"nifti"`` (:func:`output_format`).
+    Returns the format written, ``"hdf5"``, ``"nifti"`` or ``"mrd"`` (:func:`output_format`).
 
     Parameters
     ----------
@@ -84,7 +110,9 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
         (one row per image, on the same leading axes), and attributes for the version, device, settings,
         timings, the geometry (:func:`mri_recon.io.geometry.geometry_attrs`, each on the same leading axes)
         and the NRMSE against a simulated scan's ground truth. NIfTI: :func:`mri_recon.io.nifti.write_nifti`
-        with the first image's geometry, the leading axes flattened onto its 4th axis.
+        with the first image's geometry, the leading axes flattened onto its 4th axis. MRD:
+        :func:`mri_recon.io.mrd_image.write_mrd_images`, one image record per image with its own geometry
+        and key, and the input's XML header when the input was MRD.
     results
         ``(key, scan, record, result)`` per image: the image's key (e.g. ``{"slice": 0, "contrast": 1, ...}``,
         in the order of :func:`mri_recon.io.load_scans`), the scan as reconstructed, the preparation record
@@ -92,24 +120,31 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     scan_path
         The input file (recorded, and protected from being overwritten).
     format
-        ``"hdf5"`` or ``"nifti"``; by default chosen by the name of ``output``.
+        ``"hdf5"``, ``"nifti"`` or ``"mrd"``; by default chosen by the name of ``output``.
     complex_
-        NIfTI only: real and imaginary parts instead of the magnitude (HDF5 always holds the complex image).
+        NIfTI: real and imaginary parts instead of the magnitude (HDF5 and MRD hold the complex image).
+    magnitude
+        MRD: magnitude images instead of complex ones (see :func:`output_values`).
 
     Raises
     ------
     OutputError
-        An unknown format, a path that cannot be written or that names the input.
+        An unknown format, contradicting value choices (:func:`output_values`), a path that cannot be
+        written or that names the input.
     SchemaError
         Malformed geometry attributes of a scan.
     """
     chosen = output_format(output, format)
     layout = stack_layout([k for k, _, _, _ in results])
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)
     images = [np.asarray(r.image, dtype=np.complex64) for _, _, _, r in results]
     image = stacked_image(images, layout)
     geometries = result_geometries(results)
     if chosen == "nifti":
         write_nifti(output, image, geometries[0], complex_=complex_, protect=(scan_path,), axes=layout.axes)
+        return chosen
+    if chosen == "mrd":
+        _write_mrd(output, results, images, geometries, scan_path, magnitude=values == "magnitude")
         return chosen
     _write_hdf5(output, results, image, layout, geometries, scan_path)
     return chosen
@@ -120,6 +155,18 @@ def stacked_image(images: list[np.ndarray], layout: StackLayout) -> np.ndarray:
     if len(images) == 1:
         return images[0]
     return np.stack(images).reshape(*layout.shape, *images[0].shape)
+
+
+def _write_mrd(output, results: list, images: list, geometries: list, scan_path, *, magnitude: bool) -> None:
+    scan = results[0][1]
+    header = None
+    if scan.attrs.get("source_format") == "ismrmrd":
+        header = read_header_xml(scan.source or scan_path, str(scan.attrs.get("ismrmrd_dataset", "dataset")))
+    meta = [{"mri_recon_version": __version__, "iterations": r.iterations, "final_residual": f"{r.residuals[-1]:.3e}",
+             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine}
+            for _, _, _, r in results]
+    write_mrd_images(output, images, geometries, [k for k, _, _, _ in results], header_xml=header,
+                     magnitude=magnitude, meta=meta, protect=(scan_path,))
 
 
 def _write_hdf5(output, results: list, image: np.ndarray, layout: StackLayout, geometries: list,

@@ -279,7 +279,7 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
 @click.option("--dcf", type=click.Choice(["pipe", "ramp", "none"]), default="pipe", show_default=True,
               help="Density compensation stored as 'weights'.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--quiet", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, quiet: bool) -> None:
@@ -353,7 +353,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="Units of the ISMRMRD trajectory.")
 @_image_choice("convert")
-@click.option("--quiet", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def convert(source: Path, output: Path, traj_units: str, slice_: int | None, contrast_: int | None,
             phase_: int | None, set_: int | None, repetition_: int | None, quiet: bool) -> None:

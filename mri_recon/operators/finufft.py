@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .nufft_params import next_smooth_even  # FINUFFT's next235even
+
 DEFAULT_EPS = 1e-9
 MAX_KERNEL_WIDTH = 16
 
@@ -33,19 +35,6 @@ def upsampfac(eps: float) -> float:
     there), else 2 (a 1.25 grid would need a kernel wider than FINUFFT allows). Fixed here, not left to
     FINUFFT's heuristics, so that the memory planner can count the grids."""
     return 1.25 if eps >= 1e-9 else 2.0
-
-
-def _next235even(n: int) -> int:
-    """Smallest even integer >= n whose only prime factors are 2, 3 and 5 (FINUFFT's ``next235even``)."""
-    n = max(2, n + (n % 2))
-    while True:
-        m = n
-        for p in (2, 3, 5):
-            while m % p == 0:
-                m //= p
-        if m == 1:
-            return n
-        n += 2
 
 
 def fine_grid_shape(matrix: tuple[int, ...], eps: float = DEFAULT_EPS) -> tuple[int, ...]:
@@ -59,7 +48,7 @@ def fine_grid_shape(matrix: tuple[int, ...], eps: float = DEFAULT_EPS) -> tuple[
     tolfac = 0.18 * 1.4 ** (len(matrix) - 1)
     ns = math.ceil(math.log(tolfac / eps) / (math.pi * math.sqrt(1 - 1 / sigma)) + 1)
     ns = min(MAX_KERNEL_WIDTH, max(2, ns))
-    return tuple(_next235even(max(math.ceil(sigma * n), 2 * ns)) for n in matrix)
+    return tuple(next_smooth_even(max(math.ceil(sigma * n), 2 * ns)) for n in matrix)
 
 
 def _finufft():

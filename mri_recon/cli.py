@@ -383,7 +383,7 @@ def doctor(device: str) -> None:
         status = "PASS" if check.passed else "FAIL"
         detail = check.message or (f"relative error {check.error:.2e} (tolerance {check.tolerance:.0e})"
                                    if check.name != "compile kernels" else "every registry configuration built")
-        click.echo(f"{status}  {check.name:<16} {detail}  {check.seconds:.2f} s")
+        click.echo(f"{status}  {check.name:<22} {detail}  {check.seconds:.2f} s")
     if not gpu_checks:
         click.echo("no GPU: GPU self-test skipped (the CPU path needs none)")
     failed = [c.name for c in cpu_checks + gpu_checks if not c.passed]

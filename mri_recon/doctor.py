@@ -1,5 +1,9 @@
-"""``mri-recon doctor``: versions, a self-test of the CPU path, kernel compilation and a one-second self-test
-of every GPU kernel.
+"""``mri-recon doctor``: versions, a self-test of the CPU path, kernel compilation and a short self-test
+of every GPU kernel and of whole reconstructions.
+
+Run once after installing the ``gpu`` extra, it also takes the first GPU reconstruction's compile time out of
+the way: every registry configuration is built (on all CPU cores) and small reconstructions build the CuPy
+kernels the pipeline uses, all kept in CuPy's on-disk kernel cache.
 
 The CPU path is always tested: FINUFFT's F^H d and F against the float64 NumPy DFT on a small 2D and 3D
 problem, and a tiny CG-SENSE solve against ``numpy.linalg.solve`` (tolerance :data:`CPU_TOLERANCE`).
@@ -26,7 +30,7 @@ CPU_TOLERANCE = 1e-5
 """Relative error allowed in the CPU self-test (FINUFFT runs at 1e-9; CG is run to convergence)."""
 PACKAGES = ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm")
 """Distributions whose versions ``doctor`` prints (CuPy is reported separately)."""
-TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4}
+TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4, "recon": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -91,13 +95,36 @@ def _timed(name: str, tolerance: float, fn: Callable[[], float]) -> Check:
 
 
 def _compile_all(device: Device) -> float:
-    """Build every configuration of :mod:`mri_recon.kernels.registry` on ``device`` (CuPy's disk cache makes
-    later runs fast); 0.0 when all build, a compile error raises."""
-    from .kernels import get_module, registry
+    """Build every configuration of :mod:`mri_recon.kernels.registry` on ``device``, on as many threads as
+    there are CPU cores (CuPy's disk cache keeps them for later runs); 0.0 when all build, a compile error
+    raises."""
+    from .kernels import prefetch, registry
 
-    for filename, defines in registry.configurations():
-        get_module(filename, defines, device)
+    for future in prefetch(registry.configurations(), device):
+        future.result()
     return 0.0
+
+
+def _pipeline_checks(device: Device, rng: np.random.Generator) -> list[Check]:
+    """Small reconstructions through :func:`mri_recon.reconstruct` on the GPU, each engine, 2D and 3D, with
+    estimated maps and without, against the same reconstruction on the CPU. Besides testing the whole path,
+    this builds the CuPy kernels a reconstruction uses (elementwise, reductions, FFT plans), so that a first
+    reconstruction after ``doctor`` finds them in CuPy's cache."""
+    from .pipeline import reconstruct
+    from .sim.simulate import simulate_scan
+
+    checks = []
+    seed = int(rng.integers(2**31))
+    for kind, matrix in (("golden", (24, 20)), ("kooshball", (12, 10, 8))):
+        scan = simulate_scan(matrix, kind, coils=3, seed=seed, dcf="pipe")
+        for maps, case in (("scan", scan), ("walsh", scan), ("rss", scan.replace(coil_maps=None))):
+            settings = {"iterations": 6, "tol": 0.0, "estimate_maps": "walsh" if maps == "walsh" else None}
+            reference = reconstruct(case, device="cpu", method="exact", **settings).image
+            for method in ("exact", "nufft"):
+                checks.append(_timed(f"recon {len(matrix)}d {method} {maps}", TOLERANCE["recon"],
+                                     lambda c=case, m=method, s=settings, r=reference: _relative(
+                                         reconstruct(c, device=device, method=m, **s).image, r)))
+    return checks
 
 
 def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
@@ -231,6 +258,7 @@ def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Ch
             checks.append(_filter_check(shape, size, rng, device))  # (67, 48): the streaming kernel
         for matrix in ((24, 20), (8, 6, 5)):
             checks.append(_cg_check(matrix, rng))
+        checks += _pipeline_checks(device, rng)
     return checks
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -34,14 +35,13 @@ def run_cli(args: list[str], env: dict[str, str]) -> float:
     return seconds
 
 
-def count_kernels(cache_dir: Path) -> dict[str, int]:
-    ours = others = 0
+def count_kernels(cache_dir: Path) -> dict:
+    ours, others = [], []
     for source in cache_dir.rglob("*.cu"):
-        if "mri_recon_" in source.read_text(errors="replace"):
-            ours += 1
-        else:
-            others += 1
-    return {"mri_recon_modules": ours, "cupy_kernels": others,
+        text = source.read_text(errors="replace")
+        names = re.findall(r"__global__\s+void\s+(\w+)", text)
+        (ours if "mri_recon_" in text else others).append(names[0] if names else source.name)
+    return {"mri_recon_modules": len(ours), "cupy_kernels": len(others), "cupy_names": sorted(others),
             "binaries": sum(1 for p in cache_dir.rglob("*") if p.is_file() and p.suffix != ".cu")}
 
 

@@ -53,3 +53,49 @@ def test_upload_checks_the_symbol_size():
     np.testing.assert_array_equal(cupy.asnumpy(out), data[::-1])
     with pytest.raises(KernelError, match="needs 68 bytes but the symbol holds 64"):
         upload_constant(module, "c_test", np.zeros(17, np.float32))
+
+
+@pytest.fixture
+def fake_builds(monkeypatch):
+    """Replace the NVRTC build by a slow fake that counts its calls (no GPU needed)."""
+    import threading
+    import time
+
+    import mri_recon.kernels as kernels
+
+    calls: list[tuple] = []
+    lock = threading.Lock()
+
+    def build(filename, frozen, index):
+        with lock:
+            calls.append((filename, frozen, index))
+        time.sleep(0.05)
+        if dict(frozen).get("FAIL"):
+            raise KernelError(f"CUDA kernel {filename} failed to compile: fake")
+        return object()
+
+    monkeypatch.setattr(kernels, "_build", build)
+    monkeypatch.setattr(kernels, "_BUILT", {})
+    return calls
+
+
+def test_prefetch_builds_each_module_once_and_use_waits_for_it(fake_builds):
+    import mri_recon.kernels as kernels
+
+    configs = [("a.cu", {"N": n}) for n in range(6)]
+    futures = kernels.prefetch(configs + configs)  # asked twice: still one build each
+    module = kernels.get_module("a.cu", {"N": 3})  # waits for the prefetch's build, starts none
+    assert module is futures[3].result()
+    assert all(f.result() is futures[i % 6].result() for i, f in enumerate(futures))
+    assert sorted(c[1][0][1] for c in fake_builds) == list(range(6))
+
+
+def test_a_failed_build_is_reported_to_its_user_and_retried(fake_builds):
+    import mri_recon.kernels as kernels
+
+    (future,) = kernels.prefetch([("b.cu", {"FAIL": 1})])
+    with pytest.raises(KernelError, match="b.cu failed to compile"):
+        future.result()
+    with pytest.raises(KernelError, match="b.cu failed to compile"):
+        kernels.get_module("b.cu", {"FAIL": 1})
+    assert len(fake_builds) == 2

@@ -106,3 +106,16 @@ def test_production_launcher_does_not_import_the_ladder():
              for alias in node.names}
     modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "gpu_ladder" not in names and not any("gpu_ladder" in (m or "") for m in modules)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_what_a_reconstruction_prefetches_is_in_the_registry(dim):
+    from mri_recon.kernels.registry import contains
+    from mri_recon.operators.encoding import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
+    from mri_recon.pipeline import SOLVER_KERNELS
+
+    assert FinufftEncoding.kernel_configs(dim, 8) == []
+    for coils in range(1, 20):
+        for engine in (GpuExactEncoding, GpuNufftEncoding):
+            configs = engine.kernel_configs(dim, coils) + list(SOLVER_KERNELS)
+            assert configs and all(contains(f, d) for f, d in configs), (engine.name, coils)

@@ -5,9 +5,10 @@ functions they share live in ``*.cuh`` headers here, found through ``-I`` of thi
 headers is part of the options, so CuPy's on-disk cache never serves a kernel built with an older header).
 Every configuration the launchers build is listed in :mod:`mri_recon.kernels.registry`. Sizes known
 at compile time are passed as ``-D`` options (never by editing the source text). Modules are memoized per
-(file, options, device). :func:`upload_constant` is the single way to fill ``__constant__`` memory: it checks
-that the data fits the symbol (and so the 64 KB constant bank) before copying on the current stream, which
-keeps uploads ordered with the launches that read them.
+(file, options, device); :func:`prefetch` builds a list of them on threads ahead of use.
+:func:`upload_constant` is the single way to fill ``__constant__`` memory: it checks that the data fits
+the symbol (and so the 64 KB constant bank) before copying on the current stream, which keeps uploads
+ordered with the launches that read them.
 
 :func:`compile_ptx` compiles a file with NVRTC without touching a GPU; CI uses it so that a kernel that does
 not build never lands.
@@ -16,8 +17,11 @@ not build never lands.
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +70,11 @@ def _freeze(defines: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((str(k), int(v)) for k, v in (defines or {}).items()))
 
 
-@functools.cache
-def _module(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int):
+_BUILT: dict[tuple[str, tuple[tuple[str, int], ...], int], Future] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _build(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int):
     cupy = cupy_module()
     if cupy is None:
         raise KernelError("CuPy is not installed: GPU kernels are unavailable")
@@ -81,10 +88,46 @@ def _module(filename: str, frozen: tuple[tuple[str, int], ...], device_index: in
     return module
 
 
+def _module(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int):
+    """The module of ``(filename, frozen, device_index)``, built once: a thread asking for a module that
+    another thread (a :func:`prefetch`) is building waits for that build instead of starting its own."""
+    key = (filename, frozen, device_index)
+    with _BUILT_LOCK:
+        future = _BUILT.get(key)
+        owner = future is None
+        if owner:
+            future = _BUILT[key] = Future()
+    if owner:
+        try:
+            future.set_result(_build(filename, frozen, device_index))
+        except BaseException as exc:
+            with _BUILT_LOCK:
+                del _BUILT[key]  # a failed build is retried (and fails again, with its message) on next use
+            future.set_exception(exc)
+    return future.result()
+
+
 def get_module(filename: str, defines: Mapping[str, Any] | None = None, device: Device | None = None):
     """The compiled ``cupy.RawModule`` of ``filename`` with ``defines``, memoized per device."""
     index = 0 if device is None else device.index
     return _module(filename, _freeze(defines), index)
+
+
+@functools.cache
+def _compile_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1)), thread_name_prefix="mri-recon-nvrtc")
+
+
+def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: Device | None = None) -> list[Future]:
+    """Start building every ``(filename, defines)`` of ``configs`` on ``device`` on a pool of threads and return
+    at once (NVRTC releases the GIL, so the builds run in parallel with each other and with the caller).
+
+    A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
+    starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
+    where the module is used (or from the returned futures)."""
+    index = 0 if device is None else device.index
+    pool = _compile_pool()
+    return [pool.submit(_module, filename, _freeze(defines), index) for filename, defines in configs]
 
 
 def get_kernel(filename: str, name: str, defines: Mapping[str, Any] | None = None,

@@ -65,6 +65,12 @@ class Encoding(LinearOperator):
             return self
         return type(self)(self.trajectory, self.matrix, batch)
 
+    @classmethod
+    def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
+        """The ``(file, defines)`` of the CUDA modules F^H d and the PSF of this engine launch for ``coils``
+        coils in ``dim`` dimensions (for :func:`mri_recon.kernels.prefetch`); none on the CPU."""
+        return []
+
     def psf(self, weights: Any) -> Any:
         """The Toeplitz point-spread function on the 2x grid, ``p[j] = sum_m w_m exp(+i 2 pi k_m . (j - c)/N)``.
 
@@ -117,6 +123,15 @@ class GpuExactEncoding(Encoding):
 
     name = "gpu"
 
+    @classmethod
+    def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
+        from ..kernels.configs import adjoint_defines, psf_defines  # noqa: PLC0415 - GPU engines only
+        from .gpu_layout import coil_groups  # noqa: PLC0415
+
+        sizes = sorted({size for _, size in coil_groups(coils)})
+        return [("fhd.cu", adjoint_defines(dim, s, multi=True, recur=True)) for s in sizes] + [
+            ("fhd.cu", psf_defines(dim))]
+
     def _apply(self, x: Any) -> Any:
         from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
 
@@ -150,6 +165,12 @@ class GpuNufftEncoding(Encoding):
 
             self._plan = GpuNufft(self.trajectory, self.matrix, eps=GPU_NUFFT_EPS, checked=True)
         return self._plan
+
+    @classmethod
+    def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
+        from .gpu_nufft import nufft_configurations  # noqa: PLC0415 - GPU engines only
+
+        return nufft_configurations(dim, GPU_NUFFT_EPS)
 
     def batched(self, batch: int) -> Encoding:
         if batch == self.ishape[0]:

@@ -82,17 +82,18 @@ def nufft_defines(dim: int, width: int, coils: int, bins: tuple[int, int, int], 
 
 
 def compile_configurations() -> list[tuple[str, dict[str, int]]]:
-    """Every ``(file, defines)`` the default plans launch: 2D and 3D, the widths of
-    :data:`COMPILED_EPS`, every coil step that fits the shared memory, complex data and real (PSF) data."""
-    configs = []
-    for method in SPREAD_METHODS:
-        for dim in (2, 3):
-            bins = DEFAULT_BINS[method][dim]
-            for width in sorted({kernel_width(e) for e in COMPILED_EPS}):
-                for coils in COIL_STEPS:
-                    configs.append((KERNEL_FILE, nufft_defines(dim, width, coils, bins, False)))
-                configs.append((KERNEL_FILE, nufft_defines(dim, width, 1, bins, True)))
-    return configs
+    """Every ``(file, defines)`` the default plans launch: both spreading methods, 2D and 3D, the widths of
+    :data:`COMPILED_EPS` (:func:`nufft_configurations` of each)."""
+    return [config for method in SPREAD_METHODS for dim in (2, 3) for eps in COMPILED_EPS
+            for config in nufft_configurations(dim, eps, method)]
+
+
+def nufft_configurations(dim: int, eps: float = DEFAULT_EPS, spread: str = "warp") -> list[tuple[str, dict[str, int]]]:
+    """The modules a default plan of ``dim`` dimensions at ``eps`` launches: every coil step of complex data
+    (spreading, interpolation, the sort and the deconvolution live in each) and the real PSF data."""
+    bins, width = DEFAULT_BINS[spread][dim], kernel_width(eps)
+    return [(KERNEL_FILE, nufft_defines(dim, width, coils, bins, False)) for coils in COIL_STEPS] + [
+        (KERNEL_FILE, nufft_defines(dim, width, 1, bins, True))]
 
 
 def _padded(values: tuple[int, ...]) -> tuple[int, int, int]:

@@ -33,8 +33,10 @@ import numpy as np
 from .backend import Device, device_memory, get_xp, synchronize, to_device, to_host
 from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
+from .kernels import prefetch
 from .operators.base import Sense
 from .operators.encoding import Encoding, choose_engine
+from .operators.memo import spectrum_memo
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .result import Result
@@ -48,6 +50,10 @@ Progress = Callable[[str, int | None, int | None, float | None], None]
 """A progress callback: ``progress(stage, iteration, total, residual)``."""
 
 log = logging.getLogger(__name__)
+
+
+SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
+"""The CUDA modules of the fused Toeplitz normal operator and the CG loop (every GPU reconstruction)."""
 
 
 class _Clock:
@@ -296,7 +302,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     psf_cache
         A :class:`mri_recon.io.cache.PsfCache`: for the exact engines the PSF is read from it when an entry
         for this trajectory, these weights, this matrix and this engine exists (and is intact), else computed
-        and stored in it. The GPU NUFFT does not use it (it computes a PSF faster than a read).
+        and stored in it. The GPU NUFFT does not use the disk (it computes a PSF faster than a read). On a
+        GPU, a cache also turns on :mod:`mri_recon.operators.memo`: the last trajectory's encoding and
+        spectrum stay on the device, and a scan with a bit-identical trajectory and weights reuses them
+        (``parameters["psf"] == "memory"``).
 
     Returns
     -------
@@ -329,6 +338,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
     log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
              list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
+    if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
+        prefetch([*engine.kernel_configs(len(matrix), budget.coil_batch), *SOLVER_KERNELS], dev)
     clock = _Clock(dev, _progress_callback(progress), iterations)
     with contextlib.ExitStack() as stack:
         stack.enter_context(dev.use())
@@ -338,13 +349,16 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
             data_scale = power_of_two(_largest(kspace))
-        encoding = engine(trajectory, matrix, scan.n_coils)
+        # the last trajectory's encoding and spectrum, still on this GPU (a bit-identical trajectory and weights)
+        memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu else None
+        kept = memo.lookup(engine.name, matrix, trajectory, w) if memo is not None else None
+        encoding = engine(trajectory, matrix, scan.n_coils) if kept is None else kept[0].batched(scan.n_coils)
         lookup = None
         # The GPU NUFFT computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
         # (H200: 12.4 ms per 2D reconstruction with a cache hit, 12.2 ms without; at 128^3 the PSF stage
         # takes 206 ms from the cache, 9 ms computed): the cache serves the exact engines only.
         cache_used = psf_cache is not None and encoding.name != "gpu-nufft"
-        if psf is None and cache_used:
+        if psf is None and cache_used and kept is None:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
             key_weights = weights if scan.weights is not None else None
@@ -373,15 +387,20 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             del weighted
         with clock.stage("psf"):
             key = cache_state = None
-            given = None if psf is None else psf / np.float32(weight_scale)  # the caller's: unscaled weights
-            if lookup is not None:
-                key, given = lookup.result()  # the cache's: scaled weights
-                cache_state = "hit" if given is not None else "miss"
-            point_spread = _point_spread(encoding, w, given, dev)
-            if cache_state == "miss":
-                psf_cache.store(key, to_host(point_spread))
-            spectrum = kernel_spectrum(point_spread)
-            del point_spread
+            if kept is not None:
+                spectrum, cache_state = kept[1], "memory"
+            else:
+                given = None if psf is None else psf / np.float32(weight_scale)  # the caller's: unscaled weights
+                if lookup is not None:
+                    key, given = lookup.result()  # the cache's: scaled weights
+                    cache_state = "hit" if given is not None else "miss"
+                point_spread = _point_spread(encoding, w, given, dev)
+                if cache_state == "miss":
+                    psf_cache.store(key, to_host(point_spread))
+                spectrum = kernel_spectrum(point_spread)
+                del point_spread
+                if memo is not None:
+                    memo.store(engine.name, matrix, trajectory, w, encoding, spectrum)
         # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
         peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
         with clock.stage("iterations"):
@@ -405,7 +424,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                   "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": encoding.name,
                   "weights": "scan" if scan.weights is not None else "ones",
                   "psf": cache_state or ("given" if psf is not None else
-                                         "computed (cache not used by the GPU NUFFT)" if psf_cache is not None
+                                         "computed (disk cache not used by the GPU NUFFT)" if psf_cache is not None
                                          else "computed"),
                   "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
     return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),

@@ -157,7 +157,7 @@ def test_gpu_nufft_does_not_use_the_psf_cache(scan, tmp_path):
 
     cache = PsfCache(tmp_path)
     result = reconstruct(scan, iterations=3, device="gpu", method="nufft", progress=False, psf_cache=cache)
-    assert result.parameters["psf"] == "computed (cache not used by the GPU NUFFT)"
+    assert result.parameters["psf"] == "computed (disk cache not used by the GPU NUFFT)"
     assert not list(tmp_path.iterdir())
     exact = reconstruct(scan, iterations=3, device="gpu", method="exact", progress=False, psf_cache=cache)
     assert exact.parameters["psf"] == "miss" and list(tmp_path.iterdir())

@@ -1,0 +1,69 @@
+"""The on-device memo of the last trajectory's encoding and spectrum (mri_recon.operators.memo)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mri_recon.io.cache import PsfCache
+from mri_recon.operators.memo import LIMIT_VARIABLE, memo_limit, spectrum_memo
+from mri_recon.pipeline import reconstruct
+from mri_recon.sim.simulate import simulate_scan
+
+
+class _FakeDevice:
+    index = 0
+    is_gpu = True
+
+
+def test_limit_from_the_environment(monkeypatch):
+    monkeypatch.setenv(LIMIT_VARIABLE, "12345")
+    assert memo_limit(_FakeDevice()) == 12345
+    monkeypatch.setenv(LIMIT_VARIABLE, "0")
+    assert memo_limit(_FakeDevice()) == 0
+
+
+@pytest.fixture(scope="module")
+def scan():
+    return simulate_scan((40, 36), "golden", coils=4, spokes=40, samples=80, snr=40.0, seed=11, dcf="pipe")
+
+
+def _run(scan, method, cache):
+    return reconstruct(scan, iterations=8, tol=0.0, device="gpu", method=method, progress=False, psf_cache=cache)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["nufft", "exact"])
+def test_a_repeated_trajectory_reuses_the_spectrum_and_gives_the_same_image(scan, method, tmp_path):
+    cache = PsfCache(tmp_path)
+    first = _run(scan, method, cache)
+    second = _run(scan, method, cache)
+    assert first.parameters["psf"] != "memory" and second.parameters["psf"] == "memory"
+    assert np.array_equal(first.image, second.image)
+    no_cache = reconstruct(scan, iterations=8, tol=0.0, device="gpu", method=method, progress=False)
+    assert no_cache.parameters["psf"] == "computed"
+    assert np.array_equal(no_cache.image, first.image)
+
+
+@pytest.mark.gpu
+def test_another_trajectory_or_weights_or_engine_is_not_served(scan, tmp_path):
+    cache = PsfCache(tmp_path)
+    _run(scan, "nufft", cache)
+    moved = scan.trajectory.copy()
+    moved[17, 0] = np.nextafter(moved[17, 0], np.float32(0))  # one sample moved by one float32 step
+    changed = [scan.replace(trajectory=moved), scan.replace(weights=scan.weights * np.float32(0.75) + 0.125)]
+    for other in changed:
+        assert _run(other, "nufft", cache).parameters["psf"] != "memory"
+        assert _run(scan, "nufft", cache).parameters["psf"] != "memory"  # the entry was replaced
+    assert _run(scan, "exact", cache).parameters["psf"] != "memory"  # another engine
+
+
+@pytest.mark.gpu
+def test_limit_zero_turns_the_memo_off(scan, tmp_path, monkeypatch):
+    monkeypatch.setenv(LIMIT_VARIABLE, "0")
+    cache = PsfCache(tmp_path)
+    runs = [_run(scan, "nufft", cache) for _ in range(2)]
+    assert [r.parameters["psf"] for r in runs] == ["computed (disk cache not used by the GPU NUFFT)"] * 2
+    from mri_recon.backend import resolve_device
+
+    assert spectrum_memo(resolve_device("gpu")).lookup("gpu-nufft", scan.matrix, None, None) is None

@@ -5,7 +5,8 @@ Public API (stable)::
     load_scan, load_scans, save_scan, Scan schema-v1 HDF5 scans (and ISMRMRD input)
     prepare_scan                           prewhitening, density compensation, coil-map choice
     fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out)
-    reconstruct, Result                    CG-SENSE / Tikhonov reconstruction
+    reconstruct, Result                    CG-SENSE / Tikhonov reconstruction, prepared as the CLI does
+                                           (prepare=False: the scan as given, mri_recon.pipeline.reconstruct)
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
@@ -35,7 +36,7 @@ _LAZY = {
     "psf": "operators",
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
-    "reconstruct": "pipeline",
+    "reconstruct": "api",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",

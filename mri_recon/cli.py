@@ -173,12 +173,11 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
     reconstructed one by one and arranged on named leading axes of the HDF5 image, in that order (attribute
     `axes`); a NIfTI image has them on its 4th axis, MRD output one image record each.
     """
+    from .api import prepare_and_reconstruct
     from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
     from .io.geometry import geometry_of
-    from .pipeline import reconstruct as run
-    from .prep import prepare_scan
     from .result import output_format, output_values, write_result
 
     if quiet and verbose:
@@ -210,11 +209,10 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
                 log.info("%s%s: matrix %s, %d coil(s), %d samples, device %s", scan,
                          "".join(f", {name} {value}" for name, value in key.items()), list(loaded.matrix),
                          loaded.n_coils, loaded.n_samples, dev)
-                ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                                             field_map="ignore" if no_field_map else "refuse")
-                result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma,
-                             device=dev, method=method, progress=bar, psf_cache=cache,
-                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"))
+                ready, record, result = prepare_and_reconstruct(
+                    loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
+                    field_map="ignore" if no_field_map else "refuse", iterations=iterations, tol=tol, lam=lam,
+                    filter_sigma=filter_sigma, device=dev, method=method, progress=bar, psf_cache=cache)
                 results.append((key, ready, record, result))
         finally:
             bar.close()

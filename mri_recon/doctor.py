@@ -25,6 +25,7 @@ import numpy as np
 
 from ._version import __version__
 from .backend import Device, cupy_module, resolve_device
+from .scan import Scan
 
 CPU_TOLERANCE = 1e-5
 """Relative error allowed in the CPU self-test (FINUFFT runs at 1e-9; CG is run to convergence)."""
@@ -106,24 +107,33 @@ def _compile_all(device: Device) -> float:
 
 
 def _pipeline_checks(device: Device, rng: np.random.Generator) -> list[Check]:
-    """Small reconstructions through :func:`mri_recon.reconstruct` on the GPU, each engine, 2D and 3D, with
-    estimated maps and without, against the same reconstruction on the CPU. Besides testing the whole path,
-    this builds the CuPy kernels a reconstruction uses (elementwise, reductions, FFT plans), so that a first
-    reconstruction after ``doctor`` finds them in CuPy's cache."""
-    from .pipeline import reconstruct
+    """Small reconstructions the way ``mri-recon reconstruct`` runs them (prewhitening, the scan's maps,
+    Walsh estimates or root-sum-of-squares, a PSF cache, a progress callback) on the GPU with each engine,
+    2D and 3D, against the same reconstruction on the CPU. Besides testing the whole path, this builds the
+    CuPy kernels a reconstruction uses (elementwise, reductions, FFT plans), so that a first reconstruction
+    after ``doctor`` finds them in CuPy's kernel cache."""
+    import tempfile
+
+    from .api import prepare_and_reconstruct
+    from .io.cache import PsfCache
     from .sim.simulate import simulate_scan
 
     checks = []
     seed = int(rng.integers(2**31))
-    for kind, matrix in (("golden", (24, 20)), ("kooshball", (12, 10, 8))):
-        scan = simulate_scan(matrix, kind, coils=3, seed=seed, dcf="pipe")
-        for maps, case in (("scan", scan), ("walsh", scan), ("rss", scan.replace(coil_maps=None))):
-            settings = {"iterations": 6, "tol": 0.0, "estimate_maps": "walsh" if maps == "walsh" else None}
-            reference = reconstruct(case, device="cpu", method="exact", **settings).image
-            for method in ("exact", "nufft"):
-                checks.append(_timed(f"recon {len(matrix)}d {method} {maps}", TOLERANCE["recon"],
-                                     lambda c=case, m=method, s=settings, r=reference: _relative(
-                                         reconstruct(c, device=device, method=m, **s).image, r)))
+    with tempfile.TemporaryDirectory(prefix="mri-recon-doctor-") as folder:
+        cache = PsfCache(folder)
+        for kind, matrix in (("golden", (24, 20)), ("kooshball", (12, 10, 8))):
+            scan = simulate_scan(matrix, kind, coils=3, seed=seed, dcf="pipe")
+            for maps in ("file", "walsh", "rss"):
+                settings = {"coil_maps": maps, "iterations": 6, "tol": 0.0}
+                reference = prepare_and_reconstruct(scan, device="cpu", method="exact", **settings)[2].image
+                for method in ("exact", "nufft"):
+                    def run(c: Scan = scan, m: str = method, s: dict = settings, r: np.ndarray = reference) -> float:
+                        image = prepare_and_reconstruct(c, device=device, method=m, psf_cache=cache,
+                                                        progress=lambda *event: None, **s)[2].image
+                        return _relative(image, r)
+
+                    checks.append(_timed(f"recon {len(matrix)}d {method} {maps}", TOLERANCE["recon"], run))
     return checks
 
 

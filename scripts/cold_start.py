@@ -62,7 +62,13 @@ def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> d
     if doctor:
         env, folder = env_for("doctor")
         result["doctor_s"] = run_cli(["doctor"], env)
+        before = count_kernels(folder / "cupy")
         result["after_doctor_s"] = run_cli([*args, str(folder / "first.h5")], env)
+        after = count_kernels(folder / "cupy")
+        result["compiled_after_doctor"] = {
+            "mri_recon_modules": after["mri_recon_modules"] - before["mri_recon_modules"],
+            "cupy_kernels": after["cupy_kernels"] - before["cupy_kernels"],
+            "cupy_names": sorted(set(after["cupy_names"]) - set(before["cupy_names"]))}
         result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - result["warm_median_s"]
     print(json.dumps({k: v for k, v in result.items() if k != "warm_s"}), flush=True)
     return result

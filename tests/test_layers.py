@@ -25,6 +25,7 @@ LAYERS = [
     {"sim"},
     {"result"},
     {"pipeline"},
+    {"api"},
     {"doctor"},
     {"cli", "console", "__init__", "simulate"},
 ]

@@ -11,6 +11,10 @@ from mri_recon.pipeline import reconstruct
 from mri_recon.sim.simulate import simulate_scan
 
 
+def rel(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
 class _FakeDevice:
     index = 0
     is_gpu = True
@@ -39,10 +43,12 @@ def test_a_repeated_trajectory_reuses_the_spectrum_and_gives_the_same_image(scan
     first = _run(scan, method, cache)
     second = _run(scan, method, cache)
     assert first.parameters["psf"] != "memory" and second.parameters["psf"] == "memory"
-    assert np.array_equal(first.image, second.image)
     no_cache = reconstruct(scan, iterations=8, tol=0.0, device="gpu", method=method, progress=False)
     assert no_cache.parameters["psf"] == "computed"
-    assert np.array_equal(no_cache.image, first.image)
+    if method == "exact":  # deterministic kernels: the same bits
+        assert np.array_equal(first.image, second.image) and np.array_equal(no_cache.image, first.image)
+    else:  # the NUFFT adds subproblem tiles to the fine grid with atomics: equal to float32 rounding
+        assert rel(second.image, first.image) <= 1e-5 and rel(no_cache.image, first.image) <= 1e-5
 
 
 @pytest.mark.gpu

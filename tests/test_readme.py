@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import h5py
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,14 +20,44 @@ def test_ci_runs_the_readme_test_command():
     assert (ROOT / "data" / "demo_radial.h5").is_file()
 
 
-def test_the_readme_python_example_runs():
+def _example() -> str:
+    return re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)[0]
+
+
+def test_the_readme_python_example_runs(monkeypatch):
     # the public API as the README shows it (on the CPU here)
-    code = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)[0]
+    monkeypatch.chdir(ROOT)
     namespace: dict = {}
-    exec(compile(code.replace('progress=False)', 'progress=False, device="cpu")'), "README.md", "exec"),
-         namespace)
-    assert namespace["result"].image.shape == (64, 64)
-    assert namespace["data"].shape == namespace["scan"].kspace.shape
+    exec(compile(_example(), "README.md", "exec"), namespace)
+    assert namespace["result"].image.shape == (128, 128) and namespace["raw"].image.shape == (64, 64)
+    assert namespace["data"].shape == namespace["sim"].kspace.shape
+
+
+def _cli_image(path: Path, out: Path) -> np.ndarray:
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    result = CliRunner().invoke(main, ["reconstruct", str(path), "-o", str(out), "--device", "cpu", "-q"])
+    assert result.exit_code == 0, result.output
+    with h5py.File(out) as f:
+        return f["image"][()]
+
+
+def test_the_python_api_gives_the_cli_image_bit_for_bit(tmp_path, monkeypatch):
+    import mri_recon
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
+
+    monkeypatch.setenv("MRI_RECON_CACHE_DIR", str(tmp_path / "cache"))
+    sim = mri_recon.simulate_scan((48, 40), "golden", coils=4, snr=30, seed=3)
+    mrd = tmp_path / "noise_no_maps.mrd.h5"
+    write_ismrmrd(mrd, sim.replace(coil_maps=None, ground_truth=None))
+    for path in (ROOT / "data" / "demo_radial.h5", mrd):
+        scan = mri_recon.load_scan(path)
+        assert scan.noise is not None
+        api = mri_recon.reconstruct(scan, device="cpu")
+        assert np.array_equal(api.image, _cli_image(path, tmp_path / f"{path.name}.recon.h5")), path.name
+    assert api.combine == "sense" and api.parameters["coil_maps"] == "walsh"  # the MRD file has no maps
 
 
 def test_the_flat_simulate_module_still_imports_with_a_warning():

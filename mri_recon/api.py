@@ -1,0 +1,56 @@
+"""The reconstruction the CLI runs, as one call: :func:`mri_recon.prepare_scan`, then the solver.
+
+``mri_recon.reconstruct(mri_recon.load_scan(path))`` gives the image ``mri-recon reconstruct path`` writes,
+bit for bit (same defaults: prewhitening with the scan's noise, its density weights, its coil maps or Walsh
+estimates, 30 CG iterations, ``lam = 1e-3``). ``prepare=False`` reconstructs the scan exactly as given
+(:func:`mri_recon.pipeline.reconstruct`, the solver alone).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import pipeline
+from .prep import prepare_scan
+from .result import Result
+from .scan import Scan
+
+
+def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
+                            field_map: str = "refuse", **options: Any) -> tuple[Scan, dict[str, Any], Result]:
+    """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with these
+    choices, then :func:`mri_recon.pipeline.reconstruct` with ``options`` and the coil-map estimation and
+    receiver basis the preparation asks for."""
+    ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
+    result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
+                                  maps_basis=record.pop("maps_basis"), **options)
+    return ready, record, result
+
+
+def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf: str = "auto",
+                coil_maps: str = "auto", field_map: str = "refuse", **options: Any) -> Result:
+    """Reconstruct ``scan`` as the CLI does.
+
+    Parameters
+    ----------
+    scan
+        A :class:`~mri_recon.scan.Scan` (``mri_recon.load_scan(path)``, ``simulate_scan(...)``).
+    prepare
+        True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (the choices
+        below, see :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
+    prewhiten, dcf, coil_maps, field_map
+        The preparation's choices (CLI: ``--no-prewhiten``, ``--dcf``, ``--coil-maps``, ``--no-field-map``).
+    options
+        The solver's settings, :func:`mri_recon.pipeline.reconstruct`: ``iterations``, ``lam``, ``tol``,
+        ``device``, ``method``, ``filter_sigma``, ``progress``, ``psf_cache``, ...
+
+    Returns
+    -------
+    Result
+        The image and the run's settings (:func:`prepare_and_reconstruct` also returns what the
+        preparation did).
+    """
+    if not prepare:
+        return pipeline.reconstruct(scan, **options)
+    return prepare_and_reconstruct(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
+                                   field_map=field_map, **options)[2]

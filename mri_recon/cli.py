@@ -216,7 +216,7 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
                 results.append((key, ready, record, result))
         finally:
             bar.close()
-        write_result(output, results, scan, format=chosen, complex_=complex_, magnitude=magnitude)
+        written = write_result(output, results, scan, format=chosen, complex_=complex_, magnitude=magnitude)
         what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images"}[chosen]
         shown = ""
         if png is not None:
@@ -230,7 +230,8 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
         if log_json is not None:
             write_run_log(log_json, run_log({**settings, "output": output}, results, seconds), protect=(scan,))
     last = results[-1][3]
-    _log(quiet, f"wrote {output} ({what}){shown}" + (f" and {log_json}" if log_json else "")
+    files = str(output) if len(written) == 1 else f"{len(written)} files {written[0]} .. {written[-1].name}"
+    _log(quiet, f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
          + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} CG iterations, final residual "
          f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -17,7 +18,8 @@ from .errors import OutputError
 from .io.files import atomic_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
 from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
-from .io.nifti import is_nifti_name, write_nifti
+from .io.nifti import is_nifti_name
+from .io.nifti_stack import write_nifti_stack
 from .io.stack import StackLayout, stack_layout
 
 FORMATS = ("hdf5", "nifti", "mrd")
@@ -96,10 +98,11 @@ def result_geometries(results: list) -> list[Geometry]:
 
 
 def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike, *,
-                 format: str | None = None, complex_: bool = False, magnitude: bool = False) -> str:
+                 format: str | None = None, complex_: bool = False, magnitude: bool = False) -> list[Path]:
     """Write reconstructions to ``output`` (atomically; the input ``scan_path`` is never replaced).
 
-    Returns the format written, ``"hdf5"``, ``"nifti"`` or ``"mrd"`` (:func:`output_format`).
+    Returns the files written: ``output``, or for NIfTI of 2-D slices that do not form one volume one file
+    per slice (:func:`mri_recon.io.nifti_stack.write_nifti_stack`).
 
     Parameters
     ----------
@@ -109,8 +112,10 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
         ``["slice", "contrast", "x", "y"]``, and ``stack`` lists the images' keys in C order), ``residuals``
         (one row per image, on the same leading axes), and attributes for the version, device, settings,
         timings, the geometry (:func:`mri_recon.io.geometry.geometry_attrs`, each on the same leading axes)
-        and the NRMSE against a simulated scan's ground truth. NIfTI: :func:`mri_recon.io.nifti.write_nifti`
-        with the first image's geometry, the leading axes flattened onto its 4th axis. MRD:
+        and the NRMSE against a simulated scan's ground truth. NIfTI:
+        :func:`mri_recon.io.nifti_stack.write_nifti_stack`: the slices of a 2-D stack as axis 3 of one
+        volume when parallel and evenly spaced (else one file per slice), the other leading axes flattened
+        onto axis 4. MRD:
         :func:`mri_recon.io.mrd_image.write_mrd_images`, one image record per image with its own geometry
         and key, and the input's XML header when the input was MRD.
     results
@@ -141,13 +146,12 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     image = stacked_image(images, layout)
     geometries = result_geometries(results)
     if chosen == "nifti":
-        write_nifti(output, image, geometries[0], complex_=complex_, protect=(scan_path,), axes=layout.axes)
-        return chosen
+        return write_nifti_stack(output, image, geometries, layout.axes, complex_=complex_, protect=(scan_path,))
     if chosen == "mrd":
         _write_mrd(output, results, images, geometries, scan_path, magnitude=values == "magnitude")
-        return chosen
-    _write_hdf5(output, results, image, layout, geometries, scan_path)
-    return chosen
+    else:
+        _write_hdf5(output, results, image, layout, geometries, scan_path)
+    return [Path(output)]
 
 
 def stacked_image(images: list[np.ndarray], layout: StackLayout) -> np.ndarray:

@@ -142,21 +142,21 @@ def test_reconstruct_gives_named_axes_and_a_contrast_alone_equals_its_part(mrd, 
     assert not (tmp_path / "none.h5").exists()
 
 
-def test_nifti_flattens_the_named_axes_onto_the_4th(mrd, tmp_path):
+def test_nifti_of_slices_at_one_position_is_one_file_per_slice_with_contrasts_on_the_4th_axis(mrd, tmp_path):
     nibabel = pytest.importorskip("nibabel")
     out = tmp_path / "sc.nii"
     result = _run("reconstruct", mrd, "-o", out, *FAST)
     assert result.exit_code == 0, result.output
+    assert not out.exists()  # the slices share one position: no volume
     _run("reconstruct", mrd, "-o", tmp_path / "sc.h5", *FAST)
     with h5py.File(tmp_path / "sc.h5") as f:
         image = f["image"][()]
-    nii = nibabel.load(out)
-    assert nii.shape == (32, 32, 1, 6)
-    data = np.asarray(nii.dataobj)
     for s in range(3):
+        nii = nibabel.load(tmp_path / f"sc_slice{s}.nii")
+        assert nii.shape == (32, 32, 1, 2)
+        data = np.asarray(nii.dataobj)
         for c in range(2):
-            np.testing.assert_array_equal(data[:, :, 0, 2 * s + c], np.abs(image[s, c]).astype(np.float32))
-    assert nii.header["descrip"].item().decode() == "mri-recon magnitude; axis 4 = slice(3) x contrast(2)"
-    [extension] = nii.header.extensions
-    assert json.loads(extension.get_content()) == {"axis_4": ["slice", "contrast"], "axis_4_shape": [3, 2],
-                                                   "order": "C"}
+            np.testing.assert_array_equal(data[:, :, 0, c], np.abs(image[s, c]).astype(np.float32))
+        assert nii.header["descrip"].item().decode() == "mri-recon magnitude; axis 4 = contrast(2)"
+        [extension] = nii.header.extensions
+        assert json.loads(extension.get_content()) == {"axis_4": ["contrast"], "axis_4_shape": [2], "order": "C"}

@@ -45,8 +45,10 @@ def _space(z_matrix=1, z_fov=THICKNESS):
                                fieldOfView_mm=X.fieldOfViewMm(x=FOV, y=FOV, z=z_fov))
 
 
-def _oblique_mrd(path, slices=1):
-    """A 2-D golden-angle scan of a phantom written with the ismrmrd package: oblique slice(s), offset."""
+def _oblique_mrd(path, slices=1, offsets=None):
+    """A 2-D golden-angle scan of a phantom written with the ismrmrd package: oblique slice(s), offset
+    (slice s at ``offsets[s]`` along the slice direction, default ``s * SLICE_GAP``)."""
+    offsets = [s * SLICE_GAP for s in range(slices)] if offsets is None else offsets
     scan = simulate_scan((N, N), "golden", coils=2, snr=60, spokes=48, seed=3)
     readout = int(scan.attrs["samples"])
     header = X.ismrmrdHeader(
@@ -55,7 +57,7 @@ def _oblique_mrd(path, slices=1):
                                  encodingLimits=X.encodingLimitsType(), trajectory=X.trajectoryType.RADIAL)])
     acquisitions = []
     for s in range(slices):
-        position = POSITION + s * SLICE_GAP * ROT[:, 2]
+        position = POSITION + offsets[s] * ROT[:, 2]
         for start in range(0, scan.n_samples, readout):
             part = slice(start, start + readout)
             acq = ismrmrd.Acquisition.from_array(
@@ -139,17 +141,20 @@ def test_nifti_magnitude_and_complex_equal_the_hdf5_image(oblique, tmp_path):
     np.testing.assert_array_equal(parts[:, :, 0, 1], image.imag)
 
 
-def test_a_two_slice_stack_is_the_4th_axis_and_its_png_a_montage(tmp_path):
+def test_evenly_spaced_slices_are_one_volume_and_their_png_a_montage(tmp_path):
     mrd = _oblique_mrd(tmp_path / "two.mrd.h5", slices=2)
     out, png = tmp_path / "s.nii.gz", tmp_path / "s.png"
     result = _recon(mrd, out, "--png", png)
     assert "montage of the 2 images of the stack (1 x 2 grid, row by row)" in result.output
     nii = nibabel.load(out)
-    assert nii.shape == (N, N, 1, 2)
+    assert nii.shape == (N, N, 2)
     data = nii.get_fdata()
-    np.testing.assert_allclose(data[..., 0, 1], 2 * data[..., 0, 0], rtol=1e-3, atol=1e-3 * data.max())
-    # the affine is the first slice's; the HDF5 output keeps each slice's position
-    np.testing.assert_allclose(nii.affine @ [N // 2, N // 2, 0, 1], [-12.5, 30.0, 7.0, 1.0], atol=1e-4)
+    np.testing.assert_allclose(data[..., 1], 2 * data[..., 0], rtol=1e-3, atol=1e-3 * data.max())
+    np.testing.assert_allclose(nii.header.get_zooms(), [FOV / N, FOV / N, SLICE_GAP], rtol=1e-6)
+    # every slice's centre voxel lands on that slice's ISMRMRD position (LPS -> RAS)
+    for s in range(2):
+        lps = POSITION + s * SLICE_GAP * ROT[:, 2]
+        np.testing.assert_allclose(nii.affine @ [N // 2, N // 2, s, 1], [-lps[0], -lps[1], lps[2], 1], atol=1e-4)
     _recon(mrd, tmp_path / "s.h5")
     with h5py.File(tmp_path / "s.h5") as f:
         positions, affines = f.attrs["position_mm"], f.attrs["affine_ras"]
@@ -157,6 +162,23 @@ def test_a_two_slice_stack_is_the_4th_axis_and_its_png_a_montage(tmp_path):
     assert positions.shape == (2, 3) and affines.shape == (2, 4, 4)
     np.testing.assert_allclose(positions[1] - positions[0], SLICE_GAP * ROT[:, 2], atol=1e-4)
     assert _png_size(png) == (2 * N, N)  # 2 tiles side by side (width, height)
+
+
+@pytest.mark.parametrize("offsets", [[0.0, -SLICE_GAP, -2 * SLICE_GAP], [0.0, SLICE_GAP, 2.5 * SLICE_GAP]])
+def test_slices_in_reverse_order_are_one_volume_and_uneven_ones_one_file_each(tmp_path, offsets):
+    mrd = _oblique_mrd(tmp_path / "three.mrd.h5", slices=3, offsets=offsets)
+    out = tmp_path / "t.nii"
+    result = _recon(mrd, out)
+    even = offsets[2] == 2 * offsets[1]
+    files = [out] if even else [tmp_path / f"t_slice{s}.nii" for s in range(3)]
+    assert all(f.is_file() for f in files) and (even or not out.exists())
+    assert ("wrote 3 files" in result.output) != even
+    for s in range(3):
+        lps = POSITION + offsets[s] * ROT[:, 2]
+        nii = nibabel.load(files[0] if even else files[s])
+        assert nii.shape == ((N, N, 3) if even else (N, N, 1))
+        voxel = [N // 2, N // 2, s if even else 0, 1]
+        np.testing.assert_allclose(nii.affine @ voxel, [-lps[0], -lps[1], lps[2], 1], atol=1e-4)
 
 
 def _png_size(path) -> tuple[int, int]:

@@ -14,8 +14,9 @@ Layout
   for a stack.
 - The affine (sform and qform, code 1 "scanner") is :meth:`Geometry.affine_ras` of the first image: voxel
   size times the direction cosines, LPS converted to RAS+, and voxel ``N // 2`` at the ISMRMRD ``position``.
-  The slices of a 2-D multi-slice stack are placed on the 4th axis with that one affine; each image's own
-  position is in the HDF5 output (``position_mm``, ``affine_ras`` per image). Units: mm.
+  A stack of 2-D slices is first made one volume (slices on axis 3) or split into one file per slice
+  by :mod:`mri_recon.io.nifti_stack`; each image's own position is also in the HDF5 output
+  (``position_mm``, ``affine_ras`` per image). Units: mm.
 - ``.nii.gz`` is gzip-compressed, ``.nii`` (or any other name) is not.
 """
 

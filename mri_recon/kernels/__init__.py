@@ -126,8 +126,14 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
     where the module is used (or from the returned futures)."""
     index = 0 if device is None else device.index
-    pool = _compile_pool()
-    return [pool.submit(_module, filename, _freeze(defines), index) for filename, defines in configs]
+    futures = []
+    for filename, defines in configs:
+        key = (filename, _freeze(defines), index)
+        with _BUILT_LOCK:
+            built = _BUILT.get(key)
+        # built or being built: nothing to submit (a warm process pays no thread hand-off)
+        futures.append(built if built is not None else _compile_pool().submit(_module, *key))
+    return futures
 
 
 def get_kernel(filename: str, name: str, defines: Mapping[str, Any] | None = None,

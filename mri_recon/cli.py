@@ -142,6 +142,8 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--png", type=click.Path(path_type=Path), default=None,
               help="Also write a PNG preview (.png): the image, or a montage of a stack's images or a 3D "
                    "image's slices.")
+@click.option("--png-axis", type=click.IntRange(0, 2), default=2, show_default=True,
+              help="3-D images: the PNG montage shows the slices across this axis.")
 @click.option("--coil-maps", type=click.Choice(COIL_MAP_CHOICES), default="auto", show_default=True,
               help="auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, root-sum-of-squares).")
 @click.option("--dcf", type=click.Choice(DCF_CHOICES), default="auto", show_default=True,
@@ -163,7 +165,7 @@ def _varying(keys: list[dict]) -> list[str]:
 @_friendly
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
-                png: Path | None, coil_maps: str,
+                png: Path | None, png_axis: int, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
@@ -224,7 +226,7 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
 
             images = [r.image for _, _, _, r in results]
             shown = write_png(png, images[0] if len(images) == 1 else np.stack(images), stacked=len(images) > 1,
-                              protect=(scan,))
+                              axis=png_axis, protect=(scan,))
             shown = f" and {png} ({shown})"
         seconds = time.perf_counter() - started
         if log_json is not None:

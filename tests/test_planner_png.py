@@ -141,3 +141,26 @@ def test_fine_grid_shape_is_finufft_s(matrix):
     assert found is not None, text
     # FINUFFT reports its axes fastest first (Fortran order), ours are C order
     assert tuple(int(v) for v in found.groups()[: len(matrix)])[::-1] == fine_grid_shape(matrix, 1e-7)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_a_3d_montage_across_a_chosen_axis_shows_each_plane(rng, axis):
+    volume = rng.random((3, 4, 5))
+    pix, what = montage(volume, axis=axis)
+    assert what.startswith(f"montage of the {volume.shape[axis]} slices along axis {axis}")
+    rest = [n for d, n in enumerate(volume.shape) if d != axis]  # tiles: rows = the later axis
+    columns = int(np.ceil(np.sqrt(volume.shape[axis])))
+    assert pix.max() == 255
+    for k in range(volume.shape[axis]):
+        r, c = divmod(k, columns)
+        tile = pix[r * rest[1]:(r + 1) * rest[1], c * rest[0]:(c + 1) * rest[0]].astype(float)
+        plane = np.take(volume, k, axis=axis).T
+        # the tile is the plane, up to the montage's one brightness scale (and 8-bit rounding)
+        count = volume.shape[axis]
+        unused = np.zeros((int(np.ceil(count / columns)) * columns - count) * rest[0] * rest[1])
+        scale = np.percentile(np.concatenate([volume.ravel(), unused]), 99.5)  # black tiles count too
+        np.testing.assert_allclose(tile, np.round(np.clip(plane / scale, 0, 1) * 255), atol=1)
+    stack_pix, stack_what = montage(np.stack([volume, 2 * volume]), stacked=True, axis=axis)
+    assert f"slice {volume.shape[axis] // 2} of axis {axis} of each" in stack_what
+    with pytest.raises(OutputError, match="preview axis must be 0, 1 or 2"):
+        montage(volume, axis=3)

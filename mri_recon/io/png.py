@@ -1,8 +1,9 @@
 """A small PNG writer for magnitude previews (8-bit grayscale), using only zlib.
 
 A 2-D image is shown as it is (array axis 0 across, axis 1 down). A 3-D image, or a stack of 2-D images,
-is a montage: its slices along the last axis (or the images of the stack) tiled in a grid, row by row, in
-order. A stack of 3-D images shows the middle slice (last axis) of each image. One brightness scale (the
+is a montage: its slices across one axis (the last by default, or a chosen one), or the images of the stack,
+tiled in a grid, row by row, in order. A stack of 3-D images shows the middle slice across that axis of each
+image. One brightness scale (the
 99.5th percentile of the whole montage) is used for every tile.
 """
 
@@ -31,23 +32,29 @@ def check_png_name(path: str | os.PathLike) -> None:
         raise OutputError(f"{path}: the preview is a PNG image; name it with the extension .png")
 
 
-def _tiles(mag: np.ndarray, stacked: bool) -> tuple[list[np.ndarray], str]:
-    """2-D tiles (rows = image axis 1) and what they show."""
+def _plane(volume: np.ndarray, axis: int, index: int) -> np.ndarray:
+    """The 2-D plane ``index`` of a 3-D volume across ``axis``, rows = the later of the two remaining axes."""
+    return np.take(volume, index, axis=axis).T
+
+
+def _tiles(mag: np.ndarray, stacked: bool, axis: int) -> tuple[list[np.ndarray], str]:
+    """2-D tiles (rows = the later image axis) and what they show."""
     if stacked and mag.ndim == 3:
         return [t.T for t in mag], f"montage of the {mag.shape[0]} images of the stack"
     if stacked and mag.ndim == 4:
-        middle = mag.shape[-1] // 2
-        return [t[:, :, middle].T for t in mag], \
-            f"montage of the {mag.shape[0]} images of the stack, slice {middle} of axis 2 of each"
+        middle = mag.shape[axis + 1] // 2
+        return [_plane(t, axis, middle) for t in mag], \
+            f"montage of the {mag.shape[0]} images of the stack, slice {middle} of axis {axis} of each"
     if not stacked and mag.ndim == 3:
-        return [mag[:, :, k].T for k in range(mag.shape[2])], f"montage of the {mag.shape[2]} slices along axis 2"
+        count = mag.shape[axis]
+        return [_plane(mag, axis, k) for k in range(count)], f"montage of the {count} slices along axis {axis}"
     if not stacked and mag.ndim == 2:
         return [mag.T], "the image"
     kind = "a stack of 2-D or 3-D images" if stacked else "a 2-D or 3-D image"
     raise ValueError(f"preview needs {kind}, got shape {mag.shape}")
 
 
-def montage(image: np.ndarray, *, stacked: bool = False) -> tuple[np.ndarray, str]:
+def montage(image: np.ndarray, *, stacked: bool = False, axis: int = 2) -> tuple[np.ndarray, str]:
     """8-bit magnitude preview and a sentence saying what it shows.
 
     Parameters
@@ -56,6 +63,8 @@ def montage(image: np.ndarray, *, stacked: bool = False) -> tuple[np.ndarray, st
         A 2-D or 3-D image, or (``stacked``) several on a leading axis.
     stacked
         ``image``'s first axis is a stack of images.
+    axis
+        For 3-D images, the axis the slices are taken across (0, 1 or 2; default 2, the last).
 
     Returns
     -------
@@ -63,7 +72,9 @@ def montage(image: np.ndarray, *, stacked: bool = False) -> tuple[np.ndarray, st
         uint8 ``(rows, columns)``: tiles in a grid of ``ceil(sqrt(n))`` columns, unused tiles black; scaled
         to the 99.5th percentile so a few bright voxels do not darken the picture.
     """
-    tiles, what = _tiles(np.abs(np.asarray(image)), stacked)
+    if axis not in (0, 1, 2):
+        raise OutputError(f"preview axis must be 0, 1 or 2, found {axis!r}")
+    tiles, what = _tiles(np.abs(np.asarray(image)), stacked, axis)
     height, width = tiles[0].shape
     columns = math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / columns)
@@ -97,7 +108,8 @@ def encode_png(pixels: np.ndarray) -> bytes:
             + _chunk(b"IEND", b""))
 
 
-def write_png(path: str | os.PathLike, image: np.ndarray, *, stacked: bool = False, protect: tuple = ()) -> str:
+def write_png(path: str | os.PathLike, image: np.ndarray, *, stacked: bool = False, axis: int = 2,
+              protect: tuple = ()) -> str:
     """Write the magnitude preview (:func:`montage`) of ``image`` to ``path`` atomically; returns what it
     shows.
 
@@ -107,7 +119,7 @@ def write_png(path: str | os.PathLike, image: np.ndarray, *, stacked: bool = Fal
         ``path`` does not end in ``.png`` (:func:`check_png_name`), or cannot be written.
     """
     check_png_name(path)
-    pixels, what = montage(image, stacked=stacked)
+    pixels, what = montage(image, stacked=stacked, axis=axis)
     data = encode_png(pixels)
     with atomic_output(path, protect=protect) as tmp:
         tmp.write_bytes(data)

@@ -51,6 +51,28 @@ class Result:
                 f"residual={self.residuals[-1]:.2e}, device={self.device!r}, "
                 f"engine={self.parameters.get('method')!r}, combine={self.combine!r})")
 
+    def _repr_png_(self) -> bytes:
+        """The magnitude preview as PNG bytes (Jupyter shows it; a 3-D image as a montage of its slices)."""
+        from .io.png import encode_png, montage  # noqa: PLC0415 - on use
+
+        return encode_png(montage(self.image)[0])
+
+    def show(self, axis: int = 2, ax: Any = None) -> Any:
+        """Draw the magnitude with matplotlib (optional: ``pip install matplotlib``); a 3-D image as a montage
+        of its slices across ``axis``. Returns the matplotlib image; ``ax``: the axes to draw in."""
+        from .io.png import montage  # noqa: PLC0415 - on use
+
+        try:
+            import matplotlib.pyplot as plt  # noqa: PLC0415 - optional
+        except ImportError as exc:
+            raise OutputError("Result.show needs matplotlib (pip install matplotlib); Jupyter shows a Result "
+                              "without it (its PNG preview)") from exc
+        pixels, what = montage(self.image, axis=axis)
+        ax = ax if ax is not None else plt.figure().gca()
+        ax.set_title(what, fontsize=9)
+        ax.set_axis_off()
+        return ax.imshow(pixels, cmap="gray", vmin=0, vmax=255)
+
 
 
 def output_format(output: str | os.PathLike, format: str | None = None) -> str:

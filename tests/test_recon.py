@@ -229,6 +229,24 @@ def test_short_reprs_name_shapes_not_values(sense_scan):
     assert len(text) < 300 and len(repr(result)) < 200
 
 
+def test_result_shows_itself_in_notebooks(sense_scan, monkeypatch):
+    import struct
+    import sys
+
+    from mri_recon.errors import OutputError
+    from mri_recon.io.png import encode_png, montage
+
+    scan, _ = sense_scan
+    result = reconstruct(scan, iterations=2, tol=0.0)
+    png = result._repr_png_()
+    assert png == encode_png(montage(result.image)[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == tuple(scan.matrix)  # width = axis 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # matplotlib stays optional: a clear message
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(OutputError, match="Result.show needs matplotlib"):
+        result.show()
+
+
 def test_progress_true_prints_the_events(sense_scan, capsys):
     scan, _ = sense_scan
     reconstruct(scan, iterations=2, tol=0.0, progress=True)

@@ -14,7 +14,6 @@ and ``forward(x)[c, m] = sum_n x[c, n] exp(-i 2 pi k_m . r_n)``; complex64 in an
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 from ..backend import Device, cupy_module, device_memory, resolve_device
 from ..errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
 from ..kernels import get_kernel
+from .gpu_fft import fft_plan
 from .nufft_params import NufftParams, kernel_width, nufft_params
 
 KERNEL_FILE = "nufft.cu"
@@ -264,7 +264,7 @@ class GpuNufft:
 
         direction = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
         with cupy.cuda.Device(self.device.index):
-            _fft_plan(tuple(grid.shape), self.device.index).fft(grid, grid, direction)
+            fft_plan(tuple(grid.shape), self.device.index).fft(grid, grid, direction)
 
     def _groups(self, coils: int) -> list[tuple[int, int]]:
         group = min(coils, self.max_group)
@@ -361,18 +361,6 @@ class GpuNufft:
             _require(out, "out", "complex64", self.matrix, self.device)
             self._adjoint_into(weights[None], out[None], real=True)
         return out
-
-
-@functools.lru_cache(maxsize=16)
-def _fft_plan(shape: tuple[int, ...], device_index: int) -> Any:
-    """In-place complex64 cuFFT plan over every axis but the first (the coils), made once per shape and
-    device: plans are costly to make (milliseconds) and a reconstruction makes a NUFFT plan per trajectory."""
-    from cupyx.scipy.fftpack import get_fft_plan  # noqa: PLC0415 - CuPy is optional
-
-    cupy = cupy_module()
-    with cupy.cuda.Device(device_index):
-        probe = cupy.empty(shape, dtype=cupy.complex64)
-        return get_fft_plan(probe, axes=tuple(range(1, len(shape))), value_type="C2C")
 
 
 def psf(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, eps: float = DEFAULT_EPS,

@@ -11,7 +11,6 @@ per application stays below the device's. The NumPy/CuPy reference is
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -20,19 +19,9 @@ import numpy as np
 from ..backend import Device, cupy_module
 from ..kernels import get_kernel
 from .base import LinearOperator
+from .gpu_fft import fft_plan
 
 BLOCK = 256
-
-
-@functools.lru_cache(maxsize=8)
-def _plan(shape: tuple[int, ...], device_index: int) -> Any:
-    """In-place complex64 cuFFT plan over every axis but the first (a batch), made once per shape."""
-    from cupyx.scipy.fftpack import get_fft_plan  # noqa: PLC0415 - GPU only
-
-    cupy = cupy_module()
-    with cupy.cuda.Device(device_index):
-        probe = cupy.empty(shape, dtype=cupy.complex64)
-        return get_fft_plan(probe, axes=tuple(range(1, len(shape))))
 
 
 class FusedSenseNormal(LinearOperator):
@@ -62,7 +51,7 @@ class FusedSenseNormal(LinearOperator):
         self._reduce = get_kernel("toeplitz.cu", "mri_recon_sense_reduce", None, device)
         self._multiply = get_kernel("toeplitz.cu", "mri_recon_sense_filter", None, device)
         counts = {self._step, self._n_coils % self._step or self._step}
-        self._plans = {count: _plan((count, *grid), device.index) for count in counts}
+        self._plans = {count: fft_plan((count, *grid), device.index) for count in counts}
         self._nvox = math.prod(matrix)
         self._lam = np.float32(lam)
         self._sizes = (np.int32(dims[0]), np.int32(dims[1]), np.int32(dims[2]), np.int32(pdims[1]),

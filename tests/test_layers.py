@@ -26,7 +26,8 @@ LAYERS = [
     {"result"},
     {"pipeline"},
     {"doctor"},
-    {"cli", "console", "__init__", "simulate"},
+    {"batch"},
+    {"cli", "cli_batch", "console", "__init__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -16,8 +16,9 @@ Concurrent processes (the workers of a batch run) share one folder safely. Reade
 entries (a rename is atomic, and every entry is checksummed). :meth:`PsfCache.fill` computes a missing entry
 once: the process that computes it holds an exclusive lock on ``KEY.lock`` (``fcntl.flock``; a lock is
 released by the kernel when its process dies, even by SIGKILL), and the others wait for that lock, then read
-the entry. Where ``flock`` does not work (some network file systems, Windows) several processes may compute the
-same entry; the last rename wins and every version is complete, so nothing is corrupted.
+the entry; the lock file is removed once the entry is stored (one left by a killed process is reused, and
+``clear`` removes it). Where ``flock`` does not work (some network file systems, Windows) several processes
+may compute the same entry; the last rename wins and every version is complete, so nothing is corrupted.
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ class PsfCache:
                 log.debug("PSF %s: computed without a lock (no flock here)", key[:12])
             psf = np.asarray(compute())
             self.store(key, psf)
+            # The entry exists now, so the lock has done its job: removed while held (a process still waiting
+            # on it reads the entry; a newcomer finds the entry before it would lock)
+            with contextlib.suppress(OSError):
+                (self.directory / f"{key}.lock").unlink()
             return psf, "miss"
 
     def _entries(self) -> list[tuple[float, int, Path]]:

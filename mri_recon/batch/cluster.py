@@ -117,6 +117,15 @@ def connect(scheduler: str) -> Cluster:
 def start_local(workers: int | None, device: str) -> Cluster:
     """A local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU."""
     distributed = _distributed()
+    import dask  # noqa: PLC0415 - with distributed
+
+    # one scan per worker at a time: no scan waits behind another on a busy worker while one is idle, and a
+    # worker's death reschedules only the scan it was running
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        return _start_local(distributed, workers, device)
+
+
+def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
     quiet = {"silence_logs": logging.ERROR, "memory_limit": 0, "threads_per_worker": 1}
     if not wants_gpu(device):
         count = workers or 1

@@ -149,7 +149,7 @@ def _run_dask(client: Any, tasks: list[ScanTask], notify: Progress) -> list[Scan
     deaths = _worker_deaths(client, list(results))
     for key, count in deaths.items():
         if count and results[key].status == "done":
-            results[key] = results[key].with_note(f"retried: {count} worker(s) died while running it")
+            results[key] = results[key].with_note(f"rescheduled: a worker holding it died ({count}x)")
     return [results[f.key] for f in futures]
 
 
@@ -163,7 +163,8 @@ def _lost(exc: BaseException) -> str:
 
 
 def _worker_deaths(client: Any, keys: list[str]) -> dict[str, int]:
-    """How many workers died while running each task (the scheduler's count of suspicious deaths)."""
+    """How many workers died while holding each task, running it or holding it next in line (the scheduler's
+    count of "suspicious" deaths; Dask runs such a task again on another worker)."""
 
     def probe(dask_scheduler, keys):
         return {k: int(dask_scheduler.tasks[k].suspicious) for k in keys if k in dask_scheduler.tasks}

@@ -95,7 +95,7 @@ class ScanOutcome:
     status: str
     """``"done"``, ``"skipped"`` (complete from an earlier run) or ``"failed"``."""
     reason: str = ""
-    """One line: why it failed or was skipped, or a note (``"retried: its worker died"``)."""
+    """One line: why it failed or was skipped, or a note (``"rescheduled: a worker holding it died (1x)"``)."""
     images: int = 0
     iterations: int = 0
     """CG iterations of all its images."""

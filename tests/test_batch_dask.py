@@ -1,0 +1,105 @@
+"""Batch reconstruction on a local Dask cluster: the same bits as single-scan runs, one PSF computation for a
+shared trajectory, and a worker killed (SIGKILL) mid-run losing nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+from click.testing import CliRunner
+from test_batch import FAST, arrays, make_scans, single
+
+from mri_recon.batch import reconstruct_many
+from mri_recon.batch.record import complete, record_path
+from mri_recon.batch.runner import _lost
+from mri_recon.cli import main
+
+distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def client():
+    import dask
+
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):  # as mri_recon.batch.cluster
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=0,
+                                           dashboard_address=":0", silence_logs=40)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def test_two_workers_give_the_bits_of_single_scan_runs_and_one_psf(tmp_path, rng, client):
+    scans = make_scans(tmp_path / "in", 4, rng)
+    report = reconstruct_many(scans, tmp_path / "out", client, cache_dir=str(tmp_path / "cache"), **FAST)
+    assert report.ok and [o.status for o in report.outcomes] == ["done"] * 4
+    assert sorted(o.psf for o in report.outcomes) == ["hit", "hit", "hit", "miss"]  # computed once, shared
+    for scan, outcome in zip(scans, report.outcomes):
+        image, residuals = arrays(Path(outcome.output))
+        ref_image, ref_residuals = arrays(single(scan, tmp_path / f"{scan.stem}.single.h5", "--no-cache"))
+        assert image.tobytes() == ref_image.tobytes() and residuals.tobytes() == ref_residuals.tobytes()
+
+
+def test_worker_killed_mid_run_loses_nothing(tmp_path, rng, client):
+    scans = make_scans(tmp_path / "in", 6, rng, matrix=(48, 48), coils=2)
+    options = {"iterations": 40, "tol": 0.0, "method": "exact", "device": "cpu"}  # about a second per scan
+    pids = client.run(os.getpid)
+    killed = []
+
+    def kill_a_busy_worker():
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            busy = [w for w, keys in client.processing().items() if keys and w in pids]
+            if busy:
+                time.sleep(0.3)  # well into its scan
+                os.kill(pids[busy[0]], signal.SIGKILL)
+                killed.append(busy[0])
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_a_busy_worker)
+    killer.start()
+    report = reconstruct_many(scans, tmp_path / "out", client, cache=False, **options)
+    killer.join()
+    assert killed, "no worker was seen running a scan"
+    assert report.ok and [o.status for o in report.outcomes] == ["done"] * 6
+    # the scan it was running, and any it held next in line, ran again elsewhere: said in the summary
+    rescheduled = [o for o in report.outcomes if "rescheduled: a worker holding it died (1x)" in o.reason]
+    assert 1 <= len(rescheduled) <= 3 and "rescheduled" in report.table(), report.table()
+    for scan, outcome in zip(scans, report.outcomes):  # every output complete and recorded, none partial
+        with h5py.File(outcome.output) as f:
+            assert f["image"].shape == (48, 48) and f.attrs["iterations"] == 40
+        assert complete(outcome.output, scan, {**_settings(report, outcome)}) is None
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+    rerun = CliRunner().invoke(main, ["reconstruct", *map(str, scans), "-o", str(tmp_path / "out"), "--iterations",
+                                      "40", "--tol", "0", "--method", "exact", "--device", "cpu", "--no-cache"])
+    assert rerun.exit_code == 0 and "6 skipped (complete)" in rerun.output, rerun.output
+
+
+def _settings(report, outcome):
+    import json
+
+    return json.loads(record_path(outcome.output).read_text())["settings"]
+
+
+def test_a_task_whose_workers_keep_dying_is_reported_as_lost():
+    from distributed.scheduler import KilledWorker
+
+    message = _lost(KilledWorker("mri-recon-scan-0-a.h5", "tcp://127.0.0.1:1", 3))
+    assert message.startswith("its worker died each time it ran it") and "\n" not in message
+    assert _lost(RuntimeError("scheduler lost\nmore")) == "RuntimeError: scheduler lost"
+
+
+def test_cli_workers_prints_the_dashboard_and_the_summary(tmp_path, rng):
+    scans = make_scans(tmp_path / "in", 2, rng)
+    result = CliRunner().invoke(main, ["reconstruct", str(tmp_path / "in" / "*.h5"), "-o", str(tmp_path / "out"),
+                                       "--workers", "2", "--iterations", "4", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "LocalCluster, 2 worker process(es) on the CPU; Dask dashboard: http" in result.output
+    assert "2 scan(s): 2 done, 0 skipped (complete), 0 failed" in result.output
+    assert all((tmp_path / "out" / f"{s.stem}.recon.h5").is_file() for s in scans)

@@ -22,6 +22,9 @@ from ..errors import DeviceError, InvalidDataError
 
 log = logging.getLogger(__name__)
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""Thread settings Dask's nannies impose on their workers by default; a local cluster of ours does not."""
+
 
 @dataclass
 class Cluster:
@@ -117,12 +120,29 @@ def connect(scheduler: str) -> Cluster:
 def start_local(workers: int | None, device: str) -> Cluster:
     """A local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU."""
     distributed = _distributed()
+    with local_config():
+        return _start_local(distributed, workers, device)
+
+
+@contextlib.contextmanager
+def local_config():
+    """Dask's configuration for a local cluster of ours (the scheduler and nannies read it when they start).
+
+    One scan per worker at a time (``worker-saturation`` 1): no scan waits behind another on a busy worker
+    while one is idle, and a worker's death reschedules only the scan it was running (when the scans form
+    one group larger than twice the workers' threads; smaller batches go to the workers at once).
+
+    The workers' threads as in a single-scan run: Dask's nannies set ``OMP_NUM_THREADS=1`` (and MKL's and
+    OpenBLAS's) in their workers, which changes BLAS's summation order in CG's inner products, so the images
+    would differ from a single-scan run's in the last bits; our workers inherit this process's environment.
+    """
     import dask  # noqa: PLC0415 - with distributed
 
-    # one scan per worker at a time: no scan waits behind another on a busy worker while one is idle, and a
-    # worker's death reschedules only the scan it was running
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
-        return _start_local(distributed, workers, device)
+    environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
+               if k not in THREAD_VARIABLES}
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
+                          "distributed.nanny.pre-spawn-environ": environ}):
+        yield
 
 
 def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:

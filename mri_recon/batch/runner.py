@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,8 @@ def _run_here(tasks: list[ScanTask], notify: Progress) -> list[ScanOutcome]:
 def _run_dask(client: Any, tasks: list[ScanTask], notify: Progress) -> list[ScanOutcome]:
     from distributed import as_completed  # noqa: PLC0415 - Dask only here
 
-    futures = {client.submit(run_scan, task, key=f"mri-recon-scan-{i}-{task.input.name}", pure=False): task
+    run = uuid.uuid4().hex[:12]  # keys unique to this call: the scheduler may still hold an earlier call's
+    futures = {client.submit(run_scan, task, key=f"mri-recon-scan-{i}-{task.input.name}-{run}", pure=False): task
                for i, task in enumerate(tasks)}
     results: dict[str, ScanOutcome] = {}
     for future in as_completed(list(futures)):

@@ -7,12 +7,13 @@ a temporary folder as schema-v1 HDF5. Every run reconstructs all of them into a 
 fresh PSF cache (``overwrite``), so each run computes the PSF once (exact engines; the GPU NUFFT computes it
 per scan, faster than a cache read) and writes every output; the JSON counts the PSF computations.
 
-Timing: each configuration (in-process, then each worker count) is warmed up by one untimed run (imports,
-FINUFFT and FFT set-up, CUDA context and kernel compilation in every worker), then timed ``--repeats``
-times; the median wall time of ``reconstruct_many`` (submission to the last output written) gives the
-throughput. Starting the cluster is timed separately and not counted. Each worker count's outputs are
-compared with the in-process run's: image and residuals bit-identical, and the largest relative L2
-difference of the images.
+Timing: every cluster is started first (its start-up timed separately, not counted); then each
+configuration (in-process, each worker count) is warmed up by one untimed run (imports, FINUFFT and FFT
+set-up, CUDA context and kernel compilation in every worker), and the configurations are timed in turn,
+``--repeats`` rounds, so that the load of a shared machine falls on all alike; the median wall time of
+``reconstruct_many`` (submission to the last output written) gives the throughput. Each worker count's
+outputs are compared with the in-process run's: image and residuals bit-identical, and the largest relative
+L2 difference of the images.
 
 Usage (one line each):
 
@@ -63,25 +64,24 @@ def images(report) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def measure(scans, folder: Path, repeats: int, options: dict, client=None) -> dict:
-    runs, report = [], None
-    for attempt in range(repeats + 1):  # attempt 0 warms up
-        out, cache = folder / f"out{attempt}", folder / f"cache{attempt}"
-        started = time.perf_counter()
-        report = reconstruct_many(scans, out, client, overwrite=True, cache_dir=str(cache), **options)
-        seconds = time.perf_counter() - started
-        if not report.ok:
-            raise SystemExit(f"bench_batch: a scan failed: {report.failed[0].input}: {report.failed[0].reason}")
-        if attempt:
-            runs.append(seconds)
+def one_run(scans, folder: Path, options: dict, client=None) -> tuple[float, object]:
+    out, cache = tempfile.mkdtemp(dir=folder, prefix="out"), tempfile.mkdtemp(dir=folder, prefix="cache")
+    started = time.perf_counter()
+    report = reconstruct_many(scans, out, client, overwrite=True, cache_dir=cache, **options)
+    seconds = time.perf_counter() - started
+    if not report.ok:
+        raise SystemExit(f"bench_batch: a scan failed: {report.failed[0].input}: {report.failed[0].reason}")
+    return seconds, report
+
+
+def summarize(scans, runs: list[float], report) -> dict:
     wall = statistics.median(runs)
     return {"wall_s": runs, "median_wall_s": wall, "scans_per_s": len(scans) / wall,
             "psf_computed": sum(o.psf != "hit" for o in report.outcomes),
             "psf_states": sorted({o.psf for o in report.outcomes}),
             "per_scan_s_median": statistics.median(o.seconds for o in report.outcomes),
             "engine": report.outcomes[0].engine, "devices": sorted({o.device for o in report.outcomes}),
-            "workers_used": len({o.worker for o in report.outcomes}), "where": report.where,
-            "_report": report}
+            "workers_used": len({o.worker for o in report.outcomes}), "where": report.where}
 
 
 def compare(a, b) -> dict:
@@ -101,7 +101,10 @@ def main() -> None:
     parser.add_argument("--method", default="auto", choices=["auto", "exact", "nufft"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts, or 'all' (GPUs)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dask-default-env", action="store_true",
+                        help="start the workers with Dask's default environment (OMP_NUM_THREADS=1, "
+                             "MALLOC_TRIM_THRESHOLD_, ...) instead of ours, to measure what it costs")
     args = parser.parse_args()
     gpus = visible_gpus() if args.device == "gpu" else []
     counts = ([len(gpus)] if args.workers == "all" else [int(w) for w in args.workers.split(",")])
@@ -110,26 +113,43 @@ def main() -> None:
               "machine": platform.machine(), "cpus": os.cpu_count(), "device": args.device,
               "visible_gpus": gpus, "gpu_count": gpu_count(), "scans": args.scans, "matrix": [args.matrix] * 2,
               "coils": args.coils, "iterations": args.iterations, "method": args.method, "repeats": args.repeats,
-              "runs": {}}
+              "dask_default_env": args.dask_default_env, "load_before": os.getloadavg(), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench_batch.") as tmp:
         folder = Path(tmp)
         scans = make_scans(folder, args.scans, (args.matrix, args.matrix), args.coils)
-        base = measure(scans, folder / "here", args.repeats, options)
-        reference = images(base.pop("_report"))
+        configs = {"in_process": None}
+        clusters = {}
+        try:
+            for count in counts:
+                started = time.perf_counter()
+                if args.dask_default_env:
+                    clusters[count] = start_local_dask_defaults(count, args.device)
+                else:
+                    clusters[count] = start_local(count, args.device)
+                clusters[count].startup_s = time.perf_counter() - started
+                configs[f"workers_{count}"] = clusters[count].client
+            # every configuration warmed up once, then timed in turn (a shared machine's load hits all alike)
+            times = {name: [] for name in configs}
+            last = {}
+            for attempt in range(args.repeats + 1):
+                for name, client in configs.items():
+                    seconds, last[name] = one_run(scans, folder, options, client)
+                    if attempt:
+                        times[name].append(seconds)
+        finally:
+            for cluster in clusters.values():
+                cluster.close()
+        base = summarize(scans, times["in_process"], last["in_process"])
+        reference = images(last["in_process"])
         result["runs"]["in_process"] = base
         print(f"in process: {base['scans_per_s']:.2f} scans/s ({base['engine']} on {base['devices']}, "
               f"PSF computed {base['psf_computed']}x)", file=sys.stderr)
         for count in counts:
-            started = time.perf_counter()
-            cluster = start_local(count, args.device)
-            startup = time.perf_counter() - started
-            try:
-                run = measure(scans, folder / f"w{count}", args.repeats, options, cluster.client)
-            finally:
-                cluster.close()
-            run.update(compare(images(run.pop("_report")), reference), cluster=cluster.kind, startup_s=startup,
+            name, cluster = f"workers_{count}", clusters[count]
+            run = summarize(scans, times[name], last[name])
+            run.update(compare(images(last[name]), reference), cluster=cluster.kind, startup_s=cluster.startup_s,
                        gpus=cluster.gpus, vs_in_process=run["scans_per_s"] / base["scans_per_s"])
-            result["runs"][f"workers_{count}"] = run
+            result["runs"][name] = run
             print(f"{count} worker(s): {run['scans_per_s']:.2f} scans/s ({run['vs_in_process']:.2f}x in-process; "
                   f"{cluster.kind}; bit-identical {run['bit_identical']}, PSF computed {run['psf_computed']}x)",
                   file=sys.stderr)
@@ -138,7 +158,20 @@ def main() -> None:
         result["speedup_vs_first_count"] = {f"workers_{c}": result["runs"][f"workers_{c}"]["scans_per_s"] / first
                                             for c in counts}
         print(f"speed-up against {counts[0]} worker(s): {result['speedup_vs_first_count']}", file=sys.stderr)
+    result["load_after"] = os.getloadavg()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def start_local_dask_defaults(count: int, device: str):
+    """A local cluster as :func:`start_local` makes it, but with Dask's default worker environment."""
+    from mri_recon.batch import cluster as module
+
+    saved = module.NANNY_ENVIRON
+    module.NANNY_ENVIRON = ()
+    try:
+        return start_local(count, device)
+    finally:
+        module.NANNY_ENVIRON = saved
 
 
 if __name__ == "__main__":

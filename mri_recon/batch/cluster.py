@@ -156,14 +156,16 @@ def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
         gpus: list[str] = []
     else:
         gpus = plan_gpu_workers(workers, visible_gpus())
+        cluster, kind = None, f"LocalCUDACluster, one worker per GPU ({','.join(gpus)})"
         try:
             from dask_cuda import LocalCUDACluster  # noqa: PLC0415 - the gpu extra, imported on use
-        except ImportError as exc:
-            log.info("dask-cuda is not usable (%s): one nanny per GPU pinned by CUDA_VISIBLE_DEVICES instead", exc)
-            cluster, kind = _pinned_cluster(distributed, gpus), f"SpecCluster, one worker per GPU ({','.join(gpus)})"
-        else:
+
             cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), n_workers=len(gpus), **quiet)
-            kind = f"LocalCUDACluster, one worker per GPU ({','.join(gpus)})"
+        except Exception as exc:  # noqa: BLE001 - not installed, or a dependency missing at start: pin ourselves
+            absent = isinstance(exc, ImportError) and exc.name == "dask_cuda"  # not installed: expected
+            log.log(logging.INFO if absent else logging.WARNING, "dask-cuda is not usable (%s: %s): one nanny per "
+                    "GPU pinned by CUDA_VISIBLE_DEVICES instead", type(exc).__name__, str(exc).split("\n")[0])
+            cluster, kind = _pinned_cluster(distributed, gpus), f"SpecCluster, one worker per GPU ({','.join(gpus)})"
     client = distributed.Client(cluster)
     log.info("started %s; dashboard %s", kind, _dashboard(client))
     return Cluster(client, kind, _dashboard(client), gpus, owned=cluster)

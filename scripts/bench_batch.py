@@ -1,11 +1,12 @@
 """Throughput of batch reconstruction: scans per second of ``reconstruct_many`` in this process against local
 Dask clusters of 1, 2, ... workers (CPU processes, or one worker per GPU), the outputs compared bit for bit.
 
-Problem: ``--scans`` simulated scans of one trajectory (golden-angle radial, 2x readout oversampling,
-``--coils`` coils with their maps in the file, pipe density weights), different noise per scan, written to
-a temporary folder as schema-v1 HDF5. Every run reconstructs all of them into a fresh output folder with a
-fresh PSF cache (``overwrite``), so each run computes the PSF once (exact engines; the GPU NUFFT computes it
-per scan, faster than a cache read) and writes every output; the JSON counts the PSF computations.
+Problem: ``--scans`` scans of one trajectory (golden-angle radial, 2x readout oversampling, ``--coils``
+coils with their maps in the file, pipe density weights): one simulated scan and copies of it with fresh
+noise added to the k-space, written to a temporary folder as schema-v1 HDF5. Every run reconstructs all of
+them into a fresh output folder with a fresh PSF cache (``overwrite``), so each run computes the PSF once
+(exact engines; the GPU NUFFT computes it per scan, faster than a cache read) and writes every output; the
+JSON counts the PSF computations.
 
 Timing: every cluster is started first (its start-up timed separately, not counted); then each
 configuration (in-process, each worker count) is warmed up by one untimed run (imports, FINUFFT and FFT
@@ -19,6 +20,8 @@ Usage (one line each):
 
   CPU, 2 cores:  python scripts/bench_batch.py OUT.json --scans 8 --matrix 64 --coils 4 --device cpu --workers 1,2
   H200:          python scripts/bench_batch.py OUT.json --scans 32 --matrix 256 --coils 8 --device gpu --workers 1
+  PSF once:      the same with --method exact (the exact engines read the shared PSF cache; the GPU NUFFT,
+                 which method auto picks at this size, computes its PSF per scan, faster than a cache read)
   2 GPUs:        python scripts/bench_batch.py OUT.json --scans 32 --matrix 256 --coils 8 --device gpu --workers 1,2
 
 ``--workers all`` asks for one worker per visible GPU. A summary goes to stderr.
@@ -27,6 +30,7 @@ Usage (one line each):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -48,10 +52,17 @@ from mri_recon.sim.simulate import simulate_scan
 
 
 def make_scans(folder: Path, n: int, matrix: tuple[int, int], coils: int) -> list[Path]:
+    """``n`` scans of one trajectory: one simulated scan, and copies with fresh noise (simulating a 256^2
+    8-coil scan takes seconds; adding noise, milliseconds)."""
+    first = simulate_scan(matrix, "golden", coils=coils, snr=30, seed=1000)
+    sigma = float(np.std(first.noise)) if first.noise is not None else 1e-3 * float(np.abs(first.kspace).max())
+    gen = np.random.default_rng(1000)
     paths = []
     for i in range(n):
+        noise = gen.standard_normal((2, *first.kspace.shape)).astype(np.float32) * np.float32(sigma / np.sqrt(2))
+        scan = first if i == 0 else dataclasses.replace(first, kspace=first.kspace + (noise[0] + 1j * noise[1]))
         path = folder / f"scan{i:03d}.h5"
-        save_scan(path, simulate_scan(matrix, "golden", coils=coils, snr=30, seed=1000 + i))
+        save_scan(path, scan)
         paths.append(path)
     return paths
 

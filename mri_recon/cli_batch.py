@@ -72,8 +72,9 @@ def run_batch(params: dict[str, Any]) -> None:
         click.echo(report.table(), err=True)
     if report.failed:
         first = report.failed[0]
-        raise click.ClickException(f"{len(report.failed)} of {len(report.outcomes)} scan(s) failed (first: "
-                                   f"{first.input}: {first.reason}); the others are complete")
+        why = first.reason if first.reason.startswith(first.input) else f"{first.input}: {first.reason}"
+        raise click.ClickException(f"{len(report.failed)} of {len(report.outcomes)} scan(s) failed (first: {why}); "
+                                   f"the others are complete")
 
 
 class _ScanBar:

@@ -105,3 +105,25 @@ def test_cli_workers_prints_the_dashboard_and_the_summary(tmp_path, rng):
     assert "LocalCluster, 2 worker process(es) on the CPU; Dask dashboard: http" in result.output
     assert "2 scan(s): 2 done, 0 skipped (complete), 0 failed" in result.output
     assert all((tmp_path / "out" / f"{s.stem}.recon.h5").is_file() for s in scans)
+
+
+def test_an_mrd_file_is_split_over_the_workers_with_the_bits_of_one_run(tmp_path, rng, client):
+    from mri_recon.io import load_scan
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
+
+    base = load_scan(make_scans(tmp_path / "base", 1, rng)[0])
+    mrd = tmp_path / "in" / "study.mrd.h5"
+    mrd.parent.mkdir()
+    write_ismrmrd(mrd, [({"slice": s, "contrast": c}, base.replace(kspace=base.kspace * (1 + s + 10 * c)))
+                        for s in range(3) for c in range(2)])
+    report = reconstruct_many([mrd], tmp_path / "out", client, cache_dir=str(tmp_path / "cache"), **FAST)
+    (outcome,) = report.outcomes
+    assert outcome.status == "done" and outcome.parts == 2 and outcome.images == 6, report.table()
+    assert "6 images in 2 parts" in report.table()
+    image, residuals = arrays(Path(outcome.output))
+    ref_image, ref_residuals = arrays(single(mrd, tmp_path / "single.h5", "--no-cache"))
+    assert image.shape == (3, 2, 32, 32)
+    assert image.tobytes() == ref_image.tobytes() and residuals.tobytes() == ref_residuals.tobytes()
+    assert complete(outcome.output, mrd, _settings(report, outcome)) is None
+    rerun = reconstruct_many([mrd], tmp_path / "out", client, **FAST)
+    assert [o.status for o in rerun.outcomes] == ["skipped"]

@@ -136,9 +136,23 @@ def _run_here(tasks: list[ScanTask], notify: Progress) -> list[ScanOutcome]:
 def _run_dask(client: Any, tasks: list[ScanTask], notify: Progress) -> list[ScanOutcome]:
     from distributed import as_completed  # noqa: PLC0415 - Dask only here
 
+    from .split import plan_parts, run_part, write_parts
+
     run = uuid.uuid4().hex[:12]  # keys unique to this call: the scheduler may still hold an earlier call's
-    futures = {client.submit(run_scan, task, key=f"mri-recon-scan-{i}-{task.input.name}-{run}", pure=False): task
-               for i, task in enumerate(tasks)}
+    threads = sum(client.nthreads().values()) if hasattr(client, "nthreads") else 1
+    parts = plan_parts(tasks, threads)
+    futures, keys = {}, {}
+    for i, task in enumerate(tasks):
+        name = f"mri-recon-scan-{i}-{task.input.name}-{run}"
+        if i in parts:  # an MRD file's images over several workers, then one task writes the output
+            pieces = [client.submit(run_part, task, part, key=f"mri-recon-part-{i}.{j}-{run}", pure=False)
+                      for j, part in enumerate(parts[i])]
+            future = client.submit(write_parts, task, *pieces, key=name, pure=False)
+            keys[name] = [name] + [p.key for p in pieces]
+        else:
+            future = client.submit(run_scan, task, key=name, pure=False)
+            keys[name] = [name]
+        futures[future] = task
     results: dict[str, ScanOutcome] = {}
     for future in as_completed(list(futures)):
         task = futures[future]
@@ -148,10 +162,11 @@ def _run_dask(client: Any, tasks: list[ScanTask], notify: Progress) -> list[Scan
             outcome = ScanOutcome(str(task.input), str(task.output), "failed", _lost(exc))
         results[future.key] = outcome
         notify("scan", outcome)
-    deaths = _worker_deaths(client, list(results))
-    for key, count in deaths.items():
-        if count and results[key].status == "done":
-            results[key] = results[key].with_note(f"rescheduled: a worker holding it died ({count}x)")
+    deaths = _worker_deaths(client, [k for ks in keys.values() for k in ks])
+    for key, outcome in results.items():
+        count = sum(deaths.get(k, 0) for k in keys[key])
+        if count and outcome.status == "done":
+            results[key] = outcome.with_note(f"rescheduled: a worker holding it died ({count}x)")
     return [results[f.key] for f in futures]
 
 

@@ -74,7 +74,8 @@ class ReconOptions:
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (recorded in the completion record; not the device or the cache)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("device", "cache", "cache_dir")}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("device", "cache", "cache_dir")}
+        return {**out, "format": self.format or "hdf5"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ class ScanOutcome:
     seconds: float = 0.0
     """Wall time of the task in its worker."""
     worker: str = ""
-    """``HOST:PID`` of the process that ran it."""
+    """``HOST:PID`` of the process that ran it (that wrote it, for a scan split into parts)."""
+    parts: int = 1
+    """Tasks its images were reconstructed in (more than one: an MRD file split over several workers)."""
 
     def with_note(self, note: str) -> ScanOutcome:
         return dataclasses.replace(self, reason="; ".join(r for r in (self.reason, note) if r))
@@ -123,35 +126,55 @@ def _one_line(exc: BaseException) -> str:
 def run_scan(task: ScanTask) -> ScanOutcome:
     """Reconstruct ``task.input`` into ``task.output`` and record it as complete (in a worker)."""
     started = time.perf_counter()
-    where = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        done = _reconstruct(task)
+        done = write_images(task, reconstruct_images(task))
     except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the others: reported, not raised
-        log.warning("%s: failed: %s", task.input, _one_line(exc))
-        return ScanOutcome(str(task.input), str(task.output), "failed", _one_line(exc),
-                           seconds=time.perf_counter() - started, worker=where)
-    return dataclasses.replace(done, seconds=time.perf_counter() - started, worker=where)
+        return failed(task, exc, started)
+    return dataclasses.replace(done, seconds=time.perf_counter() - started, worker=here())
 
 
-def _reconstruct(task: ScanTask) -> ScanOutcome:
+def here() -> str:
+    """``HOST:PID`` of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def failed(task: ScanTask, exc: BaseException, started: float) -> ScanOutcome:
+    """The outcome of a scan that raised ``exc`` (logged as a warning)."""
+    log.warning("%s: failed: %s", task.input, _one_line(exc))
+    return ScanOutcome(str(task.input), str(task.output), "failed", _one_line(exc),
+                       seconds=time.perf_counter() - started, worker=here())
+
+
+def reconstruct_images(task: ScanTask, keys: list[dict] | None = None) -> list[tuple]:
+    """``(key, scan, record, result)`` of every image of ``task.input`` (that ``task.options.choice``
+    keeps), or of those with the given ``keys`` (a part of an MRD file's images), in file order."""
     from ..io import load_scans
     from ..io.cache import PsfCache
     from ..pipeline import reconstruct
     from ..prep import prepare_scan
-    from ..result import write_result
 
     opts = task.options
     picked = {k: v for k, v in opts.choice.items() if v is not None}
     cache = PsfCache(opts.cache_dir) if opts.cache else None
     results = []
-    for _key, loaded in load_scans(task.input, traj_units=opts.traj_units, **picked):
+    for key, loaded in load_scans(task.input, traj_units=opts.traj_units, **picked):
+        if keys is not None and key not in keys:
+            continue
         ready, record = prepare_scan(loaded, prewhiten=opts.prewhiten, dcf=opts.dcf, coil_maps=opts.coil_maps,
                                      field_map=opts.field_map)
         result = reconstruct(ready, iterations=opts.iterations, tol=opts.tol, lam=opts.lam,
                              filter_sigma=opts.filter_sigma, device=opts.device, method=opts.method,
                              psf_cache=cache, estimate_maps=record.pop("estimate_maps"),
                              maps_basis=record.pop("maps_basis"))
-        results.append((_key, ready, record, result))
+        results.append((key, ready, record, result))
+    return results
+
+
+def write_images(task: ScanTask, results: list[tuple], parts: int = 1) -> ScanOutcome:
+    """Write the images ``results`` (in file order) to ``task.output`` and its completion record."""
+    from ..result import write_result
+
+    opts = task.options
     write_result(task.output, results, task.input, format=opts.format, complex_=opts.complex_,
                  magnitude=opts.magnitude)
     rs = [r for *_, r in results]
@@ -159,7 +182,7 @@ def _reconstruct(task: ScanTask) -> ScanOutcome:
                           iterations=sum(r.iterations for r in rs),
                           final_residual=max(float(r.residuals[-1]) for r in rs),
                           engine=str(rs[-1].parameters.get("method")), device=rs[-1].device,
-                          psf=",".join(sorted({str(r.parameters.get("psf")) for r in rs})))
+                          psf=",".join(sorted({str(r.parameters.get("psf")) for r in rs})), parts=parts)
     write_record(task.output, task.input, opts.settings(),
                  {k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("input", "output", "status")})
     return outcome

@@ -24,7 +24,8 @@ def batch_options(func):
                         help="Batch: run the scans on the Dask cluster of this scheduler (tcp://host:8786).")(func)
     return click.option("--workers", type=click.IntRange(min=1), default=None,
                         help="Batch: run the scans on a local Dask cluster of N worker processes on the CPU, or "
-                             "one worker for each of N GPUs (default with a GPU: every visible GPU).")(func)
+                             "of one worker on each of the first N visible GPUs (--device gpu, or auto with a "
+                             "GPU).")(func)
 
 
 def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None) -> bool:

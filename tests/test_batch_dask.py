@@ -3,7 +3,7 @@ shared trajectory, and a worker killed (SIGKILL) mid-run losing nothing."""
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import threading
 import time
@@ -48,44 +48,7 @@ def test_two_workers_give_the_bits_of_single_scan_runs_and_one_psf(tmp_path, rng
         assert image.tobytes() == ref_image.tobytes() and residuals.tobytes() == ref_residuals.tobytes()
 
 
-def test_worker_killed_mid_run_loses_nothing(tmp_path, rng, client):
-    scans = make_scans(tmp_path / "in", 5, rng, matrix=(40, 40), coils=2)
-    options = {"iterations": 30, "tol": 0.0, "method": "exact", "device": "cpu"}  # about a second per scan
-    pids = client.run(os.getpid)
-    killed = []
-
-    def kill_a_busy_worker():
-        deadline = time.time() + 60
-        while time.time() < deadline and not killed:
-            busy = [w for w, keys in client.processing().items() if keys and w in pids]
-            if busy:
-                time.sleep(0.3)  # well into its scan
-                os.kill(pids[busy[0]], signal.SIGKILL)
-                killed.append(busy[0])
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_a_busy_worker)
-    killer.start()
-    report = reconstruct_many(scans, tmp_path / "out", client, cache=False, **options)
-    killer.join()
-    assert killed, "no worker was seen running a scan"
-    assert report.ok and [o.status for o in report.outcomes] == ["done"] * 5
-    # the scan it was running, and any it held next in line, ran again elsewhere: said in the summary
-    rescheduled = [o for o in report.outcomes if "rescheduled: a worker holding it died (1x)" in o.reason]
-    assert 1 <= len(rescheduled) <= 3 and "rescheduled" in report.table(), report.table()
-    for scan, outcome in zip(scans, report.outcomes):  # every output complete and recorded, none partial
-        with h5py.File(outcome.output) as f:
-            assert f["image"].shape == (40, 40) and f.attrs["iterations"] == 30
-        assert complete(outcome.output, scan, {**_settings(report, outcome)}) is None
-    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
-    rerun = CliRunner().invoke(main, ["reconstruct", *map(str, scans), "-o", str(tmp_path / "out"), "--iterations",
-                                      "30", "--tol", "0", "--method", "exact", "--device", "cpu", "--no-cache"])
-    assert rerun.exit_code == 0 and "5 skipped (complete)" in rerun.output, rerun.output
-
-
 def _settings(report, outcome):
-    import json
-
     return json.loads(record_path(outcome.output).read_text())["settings"]
 
 
@@ -127,3 +90,43 @@ def test_an_mrd_file_is_split_over_the_workers_with_the_bits_of_one_run(tmp_path
     assert complete(outcome.output, mrd, _settings(report, outcome)) is None
     rerun = reconstruct_many([mrd], tmp_path / "out", client, **FAST)
     assert [o.status for o in rerun.outcomes] == ["skipped"]
+
+
+def test_cli_run_with_a_worker_killed_mid_scan_exits_0_and_says_so(tmp_path, rng):
+    psutil = pytest.importorskip("psutil")
+    scans = make_scans(tmp_path / "in", 5, rng, matrix=(40, 40), coils=2)
+    me, killed = psutil.Process(), []
+    others = {p.pid for p in me.children()}  # the workers of the module's cluster, if it runs
+
+    def kill_the_busiest_worker():
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            workers = [p for p in me.children() if p.pid not in others and "spawn_main" in " ".join(p.cmdline())]
+            if len(workers) == 2 and list((tmp_path / "out").glob("*.done.json")):  # scans are under way
+                before = {p.pid: sum(p.cpu_times()[:2]) for p in workers}
+                time.sleep(0.2)
+                busiest = max(workers, key=lambda p: sum(p.cpu_times()[:2]) - before[p.pid])
+                busiest.send_signal(signal.SIGKILL)
+                killed.append(busiest.pid)
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_busiest_worker)
+    killer.start()
+    result = CliRunner().invoke(main, ["reconstruct", *map(str, scans), "-o", str(tmp_path / "out"), "--workers",
+                                       "2", "--iterations", "30", "--tol", "0", "--method", "exact", "--device",
+                                       "cpu", "--no-cache"])
+    killer.join()
+    assert killed, "no worker was killed"
+    assert result.exit_code == 0, result.output
+    assert "5 scan(s): 5 done, 0 skipped (complete), 0 failed" in result.output
+    assert "rescheduled: a worker holding it died (1x)" in result.output
+    for scan in scans:
+        output = tmp_path / "out" / f"{scan.stem}.recon.h5"
+        with h5py.File(output) as f:
+            assert f["image"].shape == (40, 40)
+        settings = json.loads(record_path(output).read_text())["settings"]
+        assert complete(output, scan, settings) is None  # recorded, and the checksum matches
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+    rerun = CliRunner().invoke(main, ["reconstruct", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
+                                      "--iterations", "30", "--tol", "0", "--method", "exact", "--device", "cpu"])
+    assert rerun.exit_code == 0 and "5 skipped (complete)" in rerun.output, rerun.output

@@ -6,6 +6,7 @@ Public API (stable)::
     prepare_scan                           prewhitening, density compensation, coil-map choice
     fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out)
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction
+    reconstruct_many                       many scans, one output each, in this process or on Dask
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
@@ -36,6 +37,7 @@ _LAZY = {
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
     "reconstruct": "pipeline",
+    "reconstruct_many": "batch",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",

@@ -193,7 +193,7 @@ def test_single_scan_path_imports_no_dask(tmp_path, rng):
         f"r = CliRunner().invoke(main, ['reconstruct', {str(scan)!r}, '-o', {str(tmp_path / 'o.h5')!r}, "
         "'--iterations', '2', '--device', 'cpu', '-q'])\n"
         "assert r.exit_code == 0, r.output\n"
-        f"mri_recon.batch.reconstruct_many([{str(scan)!r}], {str(tmp_path / 'b')!r}, iterations=2, device='cpu')\n"
+        f"mri_recon.reconstruct_many([{str(scan)!r}], {str(tmp_path / 'b')!r}, iterations=2, device='cpu')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'dask_cuda'))\n"
         "assert not bad, bad\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

@@ -7,6 +7,7 @@ Public API (stable)::
     fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out)
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction, prepared as the CLI does
                                            (prepare=False: the scan as given, mri_recon.pipeline.reconstruct)
+    reconstruct_many                       many scans, one output each, in this process or on Dask
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
@@ -37,6 +38,7 @@ _LAZY = {
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
     "reconstruct": "api",
+    "reconstruct_many": "batch",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",

@@ -18,6 +18,8 @@ import click
 import numpy as np
 
 from ._version import __version__
+from .batch.inputs import output_name
+from .cli_batch import batch_options, is_batch, run_batch
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 
@@ -71,13 +73,7 @@ def main() -> None:
 
 
 def _default_output(scan_path: Path, format: str | None = None) -> Path:
-    name = scan_path.name
-    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    suffix = {"nifti": ".nii.gz", "mrd": ".mrd.h5"}.get(format or "hdf5", ".h5")
-    return scan_path.with_name(f"{name}.recon{suffix}")
+    return scan_path.with_name(output_name(scan_path, format))
 
 
 def _resolve_device_with_notice(device: str):
@@ -114,10 +110,11 @@ def _varying(keys: list[dict]) -> list[str]:
 
 
 @main.command()
-@click.argument("scan", type=click.Path(path_type=Path))
+@click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Output file: NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, else HDF5 (default: "
-                   "SCAN's name with .recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
+              help="Several scans: the output folder (default: beside each scan). One scan: the output file: "
+                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, else HDF5 (default: SCAN's name with "
+                   ".recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
 @click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd"]), default=None,
               help="Output format, overriding the one chosen by the output's extension.")
 @click.option("--complex", "complex_", is_flag=True,
@@ -162,19 +159,26 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("-v", "--verbose", count=True, help="Show the log on stderr: -v stages and timings, -vv iterations too.")
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
+@batch_options
 @_friendly
-def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
+def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
                 png: Path | None, png_axis: int, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
-                no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
-    """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
+                no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None,
+                workers: int | None, scheduler: str | None, overwrite: bool) -> None:
+    """Reconstruct SCANS (schema-v1 HDF5 or ISMRMRD: files, folders or 'patterns*.h5') into image files.
 
     The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
     reconstructed one by one and arranged on named leading axes of the HDF5 image, in that order (attribute
-    `axes`); a NIfTI image has them on its 4th axis, MRD output one image record each.
+    `axes`); a NIfTI image has them on its 4th axis, MRD output one image record each. Several scans, a
+    folder or a pattern run as a batch (one output each in -o OUTDIR, failures reported, complete outputs
+    skipped), on a Dask cluster with --workers or --scheduler.
     """
+    if is_batch(scans, workers, scheduler):
+        return run_batch(click.get_current_context().params)
+    scan = scans[0]
     from .api import prepare_and_reconstruct
     from .console import ProgressBar, cli_logging, run_log, write_run_log
     from .io import load_scans

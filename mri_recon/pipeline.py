@@ -394,9 +394,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 if lookup is not None:
                     key, given = lookup.result()  # the cache's: scaled weights
                     cache_state = "hit" if given is not None else "miss"
+                if cache_state == "miss":  # computed by one process at a time; the others wait, then read it
+                    given, cache_state = psf_cache.fill(key, tuple(2 * n for n in matrix),
+                                                        lambda: to_host(encoding.psf(w)))
                 point_spread = _point_spread(encoding, w, given, dev)
-                if cache_state == "miss":
-                    psf_cache.store(key, to_host(point_spread))
                 spectrum = kernel_spectrum(point_spread)
                 del point_spread
                 if memo is not None:

@@ -140,7 +140,7 @@ def _assert_clean_error(result, *fragments):
 
 def test_errors_are_one_line_and_leave_nothing_behind(small_scan, tmp_path):
     _assert_clean_error(_run("reconstruct", tmp_path / "missing.h5"), "missing.h5: no such file")
-    _assert_clean_error(_run("reconstruct", tmp_path), "is a directory")
+    _assert_clean_error(_run("reconstruct", tmp_path), "folder holds no scan file")  # a folder is a batch
     text = tmp_path / "notes.h5"
     text.write_text("hello")
     _assert_clean_error(_run("reconstruct", text, "--quiet"), "not an HDF5 file")

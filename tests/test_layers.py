@@ -27,7 +27,8 @@ LAYERS = [
     {"pipeline"},
     {"api"},
     {"doctor"},
-    {"cli", "console", "__init__", "simulate"},
+    {"batch"},
+    {"cli", "cli_batch", "console", "__init__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

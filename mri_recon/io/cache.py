@@ -11,6 +11,14 @@ Default folder: ``$MRI_RECON_CACHE_DIR``, else ``$XDG_CACHE_HOME/mri-recon/psf``
 Size cap: ``$MRI_RECON_CACHE_MAX`` bytes (default 8 GiB). After each store, the least recently used entries
 (oldest modification time; a hit touches its entry) are removed until the folder's entries fit; an entry
 larger than the cap is not kept. ``mri-recon cache info`` and ``mri-recon cache clear`` show and empty it.
+
+Concurrent processes (the workers of a batch run) share one folder safely. Readers only ever see complete
+entries (a rename is atomic, and every entry is checksummed). :meth:`PsfCache.fill` computes a missing entry
+once: the process that computes it holds an exclusive lock on ``KEY.lock`` (``fcntl.flock``; a lock is
+released by the kernel when its process dies, even by SIGKILL), and the others wait for that lock, then read
+the entry; the lock file is removed once the entry is stored (one left by a killed process is reused, and
+``clear`` removes it). Where ``flock`` does not work (some network file systems, Windows) several processes
+may compute the same entry; the last rename wins and every version is complete, so nothing is corrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +36,13 @@ import numpy as np
 
 from ..errors import InvalidDataError
 from .files import atomic_output, clean_stale
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock, duplicate work possible, corruption not
+    fcntl = None
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"MRIRECON-PSF-1\n"
 FORMAT_VERSION = 1
@@ -127,6 +144,47 @@ class PsfCache:
         self.evict()
         return self.path(key) if self.path(key).exists() else None
 
+    @contextlib.contextmanager
+    def locked(self, key: str) -> Iterator[bool]:
+        """Hold the exclusive lock of ``key`` (``KEY.lock`` in the folder) for the block; yields whether the
+        lock is held (False when the folder cannot be written or the file system has no ``flock``)."""
+        fd = None
+        with contextlib.suppress(OSError):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        held = False
+        try:
+            if fd is not None and fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    held = True
+                except OSError:
+                    held = False
+            yield held
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock
+
+    def fill(self, key: str, shape: tuple[int, ...],
+             compute: Callable[[], np.ndarray]) -> tuple[np.ndarray, str]:
+        """The entry of ``key``, computed by ``compute()`` (a host array of ``shape``) and stored when it is
+        absent, by one process at a time: a process that finds the key being computed waits for it and reads
+        the result. Returns ``(psf, "hit" | "miss")``; ``"miss"`` means this call computed it."""
+        with self.locked(key) as held:
+            found = self.load(key, shape)
+            if found is not None:
+                log.debug("PSF %s: read after waiting for its lock", key[:12])
+                return found, "hit"
+            if not held:
+                log.debug("PSF %s: computed without a lock (no flock here)", key[:12])
+            psf = np.asarray(compute())
+            self.store(key, psf)
+            # The entry exists now, so the lock has done its job: removed while held (a process still waiting
+            # on it reads the entry; a newcomer finds the entry before it would lock)
+            with contextlib.suppress(OSError):
+                (self.directory / f"{key}.lock").unlink()
+            return psf, "miss"
+
     def _entries(self) -> list[tuple[float, int, Path]]:
         """``(modification time, bytes, path)`` of every entry, oldest first."""
         found = []
@@ -156,10 +214,11 @@ class PsfCache:
         return CacheInfo(self.directory, len(entries), sum(size for _, size, _ in entries), self.max_bytes)
 
     def clear(self) -> list[Path]:
-        """Remove every entry (``*.psf``) and our abandoned temporary files; other files stay. Returns what
-        was removed."""
+        """Remove every entry (``*.psf``), the lock files (``*.lock``) and our abandoned temporary files; other
+        files stay. Returns what was removed."""
         removed = []
-        for _, _, path in self._entries():
+        locks = [(0.0, 0, path) for path in self.directory.glob("*.lock")]
+        for _, _, path in self._entries() + locks:
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed.append(path)

@@ -1,0 +1,180 @@
+"""Where the scans of a batch run: a local Dask cluster (processes on the CPU, one worker per GPU) or an
+existing cluster given by its scheduler's address.
+
+On the CPU: :class:`distributed.LocalCluster` with ``workers`` worker processes of one thread each. On GPUs:
+one worker per visible GPU (or the first ``workers`` of them), each pinned by ``CUDA_VISIBLE_DEVICES`` so that
+it sees its GPU as device 0: through :class:`dask_cuda.LocalCUDACluster` when ``dask-cuda`` is installed,
+else through a :class:`distributed.SpecCluster` of nannies, each started with its own
+``CUDA_VISIBLE_DEVICES`` (the same pinning, without dask-cuda's extras). The log says which was used.
+Dask is imported here, on use, never by the single-scan path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backend import gpu_available, gpu_count
+from ..errors import DeviceError, InvalidDataError
+
+log = logging.getLogger(__name__)
+
+NANNY_ENVIRON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
+"""Variables Dask's nannies set in their workers by default; those of a local cluster of ours do not."""
+
+
+@dataclass
+class Cluster:
+    """A Dask client and what it runs on."""
+
+    client: Any
+    """The :class:`distributed.Client`."""
+    kind: str
+    """In words: ``"LocalCluster, 2 worker processes (CPU)"``, ``"LocalCUDACluster, GPUs 0,1"``, ..."""
+    dashboard: str | None
+    """The dashboard's address (None when the scheduler serves none)."""
+    gpus: list[str] = field(default_factory=list)
+    """The GPUs given one worker each (their ``CUDA_VISIBLE_DEVICES`` values); empty on the CPU."""
+    owned: Any = None
+    """The local cluster started here (closed by :meth:`close`); None for a given client or scheduler."""
+
+    def close(self) -> None:
+        if self.owned is not None:
+            with contextlib.suppress(Exception):
+                self.client.close()
+            with contextlib.suppress(Exception):
+                self.owned.close()
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` values (its entries when it is set)."""
+    count = gpu_count()
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return listed[:count]
+    return [str(i) for i in range(count)]
+
+
+def plan_gpu_workers(workers: int | None, visible: list[str]) -> list[str]:
+    """The GPUs of a local GPU cluster: every visible one (``workers`` None), or the first ``workers``.
+
+    Raises
+    ------
+    DeviceError
+        No GPU is visible, or more workers are asked for than GPUs are visible.
+    """
+    if not visible:
+        raise DeviceError("a GPU cluster needs a GPU, and none is visible (CuPy, driver, CUDA_VISIBLE_DEVICES)")
+    if workers is not None and workers > len(visible):
+        raise DeviceError(f"--workers {workers} asks for one GPU per worker, but {len(visible)} GPU(s) are "
+                          f"visible ({','.join(visible)}); give --workers {len(visible)} or fewer, or --device cpu")
+    return visible[: workers or len(visible)]
+
+
+def wants_gpu(device: str) -> bool:
+    """Whether a local cluster for ``device`` (``"auto" | "cpu" | "gpu"``) is one of GPU workers.
+
+    Raises
+    ------
+    InvalidDataError
+        ``device`` picks one GPU (``"gpu:N"``): in a cluster each worker has its own.
+    """
+    if device.startswith("gpu:"):
+        raise InvalidDataError(f"--device {device} picks one GPU; in a cluster every worker uses its own GPU: "
+                               f"give --device gpu (or auto), and CUDA_VISIBLE_DEVICES to choose the GPUs")
+    if device not in ("auto", "cpu", "gpu"):
+        raise InvalidDataError(f"device must be 'auto', 'cpu' or 'gpu' for a batch, found {device!r}")
+    return device == "gpu" or (device == "auto" and gpu_available())
+
+
+def _dashboard(client: Any) -> str | None:
+    try:
+        return client.dashboard_link
+    except Exception:  # noqa: BLE001 - a scheduler without a dashboard
+        return None
+
+
+def _distributed():
+    try:
+        import distributed  # noqa: PLC0415 - the batch extra, imported on use
+    except ImportError:
+        raise InvalidDataError("several workers or a scheduler need Dask: pip install 'mri-recon[batch]'") from None
+    return distributed
+
+
+def connect(scheduler: str) -> Cluster:
+    """A client of the Dask scheduler at ``scheduler`` (``tcp://host:8786``)."""
+    distributed = _distributed()
+    try:
+        client = distributed.Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise DeviceError(f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0]}") from None
+    count = len(client.scheduler_info().get("workers", {}))
+    log.info("connected to the Dask scheduler at %s (%d worker(s))", scheduler, count)
+    return Cluster(client, f"scheduler {scheduler}, {count} worker(s)", _dashboard(client))
+
+
+def start_local(workers: int | None, device: str) -> Cluster:
+    """A local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU."""
+    distributed = _distributed()
+    with local_config():
+        return _start_local(distributed, workers, device)
+
+
+@contextlib.contextmanager
+def local_config():
+    """Dask's configuration for a local cluster of ours (the scheduler and nannies read it when they start).
+
+    One scan per worker at a time (``worker-saturation`` 1): no scan waits behind another on a busy worker
+    while one is idle, and a worker's death reschedules only the scan it was running (when the scans form
+    one group larger than twice the workers' threads; smaller batches go to the workers at once).
+
+    The workers run in this process's environment, as a single-scan run would: Dask's nannies set
+    ``OMP_NUM_THREADS=1`` (and MKL's and OpenBLAS's), which changes BLAS's summation order in CG's inner
+    products, so images would differ from a single-scan run's in the last bits; and ``MALLOC_TRIM_THRESHOLD_``,
+    which turns off glibc's dynamic mmap threshold, so that every large temporary array is mapped and zeroed
+    afresh (CG iterations measured 2.5x slower in such a worker). :data:`NANNY_ENVIRON` lists them.
+    """
+    import dask  # noqa: PLC0415 - with distributed
+
+    environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
+               if k not in NANNY_ENVIRON}
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
+                          "distributed.nanny.pre-spawn-environ": environ}):
+        yield
+
+
+def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
+    quiet = {"silence_logs": logging.ERROR, "memory_limit": 0, "threads_per_worker": 1}
+    if not wants_gpu(device):
+        count = workers or 1
+        cluster = distributed.LocalCluster(n_workers=count, processes=True, **quiet)
+        kind = f"LocalCluster, {count} worker process(es) on the CPU"
+        gpus: list[str] = []
+    else:
+        gpus = plan_gpu_workers(workers, visible_gpus())
+        cluster, kind = None, f"LocalCUDACluster, one worker per GPU ({','.join(gpus)})"
+        try:
+            from dask_cuda import LocalCUDACluster  # noqa: PLC0415 - the gpu extra, imported on use
+
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), n_workers=len(gpus), **quiet)
+        except Exception as exc:  # noqa: BLE001 - not installed, or a dependency missing at start: pin ourselves
+            absent = isinstance(exc, ImportError) and exc.name == "dask_cuda"  # not installed: expected
+            log.log(logging.INFO if absent else logging.WARNING, "dask-cuda is not usable (%s: %s): one nanny per "
+                    "GPU pinned by CUDA_VISIBLE_DEVICES instead", type(exc).__name__, str(exc).split("\n")[0])
+            cluster, kind = _pinned_cluster(distributed, gpus), f"SpecCluster, one worker per GPU ({','.join(gpus)})"
+    client = distributed.Client(cluster)
+    log.info("started %s; dashboard %s", kind, _dashboard(client))
+    return Cluster(client, kind, _dashboard(client), gpus, owned=cluster)
+
+
+def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
+    """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside)."""
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":8787"}}
+    workers = {f"gpu-{gpu}": {"cls": distributed.Nanny, "options": {
+        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR}}
+        for gpu in gpus}
+    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR)

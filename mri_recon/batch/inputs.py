@@ -1,0 +1,90 @@
+"""The scans of a batch run: paths, folders and glob patterns expanded to files, and their output names.
+
+A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``; not recursive; hidden files and the
+outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files it matches.
+Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import OutputError, ScanFileError
+
+SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd")
+"""File name endings of the scan files a folder stands for."""
+_OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5"}
+
+
+def _is_scan_name(name: str) -> bool:
+    return not name.startswith(".") and ".recon." not in name and name.endswith(SCAN_SUFFIXES)
+
+
+def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
+    """The scan files that ``items`` (files, folders, glob patterns) name, each once, in order.
+
+    Raises
+    ------
+    ScanFileError
+        An item is neither a file, a folder nor a pattern matching a file; a folder holds no scan file;
+        nothing was given.
+    """
+    if isinstance(items, (str, os.PathLike)):
+        items = [items]
+    found: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            names = sorted(e.name for e in os.scandir(path) if e.is_file() and _is_scan_name(e.name))
+            if not names:
+                raise ScanFileError(f"{path}: folder holds no scan file ({', '.join('*' + s for s in SCAN_SUFFIXES)})")
+            found += [path / name for name in names]
+        elif path.is_file():
+            found.append(path)
+        elif any(c in str(item) for c in "*?["):
+            matched = sorted(Path(p) for p in glob.glob(str(item)) if Path(p).is_file())
+            if not matched:
+                raise ScanFileError(f"{item}: pattern matches no file")
+            found += matched
+        else:
+            raise ScanFileError(f"{path}: no such file or folder")
+    unique: dict[str, Path] = {}
+    for path in found:
+        unique.setdefault(os.path.realpath(path), path)
+    if not unique:
+        raise ScanFileError("no scan file given")
+    return list(unique.values())
+
+
+def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
+    """The default output name of ``scan``: its name without ``.mrd.h5`` / ``.h5`` / ``.hdf5`` / ``.mrd``, then
+    ``.recon.h5`` (``.recon.nii.gz`` for NIfTI, ``.recon.mrd.h5`` for MRD images)."""
+    name = Path(scan).name
+    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return f"{name}.recon{_OUTPUT_SUFFIX[format or 'hdf5']}"
+
+
+def output_paths(inputs: Sequence[Path], out_dir: str | os.PathLike | None, format: str | None) -> list[Path]:
+    """One output per input: ``out_dir / output_name(input)``, or beside the input when ``out_dir`` is None.
+
+    Raises
+    ------
+    OutputError
+        Two inputs would write the same output (same name in different folders), or ``out_dir`` is a file.
+    """
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise OutputError(f"{out_dir}: with several scans -o names a folder, and this is a file")
+    outputs = [(Path(out_dir) if out_dir is not None else p.parent) / output_name(p, format) for p in inputs]
+    seen: dict[str, Path] = {}
+    for scan, out in zip(inputs, outputs):
+        other = seen.setdefault(os.path.realpath(out), scan)
+        if other is not scan:
+            raise OutputError(f"{other} and {scan} would both be written to {out}; rename one or give them "
+                              f"separate runs")
+    return outputs

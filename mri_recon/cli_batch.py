@@ -1,0 +1,106 @@
+"""``mri-recon reconstruct`` with several scans, a folder, a pattern, ``--workers`` or ``--scheduler``: the
+command-line side of :func:`mri_recon.batch.reconstruct_many` (options, progress bar over scans, the
+dashboard's address, the summary table, ``--log-json``). Dask is imported only once a batch runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+log = logging.getLogger("mri_recon.cli")
+
+
+def batch_options(func):
+    """The options of a batch run: ``--workers``, ``--scheduler``, ``--overwrite``."""
+    func = click.option("--overwrite", is_flag=True,
+                        help="Batch: reconstruct again also the scans whose output is complete (recorded settings "
+                             "and checksum match); by default they are skipped.")(func)
+    func = click.option("--scheduler", default=None, metavar="ADDRESS",
+                        help="Batch: run the scans on the Dask cluster of this scheduler (tcp://host:8786).")(func)
+    return click.option("--workers", type=click.IntRange(min=1), default=None,
+                        help="Batch: run the scans on a local Dask cluster of N worker processes on the CPU, or "
+                             "of one worker on each of the first N visible GPUs (--device gpu, or auto with a "
+                             "GPU).")(func)
+
+
+def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None) -> bool:
+    """Whether the command runs as a batch: several inputs, a folder, a pattern, or a cluster asked for."""
+    if len(scans) != 1 or workers is not None or scheduler is not None:
+        return True
+    only = scans[0]
+    return only.is_dir() or (not only.exists() and any(c in str(only) for c in "*?["))
+
+
+def run_batch(params: dict[str, Any]) -> None:
+    """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
+    from .batch import reconstruct_many
+    from .console import cli_logging, write_run_log
+
+    quiet, verbose = params["quiet"], params["verbose"]
+    if quiet and verbose:
+        raise click.UsageError("--quiet and --verbose contradict each other; give one")
+    if params["png"] is not None:
+        raise click.UsageError("--png writes one preview and applies to one scan, not to a batch")
+    if params["workers"] is not None and params["scheduler"] is not None:
+        raise click.UsageError("--workers starts a local cluster and --scheduler uses another; give one")
+    choice = {k: params[f"{k}_"] for k in ("slice", "contrast", "phase", "set", "repetition")
+              if params[f"{k}_"] is not None}
+    options = {"iterations": params["iterations"], "lam": params["lam"], "tol": params["tol"],
+               "filter_sigma": params["filter_sigma"], "method": params["method"], "device": params["device"],
+               "coil_maps": params["coil_maps"], "dcf": params["dcf"], "prewhiten": not params["no_prewhiten"],
+               "field_map": "ignore" if params["no_field_map"] else "refuse", "traj_units": params["traj_units"],
+               "choice": choice, "format": params["format_"], "complex_": params["complex_"],
+               "magnitude": params["magnitude"], "cache": not params["no_cache"],
+               "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"])}
+    bar = _ScanBar(enabled=not quiet)
+    with cli_logging(verbose, quiet):
+        try:
+            report = reconstruct_many(params["scans"], params["output"], workers=params["workers"],
+                                      scheduler=params["scheduler"], overwrite=params["overwrite"],
+                                      progress=bar, **options)
+        finally:
+            bar.close()
+        if params["log_json"] is not None:
+            settings = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
+            write_run_log(params["log_json"], {"settings": settings, **report.as_dict()},
+                          protect=tuple(params["scans"]))
+    if not quiet:
+        click.echo(report.table(), err=True)
+    if report.failed:
+        first = report.failed[0]
+        why = first.reason if first.reason.startswith(first.input) else f"{first.input}: {first.reason}"
+        raise click.ClickException(f"{len(report.failed)} of {len(report.outcomes)} scan(s) failed (first: {why}); "
+                                   f"the others are complete")
+
+
+class _ScanBar:
+    """One tqdm bar over the scans of a batch (a :func:`reconstruct_many` progress callback)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+
+    def __call__(self, event: str, value: Any) -> None:
+        from tqdm import tqdm
+
+        if event == "cluster":
+            message = f"{value.kind}; Dask dashboard: {value.dashboard or 'none'}"
+            log.info("%s", message)
+            if self.enabled and not log.isEnabledFor(logging.INFO):
+                click.echo(message, err=True)
+        elif event == "planned":
+            run, skipped = value
+            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not self.enabled,
+                            desc="scans", dynamic_ncols=True)
+        elif event == "scan" and self.bar is not None:
+            self.bar.set_postfix_str(f"{Path(value.input).name} {value.status}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

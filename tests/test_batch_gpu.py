@@ -1,0 +1,74 @@
+"""Batch reconstruction on GPU workers (one per GPU): each worker sees its own GPU as device 0, the images
+match a single process's, and a shared trajectory's PSF is computed once for the whole batch."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from test_batch import arrays, make_scans
+
+from mri_recon.batch import reconstruct_many
+from mri_recon.batch.cluster import _pinned_cluster, start_local, visible_gpus
+
+distributed = pytest.importorskip("distributed")
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytest.importorskip("cloudpickle").register_pickle_by_value(sys.modules[__name__])  # _worker_gpu, by value
+
+
+def _worker_gpu():
+    """In a worker: its CUDA_VISIBLE_DEVICES, how many GPUs it sees, and device 0's PCI bus id."""
+    from mri_recon.backend import cupy_module
+
+    cp = cupy_module()
+    return (os.environ.get("CUDA_VISIBLE_DEVICES"), int(cp.cuda.runtime.getDeviceCount()),
+            cp.cuda.Device(0).pci_bus_id)
+
+
+@pytest.mark.parametrize("method", ["exact", "auto"])
+def test_gpu_workers_match_one_process_and_share_one_psf(tmp_path, rng, method):
+    scans = make_scans(tmp_path / "in", 6, rng, matrix=(64, 64), coils=4)
+    options = {"iterations": 12, "device": "gpu", "method": method}
+    here = reconstruct_many(scans, tmp_path / "here", cache_dir=str(tmp_path / "c1"), **options)
+    batch = reconstruct_many(scans, tmp_path / "dask", workers=len(visible_gpus()), cache_dir=str(tmp_path / "c2"),
+                             **options)
+    assert here.ok and batch.ok, batch.table()
+    assert "one worker per GPU" in batch.where and {o.device for o in batch.outcomes} == {"gpu:0"}
+    # one PSF computation in all: the others read the disk cache (exact engines) or the GPU's memo of the last
+    # trajectory's spectrum (every engine)
+    for report in (here, batch):
+        assert len([o for o in report.outcomes if o.psf not in ("hit", "memory")]) == 1, report.table()
+    for a, b in zip(here.outcomes, batch.outcomes):
+        (x, rx), (y, ry) = arrays(a.output), arrays(b.output)
+        error = np.linalg.norm(x.astype(np.complex128) - y) / np.linalg.norm(x.astype(np.complex128))
+        assert error <= 1e-6, (a.input, error)
+        np.testing.assert_allclose(rx, ry, rtol=1e-4, atol=1e-7)
+
+
+def test_each_worker_sees_its_own_gpu():
+    gpus = visible_gpus()
+    cluster = start_local(None, "gpu")
+    try:
+        seen = list(cluster.client.run(_worker_gpu).values())
+    finally:
+        cluster.close()
+    assert cluster.gpus == gpus and len(seen) == len(gpus)
+    assert sorted(v.split(",")[0] for v, _, _ in seen) == sorted(gpus)  # device 0 of each is its own GPU
+    assert len({bus for _, _, bus in seen}) == len(gpus)
+
+
+def test_pinned_cluster_without_dask_cuda_gives_each_worker_one_gpu():
+    from mri_recon.batch.cluster import local_config
+
+    gpus = visible_gpus()
+    with local_config():
+        cluster = _pinned_cluster(distributed, gpus)
+    try:
+        with distributed.Client(cluster) as client:
+            seen = list(client.run(_worker_gpu).values())
+    finally:
+        cluster.close()
+    assert sorted(v for v, _, _ in seen) == sorted(gpus)
+    assert all(count == 1 for _, count, _ in seen) and len({bus for _, _, bus in seen}) == len(gpus)

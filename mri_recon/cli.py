@@ -127,10 +127,20 @@ def _varying(keys: list[dict]) -> list[str]:
               help="MRD: write magnitude images (float32) instead of complex ones. NIfTI writes the magnitude "
                    "unless --complex; HDF5 always holds the complex image.")
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
-              help="Maximum CG iterations.")
+              help="Maximum CG iterations (tv, wavelet: outer iterations).")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-              callback=_finite, help="Tikhonov weight, relative to the largest diagonal entry of the normal operator "
-                   "(max over voxels of sum_c |S_c|^2 times the sum of the weights).")
+              callback=_finite, help="Regularization weight. l2: relative to the largest diagonal entry of the normal "
+                   "operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative "
+                   "to max |A^H W d|.")
+@click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
+              help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA).")
+@click.option("--inner-iterations", type=click.IntRange(1, 1000), default=2, show_default=True,
+              help="tv: CG steps per ADMM x-update.")
+@click.option("--rho", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
+              help="ADMM penalty, relative like the l2 lambda (default 1).")
+@click.option("--anisotropic", is_flag=True, help="tv: anisotropic total variation (sum of |differences|).")
+@click.option("--solver", type=click.Choice(["admm", "fista"]), default=None,
+              help="wavelet: admm or fista (default fista); tv: admm.")
 @click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=_finite,
               help="Stop when the relative CG residual falls below this.")
 @click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
@@ -162,7 +172,8 @@ def _varying(keys: list[dict]) -> list[str]:
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @_friendly
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
-                iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
+                iterations: int, lam: float, regularizer: str, inner_iterations: int, rho: float | None,
+                anisotropic: bool, solver: str | None, tol: float, filter_sigma: float | None, device: str, method: str,
                 png: Path | None, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
@@ -203,7 +214,8 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
         results = []
-        bar = ProgressBar(len(scans), iterations, enabled=not quiet)
+        bar = ProgressBar(len(scans), iterations, enabled=not quiet, value="residual" if regularizer == "l2"
+                          else "objective")
         try:
             for index, (key, loaded) in enumerate(scans):
                 bar.start_image(index)
@@ -214,7 +226,9 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
                                              field_map="ignore" if no_field_map else "refuse")
                 result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma,
                              device=dev, method=method, progress=bar, psf_cache=cache,
-                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"))
+                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"),
+                             regularizer=regularizer, rho=rho, inner_iterations=inner_iterations,
+                             anisotropic=anisotropic, solver=solver)
                 results.append((key, ready, record, result))
         finally:
             bar.close()
@@ -233,8 +247,9 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
             write_run_log(log_json, run_log({**settings, "output": output}, results, seconds), protect=(scan,))
     last = results[-1][3]
     _log(quiet, f"wrote {output} ({what}){shown}" + (f" and {log_json}" if log_json else "")
-         + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} CG iterations, final residual "
-         f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
+         + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "
+         + ("CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective ")
+         + f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
 
 

@@ -58,8 +58,9 @@ class ProgressBar:
     off the total, so the bar ends full and its count is the number of iterations run.
     """
 
-    def __init__(self, images: int, iterations: int, *, enabled: bool = True) -> None:
+    def __init__(self, images: int, iterations: int, *, enabled: bool = True, value: str = "residual") -> None:
         self.images = images
+        self.value = value  # what the solver reports: CG's residual, or the regularized objective
         self.iterations = iterations
         self.count = 0
         self._in_image = 0
@@ -83,7 +84,8 @@ class ProgressBar:
         step = iteration - self._in_image
         self._in_image = iteration
         self.count += step
-        self.bar.set_postfix(residual=f"{residual:.1e}", refresh=False)
+        self.bar.set_postfix({self.value: f"{residual:.4g}" if self.value == "objective" else f"{residual:.1e}"},
+                             refresh=False)
         self.bar.update(step)
 
     def close(self) -> None:

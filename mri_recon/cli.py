@@ -134,10 +134,10 @@ def _varying(keys: list[dict]) -> list[str]:
                    "to max |A^H W d|.")
 @click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
               help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA).")
-@click.option("--inner-iterations", type=click.IntRange(1, 1000), default=2, show_default=True,
-              help="tv: CG steps per ADMM x-update.")
+@click.option("--inner-iterations", type=click.IntRange(1, 1000), default=None,
+              help="tv: CG steps per ADMM x-update (default 1 with density weights, 5 without).")
 @click.option("--rho", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
-              help="ADMM penalty, relative like the l2 lambda (default 1).")
+              help="ADMM penalty, relative like the l2 lambda (default 1 with density weights, 0.3 without).")
 @click.option("--anisotropic", is_flag=True, help="tv: anisotropic total variation (sum of |differences|).")
 @click.option("--solver", type=click.Choice(["admm", "fista"]), default=None,
               help="wavelet: admm or fista (default fista); tv: admm.")
@@ -172,7 +172,7 @@ def _varying(keys: list[dict]) -> list[str]:
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @_friendly
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
-                iterations: int, lam: float, regularizer: str, inner_iterations: int, rho: float | None,
+                iterations: int, lam: float, regularizer: str, inner_iterations: int | None, rho: float | None,
                 anisotropic: bool, solver: str | None, tol: float, filter_sigma: float | None, device: str, method: str,
                 png: Path | None, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,

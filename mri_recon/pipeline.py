@@ -253,7 +253,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
                 maps_basis: Any = None, regularizer: str = "l2", rho: float | None = None,
-                inner_iterations: int = 2, anisotropic: bool = False, solver: str | None = None) -> Result:
+                inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations, or with total variation
     or l1-wavelet regularization (``regularizer="tv" | "wavelet"``: :mod:`mri_recon.solvers.sparse`, whose
     ``rho``, ``inner_iterations``, ``anisotropic`` and ``solver`` it takes; ``iterations`` are then outer).
@@ -311,7 +311,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
-    sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver)
+    sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None)
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")

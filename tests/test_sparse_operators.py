@@ -210,3 +210,19 @@ def test_gpu_shrink_update_matches_numpy(rng, groups):
     z_d = cp.empty_like(kx_d)
     shrink_update(kx_d, u_d, z_d, 0.7, groups=groups)
     assert relative(z_d.get(), z_ref) < 1e-6 and relative(u_d.get(), u_ref) < 1e-6
+
+
+def test_compressed_sensing_launchers_build_registered_kernels():
+    import ast
+    from pathlib import Path
+
+    from mri_recon.kernels import registry
+
+    package = Path(__file__).resolve().parents[1] / "mri_recon"
+    registered = {f for f, _ in registry.configurations()}
+    for module in ("operators/wavelet.py", "operators/finite_difference.py", "solvers/proximal.py", "solvers/admm.py"):
+        tree = ast.parse((package / module).read_text())
+        names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and n.value.endswith(".cu")}
+        assert names and names <= registered, module
+    assert {("tv.cu", ()), ("prox.cu", ()), ("wavelet.cu", ())} <= {(f, tuple(d)) for f, d in registry.configurations()}

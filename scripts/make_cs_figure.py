@@ -21,7 +21,7 @@ from mri_recon.io.png import encode_png
 from mri_recon.pipeline import reconstruct
 from mri_recon.sim.simulate import simulate_scan
 
-SWEEPS = {"l2": (1e-3, 1e-2, 3e-2, 1e-1), "tv": (3e-3, 1e-2, 3e-2, 1e-1), "wavelet": (1e-3, 3e-3, 1e-2, 3e-2)}
+SWEEPS = {"l2": (1e-3, 1e-2, 3e-2, 1e-1), "tv": (3e-3, 1e-2, 3e-2, 1e-1), "wavelet": (1e-4, 3e-4, 1e-3, 3e-3)}
 ITERATIONS = {"l2": 30, "tv": 100, "wavelet": 100}
 
 

@@ -253,3 +253,43 @@ def test_gpu_3d_tv_matches_the_cpu():
 def test_lambda_is_scale_free_gpu(regularizer):
     scan = simulate_scan((32, 32), "golden", coils=3, spokes=20, seed=3)
     _scale_check(scan, "gpu", regularizer)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("regularizer", ["tv", "wavelet"])
+def test_gpu_iteration_never_waits_for_the_host(problem, regularizer):
+    """One ADMM iteration (x-update CG, K x, fused prox and dual step, new right-hand side) and one FISTA step
+    queue work only: under cupyx.allow_synchronize(False) any implicit read-back raises."""
+    import cupyx
+
+    from mri_recon.backend import cupy_module
+    from mri_recon.operators.toeplitz import normal_operator
+    from mri_recon.solvers.admm import _DeviceCg
+    from mri_recon.solvers.proximal import shrink_update, soft_threshold
+    from mri_recon.solvers.sparse import sparsity_of
+
+    cp = cupy_module()
+    spectrum, maps, rhs = (cp.asarray(problem[k]) for k in ("spectrum", "maps", "rhs"))
+    sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), 2)
+    normal = normal_operator(spectrum, coil_maps=maps, lam=0.5)
+    operator = fd.TvNormal(normal, 0.5, 2) if regularizer == "tv" else normal
+    solve = _DeviceCg(operator, rhs, 2)
+    x, r = cp.zeros_like(rhs), rhs.copy()
+    z, u = cp.zeros(sparsity.shape, cp.complex64), cp.zeros(sparsity.shape, cp.complex64)
+
+    def iteration():
+        solve(x, r)
+        shrink_update(sparsity.forward(x), u, z, 0.01, groups=sparsity.groups)
+        b = sparsity.adjoint_rhs(rhs, z - u, 0.5)
+        r[...] += b - rhs
+        if psi is not None:  # a FISTA step
+            y = x - np.float32(0.1) * (normal(x) - rhs)
+            x[...] = psi.H(soft_threshold(psi(y), 0.01))
+
+    iteration()  # compiles the kernels and makes the FFT plans
+    cp.cuda.get_current_stream().synchronize()
+    with cupyx.allow_synchronize(False):
+        for _ in range(3):
+            iteration()
+    cp.cuda.get_current_stream().synchronize()
+    assert bool(cp.isfinite(x).all())

@@ -215,7 +215,7 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
         cache = None if no_cache else PsfCache(cache_dir)
         results = []
         bar = ProgressBar(len(scans), iterations, enabled=not quiet, value="residual" if regularizer == "l2"
-                          else "objective")
+                          else "objective", name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
         try:
             for index, (key, loaded) in enumerate(scans):
                 bar.start_image(index)

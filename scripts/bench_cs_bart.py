@@ -1,4 +1,4 @@
-"""CPU benchmark of total-variation reconstruction against BART ``pics -R T`` on BART-generated data (issue 14).
+"""CPU benchmark of total-variation reconstruction against BART ``pics -R T`` on data made by BART (issue 14).
 
 Data, made by BART itself (v0.8.00): ``bart traj -r -x 256 -y S t; bart scale 0.5 t traj`` (radial, S spokes
 x 256 samples, 2x readout oversampling, in cycles per FOV of a 128 matrix: BART's trajectory unit divided by

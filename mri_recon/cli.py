@@ -124,10 +124,20 @@ def _varying(keys: list[dict]) -> list[str]:
               help="MRD: write magnitude images (float32) instead of complex ones. NIfTI writes the magnitude "
                    "unless --complex; HDF5 always holds the complex image.")
 @click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
-              help="Maximum CG iterations.")
+              help="Maximum CG iterations (tv, wavelet: outer iterations).")
 @click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-              callback=_finite, help="Tikhonov weight, relative to the largest diagonal entry of the normal operator "
-                   "(max over voxels of sum_c |S_c|^2 times the sum of the weights).")
+              callback=_finite, help="Regularization weight. l2: relative to the largest diagonal entry of the normal "
+                   "operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative "
+                   "to max |A^H W d|.")
+@click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
+              help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA).")
+@click.option("--inner-iterations", type=click.IntRange(1, 1000), default=None,
+              help="tv: CG steps per ADMM x-update (default 1 with density weights, 5 without).")
+@click.option("--rho", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
+              help="ADMM penalty, relative like the l2 lambda (default 1 with density weights, 0.3 without).")
+@click.option("--anisotropic", is_flag=True, help="tv: anisotropic total variation (sum of |differences|).")
+@click.option("--solver", type=click.Choice(["admm", "fista"]), default=None,
+              help="wavelet: admm or fista (default fista); tv: admm.")
 @click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=_finite,
               help="Stop when the relative CG residual falls below this.")
 @click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
@@ -162,8 +172,9 @@ def _varying(keys: list[dict]) -> list[str]:
 @batch_options
 @_friendly
 def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
-                iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
-                png: Path | None, png_axis: int, coil_maps: str,
+                iterations: int, lam: float, regularizer: str, inner_iterations: int | None, rho: float | None,
+                anisotropic: bool, solver: str | None, tol: float, filter_sigma: float | None, device: str,
+                method: str, png: Path | None, png_axis: int, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None,
@@ -208,7 +219,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
         results = []
-        bar = ProgressBar(len(scans), iterations, enabled=not quiet)
+        bar = ProgressBar(len(scans), iterations, enabled=not quiet, value="residual" if regularizer == "l2"
+                          else "objective", name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
         try:
             for index, (key, loaded) in enumerate(scans):
                 bar.start_image(index)
@@ -218,7 +230,9 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                 ready, record, result = prepare_and_reconstruct(
                     loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
                     field_map="ignore" if no_field_map else "refuse", iterations=iterations, tol=tol, lam=lam,
-                    filter_sigma=filter_sigma, device=dev, method=method, progress=bar, psf_cache=cache)
+                    filter_sigma=filter_sigma, device=dev, method=method, progress=bar, psf_cache=cache,
+                    regularizer=regularizer, rho=rho, inner_iterations=inner_iterations, anisotropic=anisotropic,
+                    solver=solver)
                 results.append((key, ready, record, result))
         finally:
             bar.close()
@@ -238,8 +252,9 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     last = results[-1][3]
     files = str(output) if len(written) == 1 else f"{len(written)} files {written[0]} .. {written[-1].name}"
     _log(quiet, f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
-         + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} CG iterations, final residual "
-         f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
+         + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "
+         + ("CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective ")
+         + f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
 
 

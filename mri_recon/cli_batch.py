@@ -36,6 +36,10 @@ def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None
     return only.is_dir() or (not only.exists() and any(c in str(only) for c in "*?["))
 
 
+SOLVER_OPTIONS = ("regularizer", "rho", "inner_iterations", "anisotropic", "solver")
+"""``reconstruct`` options passed to every scan's solver as they are."""
+
+
 def run_batch(params: dict[str, Any]) -> None:
     """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
     from .batch import reconstruct_many
@@ -56,7 +60,8 @@ def run_batch(params: dict[str, Any]) -> None:
                "field_map": "ignore" if params["no_field_map"] else "refuse", "traj_units": params["traj_units"],
                "choice": choice, "format": params["format_"], "complex_": params["complex_"],
                "magnitude": params["magnitude"], "cache": not params["no_cache"],
-               "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"])}
+               "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),
+               "solver": {k: params[k] for k in SOLVER_OPTIONS if k in params}}
     bar = _ScanBar(enabled=not quiet)
     with cli_logging(verbose, quiet):
         try:

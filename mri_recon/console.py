@@ -58,19 +58,22 @@ class ProgressBar:
     off the total, so the bar ends full and its count is the number of iterations run.
     """
 
-    def __init__(self, images: int, iterations: int, *, enabled: bool = True) -> None:
+    def __init__(self, images: int, iterations: int, *, enabled: bool = True, value: str = "residual",
+                 name: str = "CG") -> None:
         self.images = images
+        self.name = name  # the solver, as the bar's label
+        self.value = value  # what the solver reports: CG's residual, or the regularized objective
         self.iterations = iterations
         self.count = 0
         self._in_image = 0
         self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not enabled,
-                        desc="CG" if images == 1 else f"CG, image 1/{images}", dynamic_ncols=True, leave=True)
+                        desc=name if images == 1 else f"{name}, image 1/{images}", dynamic_ncols=True, leave=True)
 
     def start_image(self, index: int) -> None:
         """Image ``index`` (from 0) of the stack begins."""
         self._in_image = 0
         if self.images > 1:
-            self.bar.set_description(f"CG, image {index + 1}/{self.images}", refresh=False)
+            self.bar.set_description(f"{self.name}, image {index + 1}/{self.images}", refresh=False)
 
     def __call__(self, stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
         del total
@@ -83,7 +86,8 @@ class ProgressBar:
         step = iteration - self._in_image
         self._in_image = iteration
         self.count += step
-        self.bar.set_postfix(residual=f"{residual:.1e}", refresh=False)
+        self.bar.set_postfix({self.value: f"{residual:.4g}" if self.value == "objective" else f"{residual:.1e}"},
+                             refresh=False)
         self.bar.update(step)
 
     def close(self) -> None:

@@ -42,6 +42,7 @@ from .planner import Plan, host_memory_available, plan
 from .result import Result
 from .scan import Scan
 from .solvers.cg import cg
+from .solvers.sparse import check_sparse, data_energy, solve_regularized
 
 STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
@@ -257,8 +258,11 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
-                maps_basis: Any = None) -> Result:
-    """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations.
+                maps_basis: Any = None, regularizer: str = "l2", rho: float | None = None,
+                inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None) -> Result:
+    """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations, or with total variation
+    or l1-wavelet regularization (``regularizer="tv" | "wavelet"``: :mod:`mri_recon.solvers.sparse`, whose
+    ``rho``, ``inner_iterations``, ``anisotropic`` and ``solver`` it takes; ``iterations`` are then outer).
 
     Parameters
     ----------
@@ -316,6 +320,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
+    sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None)
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
@@ -384,6 +389,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         with clock.stage("fhd"):
             weighted = kspace * (w * np.float32(1.0 / data_scale))
             rhs = _rhs(encoding, weighted, maps, budget.coil_batch)
+            energy = data_energy(kspace, weighted, data_scale) if sparse else 0.0
             del weighted
         with clock.stage("psf"):
             key = cache_state = None
@@ -405,9 +411,13 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
         peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
         with clock.stage("iterations"):
-            operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
-            x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
-                              callback=clock.callback())
+            if sparse:
+                x, residuals, extra = solve_regularized(spectrum, maps, rhs, lam, peak, energy, iterations,
+                                                        budget.coil_batch, clock.callback(), **sparse)
+            else:
+                operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
+                x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol, callback=clock.callback())
+                extra = {"regularizer": "l2"}
             image = _combine(x, combine, maps_basis if not sense else None)
             image = _rescale(image, data_scale / maps_scale)  # back to the data's units (powers of two: exact)
             if not bool(get_xp(image).isfinite(image).all()):
@@ -420,15 +430,18 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 image = smooth(image, filter_sigma, device=dev)
         with clock.stage("download"):
             host = np.ascontiguousarray(to_host(image), dtype=np.complex64)
-    lam_abs = lam * peak * weight_scale * maps_scale ** 2
+    lam_abs = lam * peak * weight_scale * maps_scale ** 2 if not sparse else extra.pop("lam_abs") * (
+        weight_scale * maps_scale * data_scale)  # max|A^H W d| in the data's units
     parameters = {"iterations": int(iterations), "tol": float(tol), "lam": float(lam), "lam_abs": lam_abs,
                   "filter_sigma": None if filter_sigma is None else float(filter_sigma), "method": encoding.name,
                   "weights": "scan" if scan.weights is not None else "ones",
                   "psf": cache_state or ("given" if psf is not None else
                                          "computed (disk cache not used by the GPU NUFFT)" if psf_cache is not None
                                          else "computed"),
-                  "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
-    return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),
+                  "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none"),
+                  **extra}
+    return Result(image=host, residuals=residuals, iterations=iterations if sparse else len(residuals) - 1,
+                  timings=dict(clock.timings),
                   device=str(dev), parameters=parameters, combine=combine)
 
 

@@ -33,9 +33,10 @@ class Result:
     image: np.ndarray
     """complex64 ``matrix``: the reconstructed image (real-valued for ``combine == "rss"``)."""
     residuals: tuple[float, ...]
-    """Relative CG residuals ``||b - A x|| / ||b||``; the first is that of the zero initial guess."""
+    """Relative CG residuals ``||b - A x|| / ||b||``; the first is that of the zero initial guess. For the tv
+    and wavelet regularizers: the objective relative to its value at zero (1 first), at the solver's checks."""
     iterations: int
-    """CG iterations run (``len(residuals) - 1``)."""
+    """CG iterations run (``len(residuals) - 1``); outer iterations for the tv and wavelet regularizers."""
     timings: Mapping[str, float]
     """Seconds per stage: upload, fhd, psf, iterations, filter, download (device synchronized)."""
     device: str

@@ -56,6 +56,9 @@ class ReconOptions:
     """Use the PSF cache."""
     cache_dir: str | None = None
     """The PSF cache folder (None: the default one, shared by the workers of one host)."""
+    solver: dict = field(default_factory=dict)
+    """Further settings of :func:`mri_recon.pipeline.reconstruct`: the regularized solvers' (``regularizer``,
+    ``rho``, ``inner_iterations``, ``anisotropic``, ``solver``) and the off-resonance correction's."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.iterations, int) and self.iterations >= 1):
@@ -162,7 +165,7 @@ def reconstruct_images(task: ScanTask, keys: list[dict] | None = None) -> list[t
         results.append((key, *prepare_and_reconstruct(
             loaded, prewhiten=opts.prewhiten, dcf=opts.dcf, coil_maps=opts.coil_maps, field_map=opts.field_map,
             iterations=opts.iterations, tol=opts.tol, lam=opts.lam, filter_sigma=opts.filter_sigma,
-            device=opts.device, method=opts.method, psf_cache=cache)))
+            device=opts.device, method=opts.method, psf_cache=cache, **opts.solver)))
     return results
 
 

@@ -27,8 +27,10 @@ SEED_RUNGS = 4
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
     """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils,
-    plus the Toeplitz product and CG (used by ``scripts/update_kernel_registry.py``)."""
-    configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {})]
+    plus the Toeplitz product, CG and the compressed-sensing kernels (finite differences, proximal steps,
+    wavelets), which take no defines (used by ``scripts/update_kernel_registry.py``)."""
+    configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {}), ("tv.cu", {}), ("prox.cu", {}),
+                                                 ("wavelet.cu", {})]
     for dim in DIMENSIONS:
         configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(SEED_RUNGS)]
         for coils in range(1, MAX_GROUP + 1):

@@ -6,13 +6,18 @@
 - :mod:`.toeplitz`: F^H W F as a convolution on the 2x grid (:class:`Toeplitz`) and the CG-SENSE normal
   operator (:func:`normal_operator`); :mod:`.gpu_toeplitz` is its fused GPU form.
 - :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input.
+- Compressed sensing: :class:`FiniteDifference` (:mod:`.finite_difference`, total variation) and
+  :class:`Wavelet` (:mod:`.wavelet`, orthogonal Daubechies).
 """
 
 from __future__ import annotations
 
 from .base import Identity, LinearOperator, Multiply, Scale, Sense
 from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
+from .finite_difference import FiniteDifference
 from .public import fhd, forward, psf, resolve
+from .wavelet import Wavelet
 
-__all__ = ["Encoding", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator", "Multiply",
-           "NudftEncoding", "Scale", "Sense", "choose_engine", "fhd", "forward", "psf", "resolve"]
+__all__ = ["Encoding", "FiniteDifference", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator",
+           "Multiply", "NudftEncoding", "Scale", "Sense", "Wavelet", "choose_engine", "fhd", "forward", "psf",
+           "resolve"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
+from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 
@@ -45,14 +46,6 @@ def _friendly(func):
 def _log(quiet: bool, message: str) -> None:
     if not quiet:
         click.echo(message, err=True)
-
-
-def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Refuse NaN and infinity for a float option, naming the option (click's ranges let NaN through)."""
-    del ctx
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"must be a finite number, found {value}", param=param)
-    return value
 
 
 def _parse_matrix(text: str) -> tuple[int, ...]:
@@ -123,29 +116,8 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--magnitude", is_flag=True,
               help="MRD: write magnitude images (float32) instead of complex ones. NIfTI writes the magnitude "
                    "unless --complex; HDF5 always holds the complex image.")
-@click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
-              help="Maximum CG iterations (tv, wavelet: outer iterations).")
-@click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-              callback=_finite, help="Regularization weight. l2: relative to the largest diagonal entry of the normal "
-                   "operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative "
-                   "to max |A^H W d|.")
-@click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
-              help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA).")
-@click.option("--inner-iterations", type=click.IntRange(1, 1000), default=None,
-              help="tv: CG steps per ADMM x-update (default 1 with density weights, 5 without).")
-@click.option("--rho", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
-              help="ADMM penalty, relative like the l2 lambda (default 1 with density weights, 0.3 without).")
-@click.option("--anisotropic", is_flag=True, help="tv: anisotropic total variation (sum of |differences|).")
-@click.option("--solver", type=click.Choice(["admm", "fista"]), default=None,
-              help="wavelet: admm or fista (default fista); tv: admm.")
-@click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=_finite,
-              help="Stop when the relative CG residual falls below this.")
-@click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=_finite,
-              help="Gaussian post-filter width in voxels (off by default).")
+@solver_options
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@click.option("--method", type=click.Choice(["auto", "exact", "nufft"]), default="auto", show_default=True,
-              help="F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster "
-                   "one on a GPU by a cost model; FINUFFT on the CPU). The output records the engine used.")
 @click.option("--png", type=click.Path(path_type=Path), default=None,
               help="Also write a PNG preview (.png): the image, or a montage of a stack's images or a 3D "
                    "image's slices.")
@@ -172,13 +144,11 @@ def _varying(keys: list[dict]) -> list[str]:
 @batch_options
 @_friendly
 def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
-                iterations: int, lam: float, regularizer: str, inner_iterations: int | None, rho: float | None,
-                anisotropic: bool, solver: str | None, tol: float, filter_sigma: float | None, device: str,
-                method: str, png: Path | None, png_axis: int, coil_maps: str,
+                device: str, png: Path | None, png_axis: int, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None,
-                workers: int | None, scheduler: str | None, overwrite: bool) -> None:
+                workers: int | None, scheduler: str | None, overwrite: bool, **solver: Any) -> None:
     """Reconstruct SCANS (schema-v1 HDF5 or ISMRMRD: files, folders or 'patterns*.h5') into image files.
 
     The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
@@ -219,7 +189,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
         results = []
-        bar = ProgressBar(len(scans), iterations, enabled=not quiet, value="residual" if regularizer == "l2"
+        regularizer = solver["regularizer"]
+        bar = ProgressBar(len(scans), solver["iterations"], enabled=not quiet, value="residual" if regularizer == "l2"
                           else "objective", name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
         try:
             for index, (key, loaded) in enumerate(scans):
@@ -229,10 +200,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                          loaded.n_coils, loaded.n_samples, dev)
                 ready, record, result = prepare_and_reconstruct(
                     loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                    field_map="ignore" if no_field_map else "refuse", iterations=iterations, tol=tol, lam=lam,
-                    filter_sigma=filter_sigma, device=dev, method=method, progress=bar, psf_cache=cache,
-                    regularizer=regularizer, rho=rho, inner_iterations=inner_iterations, anisotropic=anisotropic,
-                    solver=solver)
+                    field_map="ignore" if no_field_map else "refuse", device=dev, progress=bar, psf_cache=cache,
+                    **solver_settings(solver))
                 results.append((key, ready, record, result))
         finally:
             bar.close()

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from .cli_solver import solver_settings
+
 log = logging.getLogger("mri_recon.cli")
 
 
@@ -36,8 +38,8 @@ def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None
     return only.is_dir() or (not only.exists() and any(c in str(only) for c in "*?["))
 
 
-SOLVER_OPTIONS = ("regularizer", "rho", "inner_iterations", "anisotropic", "solver")
-"""``reconstruct`` options passed to every scan's solver as they are."""
+BATCH_FIELDS = ("iterations", "lam", "tol", "filter_sigma", "method")
+"""Solver settings that are fields of :class:`~mri_recon.batch.task.ReconOptions` themselves."""
 
 
 def run_batch(params: dict[str, Any]) -> None:
@@ -61,7 +63,7 @@ def run_batch(params: dict[str, Any]) -> None:
                "choice": choice, "format": params["format_"], "complex_": params["complex_"],
                "magnitude": params["magnitude"], "cache": not params["no_cache"],
                "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),
-               "solver": {k: params[k] for k in SOLVER_OPTIONS if k in params}}
+               "solver": {k: v for k, v in solver_settings(params).items() if k not in BATCH_FIELDS}}
     bar = _ScanBar(enabled=not quiet)
     with cli_logging(verbose, quiet):
         try:

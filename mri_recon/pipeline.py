@@ -3,7 +3,7 @@
 One pipeline for the CPU and the GPU: choose the device and the encoding engine, check memory, upload once,
 scale the problem, form the right-hand side ``b = A^H W d`` with ``A = Encoding @ Sense``, compute the Toeplitz
 PSF once, run CG on the normal operator ``A^H W A + lam_abs I`` (no sample is touched inside the loop),
-post-filter, download once. Every stage is timed by one :class:`_Clock`,
+post-filter, download once. Every stage is timed by one :class:`~mri_recon.progress.Clock`,
 which logs it (``logging``, logger ``mri_recon.pipeline``: stages at INFO, iterations at DEBUG; silent unless
 configured) and reports it to an optional progress callback.
 
@@ -22,15 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import sys
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .backend import Device, device_memory, get_xp, synchronize, to_device, to_host
+from .backend import Device, device_memory, get_xp, to_device, to_host
 from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
 from .kernels import prefetch
@@ -39,84 +36,20 @@ from .operators.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
+from .progress import STAGES, Clock, Progress, print_progress, progress_callback
 from .result import Result
 from .scan import Scan
 from .solvers.cg import cg
 from .solvers.sparse import check_sparse, data_energy, solve_regularized
 
-STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
-
-
-Progress = Callable[[str, int | None, int | None, float | None], None]
-"""A progress callback: ``progress(stage, iteration, total, residual)``."""
+__all__ = ["STAGES", "SOLVER_KERNELS", "memory_plan", "plan_reconstruction", "power_of_two", "print_progress",
+           "reconstruct"]
 
 log = logging.getLogger(__name__)
 
 
 SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
 """The CUDA modules of the fused Toeplitz normal operator and the CG loop (every GPU reconstruction)."""
-
-
-class _Clock:
-    """Times the pipeline's stages (synchronizing the device), logs them and forwards progress events.
-
-    Stage timings are logged at INFO and CG iterations at DEBUG on the ``mri_recon.pipeline`` logger; the
-    optional ``progress`` callback receives ``(stage, None, None, None)`` when a stage ends and
-    ``("iterations", k, iterations, residual)`` for CG iteration k.
-    """
-
-    def __init__(self, device: Device, progress: Progress | None, iterations: int) -> None:
-        self.device = device
-        self.progress = progress
-        self.iterations = iterations
-        self.timings = dict.fromkeys(STAGES, 0.0)
-        self._start = time.perf_counter()
-
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        self._start = time.perf_counter()
-        yield
-        synchronize(self.device)
-        self.timings[name] += time.perf_counter() - self._start
-        log.info("%-10s  %.3f s", name, self.timings[name])
-        if self.progress is not None:
-            self.progress(name, None, None, None)
-
-    def callback(self) -> Callable[[int, Any, float], None] | None:
-        """The CG callback, or None when nobody listens (the solver then skips the calls altogether)."""
-        if self.progress is None and not log.isEnabledFor(logging.DEBUG):
-            return None
-        return self.iteration
-
-    def iteration(self, iteration: int, x: Any, residual: float) -> None:
-        """CG callback: one event per iteration (the GPU solver calls it in batches at its checks, from the
-        residuals it reads back anyway)."""
-        del x
-        log.debug("iteration %d/%d  residual %.1e  %.2f s", iteration, self.iterations, residual,
-                  time.perf_counter() - self._start)
-        if self.progress is not None:
-            self.progress("iterations", iteration, self.iterations, residual)
-
-
-def print_progress(stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
-    """The ``progress=True`` callback: one line per stage and per CG iteration on stderr."""
-    if iteration is None:
-        print(f"{stage} done", file=sys.stderr, flush=True)
-    else:
-        print(f"iteration {iteration}/{total}  residual {residual:.1e}", file=sys.stderr, flush=True)
-
-
-def _progress_callback(progress: Any) -> Progress | None:
-    """``progress`` as a callback: a callable as is, True as :func:`print_progress` (asked for on purpose),
-    None or False as none."""
-    if progress is True:
-        return print_progress
-    if progress is None or progress is False:
-        return None
-    if not callable(progress):
-        raise InvalidDataError(f"progress must be None or a callable (stage, iteration, total, residual), "
-                               f"found {type(progress).__name__}")
-    return progress
 
 
 MIN_EXPONENT, MAX_EXPONENT = -126, 127
@@ -345,7 +278,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
              list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
         prefetch([*engine.kernel_configs(len(matrix), budget.coil_batch), *SOLVER_KERNELS], dev)
-    clock = _Clock(dev, _progress_callback(progress), iterations)
+    clock = Clock(dev, progress_callback(progress), iterations)
     with contextlib.ExitStack() as stack:
         stack.enter_context(dev.use())
         with clock.stage("upload"):

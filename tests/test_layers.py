@@ -23,12 +23,12 @@ LAYERS = [
     {"planner"},
     {"prep"},
     {"sim"},
-    {"result"},
+    {"result", "progress"},
     {"pipeline"},
     {"api"},
     {"doctor"},
     {"batch"},
-    {"cli", "cli_batch", "console", "__init__", "simulate"},
+    {"cli", "cli_batch", "cli_solver", "console", "__init__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -148,8 +148,13 @@ def _varying(keys: list[dict]) -> list[str]:
               help="Density compensation: auto (the file's weights if any), none, ramp, pipe, file.")
 @click.option("--no-prewhiten", is_flag=True, help="Do not whiten with the noise samples.")
 @click.option("--no-field-map", is_flag=True,
-              help="Reconstruct without off-resonance correction, dropping the scan's field_map and times "
-                   "(a scan with a field map is refused otherwise: the correction does not exist yet).")
+              help="Reconstruct without off-resonance correction, dropping the scan's field_map and times on "
+                   "purpose (recorded as field_map_correction = ignored).")
+@click.option("--field-map-correction", type=click.Choice(["auto", "exact", "segmented"]), default="auto",
+              show_default=True, help="With a field map: exact (F and F^H with the field map every CG iteration), "
+                   "segmented (time segmentation, Toeplitz per segment pair) or auto (by predicted time).")
+@click.option("--segments", type=click.IntRange(min=1), default=None,
+              help="Time segments L (default: the fewest with interpolation error <= 1e-3).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
 @_image_choice("reconstruct")
@@ -164,7 +169,8 @@ def _varying(keys: list[dict]) -> list[str]:
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
                 png: Path | None, coil_maps: str,
-                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
+                dcf: str, no_prewhiten: bool, no_field_map: bool, field_map_correction: str, segments: int | None,
+                traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
@@ -211,10 +217,11 @@ def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: 
                          "".join(f", {name} {value}" for name, value in key.items()), list(loaded.matrix),
                          loaded.n_coils, loaded.n_samples, dev)
                 ready, record = prepare_scan(loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                                             field_map="ignore" if no_field_map else "refuse")
+                                             field_map="ignore" if no_field_map else "correct")
                 result = run(ready, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma,
                              device=dev, method=method, progress=bar, psf_cache=cache,
-                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"))
+                             estimate_maps=record.pop("estimate_maps"), maps_basis=record.pop("maps_basis"),
+                             field_map_correction=field_map_correction, segments=segments)
                 results.append((key, ready, record, result))
         finally:
             bar.close()
@@ -279,10 +286,16 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
 @click.option("--dcf", type=click.Choice(["pipe", "ramp", "none"]), default="pipe", show_default=True,
               help="Density compensation stored as 'weights'.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--field-map", "field_map", type=click.FloatRange(min=0.0), default=None, callback=_finite,
+              help="Peak (Hz) of a smooth synthetic field map: the data include the off-resonance, and the file "
+                   "gets field_map and times.")
+@click.option("--readout-ms", type=click.FloatRange(min=0.0, min_open=True), default=16.0, show_default=True,
+              callback=_finite, help="Duration of each readout (spoke or interleaf) for the sample times.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
-             interleaves: int | None, samples: int | None, dcf: str, seed: int, quiet: bool) -> None:
+             interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
+             readout_ms: float, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
     from .io import save_scan
     from .sim.simulate import simulate_scan
@@ -291,7 +304,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
-                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf)
+                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
+                         field_map_peak=field_map, readout_ms=readout_ms)
     save_scan(output, scan)
     _log(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")
 

@@ -35,11 +35,13 @@ from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
 from .operators.base import Sense
 from .operators.encoding import Encoding, choose_engine
+from .operators.offres_setup import plan_correction
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .result import Result
 from .scan import Scan
 from .solvers.cg import cg
+from .validation import check_field_map_pair
 
 STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
@@ -251,7 +253,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
-                maps_basis: Any = None) -> Result:
+                maps_basis: Any = None, field_map_correction: str = "auto", segments: int | None = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations.
 
     Parameters
@@ -297,6 +299,11 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         A :class:`mri_recon.io.cache.PsfCache`: for the exact engines the PSF is read from it when an entry
         for this trajectory, these weights, this matrix and this engine exists (and is intact), else computed
         and stored in it. The GPU NUFFT does not use it (it computes a PSF faster than a read).
+    field_map_correction, segments
+        With a ``field_map`` (and ``times``) in the scan: ``"exact"``, ``"segmented"`` (L = ``segments``, None:
+        chosen for interpolation error <= 1e-3) or ``"auto"`` (:mod:`mri_recon.operators.offres_setup`).
+        ``Result.parameters["field_map_correction"]`` records ``"exact"``, ``"time-segmented (L=..)"`` or
+        ``"none"``.
 
     Returns
     -------
@@ -310,10 +317,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
-    if scan.field_map is not None:
-        raise InvalidDataError(f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon "
-                               f"cannot correct yet; drop it on purpose with prepare_scan(..., field_map='ignore') "
-                               f"(CLI: --no-field-map)")
+    check_field_map_pair(scan.field_map, scan.times, scan.source)
     if maps_basis is not None and scan.coil_maps is not None and estimate_maps is None:
         raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "
                                "scan's own coil maps (they are whitened with the data)")
@@ -327,6 +331,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
     dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
+    offres = None if scan.field_map is None else plan_correction(
+        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=field_map_correction,
+        segments=segments, iterations=iterations)
     log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
              list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
     clock = _Clock(dev, _progress_callback(progress), iterations)
@@ -338,12 +345,15 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
             data_scale = power_of_two(_largest(kspace))
+            if offres is not None:
+                offres.upload(dev)
         encoding = engine(trajectory, matrix, scan.n_coils)
+        encoding = encoding if offres is None else offres.encoding(encoding)
         lookup = None
         # The GPU NUFFT computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
         # (H200: 12.4 ms per 2D reconstruction with a cache hit, 12.2 ms without; at 128^3 the PSF stage
         # takes 206 ms from the cache, 9 ms computed): the cache serves the exact engines only.
-        cache_used = psf_cache is not None and encoding.name != "gpu-nufft"
+        cache_used = psf_cache is not None and encoding.name != "gpu-nufft" and offres is None
         if psf is None and cache_used:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
@@ -377,15 +387,17 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             if lookup is not None:
                 key, given = lookup.result()  # the cache's: scaled weights
                 cache_state = "hit" if given is not None else "miss"
-            point_spread = _point_spread(encoding, w, given, dev)
-            if cache_state == "miss":
-                psf_cache.store(key, to_host(point_spread))
-            spectrum = kernel_spectrum(point_spread)
-            del point_spread
-        # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
-        peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
+            peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)  # lam is relative to it
+            if offres is None:
+                point_spread = _point_spread(encoding, w, given, dev)
+                if cache_state == "miss":
+                    psf_cache.store(key, to_host(point_spread))
+                operator = normal_operator(kernel_spectrum(point_spread), coil_maps=maps, lam=lam * peak,
+                                           coil_batch=budget.coil_batch)
+                del point_spread
+            else:  # segment PSFs (time-segmented) or nothing (exact: A and A^H every iteration)
+                operator = offres.normal(encoding, w, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
         with clock.stage("iterations"):
-            operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
             x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol,
                               callback=clock.callback())
             image = _combine(x, combine, maps_basis if not sense else None)
@@ -407,7 +419,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                   "psf": cache_state or ("given" if psf is not None else
                                          "computed (cache not used by the GPU NUFFT)" if psf_cache is not None
                                          else "computed"),
-                  "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none")}
+                  "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none"),
+                  "field_map_correction": offres.label if offres else scan.attrs.get("field_map_correction", "none")}
     return Result(image=host, residuals=residuals, iterations=len(residuals) - 1, timings=dict(clock.timings),
                   device=str(dev), parameters=parameters, combine=combine)
 

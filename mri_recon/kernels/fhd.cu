@@ -43,11 +43,14 @@
 //   FHD_VOX     positions per thread (1..8)
 //   FHD_RECUR   0: every position's phase on the special function unit; 1: angle-addition recurrence
 //   FHD_REAL    1: real sample data (the PSF weights), U and W real
-//   FHD_OFFRES  reserved for exact off-resonance correction, must be 0 today. The record layout
-//               already has its slot: with FHD_OFFRES = 1 the word after the trajectory holds the sample
-//               time t_m (s), the kernel argument field_map points at a per-voxel off-resonance f_n (Hz),
-//               and the phase becomes k . r + f t turns. A field map breaks the mirror symmetry, so that
-//               path will use the unpaired line list.
+//   FHD_OFFRES  1: exact off-resonance correction (needs FHD_RECUR 0 and FHD_REAL 0). The word after the
+//               trajectory holds the sample time t_m (float, s), the kernel argument field_map points at the
+//               per-voxel off-resonance f_n (float, Hz, C order), and the phase becomes k . r + f t turns:
+//               F^H d_n = sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m)). k . r stays in exact fixed-point
+//               turns; f_n t_m is one float32 product reduced to [-1/2, 1/2] turns (exact) and added to
+//               the fixed-point phase as a float in turns (phasor_offset, mri_recon_phase.cuh), so its
+//               error is about 2^-24 |f_n t_m| + 2^-25 turns. A field map breaks the mirror symmetry: the
+//               host passes the unpaired line list (every flag 0), and each position has its own phase.
 //   FHD_WORDS   32-bit words per record (checked against the struct the host packs)
 //   FHD_CHUNK   records in the constant array (FHD_CHUNK * 4 * FHD_WORDS <= 65536)
 //   FHD_MAX_THREADS  threads per block the launch bounds allow (512, or 256 for many accumulators)
@@ -73,8 +76,11 @@
 #ifndef FHD_OFFRES
 #define FHD_OFFRES 0
 #endif
-#if FHD_OFFRES != 0
-#error "FHD_OFFRES is reserved for the off-resonance extension and must be 0"
+#if FHD_OFFRES != 0 && FHD_OFFRES != 1
+#error "FHD_OFFRES must be 0 or 1"
+#endif
+#if FHD_OFFRES && (FHD_RECUR || FHD_REAL)
+#error "FHD_OFFRES 1 needs FHD_RECUR 0 (every position its own phase) and FHD_REAL 0 (complex samples)"
 #endif
 #if FHD_COILS < 1 || FHD_COILS > 8 || FHD_VOX < 1 || FHD_VOX > 8
 #error "FHD_COILS and FHD_VOX must lie in 1..8"
@@ -116,13 +122,15 @@ __constant__ kdata c_k[FHD_CHUNK];
 // coils     coils of out (the C of its shape)
 // count     samples in this chunk (records c_k[0 .. count))
 // first     != 0: this is the first chunk, the output is overwritten instead of accumulated
-// field_map reserved (off-resonance, FHD_OFFRES), pass NULL
+// field_map FHD_OFFRES 1: float32 (voxels,) off-resonance in Hz, C order; else unused (pass NULL)
 extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     float2* __restrict__ out, const int* __restrict__ lines, int n_lines, int per_line, int nx, int ny,
     int nz, int count, int coils, int coil0, int first, const float* __restrict__ field_map) {
     // (blockDim.y / 2) x blockDim.x slots of FHD_ACC + 1 floats (odd stride: no bank conflicts)
     extern __shared__ float red[];
+#if !FHD_OFFRES
     (void)field_map;
+#endif
 
     const long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long item_ll = flat / per_line;
@@ -146,6 +154,20 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     const int c2 = mri_recon_twice_centre(len);      // position p's mirror voxel on the partner line: c2 - p
     const unsigned qlast = (unsigned)(2 * t0 - c2);  // position t0 of the line
     const unsigned qstep = (unsigned)(2 * per_line);  // between this thread's positions
+#if FHD_OFFRES
+    // this thread's positions' off-resonance (Hz); 0 past the end of the line (those sums are discarded)
+#if FHD_DIM == 3
+    const long long own_line = ((long long)jx * ny + jy) * nz;
+#else
+    const long long own_line = (long long)jx * ny;
+#endif
+    float fv[FHD_VOX];
+#pragma unroll
+    for (int v = 0; v < FHD_VOX; ++v) {
+        const int p = t0 + v * per_line;
+        fv[v] = (active && p < len) ? field_map[own_line + p] : 0.0f;
+    }
+#endif
 
     // this row's share of the chunk: part blockIdx.y * blockDim.y + threadIdx.y of gridDim.y * blockDim.y
     const int parts = (int)(gridDim.y * blockDim.y);
@@ -180,6 +202,12 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
         const unsigned base = kd.k[0] * q0 + kd.k[1] * qlast + 0x100u;
 #endif
         float cv[FHD_VOX], sv[FHD_VOX];
+#if FHD_OFFRES
+        const float tm = kd.reserved[0];
+#pragma unroll
+        for (int v = 0; v < FHD_VOX; ++v)
+            phasor_offset(base + (unsigned)v * kd.k[FHD_DIM - 1] * qstep, fv[v] * tm, cv[v], sv[v]);
+#else
         phasor(base, cv[0], sv[0]);
 #if FHD_VOX > 1
         const unsigned step = kd.k[FHD_DIM - 1] * qstep;
@@ -196,6 +224,7 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
         for (int v = 1; v < FHD_VOX; ++v) phasor(base + (unsigned)v * step, cv[v], sv[v]);
 #endif
 #endif
+#endif  // FHD_OFFRES
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
             const sample_t d = kd.d[c];
@@ -276,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     for (int v = 0; v < FHD_VOX; ++v) {
         const int p = t0 + v * per_line;
         const bool own = p < len;
-        const bool mirror = paired && p <= c2 && c2 - p < len;
+        const bool mirror = !FHD_OFFRES && paired && p <= c2 && c2 - p < len;
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
             float2* o = out + ((long long)blockIdx.y * coils + coil0 + c) * voxels;

@@ -30,4 +30,13 @@ __device__ __forceinline__ float reduce_turns(float t) {
     return t - ((t + magic) - magic);
 }
 
+// exp(+i 2 pi (T / 2^32 + turns)): the fixed-point phase T (with the 2^8 rounding offset, as for phasor) plus
+// an off-resonance phase in float turns (f t, any magnitude below 2^22). Both parts are reduced to
+// [-1/2, 1/2] turns (exactly), added (one rounding, <= 2^-25 turns) and reduced again before __sincosf.
+__device__ __forceinline__ void phasor_offset(unsigned T, float turns, float& c, float& s) {
+    const float t = __uint_as_float((T >> 9) ^ 0x3FC00000u) - 1.5f;
+    const float u = reduce_turns(t + reduce_turns(turns));
+    __sincosf(6.28318530717958647692f * u, &s, &c);
+}
+
 #endif  // MRI_RECON_PHASE_CUH

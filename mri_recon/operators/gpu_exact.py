@@ -235,8 +235,10 @@ def _records(kfix: Any, data: Any, *, real: bool) -> Any:
 
 
 def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
-                coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None) -> None:
-    """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels)."""
+                coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None,
+                field_map: Any = None) -> None:
+    """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels);
+    ``field_map`` (float32 voxels, Hz) for ``FHD_OFFRES`` 1."""
     module = get_module("fhd.cu", defines, device)
     kernel = module.get_function("mri_recon_fhd")
     n_samples = records.shape[0]
@@ -263,7 +265,8 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
         count = min(size, n_samples - begin)
         upload_constant(module, "c_k", records[begin:begin + count])
         kernel((blocks, slices, 1), (row, rows, 1),
-               (*args, np.int32(count), *tail, np.int32(index == 0), np.uint64(0)), shared_mem=shared)
+               (*args, np.int32(count), *tail, np.int32(index == 0), np.uint64(0) if field_map is None else field_map),
+               shared_mem=shared)
     if slices > 1:
         out[coil0:coil0 + coils] = target.sum(axis=0)
 

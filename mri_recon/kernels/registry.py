@@ -36,7 +36,8 @@ SEED_RUNGS = 4
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
     """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
-    (with and without off-resonance), plus the Toeplitz product and CG (used by ``scripts/update_kernel_registry.py``)."""
+    (with and without off-resonance), plus the Toeplitz product and CG (used by
+    ``scripts/update_kernel_registry.py``)."""
     configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {})]
     for dim in DIMENSIONS:
         configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(SEED_RUNGS)]

@@ -69,8 +69,8 @@ def perturbation(trajectory: np.ndarray, matrix: tuple[int, ...], coils: int, pe
     fine = tuple(FINE * n for n in matrix)
     image = phantom.shepp_logan_image(fine) * phantom.coil_maps(fine, coils)      # (C, *fine)
     f = field_map(fine, peak).astype(np.float64)
-    segments = choose_segments(f, times, SIMULATION_TOL)
-    b, tau, _ = interpolators(f, times, segments)
+    segments = choose_segments(f, times, SIMULATION_TOL, ridge=0.0)  # float64 throughout: no ridge needed
+    b, tau, _ = interpolators(f, times, segments, ridge=0.0)
     plain = finufft.forward(image, trajectory, eps=1e-9)
     out = -plain
     for seg in range(segments):

@@ -1,0 +1,110 @@
+"""GPU off-resonance kernels (fhd.cu FHD_OFFRES 1, forward.cu FWD_OFFRES 1) and the reconstruction with a field
+map on the GPU, against the float64 oracle of the model and the CPU path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import relative
+
+import mri_recon
+from mri_recon.backend import cupy_module
+from mri_recon.errors import DeviceError, SchemaError
+from mri_recon.operators.offres import OffresEncoding, offres_adjoint, offres_forward
+
+TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
+CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 1, 1), ((7, 1), 9, 130), ((4, 3, 5), 2, 211),
+         ((17, 16, 15), 1, 300), ((9, 7, 2), 8, 64)]
+
+
+def _problem(rng, matrix, coils, samples, peak=150.0, readout=16e-3):
+    k = ((rng.random((samples, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    f = (peak * (2 * rng.random(matrix) - 1)).astype(np.float32)
+    t = (rng.random(samples) * readout).astype(np.float32)
+    x = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))).astype(np.complex64)
+    d = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
+    return k, f, t, x, d
+
+
+def _gpu(*arrays):
+    cupy = cupy_module()
+    return [cupy.asarray(a) for a in arrays]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_adjoint_kernel_against_the_oracle(rng, case, chunk):
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+
+    matrix, coils, samples = case
+    k, f, t, _, d = _problem(rng, matrix, coils, samples)
+    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), chunk=chunk)
+    assert out.shape == (coils, *matrix)
+    assert relative(out.get(), offres_adjoint(d, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_forward_kernel_against_the_oracle(rng, case, chunk):
+    from mri_recon.operators.gpu_offres import forward_offres_gpu
+
+    matrix, coils, samples = case
+    k, f, t, x, _ = _problem(rng, matrix, coils, samples)
+    out = forward_offres_gpu(*_gpu(x, k, f, t), chunk=chunk)
+    assert out.shape == (coils, samples)
+    assert relative(out.get(), offres_forward(x, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peak, readout", [(1000.0, 50e-3), (5.0, 1e-3)], ids=["50-turns", "tiny"])
+def test_kernels_keep_their_accuracy_for_large_and_small_phases(rng, peak, readout):
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu, forward_offres_gpu
+
+    matrix = (40, 36)
+    k, f, t, x, d = _problem(rng, matrix, 2, 2000, peak, readout)
+    assert relative(fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t)).get(), offres_adjoint(d, k, f, t)) < TOL
+    assert relative(forward_offres_gpu(*_gpu(x, k, f, t)).get(), offres_forward(x, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+def test_zero_field_matches_the_plain_kernels(rng):
+    from mri_recon.operators.gpu_exact import fhd_gpu, forward_gpu
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu, forward_offres_gpu
+
+    matrix = (32, 28)
+    k, _, t, x, d = _problem(rng, matrix, 3, 500)
+    zero = np.zeros(matrix, np.float32)
+    gd, gk, gx, gz, gt = _gpu(d, k, x, zero, t)
+    assert relative(fhd_offres_gpu(gd, gk, matrix, gz, gt).get(), fhd_gpu(gd, gk, matrix).get()) < TOL
+    assert relative(forward_offres_gpu(gx, gk, gz, gt).get(), forward_gpu(gx, gk).get()) < TOL
+
+
+@pytest.mark.gpu
+def test_gpu_encoding_is_adjoint_and_inputs_are_checked(rng):
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+
+    matrix = (20, 24)
+    k, f, t, x, d = _problem(rng, matrix, 2, 300)
+    op = OffresEncoding(*_gpu(k, f, t), batch=2)
+    gx, gd = _gpu(x, d)
+    lhs = complex(cupy_module().vdot(op(gx), gd))
+    rhs = complex(cupy_module().vdot(gx, op.H(gd)))
+    assert abs(lhs - rhs) / abs(lhs) < 1e-5
+    with pytest.raises(SchemaError, match=r"field_map must have the image's shape \(20, 24\)"):
+        fhd_offres_gpu(gd, _gpu(k)[0], matrix, *_gpu(f[:, :20], t))
+    with pytest.raises(DeviceError, match="times must be a CuPy array"):
+        fhd_offres_gpu(gd, _gpu(k)[0], matrix, _gpu(f)[0], t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("correction", ["segmented", "exact"])
+@pytest.mark.parametrize("method", ["exact", "nufft"])
+def test_gpu_reconstruction_matches_the_cpu(correction, method):
+    scan = mri_recon.simulate_scan((32, 32), "spiral", coils=4, snr=None, field_map_peak=150, readout_ms=16)
+    options = {"iterations": 10, "lam": 1e-3, "progress": False, "field_map_correction": correction}
+    gpu = mri_recon.reconstruct(scan, device="gpu", method=method, **options)
+    cpu = mri_recon.reconstruct(scan, device="cpu", **{**options, "field_map_correction": "segmented"})
+    assert gpu.parameters["field_map_correction"] == cpu.parameters["field_map_correction"] or correction == "exact"
+    assert relative(gpu.image, cpu.image) < 3e-3

@@ -35,12 +35,24 @@ def fhd_record_words(dim: int, coils: int, real: bool = False, offres: bool = Fa
     return header + coils * (1 if real else 2)
 
 
+def fhd_accumulators(vox: int, coils: int, real: bool = False, offres: bool = False) -> int:
+    """Floats a thread of ``fhd.cu`` accumulates: cosine and sine sums per position and coil (2 real, 4 complex
+    floats), or with ``offres`` the complex sum itself (2 floats: no mirror voxel shares the phase)."""
+    return vox * coils * (2 if real or offres else 4)
+
+
+def offres_positions(coils: int) -> int:
+    """Positions per thread of F^H d with off-resonance: ``32 // coils`` capped to 1..8 (1..4 coils: 8; 8 coils:
+    4), 64 accumulator floats at most, as many as the plain kernel's 8-coil configuration."""
+    return max(1, min(8, 32 // int(coils)))
+
+
 def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False,
                 offres: bool = False) -> dict[str, int]:
     """The ``-D`` options of ``fhd.cu`` for one launch configuration (``offres``: ``FHD_OFFRES`` 1, the
     exact off-resonance path, which needs ``recur=False`` and complex data)."""
     words = fhd_record_words(dim, coils, real, offres)
-    accumulators = vox * coils * (2 if real else 4)
+    accumulators = fhd_accumulators(vox, coils, real, offres)
     return {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
             "FHD_REAL": int(real), "FHD_OFFRES": int(offres), "FHD_WORDS": words,
             "FHD_CHUNK": CONSTANT_BYTES // (4 * words), "FHD_MAX_THREADS": 512 if accumulators <= 32 else 256}
@@ -55,7 +67,7 @@ def adjoint_defines(dim: int, coils: int, *, multi: bool, recur: bool) -> dict[s
 def offres_adjoint_defines(dim: int, coils: int) -> dict[str, int]:
     """``fhd.cu`` options of F^H d with off-resonance: unpaired lines, several positions per thread, each
     with its own phase (no recurrence: the field map differs from voxel to voxel)."""
-    return fhd_defines(dim, coils, positions_per_thread(coils), False, offres=True)
+    return fhd_defines(dim, coils, offres_positions(coils), False, offres=True)
 
 
 def offres_forward_defines(dim: int, coils: int) -> dict[str, int]:

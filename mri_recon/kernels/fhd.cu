@@ -50,7 +50,9 @@
 //               turns; f_n t_m is one float32 product reduced to [-1/2, 1/2] turns (exact) and added to
 //               the fixed-point phase as a float in turns (phasor_offset, mri_recon_phase.cuh), so its
 //               error is about 2^-24 |f_n t_m| + 2^-25 turns. A field map breaks the mirror symmetry: the
-//               host passes the unpaired line list (every flag 0), and each position has its own phase.
+//               host passes the unpaired line list (every flag 0), and each position has its own phase;
+//               its accumulator is the complex sum itself (2 floats per position and coil, not 4), so a
+//               thread holds more positions for the same registers (configs.offres_positions).
 //   FHD_WORDS   32-bit words per record (checked against the struct the host packs)
 //   FHD_CHUNK   records in the constant array (FHD_CHUNK * 4 * FHD_WORDS <= 65536)
 //   FHD_MAX_THREADS  threads per block the launch bounds allow (512, or 256 for many accumulators)
@@ -110,8 +112,8 @@ static_assert(FHD_CHUNK * sizeof(kdata) <= 65536, "the chunk exceeds the 64 KB c
 
 __constant__ kdata c_k[FHD_CHUNK];
 
-#if FHD_REAL
-#define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real
+#if FHD_REAL || FHD_OFFRES
+#define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real; or (FHD_OFFRES) U complex, the sum itself
 #else
 #define FHD_ACC (4 * FHD_VOX * FHD_COILS)  // U, W complex
 #endif
@@ -177,6 +179,8 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 
 #if FHD_REAL
     float U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
+#elif FHD_OFFRES
+    float2 U[FHD_VOX][FHD_COILS];  // sum_m d_m exp(+i theta): no mirror, so no separate cosine and sine sums
 #else
     float2 U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
 #endif
@@ -189,7 +193,9 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
             W[v][c] = 0.0f;
 #else
             U[v][c] = make_float2(0.0f, 0.0f);
+#if !FHD_OFFRES
             W[v][c] = make_float2(0.0f, 0.0f);
+#endif
 #endif
         }
     }
@@ -233,6 +239,9 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #if FHD_REAL
                 U[v][c] += d * cv[v];
                 W[v][c] += d * sv[v];
+#elif FHD_OFFRES
+                U[v][c].x += d.x * cv[v] - d.y * sv[v];
+                U[v][c].y += d.y * cv[v] + d.x * sv[v];
 #else
                 U[v][c].x += d.x * cv[v];
                 U[v][c].y += d.y * cv[v];
@@ -261,8 +270,10 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #else
                         slot[a++] = U[v][c].x;
                         slot[a++] = U[v][c].y;
+#if !FHD_OFFRES
                         slot[a++] = W[v][c].x;
                         slot[a++] = W[v][c].y;
+#endif
 #endif
                     }
                 }
@@ -281,8 +292,10 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #else
                         U[v][c].x += slot[a++];
                         U[v][c].y += slot[a++];
+#if !FHD_OFFRES
                         W[v][c].x += slot[a++];
                         W[v][c].y += slot[a++];
+#endif
 #endif
                     }
                 }
@@ -312,6 +325,9 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #if FHD_REAL
             const float2 a = make_float2(U[v][c], W[v][c]);
             const float2 b = make_float2(U[v][c], -W[v][c]);
+#elif FHD_OFFRES
+            const float2 a = U[v][c];
+            const float2 b = a;  // never written: no mirror with a field map
 #else
             const float2 a = make_float2(U[v][c].x - W[v][c].y, U[v][c].y + W[v][c].x);
             const float2 b = make_float2(U[v][c].x + W[v][c].y, U[v][c].y - W[v][c].x);

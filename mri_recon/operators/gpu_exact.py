@@ -27,7 +27,14 @@ import numpy as np
 from ..backend import Device, cupy_module, gpu_available
 from ..errors import DeviceError, InvalidDataError, ResourceError, SchemaError
 from ..kernels import get_module, upload_constant
-from ..kernels.configs import FORWARD_RUN, adjoint_defines, fhd_record_words, forward_defines, psf_defines
+from ..kernels.configs import (
+    FORWARD_RUN,
+    adjoint_defines,
+    fhd_accumulators,
+    fhd_record_words,
+    forward_defines,
+    psf_defines,
+)
 from ..validation import validate_matrix
 from .gpu_layout import coil_groups, fixed_point_turns, forward_runs, grid_slices, line_list, line_positions
 
@@ -254,7 +261,7 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
                              max(1, min(8, size // (64 * rows))))
     coils = defines["FHD_COILS"]
     target, first_coil = (out, coil0) if slices == 1 else (_empty((slices, coils, out.shape[1]), out.dtype), 0)
-    accumulators = defines["FHD_VOX"] * coils * (2 if defines["FHD_REAL"] else 4)
+    accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines.get("FHD_OFFRES", 0))
     shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
     dims = [int(n) for n in matrix] + [1] * (3 - len(matrix))
     args = [target, lines, np.int32(lines.shape[0]), np.int32(per_line), *(np.int32(n) for n in dims)]

@@ -23,6 +23,7 @@ sample and every voxel of the field map (the phase factors have modulus 1, so it
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -183,7 +184,8 @@ class SegmentedNormal(LinearOperator):
     """The CG operator ``x -> sum_c conj(S_c) sum_{l,l'} conj(c_l) T_{l l'}(c_l' S_c x) + lam x`` (Hermitian).
 
     Without maps ``x`` holds one image per coil (any leading axes). Coils go through the 2x-grid FFTs
-    ``coil_batch`` at a time; each costs 2 L FFTs per iteration.
+    ``coil_batch`` at a time; each costs 2 L FFTs per iteration, and the L x L kernels are applied at every
+    frequency of the 2x grid as one batched matrix product (kernels stored as ``(frequencies, L, L)``).
     """
 
     hermitian = True
@@ -192,7 +194,15 @@ class SegmentedNormal(LinearOperator):
                  lam: float = 0.0, coil_batch: int | None = None) -> None:
         matrix = tuple(phases.shape[1:])
         super().__init__(matrix, matrix)
-        self.spectra, self.phases, self.maps, self.lam = spectra, phases, coil_maps, float(lam)
+        xp = get_xp(phases)
+        segments = int(phases.shape[0])
+        self.big = tuple(int(n) for n in next(iter(spectra.values())).shape)
+        kernels = xp.empty((segments, segments, math.prod(self.big)), dtype=np.complex64)
+        for (i, j), spectrum in spectra.items():  # T_{l' l} is the adjoint of T_{l l'}: conjugate spectrum
+            kernels[i, j] = spectrum.reshape(-1)
+            kernels[j, i] = xp.conj(spectrum.reshape(-1))
+        self.kernels = xp.ascontiguousarray(kernels.transpose(2, 0, 1))  # (P, L, L)
+        self.phases, self.maps, self.lam = phases, coil_maps, float(lam)
         self.coil_batch = coil_batch
 
     def _check(self, array: Any, shape: tuple[int, ...], what: str) -> None:
@@ -200,24 +210,17 @@ class SegmentedNormal(LinearOperator):
             shape = (*array.shape[:array.ndim - len(shape)], *shape)
         super()._check(array, shape, what)
 
-    def _kernel(self, i: int, j: int) -> Any:
-        return self.spectra[(i, j)] if i <= j else get_xp(self.phases).conj(self.spectra[(j, i)])
-
     def _normal(self, z: Any) -> Any:
-        """``sum_{l,l'} conj(c_l) T_{l l'}(c_l' z)`` for a batch of images ``z``."""
+        """``sum_{l,l'} conj(c_l) T_{l l'}(c_l' z)`` for a batch of images ``z`` ``(B, *matrix)``."""
         xp = get_xp(z)
         ndim = self.phases.ndim - 1
-        axes = tuple(range(z.ndim - ndim, z.ndim))
-        big = tuple(2 * n for n in self.ishape)
-        spectra = [_padded_fft(z * self.phases[j], big, axes) for j in range(self.phases.shape[0])]
-        out = xp.zeros_like(z)
-        for i in range(self.phases.shape[0]):
-            total = None
-            for j, spectrum in enumerate(spectra):
-                term = spectrum * self._kernel(i, j)
-                total = term if total is None else total + term
-            out += _cropped_ifft(total, self.ishape, axes) * xp.conj(self.phases[i])
-        return out
+        segments, batch = int(self.phases.shape[0]), int(z.shape[0])
+        axes = tuple(range(2, 2 + ndim))
+        spectra = _padded_fft(z[None] * self.phases[:, None], self.big, axes)           # (L, B, *big)
+        mixed = xp.matmul(self.kernels, spectra.reshape(segments, batch, -1).transpose(2, 0, 1))  # (P, L, B)
+        mixed = xp.ascontiguousarray(mixed.transpose(1, 2, 0)).reshape(segments, batch, *self.big)
+        images = _cropped_ifft(mixed, self.ishape, axes)                                 # (L, B, *matrix)
+        return (images * xp.conj(self.phases[:, None])).sum(axis=0)
 
     def _apply(self, x: Any) -> Any:
         xp = get_xp(x)

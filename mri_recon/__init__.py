@@ -33,6 +33,8 @@ _LAZY = {
     "fhd": "operators",
     "forward": "operators",
     "psf": "operators",
+    "fhd_offres": "operators",
+    "forward_offres": "operators",
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
     "reconstruct": "pipeline",

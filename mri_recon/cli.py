@@ -343,6 +343,13 @@ def info(scan: Path, device: str, traj_units: str) -> None:
         lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {s.attrs['traj_units']}")
+    if s.field_map is not None and s.times is not None:
+        from .backend import resolve_device
+        from .operators.offres_setup import plan_correction
+
+        choice = plan_correction(s.field_map, s.times, s.n_coils, gpu=resolve_device(device).is_gpu)
+        lines.append(f"off-res     {s.field_map.min():.4g} .. {s.field_map.max():.4g} Hz over "
+                     f"{np.ptp(s.times) * 1e3:.4g} ms: {choice.label} (--field-map-correction auto)")
     # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, --coil-maps auto
     sense = coil_map_method(s) in ("file", "walsh", "espirit")
     try:

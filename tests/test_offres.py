@@ -3,6 +3,8 @@ operator, the reconstruction with a field map, and the simulator's data."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers import relative
@@ -205,3 +207,41 @@ def test_exact_and_segmented_solutions_agree(rng):
     small = mri_recon.reconstruct(scan.replace(kspace=scan.kspace * np.float32(2.0 ** -40)),
                                   field_map_correction="segmented", **options)
     assert relative(small.image * np.float32(2.0 ** 40), segmented.image) < 1e-6
+
+
+def test_public_functions_are_the_formula_and_check_inputs(rng):
+    matrix = (7, 9)
+    k, f, t, x, d = problem(rng, matrix, 2, 90)
+    e = oracle_matrix(k, f, t, matrix)
+    assert relative(mri_recon.fhd_offres(d, k, matrix, f, t, device="cpu"), (d @ e.conj()).reshape(2, *matrix)) < 1e-6
+    assert relative(mri_recon.forward_offres(x[0], k, f, t, device="cpu"), x[0].reshape(-1) @ e.T) < 1e-6
+    with pytest.raises(SchemaError, match=r"fhd_offres: field_map must have the image's shape \(7, 9\)"):
+        mri_recon.fhd_offres(d, k, matrix, f[:, :8], t, device="cpu")
+    with pytest.raises(SchemaError, match="forward_offres: times has 89 samples but the data have 90"):
+        mri_recon.forward_offres(x, k, f, t[:-1], device="cpu")
+    with pytest.raises(SchemaError, match=r"forward_offres: image must have the field map's shape \(7, 9\)"):
+        mri_recon.forward_offres(x[:, :6], k, f, t, device="cpu")
+
+
+def test_cli_simulates_and_corrects_a_field_map(tmp_path):
+    import h5py
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    runner = CliRunner()
+    path = tmp_path / "fm.h5"
+    made = runner.invoke(main, ["simulate", str(path), "--matrix", "32", "--trajectory", "spiral", "--coils", "2",
+                                "--field-map", "100", "--readout-ms", "8", "-q"])
+    assert made.exit_code == 0, made.output
+    info = runner.invoke(main, ["info", str(path), "--device", "cpu"])
+    assert info.exit_code == 0, info.output
+    assert re.search(r"off-res +-9\d\.\d+ \.\. 100 Hz over 7\.99\d* ms: time-segmented \(L=\d+\)", info.output)
+    out = tmp_path / "r.h5"
+    done = runner.invoke(main, ["reconstruct", str(path), "-o", str(out), "--device", "cpu", "--iterations", "5",
+                                "--field-map-correction", "segmented", "--segments", "3", "-q"])
+    assert done.exit_code == 0, done.output
+    with h5py.File(out) as f:
+        assert f.attrs["param_field_map_correction"] == "time-segmented (L=3)"
+    bad = runner.invoke(main, ["simulate", str(tmp_path / "x.h5"), "--field-map", "nan"])
+    assert bad.exit_code != 0 and "must be a finite number" in bad.output

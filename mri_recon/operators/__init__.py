@@ -6,13 +6,19 @@
 - :mod:`.toeplitz`: F^H W F as a convolution on the 2x grid (:class:`Toeplitz`) and the CG-SENSE normal
   operator (:func:`normal_operator`); :mod:`.gpu_toeplitz` is its fused GPU form.
 - :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input.
+- Off-resonance: :mod:`.offres` (the model, :class:`OffresEncoding`, exact), :mod:`.gpu_offres` (its kernels),
+  :mod:`.time_segments` (time segmentation), :mod:`.offres_setup` (the choice in a reconstruction),
+  :mod:`.offres_public` (:func:`fhd_offres`, :func:`forward_offres`).
 """
 
 from __future__ import annotations
 
 from .base import Identity, LinearOperator, Multiply, Scale, Sense
 from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
+from .offres import OffresEncoding
+from .offres_public import fhd_offres, forward_offres
 from .public import fhd, forward, psf, resolve
 
 __all__ = ["Encoding", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator", "Multiply",
-           "NudftEncoding", "Scale", "Sense", "choose_engine", "fhd", "forward", "psf", "resolve"]
+           "NudftEncoding", "OffresEncoding", "Scale", "Sense", "choose_engine", "fhd", "fhd_offres", "forward",
+           "forward_offres", "psf", "resolve"]

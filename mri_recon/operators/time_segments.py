@@ -216,9 +216,12 @@ class SegmentedNormal(LinearOperator):
         ndim = self.phases.ndim - 1
         segments, batch = int(self.phases.shape[0]), int(z.shape[0])
         axes = tuple(range(2, 2 + ndim))
-        spectra = _padded_fft(z[None] * self.phases[:, None], self.big, axes)           # (L, B, *big)
-        mixed = xp.matmul(self.kernels, spectra.reshape(segments, batch, -1).transpose(2, 0, 1))  # (P, L, B)
-        mixed = xp.ascontiguousarray(mixed.transpose(1, 2, 0)).reshape(segments, batch, *self.big)
+        spectra = _padded_fft(z[None] * self.phases[:, None], self.big, axes).reshape(segments, batch, -1)
+        if xp is np:  # NumPy's stacked matmul of small matrices is 2.5x slower than einsum here (2 cores)
+            mixed = np.einsum("pij,jbp->ibp", self.kernels, spectra, optimize=True)
+        else:  # one batched GEMM (cuBLAS) over the frequencies
+            mixed = xp.ascontiguousarray(xp.matmul(self.kernels, spectra.transpose(2, 0, 1)).transpose(1, 2, 0))
+        mixed = mixed.reshape(segments, batch, *self.big)                                # (L, B, *big)
         images = _cropped_ifft(mixed, self.ishape, axes)                                 # (L, B, *matrix)
         return (images * xp.conj(self.phases[:, None])).sum(axis=0)
 

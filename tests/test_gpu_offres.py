@@ -108,3 +108,53 @@ def test_gpu_reconstruction_matches_the_cpu(correction, method):
     cpu = mri_recon.reconstruct(scan, device="cpu", **{**options, "field_map_correction": "segmented"})
     assert gpu.parameters["field_map_correction"] == cpu.parameters["field_map_correction"] or correction == "exact"
     assert relative(gpu.image, cpu.image) < 3e-3
+
+
+# ----------------------------------------------------------------------------------------------------
+# The kernels' arithmetic emulated in NumPy on the host records (no GPU): layout, fixed point, sign
+
+
+def _phasor_offset(big_t, turns):
+    """mri_recon_phase.cuh's phasor_offset in float32 (the sine and cosine themselves in float64)."""
+    t = ((big_t >> np.uint32(9)) ^ np.uint32(0x3FC00000)).astype(np.uint32).view(np.float32) - np.float32(1.5)
+    magic = np.float32(12582912.0)
+
+    def reduce(x):
+        return (x - ((x + magic) - magic)).astype(np.float32)
+
+    u = reduce((t + reduce(turns.astype(np.float32))).astype(np.float32))
+    angle = (np.float32(2 * np.pi) * u).astype(np.float64)
+    return np.cos(angle), np.sin(angle)
+
+
+@pytest.mark.parametrize("matrix", [(9, 6), (4, 5, 3)], ids=["2d", "3d"])
+def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
+    from mri_recon.kernels.configs import fhd_record_words
+    from mri_recon.operators.gpu_layout import fixed_point_turns
+    from mri_recon.operators.gpu_offres import adjoint_records, forward_records, voxel_headers
+
+    dim, coils = len(matrix), 3
+    k, f, t, x, d = _problem(rng, matrix, coils, 120, peak=400.0, readout=30e-3)
+    records = adjoint_records(fixed_point_turns(k, matrix), t, d)
+    assert records.shape == (120, fhd_record_words(dim, coils, False, True)) and records.dtype == np.uint32
+    q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)  # Q_d of every voxel, C order
+    big_t = np.zeros((120, q.shape[0]), np.uint32)
+    for axis in range(dim):
+        big_t += records[:, axis:axis + 1] * q[None, :, axis]
+    big_t += np.uint32(0x100)
+    times = records[:, dim].view(np.float32)
+    data = records[:, -2 * coils:].view(np.float32).view(np.complex64)  # (M, coils)
+    c, s = _phasor_offset(big_t, f.reshape(-1)[None, :] * times[:, None])
+    adjoint = (data.T.astype(np.complex128) @ (c + 1j * s)).reshape(coils, *matrix)
+    assert relative(adjoint, offres_adjoint(d, k, f, t)) < TOL
+    voxels = forward_records(voxel_headers(matrix), f.reshape(-1), x.reshape(coils, -1))
+    assert voxels.shape[1] % 4 == 0
+    kfix = fixed_point_turns(k, matrix)
+    big_t = np.zeros((120, voxels.shape[0]), np.uint32)
+    for axis in range(dim):
+        big_t += kfix[:, axis:axis + 1] * voxels[None, :, axis]
+    big_t += np.uint32(0x100)
+    c, s = _phasor_offset(big_t, voxels[:, 3].view(np.float32)[None, :] * t[:, None])
+    values = voxels[:, 4:4 + 2 * coils].view(np.float32).view(np.complex64)  # (voxels, coils)
+    forward = (c - 1j * s) @ values.astype(np.complex128)
+    assert relative(forward.T, offres_forward(x, k, f, t)) < TOL

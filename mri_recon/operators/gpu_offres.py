@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
+from ..backend import Device, cupy_module, get_xp
 from ..errors import SchemaError
 from ..grid import centre
 from ..kernels import get_module
@@ -50,17 +50,17 @@ def _offres_inputs(field_map: Any, times: Any, matrix: tuple[int, ...], n_sample
             cupy.ascontiguousarray(times, dtype=cupy.float32))
 
 
-def _records(kfix: Any, times: Any, data: Any) -> Any:
+def adjoint_records(kfix: Any, times: Any, data: Any) -> Any:
     """Constant-memory records (M, words) uint32 of ``FHD_OFFRES`` 1: fixed-point trajectory, the sample
-    time (float32 bits), padding, the complex samples of the group."""
-    cupy = cupy_module()
+    time (float32 bits), padding, the complex64 samples ``data`` (coils, M) of the group. NumPy or CuPy."""
+    xp = get_xp(kfix)
     n_samples, dim = kfix.shape
     coils = data.shape[0]
     words = fhd_record_words(dim, coils, False, True)
-    records = cupy.zeros((n_samples, words), dtype=cupy.uint32)
+    records = xp.zeros((n_samples, words), dtype=xp.uint32)
     records[:, :dim] = kfix
-    records[:, dim] = times.view(cupy.uint32)
-    records[:, words - 2 * coils:] = cupy.ascontiguousarray(data.T).view(cupy.float32).view(cupy.uint32)
+    records[:, dim] = xp.ascontiguousarray(times, dtype=xp.float32).view(xp.uint32)
+    records[:, words - 2 * coils:] = xp.ascontiguousarray(data.T, dtype=xp.complex64).view(xp.float32).view(xp.uint32)
     return records
 
 
@@ -94,14 +94,14 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
     for start, size in coil_groups(n_coils):
-        records = _records(kfix, t, data[start:start + size])
+        records = adjoint_records(kfix, t, data[start:start + size])
         _fhd_launch(out, records, matrix, offres_adjoint_defines(len(matrix), size), False, start, chunk, block,
                     device, field_map=fmap)
     return out.reshape(n_coils, *matrix)
 
 
 @functools.lru_cache(maxsize=8)
-def _voxel_headers(matrix: tuple[int, ...]) -> np.ndarray:
+def voxel_headers(matrix: tuple[int, ...]) -> np.ndarray:
     """int32 ``(voxels, 3)``: ``Q_d = 2 j_d - 2 (N_d // 2)`` of every voxel in C order (2-D: Q_x, Q_y, 0)."""
     axes = [2 * np.arange(n, dtype=np.int64) - 2 * centre(n) for n in matrix]
     grids = [g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")]
@@ -110,6 +110,19 @@ def _voxel_headers(matrix: tuple[int, ...]) -> np.ndarray:
     out = np.ascontiguousarray(np.stack(grids, axis=1).astype(np.int32))
     out.flags.writeable = False
     return out
+
+
+def forward_records(headers: Any, field_map: Any, values: Any) -> Any:
+    """Voxel records (voxels, words) uint32 of ``FWD_OFFRES`` 1: Q_x, Q_y, Q_z (:func:`voxel_headers`), f_n
+    (float32 bits), then the complex64 ``values`` (coils, voxels) of the group, zero-padded to a multiple of
+    four words. NumPy or CuPy."""
+    xp = get_xp(values)
+    coils, n_voxels = values.shape
+    records = xp.zeros((n_voxels, 4 + 4 * ((coils + 1) // 2)), dtype=xp.uint32)
+    records[:, :3] = xp.asarray(headers).view(xp.uint32)
+    records[:, 3] = xp.ascontiguousarray(field_map, dtype=xp.float32).view(xp.uint32)
+    records[:, 4:4 + 2 * coils] = xp.ascontiguousarray(values.T, dtype=xp.complex64).view(xp.float32).view(xp.uint32)
+    return records
 
 
 def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, *,
@@ -152,17 +165,12 @@ def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, 
         per_slice = _launch_size(chunk, 1, 2**31 - 1, "chunk (voxels per slice)")
     per_slice = max(per_slice, -(-n_voxels // 65535))
     slices = -(-n_voxels // per_slice)
-    headers = cupy.asarray(_voxel_headers(matrix)).view(cupy.uint32)
+    headers = cupy.asarray(voxel_headers(matrix))
     out = _empty((slices, n_coils, n_samples), cupy.complex64)
     for start, size in coil_groups(n_coils):
         defines = offres_forward_defines(len(matrix), size)
         kernel = get_module("forward.cu", defines, device).get_function("mri_recon_forward_offres")
-        words = 4 + 4 * ((size + 1) // 2)
-        records = cupy.zeros((n_voxels, words), dtype=cupy.uint32)
-        records[:, :3] = headers
-        records[:, 3] = fmap.view(cupy.uint32)
-        values = cupy.ascontiguousarray(flat[start:start + size].T)  # (voxels, size) complex64
-        records[:, 4:4 + 2 * size] = values.view(cupy.float32).view(cupy.uint32)
+        records = forward_records(headers, fmap, flat[start:start + size])
         kernel((blocks, slices, 1), (threads, 1, 1),
                (out, kfix, t, records, np.int32(n_voxels), np.int32(n_samples), np.int32(per_slice),
                 np.int32(n_coils), np.int32(start)))

@@ -331,6 +331,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
     dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
+    if scan.field_map is not None and psf is not None:
+        raise InvalidDataError("a PSF applies to the model without off-resonance; with a field map leave psf=None")
     offres = None if scan.field_map is None else plan_correction(
         scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=field_map_correction,
         segments=segments, iterations=iterations)

@@ -120,6 +120,8 @@ def test_segment_search_refuses_bad_requests(rng):
     with pytest.raises(InvalidDataError, match="needs more than 64 segments"):
         plan_correction(f, t, 1, gpu=False, correction="segmented")
     assert plan_correction(f, t, 1, gpu=False).kind == "exact"  # auto: segmentation impossible, exact instead
+    with pytest.raises(InvalidDataError, match="segments \\(L = 4\\) apply to time segmentation, not to the exact"):
+        plan_correction(f, t, 1, gpu=False, correction="exact", segments=4)
 
 
 def test_normal_operators_match_their_encodings(rng):
@@ -202,6 +204,8 @@ def test_exact_and_segmented_solutions_agree(rng):
     exact = mri_recon.reconstruct(scan, field_map_correction="exact", **options)
     segmented = mri_recon.reconstruct(scan, field_map_correction="segmented", **options)
     assert exact.parameters["field_map_correction"] == "exact"
+    with pytest.raises(InvalidDataError, match="a PSF applies to the model without off-resonance"):
+        mri_recon.reconstruct(scan, psf=np.zeros((32, 32), np.complex64), **options)
     assert relative(segmented.image, exact.image) < 3e-3
     # scale independence: the data times 2^-40 give the image times 2^-40
     small = mri_recon.reconstruct(scan.replace(kspace=scan.kspace * np.float32(2.0 ** -40)),

@@ -103,6 +103,8 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
                                f"'segmented'")
     if segments is not None and (isinstance(segments, bool) or int(segments) != segments or segments < 1):
         raise InvalidDataError(f"segments must be a positive integer or None, found {segments!r}")
+    if correction == "exact" and segments is not None:
+        raise InvalidDataError(f"segments (L = {segments}) apply to time segmentation, not to the exact correction")
     matrix = tuple(field_map.shape)
     if correction != "exact":
         try:

@@ -151,8 +151,7 @@ def _varying(keys: list[dict]) -> list[str]:
               help="Reconstruct without off-resonance correction, dropping the scan's field_map and times on "
                    "purpose (recorded as field_map_correction = ignored).")
 @click.option("--field-map-correction", type=click.Choice(["auto", "exact", "segmented"]), default="auto",
-              show_default=True, help="With a field map: exact (F and F^H with the field map every CG iteration), "
-                   "segmented (time segmentation, Toeplitz per segment pair) or auto (by predicted time).")
+              show_default=True, help="With a field map: exact, segmented (time segmentation) or auto.")
 @click.option("--segments", type=click.IntRange(min=1), default=None,
               help="Time segments L (default: the fewest with interpolation error <= 1e-3).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
@@ -169,8 +168,8 @@ def _varying(keys: list[dict]) -> list[str]:
 def reconstruct(scan: Path, output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 iterations: int, lam: float, tol: float, filter_sigma: float | None, device: str, method: str,
                 png: Path | None, coil_maps: str,
-                dcf: str, no_prewhiten: bool, no_field_map: bool, field_map_correction: str, segments: int | None,
-                traj_units: str, slice_: int | None,
+                dcf: str, no_prewhiten: bool, no_field_map: bool, field_map_correction: str,
+                segments: int | None, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None) -> None:
     """Reconstruct SCAN (schema-v1 HDF5 or ISMRMRD) into an image file.
@@ -344,12 +343,9 @@ def info(scan: Path, device: str, traj_units: str) -> None:
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {s.attrs['traj_units']}")
     if s.field_map is not None and s.times is not None:
-        from .backend import resolve_device
-        from .operators.offres_setup import plan_correction
+        from .operators.offres_setup import describe_correction
 
-        choice = plan_correction(s.field_map, s.times, s.n_coils, gpu=resolve_device(device).is_gpu)
-        lines.append(f"off-res     {s.field_map.min():.4g} .. {s.field_map.max():.4g} Hz over "
-                     f"{np.ptp(s.times) * 1e3:.4g} ms: {choice.label} (--field-map-correction auto)")
+        lines.append(f"off-res     {describe_correction(s.field_map, s.times, s.n_coils, device)}")
     # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, --coil-maps auto
     sense = coil_map_method(s) in ("file", "walsh", "espirit")
     try:

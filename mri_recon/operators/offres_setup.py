@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, to_device
+from ..backend import Device, resolve_device, to_device
 from ..errors import InvalidDataError
 from . import time_segments
 from .offres import EncodingNormal, OffresEncoding
@@ -125,3 +125,10 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
     phases = np.exp(-2j * np.pi * field_map.astype(np.float64)[None] * tau.reshape(-1, *([1] * len(matrix))))
     return OffresCorrection("segmented", count, error, field_map.astype(np.float32), times.astype(np.float32),
                             b.astype(np.complex64), phases.astype(np.complex64))
+
+
+def describe_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, device: Any = "auto") -> str:
+    """One line for ``mri-recon info``: the field map's range, the readout span and what ``auto`` chooses."""
+    choice = plan_correction(field_map, times, n_coils, gpu=resolve_device(device).is_gpu)
+    return (f"{field_map.min():.4g} .. {field_map.max():.4g} Hz over {np.ptp(times) * 1e3:.4g} ms: {choice.label} "
+            f"(--field-map-correction auto)")

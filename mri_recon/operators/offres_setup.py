@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, resolve_device, to_device
-from ..errors import InvalidDataError
+from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
+from ..errors import InvalidDataError, ResourceError
 from . import time_segments
 from .offres import EncodingNormal, OffresEncoding
 
@@ -85,9 +85,27 @@ class OffresCorrection:
         """The CG operator ``A^H W A + lam I`` (with maps: summed over coils)."""
         if self.kind == "exact":
             return EncodingNormal(encoding, weights, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)
+        coil_batch = self._segment_batch(weights, coil_batch)
         spectra = time_segments.segment_spectra(encoding, weights)
         return time_segments.SegmentedNormal(spectra, self.phases, coil_maps=coil_maps, lam=lam,
                                              coil_batch=coil_batch)
+
+    def _segment_batch(self, weights: Any, coil_batch: int) -> int:
+        """On a GPU: the coils per pass that fit the free memory beside the L x L kernels (complex64, 2x
+        grid) with four L-deep work arrays per coil; ResourceError when not even one coil fits. (The memory
+        planner does not count the segments; the host is not checked.)"""
+        if not is_gpu_array(weights):
+            return coil_batch
+        points = math.prod(self.phases.shape[1:]) * 2 ** (self.phases.ndim - 1)
+        kernels = 8 * points * self.segments * (self.segments + 1)  # the PSFs' spectra, then (P, L, L)
+        per_coil = 8 * points * 4 * self.segments
+        free = device_memory(Device(int(weights.device.id)))[0]
+        fits = (free - kernels) // per_coil
+        if fits < 1:
+            raise ResourceError(f"time segmentation with L = {self.segments} needs {(kernels + per_coil) / 2**30:.1f} "
+                                f"GiB of GPU memory, {free / 2**30:.1f} GiB are free; use fewer segments or "
+                                f"--field-map-correction exact")
+        return int(max(1, min(coil_batch, fits)))
 
 
 def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, gpu: bool,

@@ -35,7 +35,7 @@ import traceback
 import numpy as np
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.backend import cupy_module, gpu_available
 from mri_recon.grid import voxel_positions
 from mri_recon.operators import gpu_exact, gpu_offres
 from mri_recon.operators.time_segments import interpolation_error
@@ -202,7 +202,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
     args = parser.parse_args()
     cupy = cupy_module()
-    if cupy is None:
+    if cupy is None or not gpu_available():
         print("this benchmark needs CuPy and a GPU", file=sys.stderr)
         return 1
     props = cupy.cuda.runtime.getDeviceProperties(0)

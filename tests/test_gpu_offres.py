@@ -9,7 +9,7 @@ from helpers import relative
 
 import mri_recon
 from mri_recon.backend import cupy_module
-from mri_recon.errors import DeviceError, SchemaError
+from mri_recon.errors import DeviceError, InvalidDataError, SchemaError
 from mri_recon.operators.offres import OffresEncoding, offres_adjoint, offres_forward
 
 TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
@@ -114,47 +114,67 @@ def test_gpu_reconstruction_matches_the_cpu(correction, method):
 # The kernels' arithmetic emulated in NumPy on the host records (no GPU): layout, fixed point, sign
 
 
-def _phasor_offset(big_t, turns):
-    """mri_recon_phase.cuh's phasor_offset in float32 (the sine and cosine themselves in float64)."""
+def _phasor(big_t):
+    """mri_recon_phase.cuh's phasor: the top 23 bits of T + 2^31 as a float turn in [-1/2, 1/2) (exact in
+    NumPy), then the sine and cosine (float64 here; __sincosf on the GPU)."""
     t = ((big_t >> np.uint32(9)) ^ np.uint32(0x3FC00000)).astype(np.uint32).view(np.float32) - np.float32(1.5)
-    magic = np.float32(12582912.0)
-
-    def reduce(x):
-        return (x - ((x + magic) - magic)).astype(np.float32)
-
-    u = reduce((t + reduce(turns.astype(np.float32))).astype(np.float32))
-    angle = (np.float32(2 * np.pi) * u).astype(np.float64)
+    angle = 2 * np.pi * t.astype(np.float64)
     return np.cos(angle), np.sin(angle)
+
+
+def _offres_turns(fixed, tau):
+    """mri_recon_phase.cuh's offres_turns: bits 16..47 of the 64-bit product F tau."""
+    product = fixed.astype(np.int64) * tau.astype(np.int64)
+    return (product >> 16).astype(np.uint64).astype(np.uint32)
 
 
 @pytest.mark.parametrize("matrix", [(9, 6), (4, 5, 3)], ids=["2d", "3d"])
 def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     from mri_recon.kernels.configs import fhd_record_words
     from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import adjoint_records, forward_records, voxel_headers
+    from mri_recon.operators.gpu_offres import (
+        adjoint_records,
+        centre_phase,
+        fixed_point_offres,
+        forward_records,
+        voxel_headers,
+    )
 
     dim, coils = len(matrix), 3
     k, f, t, x, d = _problem(rng, matrix, coils, 120, peak=400.0, readout=30e-3)
-    records = adjoint_records(fixed_point_turns(k, matrix), t, d)
+    t = (t + np.float32(0.2)).astype(np.float32)  # an origin far from the readout: the centring must handle it
+    fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
+    assert fixed.dtype == np.int32 and taus.dtype == np.int32 and abs(centre - 0.215) < 0.016
+    shift = centre_phase(f.reshape(-1), centre)  # exp(+i 2 pi f t_c)
+    records = adjoint_records(fixed_point_turns(k, matrix), taus, d)
     assert records.shape == (120, fhd_record_words(dim, coils, False, True)) and records.dtype == np.uint32
     q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)  # Q_d of every voxel, C order
     big_t = np.zeros((120, q.shape[0]), np.uint32)
     for axis in range(dim):
         big_t += records[:, axis:axis + 1] * q[None, :, axis]
-    big_t += np.uint32(0x100)
-    times = records[:, dim].view(np.float32)
+    big_t += _offres_turns(fixed[None, :], records[:, dim].view(np.int32)[:, None]) + np.uint32(0x100)
     data = records[:, -2 * coils:].view(np.float32).view(np.complex64)  # (M, coils)
-    c, s = _phasor_offset(big_t, f.reshape(-1)[None, :] * times[:, None])
-    adjoint = (data.T.astype(np.complex128) @ (c + 1j * s)).reshape(coils, *matrix)
+    c, s = _phasor(big_t)
+    adjoint = ((data.T.astype(np.complex128) @ (c + 1j * s)) * shift).reshape(coils, *matrix)
     assert relative(adjoint, offres_adjoint(d, k, f, t)) < TOL
-    voxels = forward_records(voxel_headers(matrix), f.reshape(-1), x.reshape(coils, -1))
+    voxels = forward_records(voxel_headers(matrix), fixed, x.reshape(coils, -1) * shift.conj())
     assert voxels.shape[1] % 4 == 0
     kfix = fixed_point_turns(k, matrix)
     big_t = np.zeros((120, voxels.shape[0]), np.uint32)
     for axis in range(dim):
         big_t += kfix[:, axis:axis + 1] * voxels[None, :, axis]
-    big_t += np.uint32(0x100)
-    c, s = _phasor_offset(big_t, voxels[:, 3].view(np.float32)[None, :] * t[:, None])
+    big_t += _offres_turns(voxels[:, 3].view(np.int32)[None, :], taus[:, None]) + np.uint32(0x100)
+    c, s = _phasor(big_t)
     values = voxels[:, 4:4 + 2 * coils].view(np.float32).view(np.complex64)  # (voxels, coils)
     forward = (c - 1j * s) @ values.astype(np.complex128)
     assert relative(forward.T, offres_forward(x, k, f, t)) < TOL
+
+
+def test_fixed_point_limits_are_refused():
+    from mri_recon.operators.gpu_offres import fixed_point_offres
+
+    f = np.zeros((4, 4), np.float32)
+    with pytest.raises(InvalidDataError, match="the sample times span 1.5 s; the exact GPU off-resonance kernels"):
+        fixed_point_offres(f, np.array([0.0, 1.5], np.float32))
+    with pytest.raises(InvalidDataError, match=r"the field map reaches 40000 Hz; .* take \|f\| <= 32767 Hz"):
+        fixed_point_offres(f + np.float32(4e4), np.array([0.0, 0.01], np.float32))

@@ -44,12 +44,13 @@
 //   FHD_RECUR   0: every position's phase on the special function unit; 1: angle-addition recurrence
 //   FHD_REAL    1: real sample data (the PSF weights), U and W real
 //   FHD_OFFRES  1: exact off-resonance correction (needs FHD_RECUR 0 and FHD_REAL 0). The word after the
-//               trajectory holds the sample time t_m (float, s), the kernel argument field_map points at the
-//               per-voxel off-resonance f_n (float, Hz, C order), and the phase becomes k . r + f t turns:
-//               F^H d_n = sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m)). k . r stays in exact fixed-point
-//               turns; f_n t_m is one float32 product reduced to [-1/2, 1/2] turns (exact) and added to
-//               the fixed-point phase as a float in turns (phasor_offset, mri_recon_phase.cuh), so its
-//               error is about 2^-24 |f_n t_m| + 2^-25 turns. A field map breaks the mirror symmetry: the
+//               trajectory holds the sample time as tau_m = round(2^32 t_m) (int, |t_m| < 1/2 s: the host
+//               centres the times), the kernel argument field_map points at F_n = round(2^16 f_n) (int, f in
+//               Hz, C order), and the phase becomes k . r + f t turns, both in fixed point:
+//               F^H d_n = sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m)), T = sum_d K_d Q_d + bits 16..47 of
+//               F_n tau_m (offres_turns, mri_recon_phase.cuh), so the reduction to one turn stays the exact
+//               integer wrap-around. The quantization of F costs <= 2^-17 |t| turns (7.6e-7 turns at
+//               |t| = 0.1 s), that of tau <= 2^-33 |f| turns. A field map breaks the mirror symmetry: the
 //               host passes the unpaired line list (every flag 0), and each position has its own phase;
 //               its accumulator is the complex sum itself (2 floats per position and coil, not 4), so a
 //               thread holds more positions for the same registers (configs.offres_positions).
@@ -103,7 +104,7 @@ typedef float2 sample_t;
 struct kdata {
     unsigned k[FHD_DIM];                   // K_d: k_d / (2 N_d) in turns, 2^32 = one turn
 #if FHD_HEADER > FHD_DIM
-    float reserved[FHD_HEADER - FHD_DIM];  // [0]: sample time (s) when FHD_OFFRES = 1, else zero padding
+    int reserved[FHD_HEADER - FHD_DIM];    // [0]: tau_m = round(2^32 t_m) when FHD_OFFRES = 1, else zero padding
 #endif
     sample_t d[FHD_COILS];                 // the samples of the launch's coils
 };
@@ -124,10 +125,10 @@ __constant__ kdata c_k[FHD_CHUNK];
 // coils     coils of out (the C of its shape)
 // count     samples in this chunk (records c_k[0 .. count))
 // first     != 0: this is the first chunk, the output is overwritten instead of accumulated
-// field_map FHD_OFFRES 1: float32 (voxels,) off-resonance in Hz, C order; else unused (pass NULL)
+// field_map FHD_OFFRES 1: int32 (voxels,) F_n = round(2^16 f_n), f in Hz, C order; else unused (pass NULL)
 extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     float2* __restrict__ out, const int* __restrict__ lines, int n_lines, int per_line, int nx, int ny,
-    int nz, int count, int coils, int coil0, int first, const float* __restrict__ field_map) {
+    int nz, int count, int coils, int coil0, int first, const int* __restrict__ field_map) {
     // (blockDim.y / 2) x blockDim.x slots of FHD_ACC + 1 floats (odd stride: no bank conflicts)
     extern __shared__ float red[];
 #if !FHD_OFFRES
@@ -163,11 +164,11 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #else
     const long long own_line = (long long)jx * ny;
 #endif
-    float fv[FHD_VOX];
+    int fv[FHD_VOX];
 #pragma unroll
     for (int v = 0; v < FHD_VOX; ++v) {
         const int p = t0 + v * per_line;
-        fv[v] = (active && p < len) ? field_map[own_line + p] : 0.0f;
+        fv[v] = (active && p < len) ? field_map[own_line + p] : 0;
     }
 #endif
 
@@ -209,10 +210,10 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #endif
         float cv[FHD_VOX], sv[FHD_VOX];
 #if FHD_OFFRES
-        const float tm = kd.reserved[0];
+        const int tau = kd.reserved[0];
+        const unsigned step = kd.k[FHD_DIM - 1] * qstep;
 #pragma unroll
-        for (int v = 0; v < FHD_VOX; ++v)
-            phasor_offset(base + (unsigned)v * kd.k[FHD_DIM - 1] * qstep, fv[v] * tm, cv[v], sv[v]);
+        for (int v = 0; v < FHD_VOX; ++v) phasor(base + (unsigned)v * step + offres_turns(fv[v], tau), cv[v], sv[v]);
 #else
         phasor(base, cv[0], sv[0]);
 #if FHD_VOX > 1

@@ -21,8 +21,9 @@
 // FWD_OFFRES 1 (with FWD_NAIVE 0): mri_recon_forward_offres, F with off-resonance,
 //     d_m = sum_n x_n exp(-i 2 pi (k_m . r_n + f_n t_m))   (f_n in Hz, t_m in s),
 // one thread per sample. A field map breaks the mirror symmetry and the recurrence along a line, so every
-// voxel is its own record and gets its own phase: k . r in exact fixed-point turns plus f_n t_m as one float32
-// product reduced to one turn (phasor_offset, mri_recon_phase.cuh). Voxel records stream through shared
+// voxel is its own record and gets its own phase, all of it in fixed-point turns: k . r as above plus f_n t_m
+// from F_n = round(2^16 f_n) and tau_m = round(2^32 t_m) (offres_turns, mri_recon_phase.cuh; see fhd.cu for
+// the error). Voxel records stream through shared
 // memory tile by tile, as the runs do; blockIdx.y splits the voxels into slices whose partial results the
 // host adds.
 //
@@ -33,8 +34,8 @@
 // Run record (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y of the first position, 0),
 // one zero word, then FWD_RUN x FWD_COILS float4 (P.re, P.im, D.re, D.im), position-major.
 //
-// Voxel record of FWD_OFFRES 1 (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y, 0), f_n
-// (float, Hz), then FWD_COILS float2 x_n (re, im), zero-padded to a multiple of four words.
+// Voxel record of FWD_OFFRES 1 (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y, 0), F_n
+// (int, round(2^16 f_n), f in Hz), then FWD_COILS float2 x_n (re, im), zero-padded to a multiple of four words.
 
 #include "mri_recon_phase.cuh"
 
@@ -100,10 +101,10 @@ static_assert(FWD_TILE_RUNS * FWD_VOXEL4 * 16 <= 48 * 1024, "the tile exceeds 48
 
 // out     complex64 (slices, coils, M): slice blockIdx.y, coils coil0 .. coil0 + FWD_COILS - 1
 // kfix    uint32 (M, FWD_DIM): fixed-point trajectory
-// times   float32 (M,): sample times (s)
+// taus    int32 (M,): tau_m = round(2^32 t_m), t in s, |t| < 1/2
 // voxels  (n_voxels, FWD_VOXEL4) 16-byte units
 extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_offres(
-    float2* __restrict__ out, const unsigned* __restrict__ kfix, const float* __restrict__ times,
+    float2* __restrict__ out, const unsigned* __restrict__ kfix, const int* __restrict__ taus,
     const uint4* __restrict__ voxels, int n_voxels, int M, int voxels_per_slice, int coils, int coil0) {
     __shared__ uint4 tile[FWD_TILE_RUNS * FWD_VOXEL4];
 
@@ -115,7 +116,7 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_offr
 #if FWD_DIM == 3
     const unsigned k2 = kfix[m * FWD_DIM + 2];
 #endif
-    const float tm = times[m];
+    const int tau = taus[m];
 
     float2 acc[FWD_COILS];
 #pragma unroll
@@ -136,12 +137,12 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_offr
         for (int r = 0; r < n; ++r) {
             const uint4 h = tile[r * FWD_VOXEL4];
 #if FWD_DIM == 3
-            const unsigned T = k0 * h.x + k1 * h.y + k2 * h.z + 0x100u;
+            const unsigned T = k0 * h.x + k1 * h.y + k2 * h.z + offres_turns((int)h.w, tau) + 0x100u;
 #else
-            const unsigned T = k0 * h.x + k1 * h.y + 0x100u;
+            const unsigned T = k0 * h.x + k1 * h.y + offres_turns((int)h.w, tau) + 0x100u;
 #endif
             float c, s;
-            phasor_offset(T, __uint_as_float(h.w) * tm, c, s);
+            phasor(T, c, s);
             const float2* x = reinterpret_cast<const float2*>(tile + r * FWD_VOXEL4 + 1);
 #pragma unroll
             for (int q = 0; q < FWD_COILS; ++q) {

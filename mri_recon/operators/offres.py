@@ -116,25 +116,34 @@ class OffresEncoding(LinearOperator):
         self.trajectory, self.field_map, self.times, self.matrix = trajectory, field_map, times, matrix
         self.gpu = get_xp(trajectory) is not np
         self.name = "gpu" if self.gpu else "exact"
+        self._prepared = None
+        if self.gpu:  # the kernels' fixed-point field map and times, once (checks their range here)
+            from .gpu_offres import prepare_offres  # noqa: PLC0415 - needs CuPy
+
+            self._prepared = prepare_offres(field_map, times)
 
     def batched(self, batch: int) -> OffresEncoding:
         """The same operator for ``batch`` images at once."""
         if batch == self.ishape[0]:
             return self
-        return OffresEncoding(self.trajectory, self.field_map, self.times, batch)
+        twin = object.__new__(OffresEncoding)
+        twin.__dict__.update(self.__dict__)
+        LinearOperator.__init__(twin, (batch, *self.matrix), (batch, self.oshape[1]))
+        return twin
 
     def _apply(self, x: Any) -> Any:
         if self.gpu:
             from .gpu_offres import forward_offres_gpu  # noqa: PLC0415 - needs CuPy and a GPU
 
-            return forward_offres_gpu(x, self.trajectory, self.field_map, self.times)
+            return forward_offres_gpu(x, self.trajectory, self.field_map, self.times, prepared=self._prepared)
         return offres_forward(x, self.trajectory, self.field_map, self.times).astype(np.complex64)
 
     def _adjoint(self, y: Any) -> Any:
         if self.gpu:
             from .gpu_offres import fhd_offres_gpu  # noqa: PLC0415 - needs CuPy and a GPU
 
-            return fhd_offres_gpu(y, self.trajectory, self.matrix, self.field_map, self.times)
+            return fhd_offres_gpu(y, self.trajectory, self.matrix, self.field_map, self.times,
+                                  prepared=self._prepared)
         return offres_adjoint(y, self.trajectory, self.field_map, self.times).astype(np.complex64)
 
 

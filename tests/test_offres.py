@@ -120,6 +120,8 @@ def test_segment_search_refuses_bad_requests(rng):
     with pytest.raises(InvalidDataError, match="needs more than 64 segments"):
         plan_correction(f, t, 1, gpu=False, correction="segmented")
     assert plan_correction(f, t, 1, gpu=False).kind == "exact"  # auto: segmentation impossible, exact instead
+    with pytest.raises(InvalidDataError, match="fit neither time segmentation .* nor the exact GPU kernels"):
+        plan_correction(f, np.linspace(0, 2.0, 50).astype(np.float32), 1, gpu=True)  # 2 s: beyond the kernels
     with pytest.raises(InvalidDataError, match="segments \\(L = 4\\) apply to time segmentation, not to the exact"):
         plan_correction(f, t, 1, gpu=False, correction="exact", segments=4)
 

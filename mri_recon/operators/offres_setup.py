@@ -25,6 +25,7 @@ import numpy as np
 from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
 from ..errors import InvalidDataError, ResourceError
 from . import time_segments
+from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .offres import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
@@ -131,10 +132,17 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
             if correction == "segmented":
                 raise
             count = 0
-        if correction == "auto" and (count == 0 or predicted_seconds(
+        kernels_fit = not gpu or (float(np.ptp(times)) <= MAX_TIME_SPAN_S
+                                  and float(np.abs(field_map).max()) <= MAX_FIELD_HZ)  # the GPU kernels' range
+        if correction == "auto" and kernels_fit and (count == 0 or predicted_seconds(
                 "exact", 0, matrix, len(times), n_coils, iterations, gpu) < predicted_seconds(
                 "segmented", count, matrix, len(times), n_coils, iterations, gpu)):
             correction = "exact"
+        elif count == 0:
+            raise InvalidDataError(f"the field map ({np.ptp(field_map):.4g} Hz range) and the times "
+                                   f"({np.ptp(times):.4g} s) fit neither time segmentation (more than "
+                                   f"{time_segments.MAX_SEGMENTS} segments) nor the exact GPU kernels "
+                                   f"(|f| <= {MAX_FIELD_HZ:g} Hz, times within {MAX_TIME_SPAN_S} s)")
         else:
             correction = "segmented"
     if correction == "exact":

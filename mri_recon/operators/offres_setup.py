@@ -11,7 +11,8 @@ and the encoding and CG operator of that choice.
   and iteration. L is chosen so that the interpolation error is at most ``tol`` unless given.
 - ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
 
-The cost constants are estimates (see docs/offres.md); scripts/bench_offres.py measures the real rates.
+The CPU's cost constants were measured on 2 cores (docs/offres.md); the GPU's are estimates until
+scripts/bench_offres.py measures the real rates.
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .offres import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
-EXACT_PAIRS_PER_S = {"gpu": 1.5e12, "cpu": 3e7}
-"""Voxel-sample pairs per second of one exact off-resonance transform (F or F^H), per coil (estimates: the
-H200 kernels, 2 CPU cores of NumPy in float64)."""
-FFT_POINTS_PER_S = {"gpu": 2e10, "cpu": 3e7}
-"""Points of the 2x grid per second through one FFT and its share of the element-wise work (estimates)."""
-PSF_POINTS_PER_S = {"gpu": 5e8, "cpu": 5e6}
-"""Samples plus 2x-grid points per second of one segment PSF through the plain engine (estimates)."""
+EXACT_PAIRS_PER_S = {"gpu": 1.5e12, "cpu": 1e8}
+"""Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H). CPU: measured, 8 coils
+x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: an estimate until bench_offres.py
+runs."""
+FFT_POINTS_PER_S = {"gpu": 2e10, "cpu": 1.2e8}
+"""2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
+(FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: an estimate."""
+PSF_POINTS_PER_S = {"gpu": 5e8, "cpu": 1e7}
+"""Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
+of 77,296 samples on 256^2 in 0.75 s; GPU: an estimate."""
 
 
 def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,

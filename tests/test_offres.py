@@ -251,3 +251,14 @@ def test_cli_simulates_and_corrects_a_field_map(tmp_path):
         assert f.attrs["param_field_map_correction"] == "time-segmented (L=3)"
     bad = runner.invoke(main, ["simulate", str(tmp_path / "x.h5"), "--field-map", "nan"])
     assert bad.exit_code != 0 and "must be a finite number" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["kooshball", "stack-of-stars"])
+def test_three_dimensional_scans_are_simulated_and_corrected(kind):
+    scan = mri_recon.simulate_scan((16, 16, 12), kind, coils=2, snr=None, field_map_peak=100, readout_ms=8)
+    assert scan.field_map.shape == (16, 16, 12) and scan.times.shape == (scan.n_samples,)
+    options = {"iterations": 10, "lam": 1e-3, "device": "cpu", "progress": False}
+    corrected = mri_recon.reconstruct(scan, **options)
+    blurred = mri_recon.reconstruct(scan.replace(field_map=None, times=None), **options)
+    assert corrected.parameters["field_map_correction"].startswith("time-segmented")
+    assert relative(corrected.image, scan.ground_truth) < 0.5 * relative(blurred.image, scan.ground_truth)

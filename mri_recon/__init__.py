@@ -35,6 +35,8 @@ _LAZY = {
     "fhd": "operators",
     "forward": "operators",
     "psf": "operators",
+    "fhd_offres": "operators",
+    "forward_offres": "operators",
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
     "reconstruct": "api",

@@ -17,7 +17,7 @@ from .scan import Scan
 
 
 def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                            field_map: str = "refuse", **options: Any) -> tuple[Scan, dict[str, Any], Result]:
+                            field_map: str = "correct", **options: Any) -> tuple[Scan, dict[str, Any], Result]:
     """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with these
     choices, then :func:`mri_recon.pipeline.reconstruct` with ``options`` and the coil-map estimation and
     receiver basis the preparation asks for."""
@@ -28,7 +28,7 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
 
 
 def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf: str = "auto",
-                coil_maps: str = "auto", field_map: str = "refuse", **options: Any) -> Result:
+                coil_maps: str = "auto", field_map: str = "correct", **options: Any) -> Result:
     """Reconstruct ``scan`` as the CLI does.
 
     Parameters

@@ -20,6 +20,7 @@ import numpy as np
 from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
+from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
@@ -129,8 +130,8 @@ def _varying(keys: list[dict]) -> list[str]:
               help="Density compensation: auto (the file's weights if any), none, ramp, pipe, file.")
 @click.option("--no-prewhiten", is_flag=True, help="Do not whiten with the noise samples.")
 @click.option("--no-field-map", is_flag=True,
-              help="Reconstruct without off-resonance correction, dropping the scan's field_map and times "
-                   "(a scan with a field map is refused otherwise: the correction does not exist yet).")
+              help="Reconstruct without off-resonance correction, dropping the scan's field_map and times on "
+                   "purpose (recorded as field_map_correction = ignored).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
 @_image_choice("reconstruct")
@@ -200,7 +201,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                          loaded.n_coils, loaded.n_samples, dev)
                 ready, record, result = prepare_and_reconstruct(
                     loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                    field_map="ignore" if no_field_map else "refuse", device=dev, progress=bar, psf_cache=cache,
+                    field_map="ignore" if no_field_map else "correct", device=dev, progress=bar, psf_cache=cache,
                     **solver_settings(solver))
                 results.append((key, ready, record, result))
         finally:
@@ -268,10 +269,16 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
 @click.option("--dcf", type=click.Choice(["pipe", "ramp", "none"]), default="pipe", show_default=True,
               help="Density compensation stored as 'weights'.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--field-map", "field_map", type=click.FloatRange(min=0.0), default=None, callback=_finite,
+              help="Peak (Hz) of a smooth synthetic field map: the data include the off-resonance, and the file "
+                   "gets field_map and times.")
+@click.option("--readout-ms", type=click.FloatRange(min=0.0, min_open=True), default=16.0, show_default=True,
+              callback=_finite, help="Duration of each readout (spoke or interleaf) for the sample times.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
-             interleaves: int | None, samples: int | None, dcf: str, seed: int, quiet: bool) -> None:
+             interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
+             readout_ms: float, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
     from .io import save_scan
     from .sim.simulate import simulate_scan
@@ -280,7 +287,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
-                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf)
+                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
+                         field_map_peak=field_map, readout_ms=readout_ms)
     save_scan(output, scan)
     _log(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")
 
@@ -318,6 +326,10 @@ def info(scan: Path, device: str, traj_units: str) -> None:
         lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {s.attrs['traj_units']}")
+    if s.field_map is not None and s.times is not None:
+        from .operators.offres_setup import describe_correction
+
+        lines.append(f"off-res     {describe_correction(s.field_map, s.times, s.n_coils, device)}")
     # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, --coil-maps auto
     sense = coil_map_method(s) in ("file", "walsh", "espirit")
     try:

@@ -59,7 +59,7 @@ def run_batch(params: dict[str, Any]) -> None:
     options = {"iterations": params["iterations"], "lam": params["lam"], "tol": params["tol"],
                "filter_sigma": params["filter_sigma"], "method": params["method"], "device": params["device"],
                "coil_maps": params["coil_maps"], "dcf": params["dcf"], "prewhiten": not params["no_prewhiten"],
-               "field_map": "ignore" if params["no_field_map"] else "refuse", "traj_units": params["traj_units"],
+               "field_map": "ignore" if params["no_field_map"] else "correct", "traj_units": params["traj_units"],
                "choice": choice, "format": params["format_"], "complex_": params["complex_"],
                "magnitude": params["magnitude"], "cache": not params["no_cache"],
                "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),

@@ -1,5 +1,6 @@
 """The options of ``mri-recon reconstruct`` that set the solver (one place for the single-scan command and
-batches): iterations, the regularizer and its weights, the stopping tolerance, the post-filter and the engine.
+batches): iterations, the regularizer and its weights, the stopping tolerance, the post-filter, the
+off-resonance correction and the engine.
 
 :func:`solver_options` adds them to a command, which receives them in ``**solver``; :func:`solver_settings`
 turns those into the keyword arguments of :func:`mri_recon.pipeline.reconstruct`.
@@ -43,13 +44,17 @@ OPTIONS = [
                  help="Stop when the relative CG residual falls below this."),
     click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=finite,
                  help="Gaussian post-filter width in voxels (off by default)."),
+    click.option("--field-map-correction", type=click.Choice(["auto", "exact", "segmented"]), default="auto",
+                 show_default=True, help="With a field map: exact, segmented (time segmentation) or auto."),
+    click.option("--segments", type=click.IntRange(min=1), default=None,
+                 help="Time segments L (default: the fewest with interpolation error <= 1e-3)."),
     click.option("--method", type=click.Choice(["auto", "exact", "nufft"]), default="auto", show_default=True,
                  help="F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster "
                       "one on a GPU by a cost model; FINUFFT on the CPU). The output records the engine used."),
 ]
 
 SETTINGS = ("iterations", "lam", "regularizer", "inner_iterations", "rho", "anisotropic", "solver", "tol",
-            "filter_sigma", "method")
+            "filter_sigma", "field_map_correction", "segments", "method")
 """The parameter names of :data:`OPTIONS`, as :func:`mri_recon.pipeline.reconstruct` takes them."""
 
 

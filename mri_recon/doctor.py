@@ -139,7 +139,8 @@ def _pipeline_checks(device: Device, rng: np.random.Generator) -> list[Check]:
 
 
 def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
-    """F^H d, F and the PSF on one random problem, each against the float64 oracle."""
+    """F^H d, F and the PSF, and F^H d and F with a field map, on one random problem, each against the float64
+    oracle."""
     from .operators import gpu_exact as gpu_fhd
     from .operators.nudft import nudft_adjoint, nudft_forward
 
@@ -165,8 +166,25 @@ def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[
         out = gpu_fhd.psf_gpu(d_traj, cupy.asarray(weights), matrix)
         return _relative(cupy.asnumpy(out), nudft_adjoint(weights.astype(np.complex64), 2 * traj, big))
 
+    from .operators import gpu_offres
+    from .operators.offres import offres_adjoint, offres_forward
+
+    fmap = (150 * (2 * rng.random(matrix) - 1)).astype(np.float32)
+    times = (rng.random(m) * 16e-3).astype(np.float32)
+    d_fmap, d_times = cupy.asarray(fmap), cupy.asarray(times)
+
+    def fhd_offres() -> float:
+        out = gpu_offres.fhd_offres_gpu(cupy.asarray(data), d_traj, matrix, d_fmap, d_times)
+        return _relative(cupy.asnumpy(out), offres_adjoint(data, traj, fmap, times))
+
+    def forward_offres() -> float:
+        out = gpu_offres.forward_offres_gpu(cupy.asarray(image), d_traj, d_fmap, d_times)
+        return _relative(cupy.asnumpy(out), offres_forward(image, traj, fmap, times))
+
     return [_timed(f"fhd {tag}", TOLERANCE["fhd"], fhd), _timed(f"forward {tag}", TOLERANCE["forward"], forward),
-            _timed(f"psf {tag}", TOLERANCE["psf"], psf)]
+            _timed(f"psf {tag}", TOLERANCE["psf"], psf),
+            _timed(f"fhd offres {tag}", TOLERANCE["fhd"], fhd_offres),
+            _timed(f"forward offres {tag}", TOLERANCE["forward"], forward_offres)]
 
 
 def _filter_check(shape: tuple[int, ...], size: tuple[int, ...], rng: np.random.Generator, device: Device) -> Check:

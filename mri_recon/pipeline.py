@@ -34,6 +34,7 @@ from .kernels import prefetch
 from .operators.base import Sense
 from .operators.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
+from .operators.offres_setup import plan_correction
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .progress import STAGES, Clock, Progress, print_progress, progress_callback
@@ -41,6 +42,7 @@ from .result import Result
 from .scan import Scan
 from .solvers.cg import cg
 from .solvers.sparse import check_sparse, data_energy, solve_regularized
+from .validation import check_field_map_pair
 
 __all__ = ["STAGES", "SOLVER_KERNELS", "memory_plan", "plan_reconstruction", "power_of_two", "print_progress",
            "reconstruct"]
@@ -192,7 +194,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
                 maps_basis: Any = None, regularizer: str = "l2", rho: float | None = None,
-                inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None) -> Result:
+                inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None,
+                field_map_correction: str = "auto", segments: int | None = None) -> Result:
     """Reconstruct ``scan`` by conjugate gradients on the Toeplitz normal equations, or with total variation
     or l1-wavelet regularization (``regularizer="tv" | "wavelet"``: :mod:`mri_recon.solvers.sparse`, whose
     ``rho``, ``inner_iterations``, ``anisotropic`` and ``solver`` it takes; ``iterations`` are then outer).
@@ -243,6 +246,11 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         GPU, a cache also turns on :mod:`mri_recon.operators.memo`: the last trajectory's encoding and
         spectrum stay on the device, and a scan with a bit-identical trajectory and weights reuses them
         (``parameters["psf"] == "memory"``).
+    field_map_correction, segments
+        With a ``field_map`` (and ``times``) in the scan: ``"exact"``, ``"segmented"`` (L = ``segments``, None:
+        chosen for interpolation error <= 1e-3) or ``"auto"`` (:mod:`mri_recon.operators.offres_setup`).
+        ``Result.parameters["field_map_correction"]`` records ``"exact"``, ``"time-segmented (L=..)"`` or
+        ``"none"``. Not with ``regularizer="tv" | "wavelet"``.
 
     Returns
     -------
@@ -257,10 +265,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
-    if scan.field_map is not None:
-        raise InvalidDataError(f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon "
-                               f"cannot correct yet; drop it on purpose with prepare_scan(..., field_map='ignore') "
-                               f"(CLI: --no-field-map)")
+    check_field_map_pair(scan.field_map, scan.times, scan.source)
+    if scan.field_map is not None and sparse:
+        raise InvalidDataError(f"{scan.source}: off-resonance correction runs with the l2 regularizer only, not "
+                               f"{regularizer}; reconstruct with l2, or drop the field map on purpose (--no-field-map)")
     if maps_basis is not None and scan.coil_maps is not None and estimate_maps is None:
         raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "
                                "scan's own coil maps (they are whitened with the data)")
@@ -274,6 +282,11 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
     dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
+    if scan.field_map is not None and psf is not None:
+        raise InvalidDataError("a PSF applies to the model without off-resonance; with a field map leave psf=None")
+    offres = None if scan.field_map is None else plan_correction(
+        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=field_map_correction,
+        segments=segments, iterations=iterations)
     log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
              list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
@@ -287,15 +300,18 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
             data_scale = power_of_two(_largest(kspace))
+            if offres is not None:
+                offres.upload(dev)
         # the last trajectory's encoding and spectrum, still on this GPU (a bit-identical trajectory and weights)
-        memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu else None
+        memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu and not offres else None
         kept = memo.lookup(engine.name, matrix, trajectory, w) if memo is not None else None
         encoding = engine(trajectory, matrix, scan.n_coils) if kept is None else kept[0].batched(scan.n_coils)
+        encoding = encoding if offres is None else offres.encoding(encoding)
         lookup = None
         # The GPU NUFFT computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
         # (H200: 12.4 ms per 2D reconstruction with a cache hit, 12.2 ms without; at 128^3 the PSF stage
         # takes 206 ms from the cache, 9 ms computed): the cache serves the exact engines only.
-        cache_used = psf_cache is not None and encoding.name != "gpu-nufft"
+        cache_used = psf_cache is not None and encoding.name != "gpu-nufft" and offres is None
         if psf is None and cache_used and kept is None:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
@@ -324,9 +340,13 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             rhs = _rhs(encoding, weighted, maps, budget.coil_batch)
             energy = data_energy(kspace, weighted, data_scale) if sparse else 0.0
             del weighted
+        # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
+        peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
         with clock.stage("psf"):
-            key = cache_state = None
-            if kept is not None:
+            key = cache_state = operator = None
+            if offres is not None:  # segment PSFs (time-segmented) or nothing (exact: A and A^H every iteration)
+                operator = offres.normal(encoding, w, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
+            elif kept is not None:
                 spectrum, cache_state = kept[1], "memory"
             else:
                 given = None if psf is None else psf / np.float32(weight_scale)  # the caller's: unscaled weights
@@ -341,14 +361,13 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 del point_spread
                 if memo is not None:
                     memo.store(engine.name, matrix, trajectory, w, encoding, spectrum)
-        # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
-        peak = weight_sum * (_rss_peak(maps) ** 2 if maps is not None else 1.0)
         with clock.stage("iterations"):
             if sparse:
                 x, residuals, extra = solve_regularized(spectrum, maps, rhs, lam, peak, energy, iterations,
                                                         budget.coil_batch, clock.callback(), **sparse)
             else:
-                operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
+                if operator is None:
+                    operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
                 x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol, callback=clock.callback())
                 extra = {"regularizer": "l2"}
             image = _combine(x, combine, maps_basis if not sense else None)
@@ -372,6 +391,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                                          "computed (disk cache not used by the GPU NUFFT)" if psf_cache is not None
                                          else "computed"),
                   "coil_batch": int(budget.coil_batch), "coil_maps": estimate_maps or ("scan" if sense else "none"),
+                  "field_map_correction": offres.label if offres else scan.attrs.get("field_map_correction", "none"),
                   **extra}
     return Result(image=host, residuals=residuals, iterations=iterations if sparse else len(residuals) - 1,
                   timings=dict(clock.timings),

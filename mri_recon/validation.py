@@ -156,3 +156,14 @@ def check_units(source: str, trajectory: Any, matrix: tuple[int, ...]) -> None:
     xp = get_xp(trajectory)
     extent = to_host(xp.max(xp.abs(trajectory), axis=0))
     check_trajectory_units(extent[None, :], matrix, source)
+
+
+def check_field_map_pair(field_map: Any, times: Any, source: str = "<memory>") -> None:
+    """A field map needs the sample times and the times need a field map: either alone cannot be used, and
+    is refused rather than silently dropped (``--no-field-map`` drops both on purpose)."""
+    if (field_map is None) == (times is None):
+        return
+    have, missing = ("field_map", "times") if times is None else ("times", "field_map")
+    raise InvalidDataError(f"{source}: the scan has '{have}' but no '{missing}'; off-resonance correction needs "
+                           f"both (field_map in Hz per voxel, times in s per sample); drop them on purpose with "
+                           f"--no-field-map (Python: prepare_scan(..., field_map='ignore'))")

@@ -15,7 +15,7 @@ export MRI_RECON_CACHE_DIR=/tmp/mri-recon-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 python3 -c "import cupy, numpy, sys; print(sys.version); print('cupy', cupy.__version__, 'numpy', numpy.__version__)" >>"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-steps=${STEPS:-"tests doctor fhd filter recon ismrmrd cost nufft recon3d128 recon3d256 cs cs3d128"}
+steps=${STEPS:-"tests doctor fhd filter recon ismrmrd cost nufft recon3d128 recon3d256 cs cs3d128 offres offres_quality"}
 for step in $steps; do
   echo "=== $step"
   case $step in
@@ -28,7 +28,7 @@ for step in $steps; do
     cost) timeout ${T_COST:-240} python3 scripts/bench_cost.py "$OUT/bench_cost.json" 2>&1 | tail -45 ;;
     nufft) timeout ${T_NUFFT:-240} python3 scripts/bench_nufft.py "$OUT/bench_nufft.json" 2>&1 | tail -30 ;;
     recon3d128) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -12 ;;
-    cold) timeout ${T_COLD:-400} python3 scripts/cold_start.py "$OUT/cold_start.json" --scan .benchdata/recon_256.h5 --method auto --method exact --repeats ${COLD_REPEATS:-2} ${COLD_ARGS:-} 2>&1 | tail -10 ;;
+steps=${STEPS:-"tests doctor fhd filter recon ismrmrd cost nufft recon3d128 recon3d256 cs cs3d128 offres offres_quality"}
     recon3d256) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d256.json" --problem 3d256 --repeats 2 --sigpy-repeats 1 2>&1 | tail -12 ;;
     cs) timeout ${T_CS:-420} python3 scripts/bench_cs.py "$OUT/bench_cs_2d.json" --problem 2d 2>&1 | tail -12 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;

@@ -90,15 +90,21 @@ def test_all_zero_weights_are_refused(small_scan, tmp_path):
     _one_line_error(_recon(path, "-o", tmp_path / "r.h5"), r"zero.h5: weights are all zero")
 
 
-def test_a_field_map_is_refused_unless_dropped_on_purpose(small_scan, tmp_path):
+def test_a_field_map_is_corrected_or_dropped_on_purpose(small_scan, tmp_path):
     scan = load_scan(small_scan)
     path = tmp_path / "fm.h5"
     save_scan(path, scan.replace(field_map=np.full(scan.matrix, 30.0, np.float32),
-                                 times=np.zeros(scan.n_samples, np.float32)))
-    _one_line_error(_recon(path, "-o", tmp_path / "r.h5"), r"carries a field_map .* --no-field-map")
+                                 times=np.linspace(0, 4e-3, scan.n_samples, dtype=np.float32)))
+    result = _recon(path, "-o", tmp_path / "c.h5", "--field-map-correction", "segmented")
+    assert result.exit_code == 0, result.output
+    with h5py.File(tmp_path / "c.h5") as f:
+        assert f.attrs["param_field_map_correction"] == "time-segmented (L=1)"  # a constant map: one segment
     result = _recon(path, "-o", tmp_path / "r.h5", "--no-field-map")
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "r.h5") as f:
-        assert f.attrs["field_map"] == "ignored"
+        assert f.attrs["field_map"] == "ignored" and f.attrs["param_field_map_correction"] == "ignored"
+    half = tmp_path / "half.h5"
+    save_scan(half, scan.replace(times=np.zeros(scan.n_samples, np.float32)))
+    _one_line_error(_recon(half, "-o", tmp_path / "h.h5"), r"has 'times' but no 'field_map'.*--no-field-map")
     info = _run("info", path, "--device", "cpu")
     assert info.exit_code == 0 and "field_map   float32 (24, 24)" in info.output

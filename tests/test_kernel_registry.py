@@ -13,6 +13,8 @@ from mri_recon.kernels.configs import (
     MAX_GROUP,
     adjoint_defines,
     forward_defines,
+    offres_adjoint_defines,
+    offres_forward_defines,
     psf_defines,
     seed_defines,
 )
@@ -40,7 +42,7 @@ def test_configurations_are_unique():
 
 
 def launcher_configurations():
-    """Every configuration the launchers of gpu_exact, gpu_ladder, gpu_toeplitz and cg can build."""
+    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_ladder, gpu_toeplitz and cg can build."""
     sizes = {size for n in range(1, 5 * MAX_GROUP + 2) for _, size in gpu_layout.coil_groups(n)}
     assert sizes == set(range(1, MAX_GROUP + 1))
     configs = [("toeplitz.cu", {}), ("cg.cu", {})]
@@ -51,6 +53,8 @@ def launcher_configurations():
             for multi, recur in ((False, False), (True, False), (True, True)):  # recur needs multi
                 configs.append(("fhd.cu", adjoint_defines(dim, coils, multi=multi, recur=recur)))
             configs += [("forward.cu", forward_defines(dim, coils, run)) for run in (1, FORWARD_RUN)]
+            configs += [("fhd.cu", offres_adjoint_defines(dim, coils)),
+                        ("forward.cu", offres_forward_defines(dim, coils))]
     return configs
 
 
@@ -69,7 +73,8 @@ def _kernel_literals(module: str) -> set[str]:
 def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
     for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
-                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py"):
+                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py",
+                   "operators/gpu_offres.py"):
         assert _kernel_literals(module) <= files, module
 
 

@@ -42,8 +42,18 @@ def test_missing_defines_fail_with_the_log():
         compile_ptx("fhd.cu", {"FHD_DIM": 2})
 
 
-def test_off_resonance_path_is_reserved():
-    """FHD_OFFRES = 1 is refused by the kernel until the field-map work implements it."""
-    defines = {**next(d for f, d in CONFIGS if f == "fhd.cu"), "FHD_OFFRES": 1}
-    with pytest.raises(KernelError, match="FHD_OFFRES is reserved"):
-        compile_ptx("fhd.cu", defines)
+def test_off_resonance_path_is_registered_and_guarded():
+    """FHD_OFFRES = 1 and FWD_OFFRES = 1 are registered for every coil count; the kernels refuse the
+    combinations that cannot hold a per-voxel phase (the recurrence, real data, the naive forward rung)."""
+    fhd = [d for f, d in CONFIGS if f == "fhd.cu" and d["FHD_OFFRES"] == 1]
+    fwd = [d for f, d in CONFIGS if f == "forward.cu" and d.get("FWD_OFFRES") == 1]
+    assert sorted((d["FHD_DIM"], d["FHD_COILS"]) for d in fhd) == [(n, c) for n in (2, 3) for c in range(1, 9)]
+    assert sorted((d["FWD_DIM"], d["FWD_COILS"]) for d in fwd) == [(n, c) for n in (2, 3) for c in range(1, 9)]
+    assert all(d["FHD_RECUR"] == 0 and d["FHD_REAL"] == 0 for d in fhd)
+    for change in ({"FHD_RECUR": 1}, {"FHD_REAL": 1}):
+        with pytest.raises(KernelError, match="FHD_OFFRES 1 needs FHD_RECUR 0"):
+            compile_ptx("fhd.cu", {**fhd[0], **change})
+    with pytest.raises(KernelError, match="FHD_OFFRES must be 0 or 1"):
+        compile_ptx("fhd.cu", {**fhd[0], "FHD_OFFRES": 2})
+    with pytest.raises(KernelError, match="FWD_OFFRES 1 needs FWD_NAIVE 0"):
+        compile_ptx("forward.cu", {**fwd[0], "FWD_NAIVE": 1})

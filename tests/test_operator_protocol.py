@@ -165,3 +165,41 @@ def test_gpu_nufft_engine_adjointness_and_accuracy(rng, matrix):
     w = cupy.asarray(rng.uniform(0.5, 1.5, 2000).astype(np.float32))
     ref = cupy.asnumpy(exact.psf(w))
     assert np.linalg.norm(cupy.asnumpy(op.psf(w)) - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def _offres_operators(rng, matrix, xp=np):
+    """The off-resonance encodings (exact and time-segmented) and their normal operators on ``xp`` arrays."""
+    from mri_recon.operators import OffresEncoding
+    from mri_recon.operators.offres import EncodingNormal
+    from mri_recon.operators.time_segments import SegmentedNormal, TimeSegmentedEncoding, interpolators, segment_spectra
+
+    k = trajectory(rng, matrix, 80)
+    f = (80 * rng.standard_normal(matrix)).astype(np.float32)
+    t = np.sort(rng.random(80) * 8e-3).astype(np.float32)
+    b, tau, _ = interpolators(f, t, 3)
+    phases = np.exp(-2j * np.pi * f[None].astype(np.float64) * tau.reshape(-1, *([1] * len(matrix))))
+    engine = FinufftEncoding if xp is np else choose_engine("gpu", "nufft")[1]
+    exact = OffresEncoding(*(xp.asarray(a) for a in (k, f, t)), batch=2)
+    segmented = TimeSegmentedEncoding(engine(xp.asarray(k), matrix, 2), xp.asarray(b.astype(np.complex64)),
+                                      xp.asarray(phases.astype(np.complex64)))
+    w = xp.asarray(rng.uniform(0.5, 1.5, 80).astype(np.float32))
+    maps = xp.asarray(crandn(rng, 2, *matrix))
+    normals = [EncodingNormal(exact, w, coil_maps=maps, lam=0.1),
+               SegmentedNormal(segment_spectra(segmented, w), segmented.phases, coil_maps=maps, lam=0.1)]
+    return exact, segmented, normals
+
+
+@pytest.mark.parametrize("matrix", MATRICES, ids=["2d", "3d"])
+def test_offres_operators_adjointness(rng, matrix):
+    exact, segmented, normals = _offres_operators(rng, matrix)
+    assert exact.ishape == segmented.ishape == (2, *matrix) and exact.oshape == segmented.oshape == (2, 80)
+    for op in (exact, segmented, *normals):
+        assert_adjoint(op, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(12, 10), (7, 6, 5)], ids=["2d", "3d"])
+def test_gpu_offres_operators_adjointness(rng, matrix):
+    exact, segmented, normals = _offres_operators(rng, matrix, cupy_module())
+    for op in (exact, segmented, *normals):
+        assert_adjoint(op, rng, cupy_module())

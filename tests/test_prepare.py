@@ -41,16 +41,21 @@ def test_bad_choices_and_missing_datasets(scan):
         prepare_scan(bare, coil_maps="file")
 
 
-def test_a_field_map_is_refused_unless_ignored_on_purpose(scan):
+def test_a_field_map_is_kept_for_correction_or_dropped_on_purpose(scan):
     with_map = scan.replace(field_map=np.ones(scan.matrix, np.float32),
                             times=np.linspace(0, 1e-3, scan.n_samples, dtype=np.float32))
-    with pytest.raises(InvalidDataError, match=r"carries a field_map \(off-resonance, Hz\), which mri-recon cannot "
-                                               r"correct yet.*--no-field-map"):
-        prepare_scan(with_map)
+    ready, record = prepare_scan(with_map)
+    assert np.array_equal(ready.field_map, with_map.field_map) and np.array_equal(ready.times, with_map.times)
+    assert "field_map" not in record
     ready, record = prepare_scan(with_map, field_map="ignore")
     assert ready.field_map is None and ready.times is None and record["field_map"] == "ignored"
-    ready, record = prepare_scan(scan.replace(times=with_map.times))  # times alone: nothing to correct
-    assert ready.times is None and record["field_map"] == "none (times dropped)"
+    assert ready.attrs["field_map_correction"] == "ignored"
+    with pytest.raises(InvalidDataError, match=r"has 'times' but no 'field_map'.*--no-field-map"):
+        prepare_scan(scan.replace(times=with_map.times))
+    with pytest.raises(InvalidDataError, match=r"has 'field_map' but no 'times'.*needs both"):
+        prepare_scan(scan.replace(field_map=with_map.field_map))
+    ready, record = prepare_scan(scan.replace(times=with_map.times), field_map="ignore")
+    assert ready.times is None and record["field_map"] == "ignored"
     with pytest.raises(InvalidDataError, match="unknown field-map choice 'apply'"):
         prepare_scan(scan, field_map="apply")
 

@@ -43,8 +43,8 @@ class ReconOptions:
     coil_maps: str = "auto"
     dcf: str = "auto"
     prewhiten: bool = True
-    field_map: str = "refuse"
-    """``"refuse"`` or ``"ignore"`` (drop the scan's field map)."""
+    field_map: str = "correct"
+    """``"correct"`` or ``"ignore"`` (drop the scan's field map on purpose)."""
     traj_units: str = "auto"
     choice: dict = field(default_factory=dict)
     """ISMRMRD image choice: ``slice``, ``contrast``, ``phase``, ``set``, ``repetition`` values."""
@@ -69,8 +69,8 @@ class ReconOptions:
                 raise InvalidDataError(f"{name} must be a finite number >= 0, found {value!r}")
         if self.method not in ("auto", "exact", "nufft"):
             raise InvalidDataError(f"method must be 'auto', 'exact' or 'nufft', found {self.method!r}")
-        if self.field_map not in ("refuse", "ignore"):
-            raise InvalidDataError(f"field_map must be 'refuse' or 'ignore', found {self.field_map!r}")
+        if self.field_map not in ("correct", "ignore"):
+            raise InvalidDataError(f"field_map must be 'correct' or 'ignore', found {self.field_map!r}")
         unknown = set(self.choice) - {"slice", "contrast", "phase", "set", "repetition"}
         if unknown:
             raise InvalidDataError(f"choice takes slice, contrast, phase, set, repetition; found {sorted(unknown)}")

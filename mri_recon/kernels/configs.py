@@ -26,22 +26,35 @@ def positions_per_thread(coils: int) -> int:
     return _VOX.get(int(coils), 2)
 
 
-def fhd_record_words(dim: int, coils: int, real: bool = False) -> int:
-    """32-bit words of one constant-memory record of ``fhd.cu`` (trajectory, padding, sample data)."""
-    header = dim if real else dim + dim % 2  # complex data is float2-aligned
+def fhd_record_words(dim: int, coils: int, real: bool = False, offres: bool = False) -> int:
+    """32-bit words of one constant-memory record of ``fhd.cu`` (trajectory, the sample time with
+    ``offres``, padding, sample data)."""
+    header = dim + int(offres)
+    if not real:
+        header += header % 2  # complex data is float2-aligned
     return header + coils * (1 if real else 2)
 
 
-def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False) -> dict[str, int]:
-    """The ``-D`` options of ``fhd.cu`` for one launch configuration.
+def fhd_accumulators(vox: int, coils: int, real: bool = False, offres: bool = False) -> int:
+    """Floats a thread of ``fhd.cu`` accumulates: cosine and sine sums per position and coil (2 real, 4 complex
+    floats), or with ``offres`` the complex sum itself (2 floats: no mirror voxel shares the phase)."""
+    return vox * coils * (2 if real or offres else 4)
 
-    ``FHD_OFFRES`` is always 0: the off-resonance path is reserved (its record slot is documented in
-    ``fhd.cu``, which refuses ``FHD_OFFRES != 0`` with ``#error`` until the field-map work implements it).
-    """
-    words = fhd_record_words(dim, coils, real)
-    accumulators = vox * coils * (2 if real else 4)
+
+def offres_positions(coils: int) -> int:
+    """Positions per thread of F^H d with off-resonance: ``32 // coils`` capped to 1..8 (1..4 coils: 8; 8 coils:
+    4), 64 accumulator floats at most, as many as the plain kernel's 8-coil configuration."""
+    return max(1, min(8, 32 // int(coils)))
+
+
+def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False,
+                offres: bool = False) -> dict[str, int]:
+    """The ``-D`` options of ``fhd.cu`` for one launch configuration (``offres``: ``FHD_OFFRES`` 1, the
+    exact off-resonance path, which needs ``recur=False`` and complex data)."""
+    words = fhd_record_words(dim, coils, real, offres)
+    accumulators = fhd_accumulators(vox, coils, real, offres)
     return {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
-            "FHD_REAL": int(real), "FHD_OFFRES": 0, "FHD_WORDS": words,
+            "FHD_REAL": int(real), "FHD_OFFRES": int(offres), "FHD_WORDS": words,
             "FHD_CHUNK": CONSTANT_BYTES // (4 * words), "FHD_MAX_THREADS": 512 if accumulators <= 32 else 256}
 
 
@@ -49,6 +62,20 @@ def adjoint_defines(dim: int, coils: int, *, multi: bool, recur: bool) -> dict[s
     """``fhd.cu`` options of F^H d: ``multi`` several positions per thread, ``recur`` their phases by the
     angle-addition recurrence (needs ``multi``; the caller checks)."""
     return fhd_defines(dim, coils, positions_per_thread(coils) if multi else 1, recur)
+
+
+def offres_adjoint_defines(dim: int, coils: int) -> dict[str, int]:
+    """``fhd.cu`` options of F^H d with off-resonance: unpaired lines, several positions per thread, each
+    with its own phase (no recurrence: the field map differs from voxel to voxel)."""
+    return fhd_defines(dim, coils, offres_positions(coils), False, offres=True)
+
+
+def offres_forward_defines(dim: int, coils: int) -> dict[str, int]:
+    """``forward.cu`` options of F with off-resonance (``mri_recon_forward_offres``): one voxel record of
+    16 + 8 * coils bytes (rounded up to 16) per voxel, :data:`FORWARD_TILE_WORDS` words of them per tile."""
+    words = 4 + 4 * ((coils + 1) // 2)
+    return {"FWD_DIM": dim, "FWD_NAIVE": 0, "FWD_OFFRES": 1, "FWD_COILS": coils,
+            "FWD_TILE_RUNS": max(1, FORWARD_TILE_WORDS // words)}
 
 
 def psf_defines(dim: int) -> dict[str, int]:

@@ -43,11 +43,17 @@
 //   FHD_VOX     positions per thread (1..8)
 //   FHD_RECUR   0: every position's phase on the special function unit; 1: angle-addition recurrence
 //   FHD_REAL    1: real sample data (the PSF weights), U and W real
-//   FHD_OFFRES  reserved for exact off-resonance correction, must be 0 today. The record layout
-//               already has its slot: with FHD_OFFRES = 1 the word after the trajectory holds the sample
-//               time t_m (s), the kernel argument field_map points at a per-voxel off-resonance f_n (Hz),
-//               and the phase becomes k . r + f t turns. A field map breaks the mirror symmetry, so that
-//               path will use the unpaired line list.
+//   FHD_OFFRES  1: exact off-resonance correction (needs FHD_RECUR 0 and FHD_REAL 0). The word after the
+//               trajectory holds the sample time as tau_m = round(2^32 t_m) (int, |t_m| < 1/2 s: the host
+//               centres the times), the kernel argument field_map points at F_n = round(2^16 f_n) (int, f in
+//               Hz, C order), and the phase becomes k . r + f t turns, both in fixed point:
+//               F^H d_n = sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m)), T = sum_d K_d Q_d + bits 16..47 of
+//               F_n tau_m (offres_turns, mri_recon_phase.cuh), so the reduction to one turn stays the exact
+//               integer wrap-around. The quantization of F costs <= 2^-17 |t| turns (7.6e-7 turns at
+//               |t| = 0.1 s), that of tau <= 2^-33 |f| turns. A field map breaks the mirror symmetry: the
+//               host passes the unpaired line list (every flag 0), and each position has its own phase;
+//               its accumulator is the complex sum itself (2 floats per position and coil, not 4), so a
+//               thread holds more positions for the same registers (configs.offres_positions).
 //   FHD_WORDS   32-bit words per record (checked against the struct the host packs)
 //   FHD_CHUNK   records in the constant array (FHD_CHUNK * 4 * FHD_WORDS <= 65536)
 //   FHD_MAX_THREADS  threads per block the launch bounds allow (512, or 256 for many accumulators)
@@ -73,8 +79,11 @@
 #ifndef FHD_OFFRES
 #define FHD_OFFRES 0
 #endif
-#if FHD_OFFRES != 0
-#error "FHD_OFFRES is reserved for the off-resonance extension and must be 0"
+#if FHD_OFFRES != 0 && FHD_OFFRES != 1
+#error "FHD_OFFRES must be 0 or 1"
+#endif
+#if FHD_OFFRES && (FHD_RECUR || FHD_REAL)
+#error "FHD_OFFRES 1 needs FHD_RECUR 0 (every position its own phase) and FHD_REAL 0 (complex samples)"
 #endif
 #if FHD_COILS < 1 || FHD_COILS > 8 || FHD_VOX < 1 || FHD_VOX > 8
 #error "FHD_COILS and FHD_VOX must lie in 1..8"
@@ -95,7 +104,7 @@ typedef float2 sample_t;
 struct kdata {
     unsigned k[FHD_DIM];                   // K_d: k_d / (2 N_d) in turns, 2^32 = one turn
 #if FHD_HEADER > FHD_DIM
-    float reserved[FHD_HEADER - FHD_DIM];  // [0]: sample time (s) when FHD_OFFRES = 1, else zero padding
+    int reserved[FHD_HEADER - FHD_DIM];    // [0]: tau_m = round(2^32 t_m) when FHD_OFFRES = 1, else zero padding
 #endif
     sample_t d[FHD_COILS];                 // the samples of the launch's coils
 };
@@ -104,8 +113,8 @@ static_assert(FHD_CHUNK * sizeof(kdata) <= 65536, "the chunk exceeds the 64 KB c
 
 __constant__ kdata c_k[FHD_CHUNK];
 
-#if FHD_REAL
-#define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real
+#if FHD_REAL || FHD_OFFRES
+#define FHD_ACC (2 * FHD_VOX * FHD_COILS)  // U, W real; or (FHD_OFFRES) U complex, the sum itself
 #else
 #define FHD_ACC (4 * FHD_VOX * FHD_COILS)  // U, W complex
 #endif
@@ -116,13 +125,15 @@ __constant__ kdata c_k[FHD_CHUNK];
 // coils     coils of out (the C of its shape)
 // count     samples in this chunk (records c_k[0 .. count))
 // first     != 0: this is the first chunk, the output is overwritten instead of accumulated
-// field_map reserved (off-resonance, FHD_OFFRES), pass NULL
+// field_map FHD_OFFRES 1: int32 (voxels,) F_n = round(2^16 f_n), f in Hz, C order; else unused (pass NULL)
 extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     float2* __restrict__ out, const int* __restrict__ lines, int n_lines, int per_line, int nx, int ny,
-    int nz, int count, int coils, int coil0, int first, const float* __restrict__ field_map) {
+    int nz, int count, int coils, int coil0, int first, const int* __restrict__ field_map) {
     // (blockDim.y / 2) x blockDim.x slots of FHD_ACC + 1 floats (odd stride: no bank conflicts)
     extern __shared__ float red[];
+#if !FHD_OFFRES
     (void)field_map;
+#endif
 
     const long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long item_ll = flat / per_line;
@@ -146,6 +157,20 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     const int c2 = mri_recon_twice_centre(len);      // position p's mirror voxel on the partner line: c2 - p
     const unsigned qlast = (unsigned)(2 * t0 - c2);  // position t0 of the line
     const unsigned qstep = (unsigned)(2 * per_line);  // between this thread's positions
+#if FHD_OFFRES
+    // this thread's positions' off-resonance (Hz); 0 past the end of the line (those sums are discarded)
+#if FHD_DIM == 3
+    const long long own_line = ((long long)jx * ny + jy) * nz;
+#else
+    const long long own_line = (long long)jx * ny;
+#endif
+    int fv[FHD_VOX];
+#pragma unroll
+    for (int v = 0; v < FHD_VOX; ++v) {
+        const int p = t0 + v * per_line;
+        fv[v] = (active && p < len) ? field_map[own_line + p] : 0;
+    }
+#endif
 
     // this row's share of the chunk: part blockIdx.y * blockDim.y + threadIdx.y of gridDim.y * blockDim.y
     const int parts = (int)(gridDim.y * blockDim.y);
@@ -155,6 +180,8 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 
 #if FHD_REAL
     float U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
+#elif FHD_OFFRES
+    float2 U[FHD_VOX][FHD_COILS];  // sum_m d_m exp(+i theta): no mirror, so no separate cosine and sine sums
 #else
     float2 U[FHD_VOX][FHD_COILS], W[FHD_VOX][FHD_COILS];
 #endif
@@ -167,7 +194,9 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
             W[v][c] = 0.0f;
 #else
             U[v][c] = make_float2(0.0f, 0.0f);
+#if !FHD_OFFRES
             W[v][c] = make_float2(0.0f, 0.0f);
+#endif
 #endif
         }
     }
@@ -180,6 +209,12 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
         const unsigned base = kd.k[0] * q0 + kd.k[1] * qlast + 0x100u;
 #endif
         float cv[FHD_VOX], sv[FHD_VOX];
+#if FHD_OFFRES
+        const int tau = kd.reserved[0];
+        const unsigned step = kd.k[FHD_DIM - 1] * qstep;
+#pragma unroll
+        for (int v = 0; v < FHD_VOX; ++v) phasor(base + (unsigned)v * step + offres_turns(fv[v], tau), cv[v], sv[v]);
+#else
         phasor(base, cv[0], sv[0]);
 #if FHD_VOX > 1
         const unsigned step = kd.k[FHD_DIM - 1] * qstep;
@@ -196,6 +231,7 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
         for (int v = 1; v < FHD_VOX; ++v) phasor(base + (unsigned)v * step, cv[v], sv[v]);
 #endif
 #endif
+#endif  // FHD_OFFRES
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
             const sample_t d = kd.d[c];
@@ -204,6 +240,9 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #if FHD_REAL
                 U[v][c] += d * cv[v];
                 W[v][c] += d * sv[v];
+#elif FHD_OFFRES
+                U[v][c].x += d.x * cv[v] - d.y * sv[v];
+                U[v][c].y += d.y * cv[v] + d.x * sv[v];
 #else
                 U[v][c].x += d.x * cv[v];
                 U[v][c].y += d.y * cv[v];
@@ -232,8 +271,10 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #else
                         slot[a++] = U[v][c].x;
                         slot[a++] = U[v][c].y;
+#if !FHD_OFFRES
                         slot[a++] = W[v][c].x;
                         slot[a++] = W[v][c].y;
+#endif
 #endif
                     }
                 }
@@ -252,8 +293,10 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
 #else
                         U[v][c].x += slot[a++];
                         U[v][c].y += slot[a++];
+#if !FHD_OFFRES
                         W[v][c].x += slot[a++];
                         W[v][c].y += slot[a++];
+#endif
 #endif
                     }
                 }
@@ -276,13 +319,16 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     for (int v = 0; v < FHD_VOX; ++v) {
         const int p = t0 + v * per_line;
         const bool own = p < len;
-        const bool mirror = paired && p <= c2 && c2 - p < len;
+        const bool mirror = !FHD_OFFRES && paired && p <= c2 && c2 - p < len;
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
             float2* o = out + ((long long)blockIdx.y * coils + coil0 + c) * voxels;
 #if FHD_REAL
             const float2 a = make_float2(U[v][c], W[v][c]);
             const float2 b = make_float2(U[v][c], -W[v][c]);
+#elif FHD_OFFRES
+            const float2 a = U[v][c];
+            const float2 b = a;  // never written: no mirror with a field map
 #else
             const float2 a = make_float2(U[v][c].x - W[v][c].y, U[v][c].y + W[v][c].x);
             const float2 b = make_float2(U[v][c].x + W[v][c].y, U[v][c].y - W[v][c].x);

@@ -18,11 +18,24 @@
 // to the total (two-level summation). blockIdx.y splits the runs into slices whose partial results the host
 // adds.
 //
+// FWD_OFFRES 1 (with FWD_NAIVE 0): mri_recon_forward_offres, F with off-resonance,
+//     d_m = sum_n x_n exp(-i 2 pi (k_m . r_n + f_n t_m))   (f_n in Hz, t_m in s),
+// one thread per sample. A field map breaks the mirror symmetry and the recurrence along a line, so every
+// voxel is its own record and gets its own phase, all of it in fixed-point turns: k . r as above plus f_n t_m
+// from F_n = round(2^16 f_n) and tau_m = round(2^32 t_m) (offres_turns, mri_recon_phase.cuh; see fhd.cu for
+// the error). Voxel records stream through shared
+// memory tile by tile, as the runs do; blockIdx.y splits the voxels into slices whose partial results the
+// host adds.
+//
 // Compile-time sizes (-D): FWD_NAIVE (0 or 1), FWD_DIM (2 or 3); for FWD_NAIVE 0 also FWD_COILS (1..8),
-// FWD_RUN (positions per run, 1..16) and FWD_TILE_RUNS (runs per shared-memory tile).
+// FWD_RUN (positions per run, 1..16) and FWD_TILE_RUNS (runs per shared-memory tile); FWD_OFFRES (0 or 1,
+// default 0): with 1, FWD_COILS and FWD_TILE_RUNS (voxel records per tile) only.
 //
 // Run record (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y of the first position, 0),
 // one zero word, then FWD_RUN x FWD_COILS float4 (P.re, P.im, D.re, D.im), position-major.
+//
+// Voxel record of FWD_OFFRES 1 (32-bit words, 16-byte aligned): Q_0, Q_1, Q_2 (int; 2D: Q_x, Q_y, 0), F_n
+// (int, round(2^16 f_n), f in Hz), then FWD_COILS float2 x_n (re, im), zero-padded to a multiple of four words.
 
 #include "mri_recon_phase.cuh"
 
@@ -34,6 +47,12 @@
 #endif
 #ifndef FWD_NAIVE
 #error "FWD_NAIVE must be defined"
+#endif
+#ifndef FWD_OFFRES
+#define FWD_OFFRES 0
+#endif
+#if FWD_OFFRES && FWD_NAIVE
+#error "FWD_OFFRES 1 needs FWD_NAIVE 0"
 #endif
 
 #define FWD_THREADS 256
@@ -66,6 +85,83 @@ extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_naiv
         im += v.y * c - v.x * s;
     }
     out[m] = make_float2(re, im);
+}
+
+#elif FWD_OFFRES
+
+#if !defined(FWD_COILS) || !defined(FWD_TILE_RUNS)
+#error "FWD_COILS and FWD_TILE_RUNS must be defined"
+#endif
+#if FWD_COILS < 1 || FWD_COILS > 8 || FWD_TILE_RUNS < 1
+#error "FWD_COILS must lie in 1..8, FWD_TILE_RUNS >= 1"
+#endif
+
+#define FWD_VOXEL4 (1 + (FWD_COILS + 1) / 2)  // voxel record size in 16-byte units
+static_assert(FWD_TILE_RUNS * FWD_VOXEL4 * 16 <= 48 * 1024, "the tile exceeds 48 KB of shared memory");
+
+// out     complex64 (slices, coils, M): slice blockIdx.y, coils coil0 .. coil0 + FWD_COILS - 1
+// kfix    uint32 (M, FWD_DIM): fixed-point trajectory
+// taus    int32 (M,): tau_m = round(2^32 t_m), t in s, |t| < 1/2
+// voxels  (n_voxels, FWD_VOXEL4) 16-byte units
+extern "C" __global__ void __launch_bounds__(FWD_THREADS) mri_recon_forward_offres(
+    float2* __restrict__ out, const unsigned* __restrict__ kfix, const int* __restrict__ taus,
+    const uint4* __restrict__ voxels, int n_voxels, int M, int voxels_per_slice, int coils, int coil0) {
+    __shared__ uint4 tile[FWD_TILE_RUNS * FWD_VOXEL4];
+
+    const long long m_ll = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = m_ll < M;
+    const long long m = active ? m_ll : 0;
+    const unsigned k0 = kfix[m * FWD_DIM];
+    const unsigned k1 = kfix[m * FWD_DIM + 1];
+#if FWD_DIM == 3
+    const unsigned k2 = kfix[m * FWD_DIM + 2];
+#endif
+    const int tau = taus[m];
+
+    float2 acc[FWD_COILS];
+#pragma unroll
+    for (int c = 0; c < FWD_COILS; ++c) acc[c] = make_float2(0.0f, 0.0f);
+
+    const int v_begin = min(n_voxels, (int)blockIdx.y * voxels_per_slice);
+    const int v_end = min(n_voxels, v_begin + voxels_per_slice);
+    for (int v0 = v_begin; v0 < v_end; v0 += FWD_TILE_RUNS) {
+        const int n = min(FWD_TILE_RUNS, v_end - v0);
+        __syncthreads();
+        const uint4* src = voxels + (long long)v0 * FWD_VOXEL4;
+        for (int i = threadIdx.x; i < n * FWD_VOXEL4; i += blockDim.x) tile[i] = src[i];
+        __syncthreads();
+
+        float2 part[FWD_COILS];
+#pragma unroll
+        for (int c = 0; c < FWD_COILS; ++c) part[c] = make_float2(0.0f, 0.0f);
+        for (int r = 0; r < n; ++r) {
+            const uint4 h = tile[r * FWD_VOXEL4];
+#if FWD_DIM == 3
+            const unsigned T = k0 * h.x + k1 * h.y + k2 * h.z + offres_turns((int)h.w, tau) + 0x100u;
+#else
+            const unsigned T = k0 * h.x + k1 * h.y + offres_turns((int)h.w, tau) + 0x100u;
+#endif
+            float c, s;
+            phasor(T, c, s);
+            const float2* x = reinterpret_cast<const float2*>(tile + r * FWD_VOXEL4 + 1);
+#pragma unroll
+            for (int q = 0; q < FWD_COILS; ++q) {
+                const float2 v = x[q];
+                part[q].x += v.x * c + v.y * s;  // x e^{-i theta}
+                part[q].y += v.y * c - v.x * s;
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < FWD_COILS; ++c) {
+            acc[c].x += part[c].x;
+            acc[c].y += part[c].y;
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int c = 0; c < FWD_COILS; ++c) {
+        out[((long long)blockIdx.y * coils + coil0 + c) * M + m] = acc[c];
+    }
 }
 
 #else

@@ -30,4 +30,12 @@ __device__ __forceinline__ float reduce_turns(float t) {
     return t - ((t + magic) - magic);
 }
 
+// The off-resonance phase f t in fixed-point turns (units of 2^-32 turns, mod 2^32), from F = round(2^16 f)
+// (f in Hz) and tau = round(2^32 t) (t in s, |t| < 1/2): F tau = 2^48 f t exactly in 64-bit integers, and
+// its bits 16..47 are f t in 2^-32 turns (the wrap-around is the reduction to one turn). One IMAD.WIDE and
+// one shift on the integer pipe, so the phase costs no floating-point work beyond phasor's.
+__device__ __forceinline__ unsigned offres_turns(int F, int tau) {
+    return (unsigned)(((long long)F * (long long)tau) >> 16);
+}
+
 #endif  // MRI_RECON_PHASE_CUH

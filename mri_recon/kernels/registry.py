@@ -7,8 +7,8 @@ and ``tests/test_kernel_registry.py`` fails when the file differs from what the 
 when a ``.cu`` file of this folder is missing from it. ``python scripts/update_kernel_registry.py``
 rewrites the file from the launchers.
 
-Reserved: ``fhd.cu`` with ``FHD_OFFRES = 1`` (exact off-resonance correction) is not listed; its record slot
-is documented in ``fhd.cu``, which refuses it with ``#error`` until the field-map work implements it.
+Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
+correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ import functools
 import json
 from pathlib import Path
 
-from .configs import FORWARD_RUN, MAX_GROUP, adjoint_defines, forward_defines, psf_defines, seed_defines
+from .configs import (
+    FORWARD_RUN,
+    MAX_GROUP,
+    adjoint_defines,
+    forward_defines,
+    offres_adjoint_defines,
+    offres_forward_defines,
+    psf_defines,
+    seed_defines,
+)
 
 REGISTRY_FILE = Path(__file__).resolve().parent / "registry.json"
 DIMENSIONS = (2, 3)
@@ -26,9 +35,9 @@ SEED_RUNGS = 4
 
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
-    """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils,
-    plus the Toeplitz product, CG and the compressed-sensing kernels (finite differences, proximal steps,
-    wavelets), which take no defines (used by ``scripts/update_kernel_registry.py``)."""
+    """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
+    (with and without off-resonance), plus the Toeplitz product, CG and the compressed-sensing kernels (finite
+    differences, proximal steps, wavelets), which take no defines (used by ``scripts/update_kernel_registry.py``)."""
     configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {}), ("tv.cu", {}), ("prox.cu", {}),
                                                  ("wavelet.cu", {})]
     for dim in DIMENSIONS:
@@ -41,7 +50,9 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
         configs.append(("forward.cu", forward_defines(dim, None, None)))
         for coils in range(1, MAX_GROUP + 1):
             configs += [("forward.cu", forward_defines(dim, coils, 1)),
-                        ("forward.cu", forward_defines(dim, coils, FORWARD_RUN))]
+                        ("forward.cu", forward_defines(dim, coils, FORWARD_RUN)),
+                        ("fhd.cu", offres_adjoint_defines(dim, coils)),
+                        ("forward.cu", offres_forward_defines(dim, coils))]
     return configs
 
 

@@ -8,6 +8,9 @@
 - :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input.
 - Compressed sensing: :class:`FiniteDifference` (:mod:`.finite_difference`, total variation) and
   :class:`Wavelet` (:mod:`.wavelet`, orthogonal Daubechies).
+- Off-resonance: :mod:`.offres` (the model, :class:`OffresEncoding`, exact), :mod:`.gpu_offres` (its kernels),
+  :mod:`.time_segments` (time segmentation), :mod:`.offres_setup` (the choice in a reconstruction),
+  :mod:`.offres_public` (:func:`fhd_offres`, :func:`forward_offres`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 from .base import Identity, LinearOperator, Multiply, Scale, Sense
 from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
 from .finite_difference import FiniteDifference
+from .offres import OffresEncoding
+from .offres_public import fhd_offres, forward_offres
 from .public import fhd, forward, psf, resolve
 from .wavelet import Wavelet
 
 __all__ = ["Encoding", "FiniteDifference", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator",
-           "Multiply", "NudftEncoding", "Scale", "Sense", "Wavelet", "choose_engine", "fhd", "forward", "psf",
-           "resolve"]
+           "Multiply", "NudftEncoding", "OffresEncoding", "Scale", "Sense", "Wavelet", "choose_engine", "fhd",
+           "fhd_offres", "forward", "forward_offres", "psf", "resolve"]

@@ -27,7 +27,14 @@ import numpy as np
 from ..backend import Device, cupy_module, gpu_available
 from ..errors import DeviceError, InvalidDataError, ResourceError, SchemaError
 from ..kernels import get_module, upload_constant
-from ..kernels.configs import FORWARD_RUN, adjoint_defines, fhd_record_words, forward_defines, psf_defines
+from ..kernels.configs import (
+    FORWARD_RUN,
+    adjoint_defines,
+    fhd_accumulators,
+    fhd_record_words,
+    forward_defines,
+    psf_defines,
+)
 from ..validation import validate_matrix
 from .gpu_layout import coil_groups, fixed_point_turns, forward_runs, grid_slices, line_list, line_positions
 
@@ -235,8 +242,10 @@ def _records(kfix: Any, data: Any, *, real: bool) -> Any:
 
 
 def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
-                coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None) -> None:
-    """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels)."""
+                coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None,
+                field_map: Any = None) -> None:
+    """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels);
+    ``field_map`` (float32 voxels, Hz) for ``FHD_OFFRES`` 1."""
     module = get_module("fhd.cu", defines, device)
     kernel = module.get_function("mri_recon_fhd")
     n_samples = records.shape[0]
@@ -252,7 +261,7 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
                              max(1, min(8, size // (64 * rows))))
     coils = defines["FHD_COILS"]
     target, first_coil = (out, coil0) if slices == 1 else (_empty((slices, coils, out.shape[1]), out.dtype), 0)
-    accumulators = defines["FHD_VOX"] * coils * (2 if defines["FHD_REAL"] else 4)
+    accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines.get("FHD_OFFRES", 0))
     shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
     dims = [int(n) for n in matrix] + [1] * (3 - len(matrix))
     args = [target, lines, np.int32(lines.shape[0]), np.int32(per_line), *(np.int32(n) for n in dims)]
@@ -263,7 +272,8 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
         count = min(size, n_samples - begin)
         upload_constant(module, "c_k", records[begin:begin + count])
         kernel((blocks, slices, 1), (row, rows, 1),
-               (*args, np.int32(count), *tail, np.int32(index == 0), np.uint64(0)), shared_mem=shared)
+               (*args, np.int32(count), *tail, np.int32(index == 0), np.uint64(0) if field_map is None else field_map),
+               shared_mem=shared)
     if slices > 1:
         out[coil0:coil0 + coils] = target.sum(axis=0)
 

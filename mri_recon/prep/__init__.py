@@ -12,15 +12,16 @@ import numpy as np
 
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
+from ..validation import check_field_map_pair
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
-FIELD_MAP_CHOICES = ("refuse", "ignore")
-"""What to do with a scan's ``field_map`` / ``times`` until off-resonance correction exists."""
+FIELD_MAP_CHOICES = ("correct", "ignore")
+"""What to do with a scan's ``field_map`` / ``times``: keep them for off-resonance correction, or drop them."""
 
 
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                 field_map: str = "refuse") -> tuple[Scan, dict[str, Any]]:
+                 field_map: str = "correct") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
@@ -41,17 +42,16 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         scan's maps, required; ``"walsh"`` / ``"espirit"``: estimated from the k-space centre; ``"rss"``: no
         maps, each coil solved alone and combined by root-sum-of-squares.
     field_map
-        mri-recon does not correct off-resonance yet. ``"refuse"`` (default): a scan carrying a ``field_map``
-        raises :class:`~mri_recon.errors.InvalidDataError` rather than give an image that silently ignores
-        it; ``"ignore"``: drop ``field_map`` and ``times`` on purpose (recorded as
-        ``record["field_map"] = "ignored"``). ``times`` alone (no field map) has nothing to correct and is
-        dropped either way.
+        ``"correct"`` (default): keep ``field_map`` and ``times`` for :func:`mri_recon.reconstruct` to correct
+        off-resonance; one without the other raises :class:`~mri_recon.errors.InvalidDataError`.
+        ``"ignore"``: drop both on purpose (recorded as ``record["field_map"] = "ignored"`` and, through the
+        scan's attributes, as the reconstruction's ``field_map_correction = "ignored"``).
 
     Raises
     ------
     InvalidDataError
-        An unknown choice, a field map with ``field_map="refuse"``, or density weights that come out all
-        zero.
+        An unknown choice, a field map without times (or times without a field map) with
+        ``field_map="correct"``, or density weights that come out all zero.
     SchemaError
         ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
@@ -61,17 +61,14 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
                                f"{', '.join(COIL_MAP_CHOICES)}")
     if field_map not in FIELD_MAP_CHOICES:
-        raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'refuse' or 'ignore'")
+        raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
     record: dict[str, Any] = {"prewhitened": False}
     basis = None
-    if scan.field_map is not None and field_map == "refuse":
-        raise InvalidDataError(
-            f"{scan.source}: the scan carries a field_map (off-resonance, Hz), which mri-recon cannot correct "
-            f"yet; the image would be blurred where the field is off-resonant. Reconstruct without the "
-            f"correction on purpose with --no-field-map (Python: prepare_scan(..., field_map='ignore'))")
-    if scan.field_map is not None or scan.times is not None:
-        record["field_map"] = "ignored" if scan.field_map is not None else "none (times dropped)"
-        scan = scan.replace(field_map=None, times=None)
+    if field_map == "correct":
+        check_field_map_pair(scan.field_map, scan.times, scan.source)
+    elif scan.field_map is not None or scan.times is not None:
+        record["field_map"] = "ignored"
+        scan = scan.replace(field_map=None, times=None, attrs={**scan.attrs, "field_map_correction": "ignored"})
     if prewhiten and scan.noise is not None:
         from .noise import prewhiten as whiten
         from .noise import receiver_basis

@@ -99,7 +99,8 @@ def _weights(method: str | None, kind: str, k: np.ndarray, matrix: tuple[int, ..
 
 def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: float | None = 30.0,
                   spokes: int | None = None, samples: int | None = None, seed: int = 0,
-                  dcf: str | None = "pipe", interleaves: int | None = None) -> Scan:
+                  dcf: str | None = "pipe", interleaves: int | None = None, field_map_peak: float | None = None,
+                  readout_ms: float = 16.0) -> Scan:
     """Simulate a Shepp-Logan scan with exact (analytic) multi-coil k-space.
 
     Parameters
@@ -125,6 +126,10 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     dcf : str or None
         Density compensation stored as ``weights``: ``"pipe"`` (:func:`mri_recon.prep.dcf.pipe_menon`),
         ``"ramp"`` (:func:`mri_recon.prep.dcf.ramp`, radial kinds) or None (no weights).
+    field_map_peak, readout_ms : float, optional
+        Off-resonance (:mod:`mri_recon.sim.offres`): the peak (Hz) of a smooth synthetic field map, stored as
+        ``field_map`` with the sample ``times`` (each readout ``readout_ms`` long), and the data computed with
+        it on a finer grid. None: no off-resonance (no ``field_map`` or ``times``).
 
     Returns
     -------
@@ -149,9 +154,21 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     maps = phantom.coil_maps(matrix, coils)
     rng = np.random.default_rng(int(seed))
     clean = phantom.coil_kspace(k, matrix, coils)
+    fmap = times = None
+    if field_map_peak is not None:
+        from . import offres  # noqa: PLC0415 - loaded on use
+
+        peak = float(field_map_peak)
+        if not (math.isfinite(peak) and peak >= 0):
+            raise InvalidDataError(f"field_map_peak must be a non-negative number of Hz, found {field_map_peak!r}")
+        times = offres.readout_times(len(k), sizes["samples"], float(readout_ms) * 1e-3)
+        fmap = offres.field_map(matrix, peak)
+        if peak > 0:
+            clean = (clean + offres.perturbation(k, matrix, coils, peak, times)).astype(np.complex64)
+        sizes.update(field_map_peak_hz=peak, readout_ms=float(readout_ms))
     kspace, sigma = phantom.add_noise(clean, snr_value, rng, signal=phantom.cartesian_signal(maps * truth))
     noise = phantom.noise_samples(coils, NOISE_SAMPLES, sigma, rng) if sigma > 0 else None
     attrs = {"trajectory_kind": trajectory, "snr": snr_value, "seed": int(seed), "noise_std": float(sigma),
              "dcf": dcf or "none", "coils": coils, "phantom": "shepp-logan (modified, Toft)", **sizes}
     return Scan(kspace=kspace, trajectory=k, matrix=matrix, weights=weights, coil_maps=maps, noise=noise,
-                ground_truth=truth, attrs=attrs, source="simulate_scan")
+                ground_truth=truth, field_map=fmap, times=times, attrs=attrs, source="simulate_scan")

@@ -1,0 +1,164 @@
+"""Off-resonance correction in a reconstruction: which way (exact or time-segmented), how many segments,
+and the encoding and CG operator of that choice.
+
+``correction``:
+
+- ``"exact"``: every CG iteration applies the exact encoding with the field map and its adjoint
+  (:class:`~mri_recon.operators.offres.OffresEncoding`; the IMPATIENT approach, Stone et al. 2008): the
+  CUDA kernels on a GPU, the float64 sum on the CPU (slow: 2 M N phases per coil batch and iteration).
+- ``"segmented"``: time segmentation with L segments (:mod:`.time_segments`): L plain encodings of the
+  chosen engine, and the normal operator as L (L + 1) / 2 Toeplitz kernels, 2 L FFTs on the 2x grid per coil
+  and iteration. L is chosen so that the interpolation error is at most ``tol`` unless given.
+- ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
+
+The CPU's cost constants were measured on 2 cores (docs/offres.md); the GPU's are estimates until
+scripts/bench_offres.py measures the real rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
+from ..errors import InvalidDataError, ResourceError
+from . import time_segments
+from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
+from .offres import EncodingNormal, OffresEncoding
+
+CORRECTIONS = ("auto", "exact", "segmented")
+EXACT_PAIRS_PER_S = {"gpu": 1.5e12, "cpu": 1e8}
+"""Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H). CPU: measured, 8 coils
+x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: an estimate until bench_offres.py
+runs."""
+FFT_POINTS_PER_S = {"gpu": 2e10, "cpu": 1.2e8}
+"""2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
+(FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: an estimate."""
+PSF_POINTS_PER_S = {"gpu": 5e8, "cpu": 1e7}
+"""Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
+of 77,296 samples on 256^2 in 0.75 s; GPU: an estimate."""
+
+
+def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,
+                      iterations: int, gpu: bool) -> float:
+    """Predicted time of the right-hand side, the set-up and ``iterations`` CG iterations."""
+    kind = "gpu" if gpu else "cpu"
+    voxels = math.prod(matrix)
+    if correction == "exact":
+        return (iterations + 1) * 2 * coils * voxels * n_samples / EXACT_PAIRS_PER_S[kind]
+    big = voxels * 2 ** len(matrix)
+    per_iteration = coils * (2 * segments + segments ** 2 / 4) * big / FFT_POINTS_PER_S[kind]
+    setup = segments * (segments + 1) / 2 * (n_samples + big) / PSF_POINTS_PER_S[kind]
+    return iterations * per_iteration + setup
+
+
+@dataclass
+class OffresCorrection:
+    """The correction chosen for one scan (host arrays until :meth:`upload`)."""
+
+    kind: str
+    """``"exact"`` or ``"segmented"``."""
+    segments: int
+    """L (0 for exact)."""
+    error: float
+    """The interpolation error of the segments (0 for exact)."""
+    field_map: Any
+    times: Any
+    b: Any = None
+    phases: Any = None
+
+    @property
+    def label(self) -> str:
+        """What the output records: ``"exact"`` or ``"time-segmented (L=..)"``."""
+        return "exact" if self.kind == "exact" else f"time-segmented (L={self.segments})"
+
+    def upload(self, device: Device) -> None:
+        self.field_map, self.times = to_device(self.field_map, device), to_device(self.times, device)
+        if self.b is not None:
+            self.b, self.phases = to_device(self.b, device), to_device(self.phases, device)
+
+    def encoding(self, base: Any) -> Any:
+        """The encoding with off-resonance for the plain engine ``base``."""
+        if self.kind == "exact":
+            return OffresEncoding(base.trajectory, self.field_map, self.times, base.ishape[0])
+        return time_segments.TimeSegmentedEncoding(base, self.b, self.phases)
+
+    def normal(self, encoding: Any, weights: Any, *, coil_maps: Any, lam: float, coil_batch: int) -> Any:
+        """The CG operator ``A^H W A + lam I`` (with maps: summed over coils)."""
+        if self.kind == "exact":
+            return EncodingNormal(encoding, weights, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)
+        coil_batch = self._segment_batch(weights, coil_batch)
+        spectra = time_segments.segment_spectra(encoding, weights)
+        return time_segments.SegmentedNormal(spectra, self.phases, coil_maps=coil_maps, lam=lam,
+                                             coil_batch=coil_batch)
+
+    def _segment_batch(self, weights: Any, coil_batch: int) -> int:
+        """On a GPU: the coils per pass that fit the free memory beside the L x L kernels (complex64, 2x
+        grid) with four L-deep work arrays per coil; ResourceError when not even one coil fits. (The memory
+        planner does not count the segments; the host is not checked.)"""
+        if not is_gpu_array(weights):
+            return coil_batch
+        points = math.prod(self.phases.shape[1:]) * 2 ** (self.phases.ndim - 1)
+        kernels = 8 * points * self.segments * (self.segments + 1)  # the PSFs' spectra, then (P, L, L)
+        per_coil = 8 * points * 4 * self.segments
+        free = device_memory(Device(int(weights.device.id)))[0]
+        fits = (free - kernels) // per_coil
+        if fits < 1:
+            raise ResourceError(f"time segmentation with L = {self.segments} needs {(kernels + per_coil) / 2**30:.1f} "
+                                f"GiB of GPU memory, {free / 2**30:.1f} GiB are free; use fewer segments or "
+                                f"--field-map-correction exact")
+        return int(max(1, min(coil_batch, fits)))
+
+
+def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, gpu: bool,
+                    correction: str = "auto", segments: int | None = None, tol: float = time_segments.DEFAULT_TOL,
+                    iterations: int = 30) -> OffresCorrection:
+    """Choose the correction for a field map (Hz, ``matrix``) and sample times (s, ``(M,)``).
+
+    ``segments`` fixes L (``"segmented"``, or ``"auto"`` comparing that L with exact); None picks the smallest
+    L with interpolation error <= ``tol``.
+    """
+    if correction not in CORRECTIONS:
+        raise InvalidDataError(f"unknown field-map correction {correction!r}: expected 'auto', 'exact' or "
+                               f"'segmented'")
+    if segments is not None and (isinstance(segments, bool) or int(segments) != segments or segments < 1):
+        raise InvalidDataError(f"segments must be a positive integer or None, found {segments!r}")
+    if correction == "exact" and segments is not None:
+        raise InvalidDataError(f"segments (L = {segments}) apply to time segmentation, not to the exact correction")
+    matrix = tuple(field_map.shape)
+    if correction != "exact":
+        try:
+            count = int(segments) if segments is not None else time_segments.choose_segments(field_map, times, tol)
+        except InvalidDataError:
+            if correction == "segmented":
+                raise
+            count = 0
+        kernels_fit = not gpu or (float(np.ptp(times)) <= MAX_TIME_SPAN_S
+                                  and float(np.abs(field_map).max()) <= MAX_FIELD_HZ)  # the GPU kernels' range
+        if correction == "auto" and kernels_fit and (count == 0 or predicted_seconds(
+                "exact", 0, matrix, len(times), n_coils, iterations, gpu) < predicted_seconds(
+                "segmented", count, matrix, len(times), n_coils, iterations, gpu)):
+            correction = "exact"
+        elif count == 0:
+            raise InvalidDataError(f"the field map ({np.ptp(field_map):.4g} Hz range) and the times "
+                                   f"({np.ptp(times):.4g} s) fit neither time segmentation (more than "
+                                   f"{time_segments.MAX_SEGMENTS} segments) nor the exact GPU kernels "
+                                   f"(|f| <= {MAX_FIELD_HZ:g} Hz, times within {MAX_TIME_SPAN_S} s)")
+        else:
+            correction = "segmented"
+    if correction == "exact":
+        return OffresCorrection("exact", 0, 0.0, field_map.astype(np.float32), times.astype(np.float32))
+    b, tau, error = time_segments.interpolators(field_map, times, count)
+    phases = np.exp(-2j * np.pi * field_map.astype(np.float64)[None] * tau.reshape(-1, *([1] * len(matrix))))
+    return OffresCorrection("segmented", count, error, field_map.astype(np.float32), times.astype(np.float32),
+                            b.astype(np.complex64), phases.astype(np.complex64))
+
+
+def describe_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, device: Any = "auto") -> str:
+    """One line for ``mri-recon info``: the field map's range, the readout span and what ``auto`` chooses."""
+    choice = plan_correction(field_map, times, n_coils, gpu=resolve_device(device).is_gpu)
+    return (f"{field_map.min():.4g} .. {field_map.max():.4g} Hz over {np.ptp(times) * 1e3:.4g} ms: {choice.label} "
+            f"(--field-map-correction auto)")

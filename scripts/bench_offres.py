@@ -1,0 +1,235 @@
+"""GPU benchmark of off-resonance correction: the exact kernels against the plain ones, and corrected CG-SENSE.
+
+Usage: python scripts/bench_offres.py OUT.json [--quick]
+
+Sections (each guarded: a failure is recorded in the JSON and the run goes on):
+
+- ``fhd_2d``: F^H d on 256 x 256 from 256 golden-angle spokes x 1024 samples (M = 262,144, the problem of
+  scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1 and 8 coils. Median of
+  10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence), the plain
+  kernel on unpaired lines without recurrence (the off-resonance kernel's structure without its phase term),
+  and the off-resonance kernel. Rates in voxel-sample pairs per second (coil-voxel-sample triples for 8
+  coils); ratios; the off-resonance kernel's relative error against float64 at 2048 random voxels.
+- ``forward_2d``: F on the same problem, plain (runs with mirror pairs + recurrence) and off-resonance.
+- ``impatient_3d``: the off-resonance F^H d on IMPATIENT's problem size (128^3 voxels, 284,592 samples
+  uniform in the Nyquist cube, 1 coil); IMPATIENT (Stone et al. 2008) computed it in about 1.5 minutes
+  on its 2008 GPU (docs/benchmarks.md).
+- ``recon_256``: CG-SENSE, 256 x 256 spiral (32 interleaves), 8 coils, 16 ms readouts, +-150 Hz, 30
+  iterations (tol 0): no field map (uncorrected), time-segmented (L chosen for 1e-3), exact every iteration;
+  median wall time of 3 runs after a warm-up, NRMSE against the truth, ratio to the uncorrected time.
+- ``segments_256``: the same scan, L from 1 to 2 L_auto: interpolation error, relative image difference to
+  the exact-correction image, NRMSE, time.
+``--quick`` runs small sizes (a smoke test of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import mri_recon
+from mri_recon.backend import cupy_module, gpu_available
+from mri_recon.grid import voxel_positions
+from mri_recon.operators import gpu_exact, gpu_offres
+from mri_recon.operators.time_segments import interpolation_error
+from mri_recon.sim import offres as sim_offres
+
+RUNS = 10
+REFERENCE_VOXELS = 2048
+
+
+def radial_2d(n: int, spokes: int, samples: int) -> np.ndarray:
+    radius = (np.arange(samples) - samples / 2) / samples * n
+    angles = np.arange(spokes) * np.pi * (np.sqrt(5.0) - 1.0) / 2.0
+    traj = np.stack([np.cos(angles)[:, None] * radius, np.sin(angles)[:, None] * radius], axis=-1)
+    return traj.reshape(-1, 2).astype(np.float32)
+
+
+def timed(fn, runs: int = RUNS, warmup: int = 2) -> dict:
+    cupy = cupy_module()
+    for _ in range(warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(runs):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+
+
+def wall(fn, runs: int) -> tuple[dict, object]:
+    cupy = cupy_module()
+    out = fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        out = fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - began)
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}, out
+
+
+def reference_adjoint(data, traj, fmap, times, voxels):
+    """Exact F^H d with off-resonance at ``voxels`` in float64 on the GPU."""
+    cupy = cupy_module()
+    matrix = fmap.shape
+    k = cupy.asarray(traj, dtype=cupy.float64)
+    t = cupy.asarray(times, dtype=cupy.float64)
+    r = cupy.asarray(voxel_positions(matrix)[voxels])
+    f = cupy.asarray(fmap.reshape(-1)[voxels], dtype=cupy.float64)
+    d = cupy.asarray(data, dtype=cupy.complex128)
+    out = cupy.empty((d.shape[0], len(voxels)), dtype=cupy.complex128)
+    for start in range(0, len(voxels), 128):
+        cycles = k @ r[start:start + 128].T + t[:, None] * f[None, start:start + 128]
+        cycles -= cupy.rint(cycles)
+        out[:, start:start + 128] = d @ cupy.exp(2j * np.pi * cycles)
+    return out
+
+
+def section(results: dict, name: str, fn) -> None:
+    began = time.perf_counter()
+    try:
+        results[name] = fn()
+    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
+    print(name, json.dumps(results[name])[:400], flush=True)
+
+
+def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) -> tuple[dict, dict]:
+    cupy = cupy_module()
+    rng = np.random.default_rng(0)
+    matrix = (n, n)
+    traj = radial_2d(n, spokes, samples)
+    times = sim_offres.readout_times(len(traj), samples, 16e-3)
+    fmap = sim_offres.field_map(matrix, 150.0)
+    gk, gt, gf = cupy.asarray(traj), cupy.asarray(times), cupy.asarray(fmap)
+    pairs = n * n * len(traj)
+    adjoint, forward = {"matrix": list(matrix), "samples": len(traj)}, {"matrix": list(matrix), "samples": len(traj)}
+    voxels = rng.choice(n * n, size=min(REFERENCE_VOXELS, n * n), replace=False)
+    for coils in coil_counts:
+        data = (rng.standard_normal((coils, len(traj))) + 1j * rng.standard_normal((coils, len(traj))))
+        gd = cupy.asarray(data.astype(np.complex64))
+        image = cupy.asarray((rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix)))
+                             .astype(np.complex64))
+        work = pairs * coils
+        row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
+               "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False)),
+               "offres": timed(lambda gd=gd: gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt))}
+        for entry in row.values():
+            entry["rate"] = work / entry["median_s"]
+        row["offres_over_plain"] = row["offres"]["rate"] / row["plain"]["rate"]
+        row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
+        out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).reshape(coils, -1)[:, cupy.asarray(voxels)]
+        ref = reference_adjoint(data, traj, fmap, times, voxels)
+        row["offres_error"] = float(cupy.linalg.norm(out - ref) / cupy.linalg.norm(ref))
+        adjoint[f"{coils} coil(s)"] = row
+        frow = {"plain": timed(lambda image=image: gpu_exact.forward_gpu(image, gk)),
+                "offres": timed(lambda image=image: gpu_offres.forward_offres_gpu(image, gk, gf, gt))}
+        for entry in frow.values():
+            entry["rate"] = work / entry["median_s"]
+        frow["offres_over_plain"] = frow["offres"]["rate"] / frow["plain"]["rate"]
+        forward[f"{coils} coil(s)"] = frow
+    return adjoint, forward
+
+
+def impatient(n: int, samples: int) -> dict:
+    cupy = cupy_module()
+    rng = np.random.default_rng(1)
+    matrix = (n, n, n)
+    traj = ((rng.random((samples, 3)) - 0.5) * n).astype(np.float32)
+    times = (rng.random(samples) * 16e-3).astype(np.float32)
+    fmap = sim_offres.field_map(matrix, 150.0)
+    data = cupy.asarray((rng.standard_normal((1, samples)) + 1j * rng.standard_normal((1, samples)))
+                        .astype(np.complex64))
+    gk, gt, gf = cupy.asarray(traj), cupy.asarray(times), cupy.asarray(fmap)
+    row = {"matrix": list(matrix), "samples": samples,
+           "offres": timed(lambda: gpu_offres.fhd_offres_gpu(data, gk, matrix, gf, gt), runs=5),
+           "plain": timed(lambda: gpu_exact.fhd_gpu(data, gk, matrix), runs=5),
+           "impatient_2008_s": 90.0}
+    row["offres"]["rate"] = n ** 3 * samples / row["offres"]["median_s"]
+    row["speedup_over_impatient_2008"] = 90.0 / row["offres"]["median_s"]
+    return row
+
+
+def recon(n: int, runs: int) -> tuple[dict, dict]:
+    scan = mri_recon.simulate_scan((n, n), "spiral", coils=8, snr=30, field_map_peak=150, readout_ms=16)
+    truth = scan.ground_truth
+    base = {"iterations": 30, "tol": 0.0, "lam": 1e-3, "device": "gpu", "progress": False}
+
+    def nrmse(image):
+        return float(np.linalg.norm(image - truth) / np.linalg.norm(truth))
+
+    rows = {"matrix": [n, n], "samples": scan.n_samples, "coils": 8}
+    plain = scan.replace(field_map=None, times=None)
+    timing, result = wall(lambda: mri_recon.reconstruct(plain, **base), runs)
+    rows["uncorrected"] = {**timing, "nrmse": nrmse(result.image), "engine": result.parameters["method"]}
+    timing, result = wall(lambda: mri_recon.reconstruct(scan, field_map_correction="segmented", **base), runs)
+    rows["segmented"] = {**timing, "nrmse": nrmse(result.image), "label": result.parameters["field_map_correction"],
+                         "timings": result.timings}
+    timing, exact = wall(lambda: mri_recon.reconstruct(scan, field_map_correction="exact", **base), max(1, runs - 1))
+    rows["exact"] = {**timing, "nrmse": nrmse(exact.image), "timings": exact.timings}
+    for name in ("segmented", "exact"):
+        rows[f"{name}_over_uncorrected"] = rows[name]["median_s"] / rows["uncorrected"]["median_s"]
+    automatic = int(rows["segmented"]["label"].split("L=")[1].rstrip(")"))
+    table = []
+    for segments in range(1, 2 * automatic + 1):
+        timing, result = wall(lambda s=segments: mri_recon.reconstruct(
+            scan, field_map_correction="segmented", segments=s, **base), 1)
+        table.append({"segments": segments,
+                      "interpolation_error": interpolation_error(scan.field_map, scan.times, segments),
+                      "difference_to_exact": float(np.linalg.norm(result.image - exact.image)
+                                                   / np.linalg.norm(exact.image)),
+                      "nrmse": nrmse(result.image), "seconds": timing["median_s"]})
+    return rows, {"automatic": automatic, "table": table}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
+    args = parser.parse_args()
+    cupy = cupy_module()
+    if cupy is None or not gpu_available():
+        print("this benchmark needs CuPy and a GPU", file=sys.stderr)
+        return 1
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    results: dict = {"device": props["name"].decode(), "cupy": cupy.__version__, "numpy": np.__version__,
+                     "python": platform.python_version(), "mri_recon": mri_recon.__version__}
+    n, spokes, samples = (64, 64, 256) if args.quick else (256, 256, 1024)
+    holder: dict = {}
+
+    def run_transforms():
+        holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 8))
+        return holder["adjoint"]
+
+    section(results, "fhd_2d", run_transforms)
+    section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}))
+    section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592))
+
+    def run_recon():
+        holder["recon"], holder["segments"] = recon(64 if args.quick else 256, 1 if args.quick else 3)
+        return holder["recon"]
+
+    section(results, "recon_256", run_recon)
+    section(results, "segments_256", lambda: holder.get("segments", {"error": "recon_256 failed"}))
+    with open(args.output, "w") as handle:
+        json.dump(results, handle, indent=1)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,7 +28,10 @@ for step in $steps; do
     cost) timeout ${T_COST:-240} python3 scripts/bench_cost.py "$OUT/bench_cost.json" 2>&1 | tail -45 ;;
     nufft) timeout ${T_NUFFT:-240} python3 scripts/bench_nufft.py "$OUT/bench_nufft.json" 2>&1 | tail -30 ;;
     recon3d128) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -12 ;;
-steps=${STEPS:-"tests doctor fhd filter recon ismrmrd cost nufft recon3d128 recon3d256 cs cs3d128 offres offres_quality"}
+    cold) timeout ${T_COLD:-400} python3 scripts/cold_start.py "$OUT/cold_start.json" --scan .benchdata/recon_256.h5 ${COLD_METHODS:---method auto --method exact} --repeats ${COLD_REPEATS:-2} ${COLD_ARGS:-} 2>&1 | tail -10 ;;
+    offres) timeout ${T_OFFRES:-540} python3 scripts/bench_offres.py "$OUT/bench_offres.json" ${OFFRES_ARGS:-} 2>&1 | tail -20 ;;
+    offres_quality) timeout ${T_OFFRES:-540} python3 scripts/offres_quality.py "$OUT/offres_quality_gpu.json" --device gpu --png "$OUT/offres_spiral_gpu.png" 2>&1 | tail -25 ;;
+    batch) timeout ${T_BATCH:-400} python3 scripts/bench_batch.py "$OUT/bench_batch_h200.json" --scans 32 --matrix 256 --coils 8 --device gpu --workers ${BATCH_WORKERS:-1} --repeats ${BATCH_REPEATS:-3} ${BATCH_ARGS:-} 2>&1 | tail -20 ;;
     recon3d256) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d256.json" --problem 3d256 --repeats 2 --sigpy-repeats 1 2>&1 | tail -12 ;;
     cs) timeout ${T_CS:-420} python3 scripts/bench_cs.py "$OUT/bench_cs_2d.json" --problem 2d 2>&1 | tail -12 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;

@@ -98,7 +98,8 @@ def reference_adjoint(data, traj, fmap, times, voxels):
     return out
 
 
-def section(results: dict, name: str, fn) -> None:
+def section(results: dict, name: str, fn, output: str | None = None) -> None:
+    """Run one section into ``results`` (and rewrite ``output`` after it, so a run cut short keeps what ran)."""
     began = time.perf_counter()
     try:
         results[name] = fn()
@@ -106,6 +107,9 @@ def section(results: dict, name: str, fn) -> None:
         results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
     results[name]["wall_s"] = round(time.perf_counter() - began, 2)
     print(name, json.dumps(results[name])[:400], flush=True)
+    if output is not None:
+        with open(output, "w") as handle:
+            json.dump(results, handle, indent=1)
 
 
 def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) -> tuple[dict, dict]:
@@ -215,16 +219,17 @@ def main() -> int:
         holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 8))
         return holder["adjoint"]
 
-    section(results, "fhd_2d", run_transforms)
-    section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}))
-    section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592))
+    section(results, "fhd_2d", run_transforms, args.output)
+    section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}), args.output)
+    section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592),
+            args.output)
 
     def run_recon():
         holder["recon"], holder["segments"] = recon(64 if args.quick else 256, 1 if args.quick else 3)
         return holder["recon"]
 
-    section(results, "recon_256", run_recon)
-    section(results, "segments_256", lambda: holder.get("segments", {"error": "recon_256 failed"}))
+    section(results, "recon_256", run_recon, args.output)
+    section(results, "segments_256", lambda: holder.get("segments", {"error": "recon_256 failed"}), args.output)
     with open(args.output, "w") as handle:
         json.dump(results, handle, indent=1)
     print(f"wrote {args.output}")

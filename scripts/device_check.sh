@@ -33,7 +33,7 @@ for step in $steps; do
     offres_quality) timeout ${T_OFFRES:-540} python3 scripts/offres_quality.py "$OUT/offres_quality_gpu.json" --device gpu --png "$OUT/offres_spiral_gpu.png" 2>&1 | tail -25 ;;
     batch) timeout ${T_BATCH:-400} python3 scripts/bench_batch.py "$OUT/bench_batch_h200.json" --scans 32 --matrix 256 --coils 8 --device gpu --workers ${BATCH_WORKERS:-1} --repeats ${BATCH_REPEATS:-3} ${BATCH_ARGS:-} 2>&1 | tail -20 ;;
     recon3d256) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d256.json" --problem 3d256 --repeats 2 --sigpy-repeats 1 2>&1 | tail -12 ;;
-    cs) timeout ${T_CS:-420} python3 scripts/bench_cs.py "$OUT/bench_cs_2d.json" --problem 2d 2>&1 | tail -12 ;;
+    cs) timeout ${T_CS:-420} python3 scripts/bench_cs.py "$OUT/bench_cs_2d.json" --problem 2d ${CS_ARGS:-} 2>&1 | tail -12 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;
   esac
 done

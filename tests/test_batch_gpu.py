@@ -36,10 +36,10 @@ def test_gpu_workers_match_one_process_and_share_one_psf(tmp_path, rng, method):
                              **options)
     assert here.ok and batch.ok, batch.table()
     assert "one worker per GPU" in batch.where and {o.device for o in batch.outcomes} == {"gpu:0"}
-    # one PSF computation in all: the others read the disk cache (exact engines) or the GPU's memo of the last
-    # trajectory's spectrum (every engine)
+    # at most one PSF computation in all: the others read the disk cache (exact engines) or the GPU's memo of
+    # the last trajectory's spectrum (every engine; in this process it may still hold an earlier test's)
     for report in (here, batch):
-        assert len([o for o in report.outcomes if o.psf not in ("hit", "memory")]) == 1, report.table()
+        assert len([o for o in report.outcomes if o.psf not in ("hit", "memory")]) <= 1, report.table()
     for a, b in zip(here.outcomes, batch.outcomes):
         (x, rx), (y, ry) = arrays(a.output), arrays(b.output)
         error = np.linalg.norm(x.astype(np.complex128) - y) / np.linalg.norm(x.astype(np.complex128))

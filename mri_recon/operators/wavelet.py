@@ -183,7 +183,9 @@ class Wavelet(LinearOperator):
         boxes = _boxes(self.matrix, self.levels)
         passes = [(shape, axis) for shape in boxes for axis in range(len(self.matrix))]
         for shape, axis in (reversed(passes) if inverse else passes):
-            box = xp.ascontiguousarray(out[self._box(shape)])
+            # a copy even when the box is the whole array (where ascontiguousarray would return ``out``
+            # itself): the kernel reads the box while it writes ``out``
+            box = out[self._box(shape)].copy()
             dims = list(shape) + [1] * (3 - len(shape))
             pairs = batch * int(np.prod(dims)) // 2
             blocks = (max(1, min(-(-pairs // BLOCK), 65535 * 8)),)

@@ -88,7 +88,7 @@ def one_run(scans, folder: Path, options: dict, client=None) -> tuple[float, obj
 def summarize(scans, runs: list[float], report) -> dict:
     wall = statistics.median(runs)
     return {"wall_s": runs, "median_wall_s": wall, "scans_per_s": len(scans) / wall,
-            "psf_computed": sum(o.psf != "hit" for o in report.outcomes),
+            "psf_computed": sum(o.psf not in ("hit", "memory") for o in report.outcomes),
             "psf_states": sorted({o.psf for o in report.outcomes}),
             "per_scan_s_median": statistics.median(o.seconds for o in report.outcomes),
             "engine": report.outcomes[0].engine, "devices": sorted({o.device for o in report.outcomes}),

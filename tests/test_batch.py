@@ -200,11 +200,3 @@ def test_single_scan_path_imports_no_dask(tmp_path, rng):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
 
-
-def test_gpu_workers_share_the_host_cores(monkeypatch):
-    from mri_recon.batch import cluster
-
-    monkeypatch.setattr(cluster.os, "cpu_count", lambda: 32)
-    assert cluster.gpu_worker_threads(2) == dict.fromkeys(
-        ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), "16")
-    assert cluster.gpu_worker_threads(64)["OMP_NUM_THREADS"] == "1"

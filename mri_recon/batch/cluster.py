@@ -171,23 +171,10 @@ def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
     return Cluster(client, kind, _dashboard(client), gpus, owned=cluster)
 
 
-def gpu_worker_threads(gpus: int) -> dict[str, str]:
-    """The BLAS/OpenMP thread counts of each of ``gpus`` workers on one host: its share of the cores.
-
-    A GPU worker's host work (reading, prewhitening, writing) runs beside the others': with every worker's
-    BLAS using all cores, their spinning threads contend (H200 host, 32 cores, 2 workers: 2.5x slower per
-    scan). On a GPU the images do not depend on these counts beyond float32 rounding (the NUFFT adds with
-    atomics), so the split costs no reproducibility that the GPU path has."""
-    share = str(max(1, (os.cpu_count() or 1) // max(1, gpus)))
-    return {name: share for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-
-
 def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
-    """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside) and
-    its share of the host's cores (:func:`gpu_worker_threads`)."""
+    """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside)."""
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":8787"}}
-    threads = gpu_worker_threads(len(gpus))
     workers = {f"gpu-{gpu}": {"cls": distributed.Nanny, "options": {
-        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu, **threads},
-        "silence_logs": logging.ERROR}} for gpu in gpus}
+        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR}}
+        for gpu in gpus}
     return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR)

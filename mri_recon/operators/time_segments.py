@@ -64,6 +64,36 @@ def segment_times(times: np.ndarray, segments: int) -> np.ndarray:
     return low + (np.arange(segments) + 0.5) * (high - low) / segments
 
 
+class _Fit:
+    """What every L's fit shares: the field map's histogram, the unique sample times and their phase factors
+    (weighted by the square roots of the voxel counts), made once for the search over L."""
+
+    def __init__(self, field_map: np.ndarray, times: np.ndarray) -> None:
+        self.f, self.weight = _histogram(field_map)
+        self.t = np.asarray(times, dtype=np.float64)
+        self.unique, self.inverse, self.counts = np.unique(self.t, return_inverse=True, return_counts=True)
+        self.root = np.sqrt(self.weight)[:, None]
+        self.target = self.root * np.exp(-2j * np.pi * np.outer(self.f, self.unique))  # (K, U)
+        self.energy = np.sum(np.abs(self.target) ** 2, axis=0)  # (U,)
+
+    def solve(self, segments: int, ridge: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(b, tau, error)`` with ``b`` of shape ``(L, U)``: one interpolator per unique time.
+
+        The ridge-regularized normal equations ``(A^H A + ridge sum(w) I) b = A^H T`` (L x L, the same
+        solution as the least-squares problem stacked with the ridge rows, at a fraction of its cost), and the
+        squared residual ``|T - A b|^2`` of each time from ``A^H A`` and ``A^H T`` (no K x U product)."""
+        tau = segment_times(self.t, segments)
+        basis = self.root * np.exp(-2j * np.pi * np.outer(self.f, tau))  # (K, L)
+        gram = basis.conj().T @ basis  # (L, L)
+        projected = basis.conj().T @ self.target  # (L, U)
+        b = np.linalg.solve(gram + ridge * self.weight.sum() * np.eye(segments), projected)
+        residual = self.energy - 2.0 * np.sum((b.conj() * projected).real, axis=0) + np.sum(
+            (b.conj() * (gram @ b)).real, axis=0)
+        residual = np.maximum(residual, 0.0)  # rounding can leave a tiny negative value at a perfect fit
+        error = float(np.sqrt(np.sum(residual * self.counts) / (self.weight.sum() * len(self.t))))
+        return b, tau, error
+
+
 def interpolators(field_map: np.ndarray, times: np.ndarray, segments: int,
                   ridge: float = RIDGE) -> tuple[np.ndarray, np.ndarray, float]:
     """Least-squares interpolators of L = ``segments`` segments, with the ridge ``ridge * sum(weights) |b|^2``
@@ -78,46 +108,46 @@ def interpolators(field_map: np.ndarray, times: np.ndarray, segments: int,
     error
         The root-mean-square error of the approximated phase factors (:func:`interpolation_error`).
     """
-    segments = int(segments)
-    if segments < 1:
+    segments = _segments(segments)
+    fit = _Fit(field_map, times)
+    b, tau, error = fit.solve(segments, ridge)
+    return np.ascontiguousarray(b.T[fit.inverse.reshape(-1)]), tau, error
+
+
+def _segments(segments: int) -> int:
+    if int(segments) < 1:
         raise InvalidDataError(f"segments must be a positive integer, found {segments}")
-    f, weight = _histogram(field_map)
-    t = np.asarray(times, dtype=np.float64)
-    unique, inverse, counts = np.unique(t, return_inverse=True, return_counts=True)
-    tau = segment_times(t, segments)
-    root = np.sqrt(weight)[:, None]
-    basis = root * np.exp(-2j * np.pi * np.outer(f, tau))          # (K, L)
-    target = root * np.exp(-2j * np.pi * np.outer(f, unique))       # (K, U)
-    damping = np.sqrt(ridge * weight.sum()) * np.eye(segments)
-    stacked = np.concatenate([target, np.zeros((segments, target.shape[1]))])
-    b, *_ = np.linalg.lstsq(np.concatenate([basis, damping]), stacked, rcond=None)  # (L, U)
-    residual = np.sum(np.abs(basis @ b - target) ** 2, axis=0)      # (U,)
-    error = float(np.sqrt(np.sum(residual * counts) / (weight.sum() * len(t))))
-    return np.ascontiguousarray(b.T[inverse.reshape(-1)]), tau, error
+    return int(segments)
 
 
 def interpolation_error(field_map: np.ndarray, times: np.ndarray, segments: int, ridge: float = RIDGE) -> float:
     """RMS over samples and voxels of ``|exp(-i 2 pi f t) - sum_l b_l exp(-i 2 pi f tau_l)|``."""
-    return interpolators(field_map, times, segments, ridge)[2]
+    return _Fit(field_map, times).solve(_segments(segments), ridge)[2]
 
 
 def choose_segments(field_map: np.ndarray, times: np.ndarray, tol: float = DEFAULT_TOL, ridge: float = RIDGE) -> int:
     """The smallest L whose :func:`interpolation_error` is at most ``tol``.
 
     The search starts near ``range(f) * range(t)`` (the phase spread in turns, which sets L: Sutton et al.)
-    and moves by one. Raises :class:`InvalidDataError` when :data:`MAX_SEGMENTS` do not reach ``tol``.
+    and moves by one; the histogram and the sample times' phase factors are made once for all L. Raises
+    :class:`InvalidDataError` when :data:`MAX_SEGMENTS` do not reach ``tol``.
     """
     if not 0 < tol < 1:
         raise InvalidDataError(f"the segmentation tolerance must lie in (0, 1), found {tol}")
+    fit = _Fit(field_map, times)
+
+    def fits(count: int) -> bool:
+        return fit.solve(count, ridge)[2] <= tol
+
     spread = float(np.ptp(field_map)) * float(np.ptp(times))
     segments = min(MAX_SEGMENTS, max(1, int(np.ceil(spread))))
-    if interpolation_error(field_map, times, segments, ridge) <= tol:
-        while segments > 1 and interpolation_error(field_map, times, segments - 1, ridge) <= tol:
+    if fits(segments):
+        while segments > 1 and fits(segments - 1):
             segments -= 1
         return segments
     while segments < MAX_SEGMENTS:
         segments += 1
-        if interpolation_error(field_map, times, segments, ridge) <= tol:
+        if fits(segments):
             return segments
     raise InvalidDataError(f"time segmentation needs more than {MAX_SEGMENTS} segments to reach the tolerance "
                            f"{tol:g} (field map range {np.ptp(field_map):.4g} Hz x readout {np.ptp(times):.4g} s); "

@@ -30,16 +30,18 @@ from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .offres import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
-EXACT_PAIRS_PER_S = {"gpu": 1.5e12, "cpu": 1e8}
+EXACT_PAIRS_PER_S = {"gpu": 2.9e12, "cpu": 1e8}
 """Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H). CPU: measured, 8 coils
-x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: an estimate until bench_offres.py
-runs."""
-FFT_POINTS_PER_S = {"gpu": 2e10, "cpu": 1.2e8}
+x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x
+65,536 voxels x 309,120 samples, 30 CG iterations (2 transforms each) in 3.27 s (1 coil runs at about 1e12)."""
+FFT_POINTS_PER_S = {"gpu": 3.6e10, "cpu": 1.2e8}
 """2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
-(FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: an estimate."""
-PSF_POINTS_PER_S = {"gpu": 5e8, "cpu": 1e7}
+(FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: measured on an H200,
+2.6 ms per iteration at 256^2, 8 coils, L = 10."""
+PSF_POINTS_PER_S = {"gpu": 1.3e9, "cpu": 1e7}
 """Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
-of 77,296 samples on 256^2 in 0.75 s; GPU: an estimate."""
+of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an H200, 55 PSFs of 309,120 samples on 512^2 in
+25 ms (GPU NUFFT)."""
 
 
 def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,

@@ -14,7 +14,7 @@ True``: the GPU conjugate-gradient solver then captures its iterations as a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -216,3 +216,25 @@ def Sense(maps: Any) -> Multiply:  # noqa: N802 - reads as a class at call sites
     Its adjoint combines the coils: ``y -> sum_c conj(S_c) y_c``.
     """
     return Multiply(tuple(maps.shape[1:]), maps)
+
+
+def apply_sense_normal(x: Any, normal: Callable[[Any], Any], ishape: tuple[int, ...], maps: Any, lam: float,
+                       coil_batch: int | None) -> Any:
+    """``sum_c conj(S_c) N(S_c x) + lam x`` with coil maps, or ``N`` of each coil image without, coils
+    ``coil_batch`` at a time (all at once for None); ``normal`` applies a per-image normal operator ``N`` to a
+    batch ``(B, *matrix)``. Shared by the normal operators built on an encoding (exact or segmented)."""
+    xp = get_xp(x)
+    if maps is None:
+        stack = x.reshape(-1, *ishape)
+        step = stack.shape[0] if coil_batch is None else max(1, int(coil_batch))
+        y = xp.concatenate([normal(stack[i:i + step]) for i in range(0, stack.shape[0], step)]).reshape(x.shape)
+    else:
+        n_coils = int(maps.shape[0])
+        step = n_coils if coil_batch is None else max(1, min(n_coils, int(coil_batch)))
+        y = xp.zeros_like(x)
+        for start in range(0, n_coils, step):
+            part = maps[start:start + step]
+            y += (xp.conj(part) * normal(part * x)).sum(axis=0)
+    if lam:
+        y += np.float32(lam) * x
+    return y

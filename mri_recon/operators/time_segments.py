@@ -30,7 +30,7 @@ import numpy as np
 
 from ..backend import get_xp
 from ..errors import InvalidDataError
-from .base import LinearOperator
+from .base import LinearOperator, apply_sense_normal
 from .toeplitz import _cropped_ifft, _padded_fft, kernel_spectrum
 
 DEFAULT_TOL = 1e-3
@@ -256,19 +256,5 @@ class SegmentedNormal(LinearOperator):
         return (images * xp.conj(self.phases[:, None])).sum(axis=0)
 
     def _apply(self, x: Any) -> Any:
-        xp = get_xp(x)
-        if self.maps is None:
-            stack = x.reshape(-1, *self.ishape)
-            step = stack.shape[0] if self.coil_batch is None else max(1, int(self.coil_batch))
-            y = xp.concatenate([self._normal(stack[i:i + step]) for i in range(0, stack.shape[0], step)])
-            y = y.reshape(x.shape)
-        else:
-            n_coils = int(self.maps.shape[0])
-            step = n_coils if self.coil_batch is None else max(1, min(n_coils, int(self.coil_batch)))
-            y = xp.zeros_like(x)
-            for start in range(0, n_coils, step):
-                part = self.maps[start:start + step]
-                y += (xp.conj(part) * self._normal(part * x)).sum(axis=0)
-        if self.lam:
-            y += np.float32(self.lam) * x
-        return y.astype(np.complex64, copy=False)
+        return apply_sense_normal(x, self._normal, self.ishape, self.maps, self.lam, self.coil_batch).astype(
+            np.complex64, copy=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import pipeline
+from .errors import InvalidDataError
 from .prep import prepare_scan
 from .result import Result
 from .scan import Scan
@@ -21,6 +22,10 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
     """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with these
     choices, then :func:`mri_recon.pipeline.reconstruct` with ``options`` and the coil-map estimation and
     receiver basis the preparation asks for."""
+    taken = sorted({"estimate_maps", "maps_basis"} & set(options))
+    if taken:
+        raise InvalidDataError(f"{' and '.join(taken)} come from the preparation (coil_maps=...); pass them to "
+                               f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
     ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
     result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
                                   maps_basis=record.pop("maps_basis"), **options)

@@ -34,14 +34,16 @@ OPTIONS = [
     click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
                  help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA)."),
     click.option("--inner-iterations", type=click.IntRange(1, 1000), default=None,
-                 help="tv: CG steps per ADMM x-update (default 1 with density weights, 5 without)."),
+                 help="ADMM (tv, or wavelet with --solver admm): CG steps per x-update (default 1 with density "
+                      "weights, 5 without)."),
     click.option("--rho", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=finite,
                  help="ADMM penalty, relative like the l2 lambda (default 1 with density weights, 0.3 without)."),
     click.option("--anisotropic", is_flag=True, help="tv: anisotropic total variation (sum of |differences|)."),
     click.option("--solver", type=click.Choice(["admm", "fista"]), default=None,
                  help="wavelet: admm or fista (default fista); tv: admm."),
     click.option("--tol", type=click.FloatRange(min=0.0), default=1e-6, show_default=True, callback=finite,
-                 help="Stop when the relative CG residual falls below this."),
+                 help="l2: stop when the relative CG residual falls below this (tv and wavelet run every "
+                      "iteration)."),
     click.option("--filter-sigma", type=click.FloatRange(min=0.0, min_open=True), default=None, callback=finite,
                  help="Gaussian post-filter width in voxels (off by default)."),
     click.option("--field-map-correction", type=click.Choice(["auto", "exact", "segmented"]), default="auto",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,7 +35,7 @@ from .kernels import prefetch
 from .operators.base import Sense
 from .operators.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
-from .operators.offres_setup import plan_correction
+from .operators.offres_setup import CORRECTIONS, plan_correction
 from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .progress import STAGES, Clock, Progress, print_progress, progress_callback
@@ -48,6 +49,18 @@ __all__ = ["STAGES", "SOLVER_KERNELS", "memory_plan", "plan_reconstruction", "po
            "reconstruct"]
 
 log = logging.getLogger(__name__)
+
+
+_GPU_LOCKS: dict[int, threading.RLock] = {}
+_GPU_LOCKS_GUARD = threading.Lock()
+
+
+def gpu_lock(index: int) -> threading.RLock:
+    """The lock a GPU reconstruction holds on GPU ``index``: threads of one process that reconstruct on one
+    GPU take turns, because they share its cuFFT plans, the NUFFT plan and work buffers kept by
+    :mod:`mri_recon.operators.memo` and the kernels' constant memory. Processes (Dask workers) are unaffected."""
+    with _GPU_LOCKS_GUARD:
+        return _GPU_LOCKS.setdefault(index, threading.RLock())
 
 
 SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
@@ -261,11 +274,18 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
         raise InvalidDataError(f"lam must be >= 0, found {lam}")
-    sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None)
+    sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None,
+                          scan.matrix)
     matrix = scan.matrix
     if estimate_maps not in (None, "walsh", "espirit"):
         raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {estimate_maps!r}")
     check_field_map_pair(scan.field_map, scan.times, scan.source)
+    if field_map_correction not in CORRECTIONS:
+        raise InvalidDataError(f"unknown field-map correction {field_map_correction!r}: expected one of "
+                               f"{', '.join(CORRECTIONS)}")
+    if segments is not None and scan.field_map is None:
+        raise InvalidDataError(f"{scan.source}: segments (L = {segments}) apply to off-resonance correction, and "
+                               f"the scan has no field map")
     if scan.field_map is not None and sparse:
         raise InvalidDataError(f"{scan.source}: off-resonance correction runs with the l2 regularizer only, not "
                                f"{regularizer}; reconstruct with l2, or drop the field map on purpose (--no-field-map)")
@@ -293,6 +313,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         prefetch([*engine.kernel_configs(len(matrix), budget.coil_batch), *SOLVER_KERNELS], dev)
     clock = Clock(dev, progress_callback(progress), iterations)
     with contextlib.ExitStack() as stack:
+        if dev.is_gpu:  # one reconstruction at a time per GPU and process: they share plans and work buffers
+            stack.enter_context(gpu_lock(dev.index))
         stack.enter_context(dev.use())
         with clock.stage("upload"):
             kspace = to_device(scan.kspace, dev)

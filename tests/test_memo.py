@@ -73,3 +73,19 @@ def test_limit_zero_turns_the_memo_off(scan, tmp_path, monkeypatch):
     from mri_recon.backend import resolve_device
 
     assert spectrum_memo(resolve_device("gpu")).lookup("gpu-nufft", scan.matrix, None, None) is None
+
+
+def test_one_lock_per_gpu_shared_by_every_thread():
+    import threading
+
+    from mri_recon.pipeline import gpu_lock
+
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(gpu_lock(7))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(lock) for lock in seen}) == 1 and gpu_lock(7) is seen[0] and gpu_lock(6) is not seen[0]
+    with gpu_lock(7), gpu_lock(7):  # re-entrant: a reconstruction may call another on the same thread
+        pass

@@ -164,12 +164,15 @@ def test_evenly_spaced_slices_are_one_volume_and_their_png_a_montage(tmp_path):
     assert _png_size(png) == (2 * N, N)  # 2 tiles side by side (width, height)
 
 
-@pytest.mark.parametrize("offsets", [[0.0, -SLICE_GAP, -2 * SLICE_GAP], [0.0, SLICE_GAP, 2.5 * SLICE_GAP]])
-def test_slices_in_reverse_order_are_one_volume_and_uneven_ones_one_file_each(tmp_path, offsets):
+@pytest.mark.parametrize("offsets", [[0.0, -SLICE_GAP, -2 * SLICE_GAP], [0.0, 2 * SLICE_GAP, SLICE_GAP],
+                                     [0.0, SLICE_GAP, 2.5 * SLICE_GAP]])
+def test_slices_in_any_order_are_one_volume_and_uneven_ones_one_file_each(tmp_path, offsets):
     mrd = _oblique_mrd(tmp_path / "three.mrd.h5", slices=3, offsets=offsets)
     out = tmp_path / "t.nii"
     result = _recon(mrd, out)
-    even = offsets[2] == 2 * offsets[1]
+    ranked = np.sort(offsets)
+    even = np.allclose(np.diff(ranked), ranked[1] - ranked[0])
+    place = np.argsort(np.argsort(offsets))  # a slice's index along the volume's axis 3: by position
     files = [out] if even else [tmp_path / f"t_slice{s}.nii" for s in range(3)]
     assert all(f.is_file() for f in files) and (even or not out.exists())
     assert ("wrote 3 files" in result.output) != even
@@ -177,7 +180,7 @@ def test_slices_in_reverse_order_are_one_volume_and_uneven_ones_one_file_each(tm
         lps = POSITION + offsets[s] * ROT[:, 2]
         nii = nibabel.load(files[0] if even else files[s])
         assert nii.shape == ((N, N, 3) if even else (N, N, 1))
-        voxel = [N // 2, N // 2, s if even else 0, 1]
+        voxel = [N // 2, N // 2, place[s] if even else 0, 1]
         np.testing.assert_allclose(nii.affine @ voxel, [-lps[0], -lps[1], lps[2], 1], atol=1e-4)
 
 

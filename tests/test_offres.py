@@ -262,3 +262,15 @@ def test_three_dimensional_scans_are_simulated_and_corrected(kind):
     blurred = mri_recon.reconstruct(scan.replace(field_map=None, times=None), **options)
     assert corrected.parameters["field_map_correction"].startswith("time-segmented")
     assert relative(corrected.image, scan.ground_truth) < 0.5 * relative(blurred.image, scan.ground_truth)
+
+
+def test_correction_settings_that_cannot_apply_are_refused():
+    from mri_recon.pipeline import reconstruct as solve
+    from mri_recon.sim.simulate import simulate_scan
+
+    plain = simulate_scan((16, 16), "golden", coils=2, spokes=12, seed=1)
+    with pytest.raises(InvalidDataError, match="unknown field-map correction 'fast'"):
+        solve(plain, iterations=2, device="cpu", field_map_correction="fast")
+    with pytest.raises(InvalidDataError, match=r"segments \(L = 4\) apply to off-resonance correction, and the "
+                                               r"scan has no field map"):
+        solve(plain, iterations=2, device="cpu", segments=4)

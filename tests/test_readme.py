@@ -72,3 +72,16 @@ def test_the_flat_simulate_module_still_imports_with_a_warning():
     from mri_recon import simulate_scan
 
     assert module.simulate_scan is simulate_scan
+
+
+def test_the_api_refuses_what_the_preparation_decides():
+    import pytest
+
+    import mri_recon
+    from mri_recon.errors import InvalidDataError
+
+    sim = mri_recon.simulate_scan((16, 16), "golden", coils=2, spokes=12, seed=1)
+    with pytest.raises(InvalidDataError, match="estimate_maps come from the preparation"):
+        mri_recon.reconstruct(sim, device="cpu", estimate_maps="walsh")
+    raw = mri_recon.reconstruct(sim, prepare=False, device="cpu", iterations=2, estimate_maps="walsh")
+    assert raw.combine == "sense" and raw.parameters["coil_maps"] == "walsh"

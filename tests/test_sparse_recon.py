@@ -178,6 +178,8 @@ def test_zero_data_gives_a_zero_image():
     ({"regularizer": "tv", "solver": "fista"}, "solver for tv must be one of admm"),
     ({"regularizer": "wavelet", "rho": 2.0}, "rho is ADMM's penalty; wavelet runs fista"),
     ({"rho": 2.0}, "apply to the tv and wavelet regularizers, not l2"),
+    ({"inner_iterations": 3}, "apply to the tv and wavelet regularizers, not l2"),
+    ({"regularizer": "wavelet", "inner_iterations": 3}, "inner_iterations are ADMM's CG steps; wavelet runs fista"),
 ], ids=lambda v: str(v)[:40])
 def test_bad_settings_are_refused(settings, message):
     scan = simulate_scan((32, 32), "golden", coils=2, spokes=16, seed=2)
@@ -185,8 +187,11 @@ def test_bad_settings_are_refused(settings, message):
         reconstruct(scan, iterations=2, device="cpu", **settings)
 
 
-def test_wavelets_refuse_an_odd_matrix():
+def test_wavelets_refuse_an_odd_matrix_before_any_work(monkeypatch):
+    import mri_recon.pipeline as pipeline
+
     scan = simulate_scan((33, 32), "golden", coils=2, spokes=16, seed=2)
+    monkeypatch.setattr(pipeline, "plan_reconstruction", lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(InvalidDataError, match="needs even image sizes"):
         reconstruct(scan, iterations=2, device="cpu", regularizer="wavelet")
 

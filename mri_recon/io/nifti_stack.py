@@ -3,11 +3,12 @@ file per slice.
 
 An MRD file of several 2-D slices (a multi-slice acquisition) reconstructs to one image per slice, each with
 its own position. When every slice has the same directions and voxel size, and their positions lie on one
-line along the slice normal at a constant step (to :data:`POSITION_TOL_MM`), they are one volume: the slices
-become image axis 3 (in order of position along the normal, the step the voxel size there) and one affine
-places every voxel. Otherwise no single affine can place them, and each slice is written to its own file,
-``NAME_slice<j>.nii[.gz]`` with its own affine. The other stack axes (contrast, phase, set, repetition) stay
-on axis 4 in both cases. Each slice's geometry is taken from its first image (contrast 0, ...).
+line along the slice normal at a constant step (to :data:`POSITION_TOL_MM`, in any stack order), they are one
+volume: the slices become image axis 3 (in order of position along the normal, the step the voxel size there,
+the direction the slice normal) and one affine places every voxel. Otherwise no single affine can place them,
+and each slice is written to its own file, ``NAME_slice<j>.nii[.gz]`` with its own affine. The other stack
+axes (contrast, phase, set, repetition) stay on axis 4 in both cases. Each slice's geometry is taken from its
+first image (contrast 0, ...).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ DIRECTION_TOL = 1e-5
 """Largest difference between the direction cosines of two slices that count as parallel."""
 
 
-def volume_geometry(slices: Sequence[Geometry]) -> Geometry | None:
-    """The geometry of the volume that these 2-D slices (in stack order) form, or None when they do not form
-    one: fewer than two, an unknown orientation, other directions or voxel sizes, in-plane offsets, or
-    uneven spacing along the normal. The volume's axis 3 runs in stack order; its direction is the normal
-    times the sign of the step, so the step is the (positive) voxel size."""
+def volume_geometry(slices: Sequence[Geometry]) -> tuple[Geometry, np.ndarray] | None:
+    """The geometry of the volume that these 2-D slices form and the order of the slices along its axis 3
+    (by position along the normal, whatever the stack order: interleaved acquisitions list slices out of
+    order), or None when they do not form one: fewer than two, an unknown orientation, other directions or
+    voxel sizes, in-plane offsets, or uneven spacing along the normal."""
     if len(slices) < 2 or not all(g.oriented and g.matrix[2] == 1 for g in slices):
         return None
     first = slices[0]
@@ -48,16 +49,18 @@ def volume_geometry(slices: Sequence[Geometry]) -> Geometry | None:
     along = offsets @ normal
     if np.max(np.abs(offsets - np.outer(along, normal))) > POSITION_TOL_MM:
         return None  # shifted in plane: not one volume
-    step = float(along[1])
-    ideal = step * np.arange(len(slices))
-    if abs(step) <= POSITION_TOL_MM or np.max(np.abs(along - ideal)) > POSITION_TOL_MM:
+    order = np.argsort(along, kind="stable")
+    placed = along[order] - along[order[0]]
+    step = float(placed[1])
+    if step <= POSITION_TOL_MM or np.max(np.abs(placed - step * np.arange(len(slices)))) > POSITION_TOL_MM:
         return None
-    sign = 1.0 if step > 0 else -1.0
-    centre = np.asarray(first.position_mm) + (len(slices) // 2) * step * normal
-    return Geometry((first.matrix[0], first.matrix[1], len(slices)),
-                    (first.voxel_size_mm[0], first.voxel_size_mm[1], abs(step)), first.voxel_size_known,
-                    position_mm=tuple(float(v) for v in centre), read_dir=first.read_dir,
-                    phase_dir=first.phase_dir, slice_dir=tuple(float(sign * v) for v in normal))
+    base = slices[int(order[0])]
+    centre = np.asarray(base.position_mm) + (len(slices) // 2) * step * normal
+    geometry = Geometry((first.matrix[0], first.matrix[1], len(slices)),
+                        (first.voxel_size_mm[0], first.voxel_size_mm[1], step), first.voxel_size_known,
+                        position_mm=tuple(float(v) for v in centre), read_dir=first.read_dir,
+                        phase_dir=first.phase_dir, slice_dir=first.slice_dir)
+    return geometry, order
 
 
 def slice_path(path: str | os.PathLike, index: int, count: int) -> Path:
@@ -87,7 +90,9 @@ def write_nifti_stack(path: str | os.PathLike, image: np.ndarray, geometries: Se
     others = [name for name in axes if name != "slice"]
     volume = volume_geometry(slices)
     if volume is not None:
-        write_nifti(path, np.moveaxis(image, where, -1), volume, complex_=complex_, protect=protect, axes=others)
+        geometry, order = volume
+        stacked = np.moveaxis(np.take(image, order, axis=where), where, -1)
+        write_nifti(path, stacked, geometry, complex_=complex_, protect=protect, axes=others)
         return [Path(path)]
     log.warning("%s: the %d slices are not parallel and evenly spaced; writing one NIfTI file per slice",
                 path, count)

@@ -218,6 +218,28 @@ def Sense(maps: Any) -> Multiply:  # noqa: N802 - reads as a class at call sites
     return Multiply(tuple(maps.shape[1:]), maps)
 
 
+class SenseNormal(LinearOperator):
+    """Base of normal operators built per coil image: ``sum_c conj(S_c) N(S_c x) + lam x`` with coil maps
+    ``maps``, or ``N`` of each coil image (a leading coil axis, any length) without; subclasses give ``N``
+    as ``_normal(images)`` for a batch ``(B, *matrix)`` and set ``maps``, ``lam`` and ``coil_batch``."""
+
+    hermitian = True
+    maps: Any = None
+    lam: float = 0.0
+    coil_batch: int | None = None
+
+    def _normal(self, images: Any) -> Any:
+        raise NotImplementedError
+
+    def _check(self, array: Any, shape: tuple[int, ...], what: str) -> None:
+        if self.maps is None and array.ndim > len(shape):
+            shape = (*array.shape[:array.ndim - len(shape)], *shape)
+        super()._check(array, shape, what)
+
+    def _apply(self, x: Any) -> Any:
+        return apply_sense_normal(x, self._normal, self.ishape, self.maps, self.lam, self.coil_batch)
+
+
 def apply_sense_normal(x: Any, normal: Callable[[Any], Any], ishape: tuple[int, ...], maps: Any, lam: float,
                        coil_batch: int | None) -> Any:
     """``sum_c conj(S_c) N(S_c x) + lam x`` with coil maps, or ``N`` of each coil image without, coils

@@ -27,7 +27,7 @@ import numpy as np
 from ..backend import get_xp
 from ..errors import SchemaError
 from ..grid import voxel_positions
-from .base import LinearOperator, apply_sense_normal
+from .base import LinearOperator, SenseNormal
 from .nudft import DEFAULT_CHUNK_BYTES, _blocks
 
 
@@ -147,7 +147,7 @@ class OffresEncoding(LinearOperator):
         return offres_adjoint(y, self.trajectory, self.field_map, self.times).astype(np.complex64)
 
 
-class EncodingNormal(LinearOperator):
+class EncodingNormal(SenseNormal):
     """The CG operator ``x -> sum_c conj(S_c) A^H W A (S_c x) + lam x`` with any encoding ``A`` applied every
     iteration (no Toeplitz embedding: the way IMPATIENT solves with a field map). Without maps ``x`` holds one
     image per coil, each solved on its own. Coils go through ``A`` ``coil_batch`` at a time. Hermitian.
@@ -166,8 +166,6 @@ class EncodingNormal(LinearOperator):
         Coils per pass; None: all.
     """
 
-    hermitian = True
-
     def __init__(self, encoding: Any, weights: Any, *, coil_maps: Any = None, lam: float = 0.0,
                  coil_batch: int | None = None) -> None:
         matrix = tuple(encoding.ishape[1:])
@@ -175,14 +173,7 @@ class EncodingNormal(LinearOperator):
         self.encoding, self.weights, self.maps, self.lam = encoding, weights, coil_maps, float(lam)
         self.coil_batch = coil_batch
 
-    def _check(self, array: Any, shape: tuple[int, ...], what: str) -> None:
-        if self.maps is None and array.ndim > len(shape):
-            shape = (*array.shape[:array.ndim - len(shape)], *shape)
-        super()._check(array, shape, what)
-
     def _normal(self, images: Any) -> Any:
         op = self.encoding.batched(images.shape[0])
         return op.H(op(images) * self.weights)
 
-    def _apply(self, x: Any) -> Any:
-        return apply_sense_normal(x, self._normal, self.ishape, self.maps, self.lam, self.coil_batch)

@@ -11,8 +11,8 @@ and the encoding and CG operator of that choice.
   and iteration. L is chosen so that the interpolation error is at most ``tol`` unless given.
 - ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
 
-The CPU's cost constants were measured on 2 cores (docs/offres.md); the GPU's are estimates until
-scripts/bench_offres.py measures the real rates.
+The cost constants were measured: the CPU's on 2 cores (docs/offres.md), the GPU's on an H200
+(scripts/bench_offres.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations

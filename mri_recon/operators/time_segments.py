@@ -30,7 +30,7 @@ import numpy as np
 
 from ..backend import get_xp
 from ..errors import InvalidDataError
-from .base import LinearOperator, apply_sense_normal
+from .base import LinearOperator, SenseNormal
 from .toeplitz import _cropped_ifft, _padded_fft, kernel_spectrum
 
 DEFAULT_TOL = 1e-3
@@ -210,15 +210,13 @@ def segment_spectra(encoding: TimeSegmentedEncoding, weights: Any) -> dict[tuple
     return {pair: kernel_spectrum(psfs[index]) for index, pair in enumerate(pairs)}
 
 
-class SegmentedNormal(LinearOperator):
+class SegmentedNormal(SenseNormal):
     """The CG operator ``x -> sum_c conj(S_c) sum_{l,l'} conj(c_l) T_{l l'}(c_l' S_c x) + lam x`` (Hermitian).
 
     Without maps ``x`` holds one image per coil (any leading axes). Coils go through the 2x-grid FFTs
     ``coil_batch`` at a time; each costs 2 L FFTs per iteration, and the L x L kernels are applied at every
     frequency of the 2x grid as one batched matrix product (kernels stored as ``(frequencies, L, L)``).
     """
-
-    hermitian = True
 
     def __init__(self, spectra: dict[tuple[int, int], Any], phases: Any, *, coil_maps: Any = None,
                  lam: float = 0.0, coil_batch: int | None = None) -> None:
@@ -234,11 +232,6 @@ class SegmentedNormal(LinearOperator):
         self.kernels = xp.ascontiguousarray(kernels.transpose(2, 0, 1))  # (P, L, L)
         self.phases, self.maps, self.lam = phases, coil_maps, float(lam)
         self.coil_batch = coil_batch
-
-    def _check(self, array: Any, shape: tuple[int, ...], what: str) -> None:
-        if self.maps is None and array.ndim > len(shape):
-            shape = (*array.shape[:array.ndim - len(shape)], *shape)
-        super()._check(array, shape, what)
 
     def _normal(self, z: Any) -> Any:
         """``sum_{l,l'} conj(c_l) T_{l l'}(c_l' z)`` for a batch of images ``z`` ``(B, *matrix)``."""
@@ -256,5 +249,4 @@ class SegmentedNormal(LinearOperator):
         return (images * xp.conj(self.phases[:, None])).sum(axis=0)
 
     def _apply(self, x: Any) -> Any:
-        return apply_sense_normal(x, self._normal, self.ishape, self.maps, self.lam, self.coil_batch).astype(
-            np.complex64, copy=False)
+        return super()._apply(x).astype(np.complex64, copy=False)

@@ -85,14 +85,9 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
     x, history, solver
         The solution, the relative objective at the checks and the solver used.
     """
-    solver = solver or default_solver(regularizer)
     if regularizer not in SOLVERS:
         raise InvalidDataError(f"regularizer must be 'tv' or 'wavelet' here, found {regularizer!r}")
-    if solver not in SOLVERS[regularizer]:
-        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
-                               f"found {solver!r}")
-    if anisotropic and regularizer != "tv":
-        raise InvalidDataError("anisotropic applies to total variation only")
+    solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
     sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), ndim, anisotropic=anisotropic)
     if solver == "fista":
@@ -112,6 +107,18 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
     return x, history, solver
 
 
+def _check_solver(regularizer: str, solver: str | None, anisotropic: bool) -> str:
+    """The solver of a tv or wavelet regularizer (None: :func:`default_solver`), refused when it or
+    ``anisotropic`` does not apply."""
+    solver = solver or default_solver(regularizer)
+    if solver not in SOLVERS[regularizer]:
+        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
+                               f"found {solver!r}")
+    if anisotropic and regularizer != "tv":
+        raise InvalidDataError("anisotropic applies to total variation only")
+    return solver
+
+
 ADMM_DEFAULTS = {True: (1.0, 1), False: (0.3, 5)}
 """ADMM's ``(rho, inner_iterations)`` with density weights (True) and without (False); rho relative to the
 peak of the normal operator like Tikhonov's ``lam``. Measured (docs/compressed_sensing.md): with density
@@ -121,28 +128,30 @@ five steps, with a smaller penalty."""
 
 
 def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | None, anisotropic: bool,
-                 solver: str | None, weighted: bool = True) -> dict[str, Any]:
+                 solver: str | None, weighted: bool = True, matrix: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Validate the regularization settings of :func:`mri_recon.reconstruct`; ``{}`` for ``"l2"`` (plain
     CG), else the keyword arguments of :func:`solve_regularized`. ``rho`` and ``inner_iterations`` None:
-    :data:`ADMM_DEFAULTS` for a scan with (``weighted``) or without density weights."""
+    :data:`ADMM_DEFAULTS` for a scan with (``weighted``) or without density weights. With ``matrix``, a
+    wavelet regularizer is refused here (before any work) when the matrix has no wavelet level."""
     if regularizer not in REGULARIZERS:
         raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
     if regularizer == "l2":
-        if anisotropic or solver not in (None, "cg") or rho is not None:
-            raise InvalidDataError("rho, anisotropic and solver apply to the tv and wavelet regularizers, not l2")
+        if anisotropic or solver not in (None, "cg") or rho is not None or inner_iterations is not None:
+            raise InvalidDataError("rho, inner_iterations, anisotropic and solver apply to the tv and wavelet "
+                                   "regularizers, not l2")
         return {}
     if rho is not None and not (math.isfinite(rho) and rho > 0):
         raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
     if inner_iterations is not None and int(inner_iterations) < 1:
         raise InvalidDataError(f"inner_iterations must be >= 1, found {inner_iterations}")
-    solver = solver or default_solver(regularizer)
-    if solver not in SOLVERS[regularizer]:
-        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
-                               f"found {solver!r}")
-    if anisotropic and regularizer != "tv":
-        raise InvalidDataError("anisotropic applies to total variation only")
+    solver = _check_solver(regularizer, solver, anisotropic)
     if rho is not None and solver != "admm":
         raise InvalidDataError(f"rho is ADMM's penalty; {regularizer} runs {solver} (choose solver 'admm' to set it)")
+    if inner_iterations is not None and solver != "admm":
+        raise InvalidDataError(f"inner_iterations are ADMM's CG steps; {regularizer} runs {solver} (choose solver "
+                               f"'admm' to set them)")
+    if regularizer == "wavelet" and matrix is not None:
+        Wavelet(tuple(matrix), len(matrix))  # refuses a matrix without a wavelet level
     auto_rho, auto_inner = ADMM_DEFAULTS[bool(weighted)]
     return {"regularizer": regularizer, "rho": auto_rho if rho is None else float(rho),
             "inner_iterations": auto_inner if inner_iterations is None else int(inner_iterations),

@@ -274,3 +274,14 @@ def test_correction_settings_that_cannot_apply_are_refused():
     with pytest.raises(InvalidDataError, match=r"segments \(L = 4\) apply to off-resonance correction, and the "
                                                r"scan has no field map"):
         solve(plain, iterations=2, device="cpu", segments=4)
+
+
+def test_a_field_map_with_tv_or_wavelets_is_refused():
+    from mri_recon.pipeline import reconstruct as solve
+    from mri_recon.sim.simulate import simulate_scan
+
+    scan = simulate_scan((16, 16), "spiral", coils=2, seed=1, field_map_peak=50, readout_ms=8)
+    for regularizer in ("tv", "wavelet"):
+        with pytest.raises(InvalidDataError, match=f"off-resonance correction runs with the l2 regularizer only, "
+                                                   f"not {regularizer}"):
+            solve(scan, iterations=2, device="cpu", regularizer=regularizer)

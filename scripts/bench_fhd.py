@@ -13,15 +13,16 @@ Every section is guarded: a failure is recorded in the JSON and the run goes on.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 import traceback
 
 import numpy as np
+from benchtools import cuda_timed, radial_2d
 
 from mri_recon.backend import cupy_module
 from mri_recon.grid import voxel_positions
@@ -51,28 +52,7 @@ SIZE_2D, SPOKES, READOUT = 256, 256, 1024
 SIZE_3D, SAMPLES_3D = 128, 284_592
 
 
-def radial_2d(n: int, spokes: int, samples: int) -> np.ndarray:
-    """Golden-angle radial spokes through the centre, |k| < n/2 (cycles per field of view)."""
-    radius = (np.arange(samples) - samples / 2) / samples * n
-    angles = np.arange(spokes) * np.pi * (math.sqrt(5.0) - 1.0) / 2.0
-    traj = np.stack([np.cos(angles)[:, None] * radius, np.sin(angles)[:, None] * radius], axis=-1)
-    return traj.reshape(-1, 2).astype(np.float32)
-
-
-def timed(fn, runs: int = RUNS, warmup: int = 2) -> dict:
-    cupy = cupy_module()
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(runs):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+timed = functools.partial(cuda_timed, runs=RUNS)
 
 
 def reference(data, traj, matrix, voxels):

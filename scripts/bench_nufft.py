@@ -24,6 +24,7 @@ import time
 import traceback
 
 import numpy as np
+from benchtools import cuda_timed, radial_2d
 
 from mri_recon.backend import cupy_module
 from mri_recon.operators import gpu_nufft
@@ -32,27 +33,7 @@ from mri_recon.sim import trajectories
 COILS = 8
 
 
-def radial_2d(n: int, spokes: int, samples: int) -> np.ndarray:
-    radius = (np.arange(samples) - samples / 2) / samples * n
-    angles = np.arange(spokes) * np.pi * (math.sqrt(5.0) - 1.0) / 2.0
-    traj = np.stack([np.cos(angles)[:, None] * radius, np.sin(angles)[:, None] * radius], axis=-1)
-    return traj.reshape(-1, 2).astype(np.float32)
-
-
-def timed(fn, runs: int, warmup: int = 2) -> dict:
-    cupy = cupy_module()
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(runs):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+timed = cuda_timed
 
 
 def positions(matrix, voxels):

@@ -25,6 +25,7 @@ Sections (each guarded: a failure is recorded in the JSON and the run goes on):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -33,6 +34,7 @@ import time
 import traceback
 
 import numpy as np
+from benchtools import cuda_timed, radial_2d
 
 import mri_recon
 from mri_recon.backend import cupy_module, gpu_available
@@ -45,27 +47,7 @@ RUNS = 10
 REFERENCE_VOXELS = 2048
 
 
-def radial_2d(n: int, spokes: int, samples: int) -> np.ndarray:
-    radius = (np.arange(samples) - samples / 2) / samples * n
-    angles = np.arange(spokes) * np.pi * (np.sqrt(5.0) - 1.0) / 2.0
-    traj = np.stack([np.cos(angles)[:, None] * radius, np.sin(angles)[:, None] * radius], axis=-1)
-    return traj.reshape(-1, 2).astype(np.float32)
-
-
-def timed(fn, runs: int = RUNS, warmup: int = 2) -> dict:
-    cupy = cupy_module()
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(runs):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+timed = functools.partial(cuda_timed, runs=RUNS)
 
 
 def wall(fn, runs: int) -> tuple[dict, object]:

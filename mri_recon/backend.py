@@ -8,6 +8,7 @@ Everything else asks an array for its module with :func:`get_xp` and moves data 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,28 @@ class _NullContext:
 
 
 CPU = Device(-1)
+
+
+THREADS_ENV = "MRI_RECON_THREADS"
+"""Environment variable that sets :func:`cpu_threads` (a batch cluster's CPU workers get their share of cores)."""
+
+
+def cpu_threads() -> int:
+    """Threads the CPU path may use: ``MRI_RECON_THREADS`` when set, else the CPUs this process may run on.
+
+    The CPU path's results do not depend on it: FINUFFT runs one single-threaded transform per coil, the FFTs
+    split whole lines, and the solvers' inner products are summed in a fixed order.
+    """
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise DeviceError(f"{THREADS_ENV} must be a whole number of threads, found {value!r}") from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def cupy_module():

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .backend import cpu_threads
 from .errors import ResourceError
 from .operators.encoding import NUFFT_EPS
 
@@ -90,10 +91,7 @@ NUFFT_MAX_GROUP = 8
 
 
 def _cpu_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    return cpu_threads()
 
 
 def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, method: str,

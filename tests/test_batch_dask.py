@@ -25,9 +25,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def client():
-    from mri_recon.batch.cluster import local_config
+    from mri_recon.batch.cluster import local_config, worker_threads
 
-    with local_config():  # as reconstruct_many(workers=2) starts it
+    with local_config(worker_threads(2, gpu=False)):  # as reconstruct_many(workers=2) starts it
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=0,
                                            dashboard_address=":0", silence_logs=40)
     with distributed.Client(cluster) as c:

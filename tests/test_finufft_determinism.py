@@ -58,5 +58,38 @@ def test_repeated_runs_under_load_are_bit_identical(rng, monkeypatch, matrix, co
         np.testing.assert_array_equal(image, images[0])
     for psf in psfs[1:]:
         np.testing.assert_array_equal(psf, psfs[0])
-    monkeypatch.setattr(wrapper, "workers", lambda: 1)  # coils one after another: the same bits
+    monkeypatch.setenv("MRI_RECON_THREADS", "1")  # coils one after another: the same bits
     np.testing.assert_array_equal(wrapper.adjoint(kspace, traj, matrix, eps=1e-7), images[0])
+
+
+def test_every_type_2_transform_runs_on_one_thread(rng, monkeypatch):
+    calls = []
+    for name in ("nufft2d2", "nufft3d2"):
+        real = getattr(finufft, name)
+
+        def spy(*args, _real=real, **kwargs):
+            calls.append(kwargs.get("nthreads"))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(finufft, name, spy)
+    traj = trajectories.radial((16, 16), 12)
+    image = (rng.standard_normal((3, 16, 16)) + 1j * rng.standard_normal((3, 16, 16))).astype(np.complex64)
+    wrapper.forward(image, traj)
+    wrapper.forward(image[:1, :8, :8, None].repeat(8, axis=3), (rng.random((300, 3)) - 0.5) * 8)
+    assert calls == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_forward_and_adjoint_bits_do_not_depend_on_the_thread_count(rng, monkeypatch, threads):
+    traj = ((rng.random((20000, 2)) - 0.5) * 40).astype(np.float32)
+    kspace = _data(rng, 4, len(traj))
+    image = (rng.standard_normal((4, 40, 36)) + 1j * rng.standard_normal((4, 40, 36))).astype(np.complex64)
+    monkeypatch.setenv("MRI_RECON_THREADS", "1")
+    reference = wrapper.adjoint(kspace, traj, (40, 36)), wrapper.forward(image, traj)
+    monkeypatch.setenv("MRI_RECON_THREADS", threads)
+    np.testing.assert_array_equal(wrapper.adjoint(kspace, traj, (40, 36)), reference[0])
+    np.testing.assert_array_equal(wrapper.forward(image, traj), reference[1])
+    exact = np.exp(-2j * np.pi * (traj.astype(np.float64) @ (
+        (np.stack(np.meshgrid(np.arange(40) - 20, np.arange(36) - 18, indexing="ij"), -1).reshape(-1, 2)
+         / np.array([40, 36])).T))) @ image[0].reshape(-1).astype(np.complex128)
+    assert np.linalg.norm(reference[1][0] - exact) / np.linalg.norm(exact) < 1e-6

@@ -19,11 +19,11 @@ sample interpolated by one thread) is deterministic with FINUFFT's default threa
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..backend import cpu_threads
 from .nufft_params import next_smooth_even  # FINUFFT's next235even
 
 DEFAULT_EPS = 1e-9
@@ -64,12 +64,15 @@ def _scaled(trajectory: np.ndarray, matrix: tuple[int, ...]) -> list[np.ndarray]
     return [np.ascontiguousarray(2 * np.pi * k[:, d] / n) for d, n in enumerate(matrix)]
 
 
-def workers() -> int:
-    """Threads for the per-coil transforms of :func:`adjoint`: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+def _per_coil(transform, count: int) -> None:
+    """``transform(c)`` for every coil ``c < count``, up to :func:`~mri_recon.backend.cpu_threads` at once."""
+    threads = min(cpu_threads(), count)
+    if threads == 1:
+        for c in range(count):
+            transform(c)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(transform, range(count)))
 
 
 def adjoint(kspace: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...],
@@ -88,21 +91,24 @@ def adjoint(kspace: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...],
     def one(c: int) -> None:
         fn(*coords, data[c], n_modes=matrix, eps=eps, isign=+1, nthreads=1, upsampfac=upsampfac(eps), out=out[c])
 
-    count = min(workers(), data.shape[0])
-    if count == 1:
-        for c in range(data.shape[0]):
-            one(c)
-    else:
-        with ThreadPoolExecutor(count) as pool:
-            list(pool.map(one, range(data.shape[0])))
+    _per_coil(one, data.shape[0])
     return out
 
 
 def forward(image: np.ndarray, trajectory: np.ndarray, eps: float = DEFAULT_EPS) -> np.ndarray:
-    """F x for ``image`` of shape ``(C, *matrix)``; returns complex128 ``(C, M)``."""
+    """F x for ``image`` of shape ``(C, *matrix)``; returns complex128 ``(C, M)``.
+
+    Like :func:`adjoint`, one single-threaded transform per coil: FINUFFT's multi-threaded type 2 gives
+    different last bits for different thread counts (its FFT), so results would depend on the machine's load
+    of cores (a batch worker's share against a single run's)."""
     image = np.ascontiguousarray(np.asarray(image, dtype=np.complex128))
     matrix = tuple(image.shape[1:])
     coords = _scaled(trajectory, matrix)
     fn = {2: _finufft().nufft2d2, 3: _finufft().nufft3d2}[len(matrix)]
-    out = fn(*coords, image, eps=eps, isign=-1, upsampfac=upsampfac(eps))
-    return out.reshape(image.shape[0], -1)
+    out = np.empty((image.shape[0], len(coords[0])), dtype=np.complex128)
+
+    def one(c: int) -> None:
+        fn(*coords, image[c], eps=eps, isign=-1, nthreads=1, upsampfac=upsampfac(eps), out=out[c])
+
+    _per_coil(one, image.shape[0])
+    return out

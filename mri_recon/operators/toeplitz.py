@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..backend import cpu_threads, get_xp
 from .base import LinearOperator
 
 
@@ -26,7 +26,7 @@ def _scipy_fft():
 def _fftn(x: Any, axes: tuple[int, ...]) -> Any:
     """n-D FFT over ``axes`` in the input's precision (scipy.fft on every core, or cuFFT)."""
     if get_xp(x) is np:
-        return _scipy_fft().fftn(x, axes=axes, workers=-1)
+        return _scipy_fft().fftn(x, axes=axes, workers=cpu_threads())
     return get_xp(x).fft.fftn(x, axes=axes)
 
 
@@ -42,7 +42,7 @@ def _padded_fft(x: Any, shape: tuple[int, ...], axes: tuple[int, ...]) -> Any:
     fft = _scipy_fft()
     y = x
     for axis, n in zip(axes, shape):
-        y = fft.fft(y, n=n, axis=axis, workers=-1, overwrite_x=y is not x)
+        y = fft.fft(y, n=n, axis=axis, workers=cpu_threads(), overwrite_x=y is not x)
     return y
 
 
@@ -57,7 +57,7 @@ def _cropped_ifft(y: Any, crop: tuple[int, ...], axes: tuple[int, ...]) -> Any:
         return out[(Ellipsis, *(slice(0, n) for n in crop))]
     fft = _scipy_fft()
     for axis, n in reversed(tuple(zip(axes, crop))):
-        y = fft.ifft(y, axis=axis, workers=-1, overwrite_x=True)
+        y = fft.ifft(y, axis=axis, workers=cpu_threads(), overwrite_x=True)
         index = [slice(None)] * y.ndim
         index[axis] = slice(0, n)
         y = y[tuple(index)]

@@ -24,16 +24,24 @@ CHUNK = 1 << 20
 
 
 def inner(a: Any, b: Any) -> complex:
-    """``<a, b> = sum conj(a) b`` accumulated in float64 (complex128), for arrays of any precision."""
+    """``<a, b> = sum conj(a) b`` accumulated in float64 (complex128), for arrays of any precision.
+
+    On the CPU the sum is NumPy's pairwise summation of the products, chunk by chunk in a fixed order: the
+    same bits whatever the number of threads (BLAS's dot splits the sum among its threads, so its last bits
+    depend on how many there are, and a CG image would differ between a batch worker and a single run).
+    """
     xp = get_xp(a)
     wide = np.complex128 if (a.dtype.kind == "c" or b.dtype.kind == "c") else np.float64
     fa, fb = a.reshape(-1), b.reshape(-1)
-    if fa.dtype == wide and fb.dtype == wide:
+    if xp is not np and fa.dtype == wide and fb.dtype == wide:
         return complex(xp.vdot(fa, fb))
     total = 0j
     for start in range(0, fa.size, CHUNK):
         part = slice(start, start + CHUNK)
-        total += complex(xp.vdot(fa[part].astype(wide), fb[part].astype(wide)))
+        if xp is np:
+            total += complex(np.sum(np.conj(fa[part], dtype=wide) * fb[part]))
+        else:
+            total += complex(xp.vdot(fa[part].astype(wide), fb[part].astype(wide)))
     return total
 
 

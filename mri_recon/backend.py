@@ -80,6 +80,19 @@ def cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - scans the loaded libraries once, on use
+
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context in which BLAS (OpenBLAS, MKL, ...) runs on one thread: for the CPU products whose last bits
+    would otherwise depend on the thread count."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
 def cupy_module():
     """The imported ``cupy`` module, or None when CuPy is not installed."""
     return _cupy

@@ -129,21 +129,19 @@ def start_local(workers: int | None, device: str) -> Cluster:
 def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
     """The thread settings of a local cluster's workers (environment variables, set before they start).
 
-    CPU workers share the cores: each runs its FINUFFT transforms and FFTs on ``cores // workers`` threads
-    (``MRI_RECON_THREADS``, :func:`~mri_recon.backend.cpu_threads`), so ``workers`` processes do not
-    oversubscribe the cores; their images are bit-identical to a single run's, which the CPU path
-    guarantees for any thread count. BLAS keeps the caller's setting: OpenBLAS's matrix products give
-    different last bits for different thread counts, and they take a few milliseconds per scan.
+    CPU workers share the cores: each runs on ``cores // workers`` threads (FINUFFT's transforms and the FFTs
+    through ``MRI_RECON_THREADS``, :func:`~mri_recon.backend.cpu_threads`; BLAS and OpenMP through their
+    variables), so that ``workers`` processes do not oversubscribe the cores. Their images are bit-identical
+    to a single run's: the CPU path gives the same bits for any thread count.
 
-    GPU workers run their host work (loading, prewhitening, writing) on one thread each, BLAS and OpenMP
-    included. Measured on a 32-core host with two H200 (scripts/batch_probe.py): two pinned processes with
-    their default threads took 150 ms per scan each against 48 ms alone (the idle threads of each process's
-    pools spin on the cores the other needs); with one thread each, 47 ms each, 1.94x the scans per second of
-    one, and one alone was faster too (45 ms).
+    GPU workers run their host work (loading, prewhitening, writing) on one thread each. Measured on a
+    32-core host with two H200 (scripts/batch_probe.py): two pinned processes with their default threads took
+    150 ms per scan each against 48 ms alone (the idle threads of each process's pools spin on the cores the
+    other needs); with one thread each, 47 ms each, 1.94x the scans per second of one, and one alone was
+    faster too (45 ms).
     """
-    if gpu:
-        return {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", THREADS_ENV)}
-    return {THREADS_ENV: str(max(1, cpu_threads() // max(1, workers)))}
+    share = "1" if gpu else str(max(1, cpu_threads() // max(1, workers)))
+    return {name: share for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", THREADS_ENV)}
 
 
 @contextlib.contextmanager

@@ -152,13 +152,13 @@ def local_config(threads: dict[str, str] | None = None):
     while one is idle, and a worker's death reschedules only the scan it was running (when the scans form
     one group larger than twice the workers' threads; smaller batches go to the workers at once).
 
-    The workers run in this process's environment, as a single-scan run would: Dask's nannies set
-    ``OMP_NUM_THREADS=1`` (and MKL's and OpenBLAS's), which changes BLAS's summation order in CG's inner
-    products, so images would differ from a single-scan run's in the last bits; and ``MALLOC_TRIM_THRESHOLD_``,
-    which turns off glibc's dynamic mmap threshold, so that every large temporary array is mapped and zeroed
-    afresh (CG iterations measured 2.5x slower in such a worker). :data:`NANNY_ENVIRON` lists them.
-    ``threads`` (:func:`worker_threads`) are set instead, before the workers start (OpenBLAS reads its
-    thread count when NumPy is imported).
+    The workers run in this process's environment, with their thread counts ``threads``
+    (:func:`worker_threads`) set before they start (OpenBLAS reads its thread count when NumPy is imported),
+    not Dask's nanny defaults (:data:`NANNY_ENVIRON`): ``OMP_NUM_THREADS=1`` and its kin would leave cores
+    idle when there are fewer workers than cores, and ``MALLOC_TRIM_THRESHOLD_`` turns off glibc's dynamic mmap
+    threshold, so that every large temporary array is mapped and zeroed afresh (CG iterations measured 2.5x
+    slower in such a worker). A nanny sets them in its own process (this one) before spawning its worker;
+    the caller's values are restored on exit.
     """
     import dask  # noqa: PLC0415 - with distributed
 

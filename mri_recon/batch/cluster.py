@@ -1,11 +1,12 @@
 """Where the scans of a batch run: a local Dask cluster (processes on the CPU, one worker per GPU) or an
 existing cluster given by its scheduler's address.
 
-On the CPU: :class:`distributed.LocalCluster` with ``workers`` worker processes of one thread each. On GPUs:
-one worker per visible GPU (or the first ``workers`` of them), each pinned by ``CUDA_VISIBLE_DEVICES`` so that
-it sees its GPU as device 0: through :class:`dask_cuda.LocalCUDACluster` when ``dask-cuda`` is installed,
-else through a :class:`distributed.SpecCluster` of nannies, each started with its own
-``CUDA_VISIBLE_DEVICES`` (the same pinning, without dask-cuda's extras). The log says which was used.
+On the CPU: :class:`distributed.LocalCluster` with ``workers`` worker processes (one scan each at a time,
+``cores // workers`` threads each). On GPUs: one worker per visible GPU (or the first ``workers`` of them),
+each pinned by ``CUDA_VISIBLE_DEVICES`` so that it sees its GPU as device 0: through
+:class:`dask_cuda.LocalCUDACluster` when ``dask-cuda`` is installed, else through a
+:class:`distributed.SpecCluster` of nannies, each started with its own ``CUDA_VISIBLE_DEVICES`` (the same
+pinning, without dask-cuda's extras). The log says which was used.
 Dask is imported here, on use, never by the single-scan path.
 """
 

@@ -131,9 +131,11 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
     if correction == "exact" and segments is not None:
         raise InvalidDataError(f"segments (L = {segments}) apply to time segmentation, not to the exact correction")
     matrix = tuple(field_map.shape)
+    fit = None
     if correction != "exact":
+        fit = time_segments.SegmentFit(field_map, times)  # one fit for the search over L and the interpolators
         try:
-            count = int(segments) if segments is not None else time_segments.choose_segments(field_map, times, tol)
+            count = int(segments) if segments is not None else fit.choose(tol, time_segments.RIDGE)
         except InvalidDataError:
             if correction == "segmented":
                 raise
@@ -153,10 +155,9 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
             correction = "segmented"
     if correction == "exact":
         return OffresCorrection("exact", 0, 0.0, field_map.astype(np.float32), times.astype(np.float32))
-    b, tau, error = time_segments.interpolators(field_map, times, count)
-    phases = np.exp(-2j * np.pi * field_map.astype(np.float64)[None] * tau.reshape(-1, *([1] * len(matrix))))
+    b, tau, error = fit.interpolators(count, time_segments.RIDGE, np.complex64)
     return OffresCorrection("segmented", count, error, field_map.astype(np.float32), times.astype(np.float32),
-                            b.astype(np.complex64), phases.astype(np.complex64))
+                            b, time_segments.segment_phases(field_map, tau))
 
 
 def describe_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, device: Any = "auto") -> str:

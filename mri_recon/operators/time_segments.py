@@ -362,6 +362,7 @@ class SegmentedNormal(SenseNormal):
     Without maps ``x`` holds one image per coil (any leading axes). Coils go through the 2x-grid FFTs
     ``coil_batch`` at a time; each costs 2 L FFTs per iteration, and the L x L kernels are applied at every
     frequency of the 2x grid as one batched matrix product (kernels stored as ``(frequencies, L, L)``).
+    NumPy, or CuPy without maps; on a GPU with maps :func:`segmented_normal` gives the fused operator.
     """
 
     def __init__(self, spectra: dict[tuple[int, int], Any], phases: Any, *, coil_maps: Any = None,
@@ -396,3 +397,24 @@ class SegmentedNormal(SenseNormal):
 
     def _apply(self, x: Any) -> Any:
         return super()._apply(x).astype(np.complex64, copy=False)
+
+
+def segmented_normal(spectra: dict[tuple[int, int], Any], phases: Any, *, coil_maps: Any = None, lam: float = 0.0,
+                     coil_batch: int | None = None) -> LinearOperator:
+    """The CG operator of the time-segmented encoding (:class:`SegmentedNormal`'s arguments): on a GPU with coil
+    maps and at most :data:`~mri_recon.operators.gpu_segments.MAX_FUSED_SEGMENTS` segments the fused
+    :class:`~mri_recon.operators.gpu_segments.FusedSegmentedNormal` (which writes into a given array, for
+    CUDA-graph CG), otherwise :class:`SegmentedNormal` (NumPy, or CuPy without maps: one image per coil)."""
+    if fused_normal(coil_maps, int(phases.shape[0])):
+        from .gpu_segments import FusedSegmentedNormal  # noqa: PLC0415 - GPU only
+
+        return FusedSegmentedNormal(spectra, phases, coil_maps, lam, coil_batch)
+    return SegmentedNormal(spectra, phases, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)
+
+
+def fused_normal(coil_maps: Any, segments: int) -> bool:
+    """Whether :func:`segmented_normal` gives the fused GPU operator: CuPy coil maps and L at most
+    :data:`~mri_recon.operators.gpu_segments.MAX_FUSED_SEGMENTS`."""
+    from .gpu_segments import MAX_FUSED_SEGMENTS  # noqa: PLC0415 - the GPU module only when asked
+
+    return coil_maps is not None and get_xp(coil_maps) is not np and 1 <= int(segments) <= MAX_FUSED_SEGMENTS

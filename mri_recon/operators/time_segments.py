@@ -175,7 +175,7 @@ class SegmentFit:
 
     Conditioning: the normal equations have a condition number up to about ``1 / ridge``, so b itself is
     determined only to about 1e-10 .. 1e-7 relative in float64, whatever the order of evaluation; the fitted
-    phase factors ``A b`` and the error are determined to about 1e-12.
+    phase factors ``A b`` to about 1e-12, and the error, a misfit 1e3 .. 1e4 times below them, to about 1e-8.
     """
 
     def __init__(self, field_map: np.ndarray, times: np.ndarray) -> None:
@@ -190,6 +190,7 @@ class SegmentFit:
         self.span = np.array([low, high])
         self.centre_f = 0.5 * (float(self.f[0]) + float(self.f[-1]))
         n = _chebyshev_points(math.pi * float(self.f[-1] - self.f[0]) * (high - low))
+        self._whole: tuple[slice, np.ndarray] | None = None  # the Lagrange polynomials, when one block
         if n >= len(self.unique):
             self.nodes = None
             self.points, self.quadrature = self.unique, self.counts.astype(np.float64)
@@ -205,16 +206,15 @@ class SegmentFit:
     def _lagrange(self):
         """``(slice, l)``: the Lagrange polynomials ``l`` ``(n, len)`` of the points at the unique times of the
         slice, :data:`LAGRANGE_COLUMNS` times at a time (kept when one slice holds them all)."""
-        kept = getattr(self, "_kept", None)
-        if kept is not None:
-            yield kept
+        if self._whole is not None:
+            yield self._whole
             return
         count = len(self.unique)
         for start in range(0, count, LAGRANGE_COLUMNS):
             part = slice(start, min(count, start + LAGRANGE_COLUMNS))
             lagrange = _barycentric(self.nodes, (self.unique[part] - self.middle) / self.half)
             if count <= LAGRANGE_COLUMNS:
-                self._kept = (part, lagrange)
+                self._whole = (part, lagrange)
             yield part, lagrange
 
     def solve(self, segments: int, ridge: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -231,6 +231,7 @@ class SegmentFit:
         """The smallest L whose error is at most ``tol`` (:func:`choose_segments`)."""
         if not 0 < tol < 1:
             raise InvalidDataError(f"the segmentation tolerance must lie in (0, 1), found {tol}")
+
         def fits(count: int) -> bool:
             return self.solve(count, ridge)[2] <= tol
 

@@ -310,7 +310,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
              list(matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
-        prefetch([*engine.kernel_configs(len(matrix), budget.coil_batch), *SOLVER_KERNELS], dev)
+        prefetch([*engine.kernel_configs(len(matrix), budget.coil_batch), *SOLVER_KERNELS,
+                  *(offres.kernel_configs(sense) if offres is not None else ())], dev)
     clock = Clock(dev, progress_callback(progress), iterations)
     with contextlib.ExitStack() as stack:
         if dev.is_gpu:  # one reconstruction at a time per GPU and process: they share plans and work buffers

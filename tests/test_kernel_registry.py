@@ -7,18 +7,23 @@ from pathlib import Path
 
 import pytest
 
+from mri_recon.errors import KernelError
 from mri_recon.kernels import KERNEL_DIR, header_files, include_options, kernel_files, registry, source
 from mri_recon.kernels.configs import (
     FORWARD_RUN,
     MAX_GROUP,
+    SEGMENT_TIERS,
     adjoint_defines,
     forward_defines,
     offres_adjoint_defines,
     offres_forward_defines,
     psf_defines,
     seed_defines,
+    segments_defines,
 )
 from mri_recon.operators import gpu_layout
+from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS
+from mri_recon.operators.time_segments import MAX_SEGMENTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 
@@ -42,10 +47,12 @@ def test_configurations_are_unique():
 
 
 def launcher_configurations():
-    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_ladder, gpu_toeplitz and cg can build."""
+    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_ladder, gpu_toeplitz, gpu_segments (every L
+    time segmentation can choose) and cg can build."""
     sizes = {size for n in range(1, 5 * MAX_GROUP + 2) for _, size in gpu_layout.coil_groups(n)}
     assert sizes == set(range(1, MAX_GROUP + 1))
     configs = [("toeplitz.cu", {}), ("cg.cu", {})]
+    configs += [("segments.cu", segments_defines(count)) for count in range(1, MAX_SEGMENTS + 1)]
     for dim in (2, 3):
         configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(4)]
         configs += [("fhd.cu", psf_defines(dim)), ("forward.cu", forward_defines(dim, None, None))]
@@ -74,7 +81,7 @@ def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
     for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
                    "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py",
-                   "operators/gpu_offres.py"):
+                   "operators/gpu_offres.py", "operators/gpu_segments.py"):
         assert _kernel_literals(module) <= files, module
 
 
@@ -124,3 +131,25 @@ def test_what_a_reconstruction_prefetches_is_in_the_registry(dim):
         for engine in (GpuExactEncoding, GpuNufftEncoding):
             configs = engine.kernel_configs(dim, coils) + list(SOLVER_KERNELS)
             assert configs and all(contains(f, d) for f, d in configs), (engine.name, coils)
+
+
+def test_segment_tiers_cover_every_segment_count():
+    """Every L the search can choose (1..MAX_SEGMENTS) has a SEG_MAX tier at least L, the smallest one."""
+    assert MAX_FUSED_SEGMENTS == SEGMENT_TIERS[-1] >= MAX_SEGMENTS
+    for count in range(1, MAX_SEGMENTS + 1):
+        tier = segments_defines(count)["SEG_MAX"]
+        assert tier >= count and all(t < count for t in SEGMENT_TIERS if t < tier)
+    for bad in (0, SEGMENT_TIERS[-1] + 1):
+        with pytest.raises(KernelError, match=f"segments.cu handles 1 to 64 segments, found {bad}"):
+            segments_defines(bad)
+
+
+def test_segmented_reconstruction_prefetches_registered_modules():
+    from mri_recon.operators.offres_setup import OffresCorrection
+
+    for count in range(1, MAX_SEGMENTS + 1):
+        plan = OffresCorrection("segmented", count, 0.0, None, None)
+        assert [registry.contains(f, d) for f, d in plan.kernel_configs(True)] == [True]
+        assert plan.kernel_configs(False) == []
+    assert OffresCorrection("segmented", MAX_FUSED_SEGMENTS + 1, 0.0, None, None).kernel_configs(True) == []
+    assert OffresCorrection("exact", 0, 0.0, None, None).kernel_configs(True) == []

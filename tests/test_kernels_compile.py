@@ -57,3 +57,18 @@ def test_off_resonance_path_is_registered_and_guarded():
         compile_ptx("fhd.cu", {**fhd[0], "FHD_OFFRES": 2})
     with pytest.raises(KernelError, match="FWD_OFFRES 1 needs FWD_NAIVE 0"):
         compile_ptx("forward.cu", {**fwd[0], "FWD_NAIVE": 1})
+
+
+def test_segment_kernels_are_registered_per_tier_and_guarded():
+    """segments.cu is registered for every SEG_MAX tier and refuses a missing or out-of-range SEG_MAX."""
+    from mri_recon.kernels.configs import SEGMENT_TIERS
+
+    assert sorted(d["SEG_MAX"] for f, d in CONFIGS if f == "segments.cu") == list(SEGMENT_TIERS)
+    with pytest.raises(KernelError, match="SEG_MAX \\(the most segments per launch\\) must be defined"):
+        compile_ptx("segments.cu", {})
+    for bad in (0, 65):
+        with pytest.raises(KernelError, match="SEG_MAX must lie in 1..64"):
+            compile_ptx("segments.cu", {"SEG_MAX": bad})
+    ptx = compile_ptx("segments.cu", {"SEG_MAX": 8})
+    for name in ("mri_recon_segments_expand", "mri_recon_segments_mix", "mri_recon_segments_reduce"):
+        assert f".entry {name}" in ptx

@@ -171,7 +171,13 @@ def _offres_operators(rng, matrix, xp=np):
     """The off-resonance encodings (exact and time-segmented) and their normal operators on ``xp`` arrays."""
     from mri_recon.operators import OffresEncoding
     from mri_recon.operators.offres import EncodingNormal
-    from mri_recon.operators.time_segments import SegmentedNormal, TimeSegmentedEncoding, interpolators, segment_spectra
+    from mri_recon.operators.time_segments import (
+        SegmentedNormal,
+        TimeSegmentedEncoding,
+        interpolators,
+        segment_spectra,
+        segmented_normal,
+    )
 
     k = trajectory(rng, matrix, 80)
     f = (80 * rng.standard_normal(matrix)).astype(np.float32)
@@ -184,8 +190,10 @@ def _offres_operators(rng, matrix, xp=np):
                                       xp.asarray(phases.astype(np.complex64)))
     w = xp.asarray(rng.uniform(0.5, 1.5, 80).astype(np.float32))
     maps = xp.asarray(crandn(rng, 2, *matrix))
+    spectra = segment_spectra(segmented, w)
     normals = [EncodingNormal(exact, w, coil_maps=maps, lam=0.1),
-               SegmentedNormal(segment_spectra(segmented, w), segmented.phases, coil_maps=maps, lam=0.1)]
+               SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.1),
+               segmented_normal(spectra, segmented.phases, coil_maps=maps, lam=0.1, coil_batch=1)]  # fused on a GPU
     return exact, segmented, normals
 
 

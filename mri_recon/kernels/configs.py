@@ -7,6 +7,7 @@ lists every configuration they can produce.
 
 from __future__ import annotations
 
+from ..errors import KernelError
 from . import CONSTANT_BYTES
 
 MAX_GROUP = 8
@@ -98,3 +99,16 @@ def forward_defines(dim: int, coils: int | None, run: int | None) -> dict[str, i
     words = 4 + 4 * run * coils
     return {"FWD_DIM": dim, "FWD_NAIVE": 0, "FWD_COILS": coils, "FWD_RUN": run,
             "FWD_TILE_RUNS": max(1, FORWARD_TILE_WORDS // words)}
+
+
+SEGMENT_TIERS = (4, 8, 16, 32, 64)
+"""``SEG_MAX`` of ``segments.cu``: a launch with L segments is built for the smallest tier >= L (the mixing
+kernel's per-thread array of the L values of one frequency is ``SEG_MAX`` long, kept in registers)."""
+
+
+def segments_defines(segments: int) -> dict[str, int]:
+    """The ``-D`` options of ``segments.cu`` for L = ``segments`` (1 .. the largest of :data:`SEGMENT_TIERS`)."""
+    for tier in SEGMENT_TIERS:
+        if 1 <= int(segments) <= tier:
+            return {"SEG_MAX": tier}
+    raise KernelError(f"segments.cu handles 1 to {SEGMENT_TIERS[-1]} segments, found {segments}")

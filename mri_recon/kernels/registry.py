@@ -8,7 +8,9 @@ when a ``.cu`` file of this folder is missing from it. ``python scripts/update_k
 rewrites the file from the launchers.
 
 Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
-correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D.
+correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D;
+``segments.cu`` (the fused time-segmented normal operator, :mod:`mri_recon.operators.gpu_segments`) for every
+``SEG_MAX`` tier, which covers 1..64 segments.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pathlib import Path
 from .configs import (
     FORWARD_RUN,
     MAX_GROUP,
+    SEGMENT_TIERS,
     adjoint_defines,
     forward_defines,
     offres_adjoint_defines,
     offres_forward_defines,
     psf_defines,
     seed_defines,
+    segments_defines,
 )
 
 REGISTRY_FILE = Path(__file__).resolve().parent / "registry.json"
@@ -37,9 +41,11 @@ SEED_RUNGS = 4
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
     """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
     (with and without off-resonance), plus the Toeplitz product, CG and the compressed-sensing kernels (finite
-    differences, proximal steps, wavelets), which take no defines (used by ``scripts/update_kernel_registry.py``)."""
+    differences, proximal steps, wavelets), which take no defines, and the time-segmented normal operator for
+    every ``SEG_MAX`` tier (used by ``scripts/update_kernel_registry.py``)."""
     configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {}), ("tv.cu", {}), ("prox.cu", {}),
                                                  ("wavelet.cu", {})]
+    configs += [("segments.cu", segments_defines(tier)) for tier in SEGMENT_TIERS]
     for dim in DIMENSIONS:
         configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(SEED_RUNGS)]
         for coils in range(1, MAX_GROUP + 1):

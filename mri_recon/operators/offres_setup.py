@@ -8,7 +8,9 @@ and the encoding and CG operator of that choice.
   CUDA kernels on a GPU, the float64 sum on the CPU (slow: 2 M N phases per coil batch and iteration).
 - ``"segmented"``: time segmentation with L segments (:mod:`.time_segments`): L plain encodings of the
   chosen engine, and the normal operator as L (L + 1) / 2 Toeplitz kernels, 2 L FFTs on the 2x grid per coil
-  and iteration. L is chosen so that the interpolation error is at most ``tol`` unless given.
+  and iteration (on a GPU with coil maps the fused :class:`~.gpu_segments.FusedSegmentedNormal`). L is chosen
+  so that the interpolation error is at most ``tol`` unless given; one :class:`~.time_segments.SegmentFit`
+  serves the search and the interpolators.
 - ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
 
 The cost constants were measured: the CPU's on 2 cores (docs/offres.md), the GPU's on an H200
@@ -25,8 +27,10 @@ import numpy as np
 
 from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
 from ..errors import InvalidDataError, ResourceError
+from ..kernels.configs import segments_defines
 from . import time_segments
 from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
+from .gpu_segments import MAX_FUSED_SEGMENTS
 from .offres import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
@@ -37,7 +41,9 @@ x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: measure
 FFT_POINTS_PER_S = {"gpu": 3.6e10, "cpu": 1.2e8}
 """2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
 (FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: measured on an H200,
-2.6 ms per iteration at 256^2, 8 coils, L = 10."""
+2.6 ms per iteration at 256^2, 8 coils, L = 10, with the unfused CuPy operator, before the fused operator of
+``kernels/segments.cu``, which does the same FFTs and mixing in fewer passes over memory (so the GPU figure
+overstates the segmented time until it is measured again)."""
 PSF_POINTS_PER_S = {"gpu": 1.3e9, "cpu": 1e7}
 """Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
 of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an H200, 55 PSFs of 309,120 samples on 512^2 in
@@ -82,6 +88,13 @@ class OffresCorrection:
         if self.b is not None:
             self.b, self.phases = to_device(self.b, device), to_device(self.phases, device)
 
+    def kernel_configs(self, sense: bool) -> list[tuple[str, dict[str, int]]]:
+        """The ``(file, defines)`` of the CUDA modules the GPU normal operator of this correction builds beyond
+        the plain engine's: ``segments.cu`` for time segmentation with coil maps (the fused operator)."""
+        if self.kind != "segmented" or not sense or self.segments > MAX_FUSED_SEGMENTS:
+            return []
+        return [("segments.cu", segments_defines(self.segments))]
+
     def encoding(self, base: Any) -> Any:
         """The encoding with off-resonance for the plain engine ``base``."""
         if self.kind == "exact":
@@ -92,20 +105,24 @@ class OffresCorrection:
         """The CG operator ``A^H W A + lam I`` (with maps: summed over coils)."""
         if self.kind == "exact":
             return EncodingNormal(encoding, weights, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)
-        coil_batch = self._segment_batch(weights, coil_batch)
+        coil_batch = self._segment_batch(weights, coil_batch, time_segments.fused_normal(coil_maps, self.segments))
         spectra = time_segments.segment_spectra(encoding, weights)
-        return time_segments.SegmentedNormal(spectra, self.phases, coil_maps=coil_maps, lam=lam,
-                                             coil_batch=coil_batch)
+        return time_segments.segmented_normal(spectra, self.phases, coil_maps=coil_maps, lam=lam,
+                                              coil_batch=coil_batch)
 
-    def _segment_batch(self, weights: Any, coil_batch: int) -> int:
-        """On a GPU: the coils per pass that fit the free memory beside the L x L kernels (complex64, 2x
-        grid) with four L-deep work arrays per coil; ResourceError when not even one coil fits. (The memory
-        planner does not count the segments; the host is not checked.)"""
+    def _segment_batch(self, weights: Any, coil_batch: int, fused: bool) -> int:
+        """On a GPU: the coils per pass that fit the free memory beside the kernel spectra (complex64, 2x grid:
+        the L (L + 1) / 2 PSF spectra and the operator's copy of them, ``(pairs, P)`` fused or ``(P, L, L)``
+        unfused) with, per coil, L grids of work and cuFFT's work area of the same size (the fused operator,
+        with maps) or four L-deep work arrays (the unfused CuPy operator); ResourceError when not even one coil
+        fits. (The memory planner does not count the segments; the host is not checked.)"""
         if not is_gpu_array(weights):
             return coil_batch
         points = math.prod(self.phases.shape[1:]) * 2 ** (self.phases.ndim - 1)
-        kernels = 8 * points * self.segments * (self.segments + 1)  # the PSFs' spectra, then (P, L, L)
-        per_coil = 8 * points * 4 * self.segments
+        kernels = 8 * points * self.segments * (self.segments + 1)  # the PSFs' spectra, then the operator's
+        if not fused:
+            kernels += 8 * points * self.segments * (self.segments - 1) // 2  # (P, L, L) holds both triangles
+        per_coil = 8 * points * (2 if fused else 4) * self.segments
         free = device_memory(Device(int(weights.device.id)))[0]
         fits = (free - kernels) // per_coil
         if fits < 1:
@@ -131,9 +148,11 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
     if correction == "exact" and segments is not None:
         raise InvalidDataError(f"segments (L = {segments}) apply to time segmentation, not to the exact correction")
     matrix = tuple(field_map.shape)
+    fit = None
     if correction != "exact":
+        fit = time_segments.SegmentFit(field_map, times)  # one fit for the search over L and the interpolators
         try:
-            count = int(segments) if segments is not None else time_segments.choose_segments(field_map, times, tol)
+            count = int(segments) if segments is not None else fit.choose(tol, time_segments.RIDGE)
         except InvalidDataError:
             if correction == "segmented":
                 raise
@@ -153,10 +172,9 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
             correction = "segmented"
     if correction == "exact":
         return OffresCorrection("exact", 0, 0.0, field_map.astype(np.float32), times.astype(np.float32))
-    b, tau, error = time_segments.interpolators(field_map, times, count)
-    phases = np.exp(-2j * np.pi * field_map.astype(np.float64)[None] * tau.reshape(-1, *([1] * len(matrix))))
+    b, tau, error = fit.interpolators(count, time_segments.RIDGE, np.complex64)
     return OffresCorrection("segmented", count, error, field_map.astype(np.float32), times.astype(np.float32),
-                            b.astype(np.complex64), phases.astype(np.complex64))
+                            b, time_segments.segment_phases(field_map, tau))
 
 
 def describe_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, device: Any = "auto") -> str:

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import InvalidDataError
 from ..grid import voxel_positions
 from ..operators import finufft
-from ..operators.time_segments import choose_segments, interpolators
+from ..operators.time_segments import SegmentFit
 from . import phantom
 
 FINE = 2
@@ -69,8 +69,9 @@ def perturbation(trajectory: np.ndarray, matrix: tuple[int, ...], coils: int, pe
     fine = tuple(FINE * n for n in matrix)
     image = phantom.shepp_logan_image(fine) * phantom.coil_maps(fine, coils)      # (C, *fine)
     f = field_map(fine, peak).astype(np.float64)
-    segments = choose_segments(f, times, SIMULATION_TOL, ridge=0.0)  # float64 throughout: no ridge needed
-    b, tau, _ = interpolators(f, times, segments, ridge=0.0)
+    fit = SegmentFit(f, times)  # one fit for the segment count and the interpolators
+    segments = fit.choose(SIMULATION_TOL, ridge=0.0)  # float64 throughout: no ridge needed
+    b, tau, _ = fit.interpolators(segments, ridge=0.0)
     plain = finufft.forward(image, trajectory, eps=1e-9)
     out = -plain
     for seg in range(segments):

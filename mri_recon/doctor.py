@@ -177,6 +177,15 @@ def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[
         out = gpu_offres.fhd_offres_gpu(cupy.asarray(data), d_traj, matrix, d_fmap, d_times)
         return _relative(cupy.asnumpy(out), offres_adjoint(data, traj, fmap, times))
 
+    from .sim.offres import readout_times
+
+    readouts = readout_times(m, m // 3, 16e-3)  # three readouts at a constant dwell time: the time recurrence
+    d_readouts = cupy.asarray(readouts)
+
+    def fhd_offres_recur() -> float:
+        out = gpu_offres.fhd_offres_gpu(cupy.asarray(data), d_traj, matrix, d_fmap, d_readouts, recur=True)
+        return _relative(cupy.asnumpy(out), offres_adjoint(data, traj, fmap, readouts))
+
     def forward_offres() -> float:
         out = gpu_offres.forward_offres_gpu(cupy.asarray(image), d_traj, d_fmap, d_times)
         return _relative(cupy.asnumpy(out), offres_forward(image, traj, fmap, times))
@@ -184,6 +193,7 @@ def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[
     return [_timed(f"fhd {tag}", TOLERANCE["fhd"], fhd), _timed(f"forward {tag}", TOLERANCE["forward"], forward),
             _timed(f"psf {tag}", TOLERANCE["psf"], psf),
             _timed(f"fhd offres {tag}", TOLERANCE["fhd"], fhd_offres),
+            _timed(f"fhd offres recur {tag}", TOLERANCE["fhd"], fhd_offres_recur),
             _timed(f"forward offres {tag}", TOLERANCE["forward"], forward_offres)]
 
 

@@ -7,9 +7,15 @@ Sections (each guarded: a failure is recorded in the JSON and the run goes on):
 - ``fhd_2d``: F^H d on 256 x 256 from 256 golden-angle spokes x 1024 samples (M = 262,144, the problem of
   scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1 and 8 coils. Median of
   10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence), the plain
-  kernel on unpaired lines without recurrence (the off-resonance kernel's structure without its phase term),
-  and the off-resonance kernel. Rates in voxel-sample pairs per second (coil-voxel-sample triples for 8
-  coils); ratios; the off-resonance kernel's relative error against float64 at 2048 random voxels.
+  kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase term), the
+  off-resonance kernel's default path (``offres``: the time recurrence, as the readouts have a constant dwell
+  time; ``offres_path`` names it), its other accumulation (``offres_recur_walk`` or ``offres_recur_rotate``)
+  and the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times get). Rates in
+  voxel-sample pairs per second (coil-voxel-sample triples for 8 coils); ratios to the plain kernel; each
+  off-resonance kernel's relative error against float64 at 2048 random voxels.
+- ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
+  accumulation, 1 and 8 coils (configurations beyond about 200 floats per thread left out): rate and
+  registers, to tune ``configs.offres_recur_positions`` and ``configs.ROTATE_COILS``.
 - ``forward_2d``: F on the same problem, plain (runs with mirror pairs + recurrence) and off-resonance.
 - ``impatient_3d``: the off-resonance F^H d on IMPATIENT's problem size (128^3 voxels, 284,592 samples
   uniform in the Nyquist cube, 1 coil); IMPATIENT (Stone et al. 2008) computed it in about 1.5 minutes
@@ -39,7 +45,10 @@ from benchtools import cuda_timed, radial_2d
 import mri_recon
 from mri_recon.backend import cupy_module, gpu_available
 from mri_recon.grid import voxel_positions
+from mri_recon.kernels import get_module
+from mri_recon.kernels.configs import fhd_defines, offres_rotates
 from mri_recon.operators import gpu_exact, gpu_offres
+from mri_recon.operators.gpu_layout import fixed_point_turns
 from mri_recon.operators.time_segments import interpolation_error
 from mri_recon.sim import offres as sim_offres
 
@@ -111,16 +120,26 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         image = cupy.asarray((rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix)))
                              .astype(np.complex64))
         work = pairs * coils
+        rotate = offres_rotates(coils)
+        other = "offres_recur_walk" if rotate else "offres_recur_rotate"
+        kernels = {"offres": {}, other: {"recur": True, "rotate": not rotate}, "offres_phasor": {"recur": False}}
         row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
-               "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False)),
-               "offres": timed(lambda gd=gd: gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt))}
+               "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False))}
+        for name, options in kernels.items():
+            row[name] = timed(lambda gd=gd, o=options: gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, **o))
         for entry in row.values():
             entry["rate"] = work / entry["median_s"]
-        row["offres_over_plain"] = row["offres"]["rate"] / row["plain"]["rate"]
-        row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
-        out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).reshape(coils, -1)[:, cupy.asarray(voxels)]
+        prepared = gpu_offres.prepare_offres(gf, gt)
+        row["offres_path"] = ((f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs")
+                              if gpu_offres.uses_recurrence(prepared, None) else "phasor")
         ref = reference_adjoint(data, traj, fmap, times, voxels)
-        row["offres_error"] = float(cupy.linalg.norm(out - ref) / cupy.linalg.norm(ref))
+        for name, options in kernels.items():
+            row[f"{name}_over_plain"] = row[name]["rate"] / row["plain"]["rate"]
+            out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, **options).reshape(coils, -1)
+            row[f"{name}_error"] = float(cupy.linalg.norm(out[:, cupy.asarray(voxels)] - ref) / cupy.linalg.norm(ref))
+        row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
+        row["offres_phasor_over_plain_unpaired"] = row["offres_phasor"]["rate"] / row["plain_unpaired"]["rate"]
+        row["offres_over_offres_phasor"] = row["offres"]["rate"] / row["offres_phasor"]["rate"]
         adjoint[f"{coils} coil(s)"] = row
         frow = {"plain": timed(lambda image=image: gpu_exact.forward_gpu(image, gk)),
                 "offres": timed(lambda image=image: gpu_offres.forward_offres_gpu(image, gk, gf, gt))}
@@ -129,6 +148,40 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         frow["offres_over_plain"] = frow["offres"]["rate"] / frow["plain"]["rate"]
         forward[f"{coils} coil(s)"] = frow
     return adjoint, forward
+
+
+def recur_sweep(n: int, spokes: int, samples: int) -> dict:
+    """The time recurrence's positions per thread and accumulation on the ``fhd_2d`` problem, 1 and 8 coils."""
+    cupy = cupy_module()
+    rng = np.random.default_rng(2)
+    matrix = (n, n)
+    traj = radial_2d(n, spokes, samples)
+    times = sim_offres.readout_times(len(traj), samples, 16e-3)
+    prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
+    kfix = fixed_point_turns(cupy.asarray(traj), matrix)
+    device = gpu_exact._device()
+    rows: dict = {"matrix": list(matrix), "samples": len(traj), "runs": prepared.runs.runs}
+    for coils in (1, 8):
+        data = (rng.standard_normal((coils, len(traj))) + 1j * rng.standard_normal((coils, len(traj))))
+        records = gpu_offres.adjoint_records(kfix, prepared.taus, cupy.asarray(data.astype(np.complex64)),
+                                             prepared.runs.flags)
+        for rotate in (False, True):
+            for vox in range(1, 9):
+                if vox * (4 * coils + 6 + (4 * coils if rotate else 4)) > 200:
+                    continue
+                defines = fhd_defines(2, coils, vox, True, offres=True, rotate=rotate)
+
+                def fn(defines=defines, records=records, coils=coils):
+                    out = gpu_exact._empty((coils, n * n), cupy.complex64)
+                    gpu_exact._fhd_launch(out, records, matrix, defines, True, 0, None, None, device,
+                                          field_map=prepared.fixed, steps=prepared.runs.steps)
+                    return out
+
+                entry = timed(fn)
+                entry["rate"] = n * n * len(traj) * coils / entry["median_s"]
+                entry["registers"] = int(get_module("fhd.cu", defines, device).get_function("mri_recon_fhd").num_regs)
+                rows[f"{coils} coil(s) {'rotate' if rotate else 'walk'} vox={vox}"] = entry
+    return rows
 
 
 def impatient(n: int, samples: int) -> dict:
@@ -202,6 +255,7 @@ def main() -> int:
         return holder["adjoint"]
 
     section(results, "fhd_2d", run_transforms, args.output)
+    section(results, "fhd_2d_recur_sweep", lambda: recur_sweep(n, spokes, samples), args.output)
     section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}), args.output)
     section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592),
             args.output)

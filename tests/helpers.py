@@ -18,3 +18,17 @@ def random_problem(rng, matrix, coils, samples, reach=0.5):
     traj = ((rng.random((samples, len(matrix))) - 0.5) * 2 * reach * np.asarray(matrix)).astype(np.float32)
     data = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
     return traj, data
+
+
+def kernel_phasor(big_t):
+    """mri_recon_phase.cuh's phasor: the top 23 bits of T + 2^31 as a float turn in [-1/2, 1/2) (exact in
+    NumPy), then the sine and cosine (float64 here; __sincosf on the GPU)."""
+    t = ((big_t >> np.uint32(9)) ^ np.uint32(0x3FC00000)).astype(np.uint32).view(np.float32) - np.float32(1.5)
+    angle = 2 * np.pi * t.astype(np.float64)
+    return np.cos(angle), np.sin(angle)
+
+
+def kernel_offres_turns(fixed, tau):
+    """mri_recon_phase.cuh's offres_turns: bits 16..47 of the 64-bit product F tau."""
+    product = np.asarray(fixed).astype(np.int64) * np.asarray(tau).astype(np.int64)
+    return (product >> 16).astype(np.uint64).astype(np.uint32)

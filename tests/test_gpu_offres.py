@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import relative
+from helpers import kernel_offres_turns, kernel_phasor, relative
 
 import mri_recon
 from mri_recon.backend import cupy_module
@@ -114,20 +114,6 @@ def test_gpu_reconstruction_matches_the_cpu(correction, method):
 # The kernels' arithmetic emulated in NumPy on the host records (no GPU): layout, fixed point, sign
 
 
-def _phasor(big_t):
-    """mri_recon_phase.cuh's phasor: the top 23 bits of T + 2^31 as a float turn in [-1/2, 1/2) (exact in
-    NumPy), then the sine and cosine (float64 here; __sincosf on the GPU)."""
-    t = ((big_t >> np.uint32(9)) ^ np.uint32(0x3FC00000)).astype(np.uint32).view(np.float32) - np.float32(1.5)
-    angle = 2 * np.pi * t.astype(np.float64)
-    return np.cos(angle), np.sin(angle)
-
-
-def _offres_turns(fixed, tau):
-    """mri_recon_phase.cuh's offres_turns: bits 16..47 of the 64-bit product F tau."""
-    product = fixed.astype(np.int64) * tau.astype(np.int64)
-    return (product >> 16).astype(np.uint64).astype(np.uint32)
-
-
 @pytest.mark.parametrize("matrix", [(9, 6), (4, 5, 3)], ids=["2d", "3d"])
 def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     from mri_recon.kernels.configs import fhd_record_words
@@ -152,9 +138,9 @@ def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     big_t = np.zeros((120, q.shape[0]), np.uint32)
     for axis in range(dim):
         big_t += records[:, axis:axis + 1] * q[None, :, axis]
-    big_t += _offres_turns(fixed[None, :], records[:, dim].view(np.int32)[:, None]) + np.uint32(0x100)
+    big_t += kernel_offres_turns(fixed[None, :], records[:, dim].view(np.int32)[:, None]) + np.uint32(0x100)
     data = records[:, -2 * coils:].view(np.float32).view(np.complex64)  # (M, coils)
-    c, s = _phasor(big_t)
+    c, s = kernel_phasor(big_t)
     adjoint = ((data.T.astype(np.complex128) @ (c + 1j * s)) * shift).reshape(coils, *matrix)
     assert relative(adjoint, offres_adjoint(d, k, f, t)) < TOL
     voxels = forward_records(voxel_headers(matrix), fixed, x.reshape(coils, -1) * shift.conj())
@@ -163,8 +149,8 @@ def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     big_t = np.zeros((120, voxels.shape[0]), np.uint32)
     for axis in range(dim):
         big_t += kfix[:, axis:axis + 1] * voxels[None, :, axis]
-    big_t += _offres_turns(voxels[:, 3].view(np.int32)[None, :], taus[:, None]) + np.uint32(0x100)
-    c, s = _phasor(big_t)
+    big_t += kernel_offres_turns(voxels[:, 3].view(np.int32)[None, :], taus[:, None]) + np.uint32(0x100)
+    c, s = kernel_phasor(big_t)
     values = voxels[:, 4:4 + 2 * coils].view(np.float32).view(np.complex64)  # (voxels, coils)
     forward = (c - 1j * s) @ values.astype(np.complex128)
     assert relative(forward.T, offres_forward(x, k, f, t)) < TOL

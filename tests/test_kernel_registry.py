@@ -60,8 +60,9 @@ def launcher_configurations():
             for multi, recur in ((False, False), (True, False), (True, True)):  # recur needs multi
                 configs.append(("fhd.cu", adjoint_defines(dim, coils, multi=multi, recur=recur)))
             configs += [("forward.cu", forward_defines(dim, coils, run)) for run in (1, FORWARD_RUN)]
-            configs += [("fhd.cu", offres_adjoint_defines(dim, coils)),
-                        ("forward.cu", offres_forward_defines(dim, coils))]
+            configs += [("fhd.cu", offres_adjoint_defines(dim, coils, recur, rotate))
+                        for recur, rotate in ((False, None), (True, None), (True, False), (True, True))]
+            configs.append(("forward.cu", offres_forward_defines(dim, coils)))
     return configs
 
 

@@ -43,18 +43,29 @@ def test_missing_defines_fail_with_the_log():
 
 
 def test_off_resonance_path_is_registered_and_guarded():
-    """FHD_OFFRES = 1 and FWD_OFFRES = 1 are registered for every coil count; the kernels refuse the
-    combinations that cannot hold a per-voxel phase (the recurrence, real data, the naive forward rung)."""
+    """FHD_OFFRES = 1 (phasor, and the time recurrence with both accumulations) and FWD_OFFRES = 1 are
+    registered for every coil count; the kernels refuse the combinations that cannot hold a per-voxel phase
+    (real data, the naive forward rung) and FHD_ROTATE without the time recurrence."""
     fhd = [d for f, d in CONFIGS if f == "fhd.cu" and d["FHD_OFFRES"] == 1]
     fwd = [d for f, d in CONFIGS if f == "forward.cu" and d.get("FWD_OFFRES") == 1]
-    assert sorted((d["FHD_DIM"], d["FHD_COILS"]) for d in fhd) == [(n, c) for n in (2, 3) for c in range(1, 9)]
-    assert sorted((d["FWD_DIM"], d["FWD_COILS"]) for d in fwd) == [(n, c) for n in (2, 3) for c in range(1, 9)]
-    assert all(d["FHD_RECUR"] == 0 and d["FHD_REAL"] == 0 for d in fhd)
-    for change in ({"FHD_RECUR": 1}, {"FHD_REAL": 1}):
-        with pytest.raises(KernelError, match="FHD_OFFRES 1 needs FHD_RECUR 0"):
-            compile_ptx("fhd.cu", {**fhd[0], **change})
+    every = [(n, c) for n in (2, 3) for c in range(1, 9)]
+    for recur, rotate in ((0, None), (1, 0), (1, 1)):
+        chosen = [d for d in fhd if d["FHD_RECUR"] == recur and d.get("FHD_ROTATE") == rotate]
+        assert sorted((d["FHD_DIM"], d["FHD_COILS"]) for d in chosen) == every, (recur, rotate)
+    assert sorted((d["FWD_DIM"], d["FWD_COILS"]) for d in fwd) == every
+    assert all(d["FHD_REAL"] == 0 for d in fhd)
+    phasor = next(d for d in fhd if d["FHD_RECUR"] == 0)
+    with pytest.raises(KernelError, match="FHD_OFFRES 1 needs FHD_REAL 0"):
+        compile_ptx("fhd.cu", {**phasor, "FHD_REAL": 1})
     with pytest.raises(KernelError, match="FHD_OFFRES must be 0 or 1"):
-        compile_ptx("fhd.cu", {**fhd[0], "FHD_OFFRES": 2})
+        compile_ptx("fhd.cu", {**phasor, "FHD_OFFRES": 2})
+    with pytest.raises(KernelError, match="FHD_ROTATE 1 needs FHD_OFFRES 1 and FHD_RECUR 1"):
+        compile_ptx("fhd.cu", {**phasor, "FHD_ROTATE": 1})
+    with pytest.raises(KernelError, match="FHD_ROTATE must be 0 or 1"):
+        compile_ptx("fhd.cu", {**next(d for d in fhd if d["FHD_RECUR"] == 1), "FHD_ROTATE": 2})
+    phasor_3d = next(d for d in fhd if d["FHD_RECUR"] == 0 and d["FHD_DIM"] == 3)
+    with pytest.raises(KernelError, match="kdata does not match the host's record layout"):  # the flags word
+        compile_ptx("fhd.cu", {**phasor_3d, "FHD_RECUR": 1})
     with pytest.raises(KernelError, match="FWD_OFFRES 1 needs FWD_NAIVE 0"):
         compile_ptx("forward.cu", {**fwd[0], "FWD_NAIVE": 1})
 

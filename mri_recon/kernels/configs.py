@@ -27,19 +27,30 @@ def positions_per_thread(coils: int) -> int:
     return _VOX.get(int(coils), 2)
 
 
-def fhd_record_words(dim: int, coils: int, real: bool = False, offres: bool = False) -> int:
-    """32-bit words of one constant-memory record of ``fhd.cu`` (trajectory, the sample time with
-    ``offres``, padding, sample data)."""
-    header = dim + int(offres)
+OFFRES_RESEED = 64
+"""Samples between exact re-seeds of the time recurrence of F^H d with off-resonance (``FHD_RECUR`` 1 with
+``FHD_OFFRES`` 1; the host flags every ``OFFRES_RESEED``-th sample). Emulated in float32 (2048 samples, 150 Hz
+and 1 kHz): both accumulations stay near 1e-6 of relative error up to 64 (walking phasors to 256); the rotating
+sums reach 1e-5 without re-seeds."""
+ROTATE_COILS = 2
+"""Coil groups up to this size rotate the sums of F^H d with off-resonance and the time recurrence
+(``FHD_ROTATE`` 1, 4 + 14 C FMAs per mirror pair and sample); larger groups walk the phasors (20 + 8 C)."""
+
+
+def fhd_record_words(dim: int, coils: int, real: bool = False, offres: bool = False, flags: bool = False) -> int:
+    """32-bit words of one constant-memory record of ``fhd.cu`` (trajectory, the sample time with ``offres``,
+    the flags word with ``flags`` (the time recurrence), padding, sample data)."""
+    header = dim + int(offres) + int(flags)
     if not real:
         header += header % 2  # complex data is float2-aligned
     return header + coils * (1 if real else 2)
 
 
-def fhd_accumulators(vox: int, coils: int, real: bool = False, offres: bool = False) -> int:
+def fhd_accumulators(vox: int, coils: int, real: bool = False, offres: bool = False, recur: bool = False) -> int:
     """Floats a thread of ``fhd.cu`` accumulates: cosine and sine sums per position and coil (2 real, 4 complex
-    floats), or with ``offres`` the complex sum itself (2 floats: no mirror voxel shares the phase)."""
-    return vox * coils * (2 if real or offres else 4)
+    floats); with ``offres`` and not ``recur`` the complex sum itself (2 floats: no mirror voxel shares the
+    phase); with ``offres`` and ``recur`` the complex sums of the voxel and of its mirror (4 floats)."""
+    return vox * coils * (2 if real or (offres and not recur) else 4)
 
 
 def offres_positions(coils: int) -> int:
@@ -48,15 +59,43 @@ def offres_positions(coils: int) -> int:
     return max(1, min(8, 32 // int(coils)))
 
 
+def offres_rotates(coils: int) -> bool:
+    """Whether F^H d with off-resonance and the time recurrence rotates the sums (``FHD_ROTATE`` 1) for a
+    group of ``coils`` coils: fewer FMAs up to :data:`ROTATE_COILS` coils."""
+    return int(coils) <= ROTATE_COILS
+
+
+def offres_recur_positions(coils: int) -> int:
+    """Mirror-pair positions per thread of F^H d with off-resonance and the time recurrence: 4 for one or two
+    coils, 2 beyond (like the plain kernel's 8 coils). A position holds, besides the accumulators, the field
+    and the step of two voxels (6 floats) and either E (4 more, walking phasors) or the rotating sums (4 per
+    coil): 56 floats for 1 coil, 88 for 2, 84 for 8."""
+    return 4 if int(coils) <= 2 else 2
+
+
+def _thread_floats(vox: int, coils: int, recur: bool, real: bool, offres: bool, rotate: bool) -> int:
+    """Floats a thread of ``fhd.cu`` keeps across samples: the accumulators, plus with the time recurrence the
+    per-position state (field, step, E or the rotating sums)."""
+    floats = fhd_accumulators(vox, coils, real, offres, recur)
+    if offres and recur:
+        floats += vox * (6 + (4 * coils if rotate else 4))
+    return floats
+
+
 def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False,
-                offres: bool = False) -> dict[str, int]:
+                offres: bool = False, rotate: bool = False) -> dict[str, int]:
     """The ``-D`` options of ``fhd.cu`` for one launch configuration (``offres``: ``FHD_OFFRES`` 1, the
-    exact off-resonance path, which needs ``recur=False`` and complex data)."""
-    words = fhd_record_words(dim, coils, real, offres)
-    accumulators = fhd_accumulators(vox, coils, real, offres)
-    return {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
-            "FHD_REAL": int(real), "FHD_OFFRES": int(offres), "FHD_WORDS": words,
-            "FHD_CHUNK": CONSTANT_BYTES // (4 * words), "FHD_MAX_THREADS": 512 if accumulators <= 32 else 256}
+    exact off-resonance path, with complex data; with ``recur`` too, the time recurrence, whose accumulation
+    ``rotate`` selects: ``FHD_ROTATE``, a key only there)."""
+    words = fhd_record_words(dim, coils, real, offres, offres and recur)
+    floats = _thread_floats(vox, coils, recur, real, offres, rotate)
+    defines = {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
+               "FHD_REAL": int(real), "FHD_OFFRES": int(offres), "FHD_WORDS": words,
+               "FHD_CHUNK": CONSTANT_BYTES // (4 * words),
+               "FHD_MAX_THREADS": 512 if floats <= (64 if offres and recur else 32) else 256}
+    if (offres and recur) or rotate:  # the kernel refuses FHD_ROTATE 1 without the time recurrence
+        defines["FHD_ROTATE"] = int(rotate)
+    return defines
 
 
 def adjoint_defines(dim: int, coils: int, *, multi: bool, recur: bool) -> dict[str, int]:
@@ -65,10 +104,15 @@ def adjoint_defines(dim: int, coils: int, *, multi: bool, recur: bool) -> dict[s
     return fhd_defines(dim, coils, positions_per_thread(coils) if multi else 1, recur)
 
 
-def offres_adjoint_defines(dim: int, coils: int) -> dict[str, int]:
-    """``fhd.cu`` options of F^H d with off-resonance: unpaired lines, several positions per thread, each
-    with its own phase (no recurrence: the field map differs from voxel to voxel)."""
-    return fhd_defines(dim, coils, offres_positions(coils), False, offres=True)
+def offres_adjoint_defines(dim: int, coils: int, recur: bool = False, rotate: bool | None = None) -> dict[str, int]:
+    """``fhd.cu`` options of F^H d with off-resonance. ``recur=False``: unpaired lines, several positions per
+    thread, each with its own phase. ``recur=True``: mirror pairs, the angle-addition recurrence along the
+    positions and the time recurrence along the samples, with rotating sums when ``rotate`` (None:
+    :func:`offres_rotates`)."""
+    if not recur:
+        return fhd_defines(dim, coils, offres_positions(coils), False, offres=True)
+    rotate = offres_rotates(coils) if rotate is None else bool(rotate)
+    return fhd_defines(dim, coils, offres_recur_positions(coils), True, offres=True, rotate=rotate)
 
 
 def offres_forward_defines(dim: int, coils: int) -> dict[str, int]:

@@ -8,9 +8,11 @@ when a ``.cu`` file of this folder is missing from it. ``python scripts/update_k
 rewrites the file from the launchers.
 
 Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
-correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D;
-``segments.cu`` (the fused time-segmented normal operator, :mod:`mri_recon.operators.gpu_segments`) for every
-``SEG_MAX`` tier, which covers 1..64 segments.
+correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
+three times: one phasor per voxel-sample (``FHD_RECUR = 0``) and the time recurrence (``FHD_RECUR = 1``) with
+either accumulation (``FHD_ROTATE = 0, 1``: the launcher's ``rotate``). ``segments.cu`` (the fused
+time-segmented normal operator, :mod:`mri_recon.operators.gpu_segments`) for every ``SEG_MAX`` tier, which
+covers 1..64 segments.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
             configs += [("forward.cu", forward_defines(dim, coils, 1)),
                         ("forward.cu", forward_defines(dim, coils, FORWARD_RUN)),
                         ("fhd.cu", offres_adjoint_defines(dim, coils)),
+                        ("fhd.cu", offres_adjoint_defines(dim, coils, True, False)),
+                        ("fhd.cu", offres_adjoint_defines(dim, coils, True, True)),
                         ("forward.cu", offres_forward_defines(dim, coils))]
     return configs
 

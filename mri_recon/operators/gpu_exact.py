@@ -241,11 +241,17 @@ def _records(kfix: Any, data: Any, *, real: bool) -> Any:
     return records
 
 
+def _pointer(array: Any) -> Any:
+    """A device array as a kernel argument, or NULL for None."""
+    return np.uint64(0) if array is None else array
+
+
 def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
                 coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None,
-                field_map: Any = None) -> None:
+                field_map: Any = None, steps: Any = None) -> None:
     """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels);
-    ``field_map`` (float32 voxels, Hz) for ``FHD_OFFRES`` 1."""
+    ``field_map`` (int32 voxels, ``F_n``) for ``FHD_OFFRES`` 1, ``steps`` (complex64 voxels, ``r_n``) for its
+    time recurrence (``FHD_RECUR`` 1 too)."""
     module = get_module("fhd.cu", defines, device)
     kernel = module.get_function("mri_recon_fhd")
     n_samples = records.shape[0]
@@ -261,7 +267,8 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
                              max(1, min(8, size // (64 * rows))))
     coils = defines["FHD_COILS"]
     target, first_coil = (out, coil0) if slices == 1 else (_empty((slices, coils, out.shape[1]), out.dtype), 0)
-    accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines.get("FHD_OFFRES", 0))
+    accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines["FHD_OFFRES"],
+                                    defines["FHD_RECUR"])
     shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
     dims = [int(n) for n in matrix] + [1] * (3 - len(matrix))
     args = [target, lines, np.int32(lines.shape[0]), np.int32(per_line), *(np.int32(n) for n in dims)]
@@ -272,7 +279,7 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
         count = min(size, n_samples - begin)
         upload_constant(module, "c_k", records[begin:begin + count])
         kernel((blocks, slices, 1), (row, rows, 1),
-               (*args, np.int32(count), *tail, np.int32(index == 0), np.uint64(0) if field_map is None else field_map),
+               (*args, np.int32(count), *tail, np.int32(index == 0), _pointer(field_map), _pointer(steps)),
                shared_mem=shared)
     if slices > 1:
         out[coil0:coil0 + coils] = target.sum(axis=0)

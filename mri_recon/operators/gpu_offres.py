@@ -6,15 +6,20 @@ field map f in Hz and the sample times t in s; ``F^H d = sum_m d_m exp(+i 2 pi (
 The whole phase is in fixed-point turns: the trajectory part as in :mod:`.gpu_exact`, ``f_n t_m`` from the
 integers ``F_n = round(2^16 f_n)`` and ``tau_m = round(2^32 (t_m - t_c))`` (:func:`fixed_point_offres`; their
 64-bit product holds ``f (t - t_c)`` in its bits 16..47), and ``f_n t_c`` applied per voxel by the
-launchers. A field map breaks the mirror symmetry (and the recurrence along a line), so F^H walks unpaired
-lines with one phase per voxel and sample, and F streams one record per voxel. The launchers take CuPy arrays
-on the current device and return CuPy arrays there.
+launchers. F streams one record per voxel. F^H has two kernels, chosen per call from the times
+(:func:`time_runs`): where the samples form runs of one uniform step (a constant dwell time), ``recur``
+splits ``exp(i 2 pi (k . r + f t)) = exp(i 2 pi k . r) exp(i 2 pi f t)``, takes the first factor from mirror
+pairs and the angle-addition recurrence as the plain kernel does and the second from a recurrence along
+the samples, re-seeded exactly at every run start and every :data:`~mri_recon.kernels.configs.OFFRES_RESEED`
+samples; otherwise the ``phasor`` kernel evaluates every voxel-sample phase on its own (unpaired lines).
+The launchers take CuPy arrays on the current device and return CuPy arrays there.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +28,7 @@ from ..backend import Device, cupy_module, get_xp
 from ..errors import InvalidDataError, SchemaError
 from ..grid import centre as grid_centre
 from ..kernels import get_module
-from ..kernels.configs import fhd_record_words, offres_adjoint_defines, offres_forward_defines
+from ..kernels.configs import OFFRES_RESEED, fhd_record_words, offres_adjoint_defines, offres_forward_defines
 from .gpu_exact import (
     DEFAULT_BLOCK,
     THREADS_PER_SM,
@@ -90,31 +95,141 @@ def centre_phase(field_map: Any, centre: float) -> Any:
     return xp.exp(2j * np.pi * turns).astype(xp.complex64)
 
 
-def adjoint_records(kfix: Any, taus: Any, data: Any) -> Any:
+def adjoint_records(kfix: Any, taus: Any, data: Any, flags: Any = None) -> Any:
     """Constant-memory records (M, words) uint32 of ``FHD_OFFRES`` 1: fixed-point trajectory, ``tau_m``
-    (int32 bits, :func:`fixed_point_offres`), padding, the complex64 samples ``data`` (coils, M) of the
+    (int32 bits, :func:`fixed_point_offres`), with ``flags`` (uint32 (M,), :attr:`TimeRuns.flags`; the time
+    recurrence, ``FHD_RECUR`` 1) the flags word, padding, the complex64 samples ``data`` (coils, M) of the
     group. NumPy or CuPy."""
     xp = get_xp(kfix)
     n_samples, dim = kfix.shape
     coils = data.shape[0]
-    words = fhd_record_words(dim, coils, False, True)
+    words = fhd_record_words(dim, coils, False, True, flags is not None)
     records = xp.zeros((n_samples, words), dtype=xp.uint32)
     records[:, :dim] = kfix
     records[:, dim] = xp.ascontiguousarray(taus, dtype=xp.int32).view(xp.uint32)
+    if flags is not None:
+        records[:, dim + 1] = flags
     records[:, words - 2 * coils:] = xp.ascontiguousarray(data.T, dtype=xp.complex64).view(xp.float32).view(xp.uint32)
     return records
 
 
-def prepare_offres(field_map: Any, times: Any) -> tuple[Any, Any, Any]:
-    """What the launchers derive from the field map and the times, once: ``(F, tau, exp(+i 2 pi f t_c))``
-    (:func:`fixed_point_offres`, :func:`centre_phase`); pass it as ``prepared=`` to skip the work (CG)."""
+STEP_TOLERANCE_TURNS = 2.0**-20
+"""Largest phase (turns) the time recurrence may add to a voxel-sample pair: ``|f| |t_m - t_m0 - (m - m0) dtau|``
+for two samples of one run (9.5e-7 turns, 6e-6 rad). float32 times deviate from their grid by up to half their
+spacing: within the tolerance up to about 2 kHz for 4 ms readouts, 450 Hz for 16 ms, 150 Hz for 50 ms."""
+RUN_SAMPLES = 8
+"""Fewest samples per run, on average, for which F^H d takes the time recurrence (a run start re-seeds E with
+one phasor per voxel, so much shorter runs gain nothing over the ``phasor`` kernel)."""
+
+
+@dataclass(frozen=True)
+class TimeRuns:
+    """The sample times as runs of one uniform step: what the time recurrence of F^H d needs
+    (``FHD_RECUR`` 1 with ``FHD_OFFRES`` 1)."""
+
+    dtau: float
+    """The uniform step in units of 2^-32 s (float64: the median of the runs' mean steps, not an integer)."""
+    flags: Any
+    """uint32 ``(M,)``: 1 where the kernel re-seeds E exactly (the first sample of a run, and every
+    :data:`~mri_recon.kernels.configs.OFFRES_RESEED`-th sample), else 0."""
+    runs: int
+    """Number of runs (samples 0 and every sample whose step from the previous one is not ``dtau``)."""
+    steps: Any
+    """complex64 ``(voxels,)``: ``r_n = exp(i 2 pi f_n dtau) - 1`` (:func:`step_phasors`)."""
+
+
+def step_phasors(fixed: Any, dtau: float) -> Any:
+    """complex64 ``r_n = exp(i 2 pi F_n dtau 2^-48) - 1`` (the phase of one uniform step in the kernels' fixed
+    point, ``F_n dtau 2^-48`` turns), computed in float64 as ``(-2 sin^2(pi x), sin(2 pi x))`` so that its
+    rounding is relative to the small ``r``. NumPy or CuPy."""
+    xp = get_xp(fixed)
+    turns = fixed.astype(xp.float64) * (float(dtau) * 2.0**-48)
+    turns -= xp.rint(turns)
+    half = xp.sin(np.pi * turns)
+    return (-2.0 * half * half + 1j * xp.sin(2.0 * np.pi * turns)).astype(xp.complex64)
+
+
+def time_runs(taus: Any, fixed: Any) -> TimeRuns | None:
+    """The runs of one uniform step in the fixed-point times ``taus`` (int32, :func:`fixed_point_offres`) for
+    the field map ``fixed`` (int32 ``F_n``), or None when the samples do not form runs of
+    :data:`RUN_SAMPLES` on average (F^H d then takes the ``phasor`` kernel). NumPy or CuPy.
+
+    A sample starts a new run when its step is not within the tolerance of the median step; ``dtau`` is the
+    median of the runs' mean steps (so it need not be an integer). Between two samples m0 < m of a run the
+    kernel takes ``tau_m = tau_m0 + (m - m0) dtau``, a phase error ``|F| |D_m - D_m0| 2^-48`` turns with
+    ``D_m = tau_m - (m - s) dtau`` less its mean over the run (s the run's first sample); a run with some
+    ``|D_m|`` above half of :data:`STEP_TOLERANCE_TURNS` (in time, for the largest ``|F|``) re-seeds at every
+    sample. With a zero field every sample lies in one run (the recurrence is exact).
+    """
+    xp = get_xp(taus)
+    tau = xp.asarray(taus).astype(xp.int64)
+    n_samples = int(tau.shape[0])
+    largest = float(xp.abs(xp.asarray(fixed).astype(xp.int64)).max()) if fixed.size else 0.0
+    limit = math.inf if largest == 0.0 else STEP_TOLERANCE_TURNS * 2.0**47 / largest  # on |D_m|, in 2^-32 s
+    start = xp.zeros(n_samples, dtype=bool)
+    start[0] = True
+    dtau = 0.0
+    if n_samples > 1:
+        steps = xp.diff(tau).astype(xp.float64)
+        start[1:] = xp.abs(steps - float(xp.median(steps))) > 2.0 * limit
+        first = xp.flatnonzero(start)
+        last = xp.concatenate([first[1:] - 1, xp.asarray([n_samples - 1])])
+        length = last - first
+        if bool((length > 0).any()):  # the median slope of the runs: a run at another dwell time cannot bias it
+            dtau = float(xp.median((tau[last] - tau[first])[length > 0] / length[length > 0]))
+        # D_m: the time off the run's grid, about the run's mean (segment sums by a cumulative sum)
+        run = xp.cumsum(start) - 1
+        begin = first[run]
+        offset = (tau - tau[begin]).astype(xp.float64) - (xp.arange(n_samples) - begin) * dtau
+        total = xp.concatenate([xp.zeros(1), xp.cumsum(offset)])
+        deviation = xp.abs(offset - ((total[last + 1] - total[first]) / (length + 1))[run])
+        off_grid = deviation > limit
+        if bool(off_grid.any()):
+            start |= xp.isin(run, run[off_grid])
+    runs = int(start.sum())
+    if runs > 1 and runs * RUN_SAMPLES > n_samples:
+        return None
+    flags = (start | (xp.arange(n_samples) % OFFRES_RESEED == 0)).astype(xp.uint32)
+    return TimeRuns(dtau, flags, runs, step_phasors(fixed, dtau))
+
+
+@dataclass(frozen=True)
+class PreparedOffres:
+    """What the launchers derive from the field map and the times, once (:func:`prepare_offres`)."""
+
+    fixed: Any
+    """int32 ``(voxels,)``: ``F_n = round(2^16 f_n)`` (:func:`fixed_point_offres`)."""
+    taus: Any
+    """int32 ``(M,)``: ``tau_m = round(2^32 (t_m - t_c))``."""
+    shift: Any
+    """complex64 ``(voxels,)``: ``exp(+i 2 pi f_n t_c)`` (:func:`centre_phase`)."""
+    runs: TimeRuns | None
+    """The runs of a uniform step (:func:`time_runs`), or None: F^H d takes the ``phasor`` kernel."""
+
+
+def prepare_offres(field_map: Any, times: Any) -> PreparedOffres:
+    """What the launchers derive from the field map and the times, once (:func:`fixed_point_offres`,
+    :func:`centre_phase`, :func:`time_runs`); pass it as ``prepared=`` to skip the work (CG)."""
     fmap = field_map.reshape(-1)
     fixed, taus, centre = fixed_point_offres(fmap, times)
-    return fixed, taus, centre_phase(fmap, centre)
+    return PreparedOffres(fixed, taus, centre_phase(fmap, centre), time_runs(taus, fixed))
+
+
+def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
+    """Whether F^H d takes the time recurrence: ``recur=None`` wherever the times form runs of a uniform step,
+    ``True`` demands it, ``False`` refuses it. Raises :class:`InvalidDataError` for ``True`` without runs."""
+    if recur is None:
+        return prepared.runs is not None
+    if recur and prepared.runs is None:
+        raise InvalidDataError("recur=True needs sample times in runs of one uniform step (a constant dwell time, "
+                               f"{RUN_SAMPLES} samples per run on average, within the tolerance of "
+                               "gpu_offres.time_runs); use recur=None to choose from the times")
+    return bool(recur)
 
 
 def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_map: Any, times: Any, *,
-                   chunk: int | None = None, block: int | None = None, prepared: Any = None) -> Any:
+                   chunk: int | None = None, block: int | None = None, prepared: PreparedOffres | None = None,
+                   recur: bool | None = None, rotate: bool | None = None) -> Any:
     """F^H d with off-resonance on the GPU: ``sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m))``.
 
     Parameters
@@ -133,6 +248,13 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
         As for :func:`mri_recon.operators.gpu_exact.fhd_gpu`.
     prepared
         :func:`prepare_offres` of ``field_map`` and ``times``, or None.
+    recur
+        The time recurrence (mirror pairs, recurrences along the voxels and along the samples) instead of one
+        phasor per voxel-sample pair: None wherever the times form runs of a uniform step
+        (:func:`uses_recurrence`).
+    rotate
+        With the recurrence, rotating sums instead of walking phasors (``FHD_ROTATE``); None: by the coil
+        count (:func:`mri_recon.kernels.configs.offres_rotates`).
 
     Returns
     -------
@@ -140,15 +262,23 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
         complex64 ``(C, *matrix)``.
     """
     data, matrix, device = adjoint_inputs(kspace, trajectory, matrix)
-    fixed, taus, shift = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, data.shape[1], device))
+    prepared = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, data.shape[1], device))
+    walk = uses_recurrence(prepared, recur)
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
     for start, size in coil_groups(n_coils):
-        records = adjoint_records(kfix, taus, data[start:start + size])
-        _fhd_launch(out, records, matrix, offres_adjoint_defines(len(matrix), size), False, start, chunk, block,
-                    device, field_map=fixed)
-    out *= shift
+        group = data[start:start + size]
+        if walk:
+            runs = prepared.runs
+            _fhd_launch(out, adjoint_records(kfix, prepared.taus, group, runs.flags), matrix,
+                        offres_adjoint_defines(len(matrix), size, True, rotate), True, start, chunk, block, device,
+                        field_map=prepared.fixed, steps=runs.steps)
+        else:
+            _fhd_launch(out, adjoint_records(kfix, prepared.taus, group), matrix,
+                        offres_adjoint_defines(len(matrix), size), False, start, chunk, block, device,
+                        field_map=prepared.fixed)
+    out *= prepared.shift
     return out.reshape(n_coils, *matrix)
 
 
@@ -178,7 +308,8 @@ def forward_records(headers: Any, fixed: Any, values: Any) -> Any:
 
 
 def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, *,
-                       chunk: int | None = None, block: int | None = None, prepared: Any = None) -> Any:
+                       chunk: int | None = None, block: int | None = None,
+                       prepared: PreparedOffres | None = None) -> Any:
     """F x with off-resonance on the GPU: ``d_m = sum_n x_n exp(-i 2 pi (k_m . r_n + f_n t_m))``.
 
     Parameters
@@ -206,8 +337,9 @@ def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, 
     """
     flat, matrix, device = forward_inputs(image, trajectory)
     n_samples = int(trajectory.shape[0])
-    fixed, taus, shift = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, n_samples, device))
-    flat = flat * shift.conj()
+    prepared = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, n_samples, device))
+    fixed, taus = prepared.fixed, prepared.taus
+    flat = flat * prepared.shift.conj()
     cupy = cupy_module()
     n_coils, n_voxels = flat.shape
     threads = _launch_size(block, DEFAULT_BLOCK, 256, "block (threads per block)")

@@ -34,6 +34,9 @@ for step in $steps; do
     batch) timeout ${T_BATCH:-400} python3 scripts/bench_batch.py "$OUT/bench_batch_h200.json" --scans 32 --matrix 256 --coils 8 --device gpu --workers ${BATCH_WORKERS:-1} --repeats ${BATCH_REPEATS:-3} ${BATCH_ARGS:-} 2>&1 | tail -20 ;;
     recon3d256) timeout ${T_RECON3D:-300} python3 scripts/bench_recon.py "$OUT/bench_recon_3d256.json" --problem 3d256 --repeats 2 --sigpy-repeats 1 2>&1 | tail -12 ;;
     cs) timeout ${T_CS:-420} python3 scripts/bench_cs.py "$OUT/bench_cs_2d.json" --problem 2d ${CS_ARGS:-} 2>&1 | tail -12 ;;
+    segfit) timeout ${T_SEGFIT:-120} python3 scripts/bench_segment_fit.py "$OUT/bench_segment_fit.json" 2>&1 | tail -8 ;;
+    probe) timeout ${T_PROBE:-300} python3 scripts/batch_probe.py "$OUT/batch_probe.json" --scans ${PROBE_SCANS:-16} ${PROBE_ARGS:-} 2>&1 | tail -40 ;;
+    offres_profile) timeout ${T_PROFILE:-200} python3 scripts/offres_profile.py "$OUT/offres_profile.txt" 2>&1 | tail -60 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;
   esac
 done

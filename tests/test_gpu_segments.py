@@ -171,8 +171,8 @@ def test_segment_batch_counts_the_fused_work(monkeypatch):
     matrices as well and 4 L grids per coil."""
     matrix, segments = (32, 24), 5
     points = 4 * 32 * 24
-    plan = offres_setup.OffresCorrection("segmented", segments, 0.0, None, None,
-                                         phases=np.zeros((segments, *matrix), np.complex64))
+    plan = offres_setup.OffresCorrection("segmented", segments, 0.0, None, None, tau=np.arange(segments) * 1e-3,
+                                         field_map64=np.zeros(matrix))
     weights = SimpleNamespace(device=SimpleNamespace(id=0))
     monkeypatch.setattr(offres_setup, "is_gpu_array", lambda array: True)
     pairs = 8 * points * segments * (segments + 1)

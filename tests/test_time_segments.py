@@ -150,3 +150,23 @@ def test_planned_correction_is_the_fit_of_the_chosen_segments():
     assert relative(plan.b, b) < 1e-7
     direct = np.exp(-2j * np.pi * scan.field_map.astype(np.float64)[None] * tau[:, None, None])
     assert plan.phases.dtype == np.complex64 and relative(plan.phases, direct) < 1e-7
+
+
+def test_planned_correction_carries_a_table_a_tenth_of_the_interpolators():
+    scan = mri_recon.simulate_scan((32, 32), "spiral", coils=1, snr=None, field_map_peak=150, readout_ms=16)
+    plan = plan_correction(scan.field_map, scan.times, 1, gpu=True, correction="segmented")
+    assert plan.index.dtype == np.int32 and plan.index.shape == (scan.n_samples,)
+    assert len(plan.table) == len(np.unique(scan.times)) and plan.table.nbytes * 4 < plan.b.nbytes
+    np.testing.assert_array_equal(plan.b, plan.table[plan.index])
+
+
+@pytest.mark.gpu
+def test_uploaded_correction_makes_the_same_interpolators_and_phases_on_the_gpu():
+    from mri_recon.backend import Device, to_host
+
+    scan = mri_recon.simulate_scan((48, 40), "spiral", coils=1, snr=None, field_map_peak=150, readout_ms=16)
+    host = plan_correction(scan.field_map, scan.times, 1, gpu=True, correction="segmented")
+    b, phases = host.b.copy(), host.phases.copy()
+    host.upload(Device(0))
+    np.testing.assert_array_equal(to_host(host.b), b)  # a gather: the same bits
+    assert relative(to_host(host.phases), phases) < 1e-7

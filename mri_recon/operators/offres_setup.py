@@ -20,7 +20,7 @@ The cost constants were measured: the CPU's on 2 cores (docs/offres.md), the GPU
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,18 +75,43 @@ class OffresCorrection:
     """The interpolation error of the segments (0 for exact)."""
     field_map: Any
     times: Any
-    b: Any = None
-    phases: Any = None
+    tau: Any = None
+    """Segmented: the segment times (s, float64 ``(L,)``)."""
+    table: Any = None
+    """Segmented: the interpolators of the distinct sample times, complex64 ``(U, L)``."""
+    index: Any = None
+    """Segmented: each sample's row of ``table``, int32 ``(M,)``."""
+    field_map64: Any = None
+    """Segmented: the field map in float64, for the segment phases."""
+    _made: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
         """What the output records: ``"exact"`` or ``"time-segmented (L=..)"``."""
         return "exact" if self.kind == "exact" else f"time-segmented (L={self.segments})"
 
+    @property
+    def b(self) -> Any:
+        """Segmented: the interpolator of every sample, complex64 ``(M, L)``, made on the arrays' device."""
+        if "b" not in self._made and self.table is not None:
+            self._made["b"] = self.table[self.index]
+        return self._made.get("b")
+
+    @property
+    def phases(self) -> Any:
+        """Segmented: ``c_l = exp(-i 2 pi f tau_l)``, complex64 ``(L, *matrix)``, made on the arrays' device."""
+        if "phases" not in self._made and self.tau is not None:
+            self._made["phases"] = time_segments.segment_phases(self.field_map64, self.tau)
+        return self._made.get("phases")
+
     def upload(self, device: Device) -> None:
+        """Move the arrays to ``device``; the segments' interpolators and phases are made there (the table, the
+        index and the map are a tenth of the size of ``b`` and the phases)."""
         self.field_map, self.times = to_device(self.field_map, device), to_device(self.times, device)
-        if self.b is not None:
-            self.b, self.phases = to_device(self.b, device), to_device(self.phases, device)
+        if self.table is not None:
+            self.table, self.index = to_device(self.table, device), to_device(self.index, device)
+            self.field_map64 = to_device(self.field_map64, device)
+            self._made.clear()
 
     def kernel_configs(self, sense: bool) -> list[tuple[str, dict[str, int]]]:
         """The ``(file, defines)`` of the CUDA modules the GPU normal operator of this correction builds beyond
@@ -172,9 +197,9 @@ def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, g
             correction = "segmented"
     if correction == "exact":
         return OffresCorrection("exact", 0, 0.0, field_map.astype(np.float32), times.astype(np.float32))
-    b, tau, error = fit.interpolators(count, time_segments.RIDGE, np.complex64)
+    table, index, tau, error = fit.interpolator_table(count, time_segments.RIDGE, np.complex64)
     return OffresCorrection("segmented", count, error, field_map.astype(np.float32), times.astype(np.float32),
-                            b, time_segments.segment_phases(field_map, tau))
+                            tau, table, index, np.asarray(field_map, dtype=np.float64))
 
 
 def describe_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, device: Any = "auto") -> str:

@@ -37,7 +37,7 @@ import numpy as np
 from ..backend import get_xp
 from ..errors import InvalidDataError
 from .base import LinearOperator, SenseNormal
-from .toeplitz import _cropped_ifft, _padded_fft, kernel_spectrum
+from .toeplitz import _cropped_ifft, _padded_fft, kernel_spectra
 
 DEFAULT_TOL = 1e-3
 """Default bound on :func:`interpolation_error` when L is chosen automatically."""
@@ -87,11 +87,16 @@ def segment_times(times: np.ndarray, segments: int) -> np.ndarray:
 
 
 def segment_phases(field_map: np.ndarray, tau: np.ndarray, dtype: Any = np.complex64) -> np.ndarray:
-    """``c_l = exp(-i 2 pi f tau_l)``, ``(L, *matrix)`` of ``dtype``.
+    """``c_l = exp(-i 2 pi f tau_l)``, ``(L, *matrix)`` of ``dtype``, on the field map's device.
 
     For equally spaced ``tau`` (:func:`segment_times`) two exponentials of the map and the recurrence
     ``c_{l+1} = c_l exp(-i 2 pi f (tau_1 - tau_0))`` in float64: L - 1 products of unit factors drift by about
     L rounding errors of float64, far below complex64's. Otherwise one exponential per segment."""
+    xp = get_xp(field_map)
+    if xp is not np:  # one float64 exponential per segment and voxel: microseconds on a GPU
+        f = field_map.astype(np.float64)
+        times = xp.asarray(np.asarray(tau, dtype=np.float64).reshape(-1, *([1] * f.ndim)))
+        return xp.exp(-2j * np.pi * times * f[None]).astype(dtype)
     f = np.asarray(field_map, dtype=np.float64)
     tau = np.asarray(tau, dtype=np.float64).reshape(-1)
     out = np.empty((len(tau), *f.shape), dtype=dtype)
@@ -251,6 +256,14 @@ class SegmentFit:
     def interpolators(self, segments: int, ridge: float,
                       dtype: Any = np.complex128) -> tuple[np.ndarray, np.ndarray, float]:
         """``(b, tau, error)`` with ``b`` of shape ``(M, L)`` and ``dtype``: the interpolator of every sample."""
+        table, index, tau, error = self.interpolator_table(segments, ridge, dtype)
+        return table[index], tau, error
+
+    def interpolator_table(self, segments: int, ridge: float,
+                           dtype: Any = np.complex128) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """``(table, index, tau, error)``: the interpolators of the distinct times, ``table`` ``(U, L)`` of
+        ``dtype``, and each sample's row, ``index`` int32 ``(M,)``; ``table[index]`` is :meth:`interpolators`'
+        ``b`` (made where it is used: on a GPU the table and the index are a tenth of its size to upload)."""
         b, tau, error = self.solve(_segments(segments), ridge)
         if self.nodes is not None:  # demodulated, interpolated, modulated again
             b = b * np.exp(2j * np.pi * self.centre_f * self.points)
@@ -259,8 +272,10 @@ class SegmentFit:
             for part, lagrange in self._lagrange():
                 parts[:, part] = stacked @ lagrange
             b = (parts[:segments] + 1j * parts[segments:]) * np.exp(-2j * np.pi * self.centre_f * self.unique)
-        per_time = np.ascontiguousarray(b.T.astype(dtype, copy=False))[self.inverse]  # (M / R, L)
-        return (np.tile(per_time, (self.copies, 1)) if self.copies > 1 else per_time), tau, error
+        index = self.inverse.reshape(-1).astype(np.int32)  # (M / R,)
+        if self.copies > 1:
+            index = np.tile(index, self.copies)
+        return np.ascontiguousarray(b.T.astype(dtype, copy=False)), index, tau, error
 
 
 def interpolators(field_map: np.ndarray, times: np.ndarray, segments: int,
@@ -354,7 +369,8 @@ def segment_spectra(encoding: TimeSegmentedEncoding, weights: Any) -> dict[tuple
     data = xp.stack([xp.conj(b[:, i]) * weights * b[:, j] for i, j in pairs]).astype(np.complex64)
     big = tuple(2 * n for n in base.matrix)
     psfs = type(base)(2 * base.trajectory, big, len(pairs))._adjoint(data)
-    return {pair: kernel_spectrum(psfs[index]) for index, pair in enumerate(pairs)}
+    spectra = kernel_spectra(psfs)  # every pair's in one batched transform
+    return {pair: spectra[index] for index, pair in enumerate(pairs)}
 
 
 class SegmentedNormal(SenseNormal):

@@ -82,6 +82,14 @@ def kernel_spectrum(psf: Any) -> Any:
     return _fftn(shifted, axes=tuple(range(psf.ndim))).astype(np.complex64, copy=False)
 
 
+def kernel_spectra(psfs: Any) -> Any:
+    """:func:`kernel_spectrum` of each of a stack of PSFs ``(B, *big)``, in one batched transform."""
+    xp = get_xp(psfs)
+    axes = tuple(range(1, psfs.ndim))
+    shifted = xp.fft.ifftshift(xp.asarray(psfs, dtype=np.complex64), axes=axes)
+    return _fftn(shifted, axes=axes).astype(np.complex64, copy=False)
+
+
 def toeplitz_apply(x: Any, spectrum: Any) -> Any:
     """F^H W F x through the 2x-grid convolution.
 

@@ -116,7 +116,13 @@ def main() -> None:
     parser.add_argument("--dask-default-env", action="store_true",
                         help="start the workers with Dask's default environment (OMP_NUM_THREADS=1, "
                              "MALLOC_TRIM_THRESHOLD_, ...) instead of ours, to measure what it costs")
+    parser.add_argument("--saturation", type=float, default=None,
+                        help="Dask's worker-saturation for the local clusters (default: mri-recon's)")
     args = parser.parse_args()
+    if args.saturation is not None:
+        from mri_recon.batch import cluster as cluster_module
+
+        cluster_module.WORKER_SATURATION = args.saturation
     gpus = visible_gpus() if args.device == "gpu" else []
     counts = ([len(gpus)] if args.workers == "all" else [int(w) for w in args.workers.split(",")])
     options = {"iterations": args.iterations, "method": args.method, "device": args.device, "tol": 0.0}
@@ -124,7 +130,8 @@ def main() -> None:
               "machine": platform.machine(), "cpus": os.cpu_count(), "device": args.device,
               "visible_gpus": gpus, "gpu_count": gpu_count(), "scans": args.scans, "matrix": [args.matrix] * 2,
               "coils": args.coils, "iterations": args.iterations, "method": args.method, "repeats": args.repeats,
-              "dask_default_env": args.dask_default_env, "load_before": os.getloadavg(), "runs": {}}
+              "dask_default_env": args.dask_default_env,
+              "worker_saturation": args.saturation, "load_before": os.getloadavg(), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench_batch.") as tmp:
         folder = Path(tmp)
         scans = make_scans(folder, args.scans, (args.matrix, args.matrix), args.coils)

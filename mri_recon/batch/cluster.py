@@ -23,6 +23,9 @@ from ..errors import DeviceError, InvalidDataError
 
 log = logging.getLogger(__name__)
 
+WORKER_SATURATION = 1.0
+"""Dask's ``distributed.scheduler.worker-saturation`` in a local cluster: scans sent to a worker per thread
+before it asks for more (see :func:`local_config`)."""
 NANNY_ENVIRON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 """Variables Dask's nannies set in their workers by default; those of a local cluster of ours do not."""
 
@@ -168,7 +171,7 @@ def local_config(threads: dict[str, str] | None = None):
     environ.update(threads or {})
     saved = {name: os.environ.get(name) for name in environ}
     try:
-        with dask.config.set({"distributed.scheduler.worker-saturation": 1.0,
+        with dask.config.set({"distributed.scheduler.worker-saturation": WORKER_SATURATION,
                               "distributed.nanny.pre-spawn-environ": environ}):
             yield
     finally:  # a nanny sets them in its own process (this one) before spawning its worker: undone here

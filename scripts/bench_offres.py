@@ -239,7 +239,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("output")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
+    parser.add_argument("--sections", default="all",
+                        help="comma-separated: transforms (fhd_2d, its sweep, forward_2d), impatient, recon "
+                             "(recon_256, segments_256); default all")
     args = parser.parse_args()
+    chosen = {"transforms", "impatient", "recon"} if args.sections == "all" else set(args.sections.split(","))
     cupy = cupy_module()
     if cupy is None or not gpu_available():
         print("this benchmark needs CuPy and a GPU", file=sys.stderr)
@@ -254,18 +258,21 @@ def main() -> int:
         holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 8))
         return holder["adjoint"]
 
-    section(results, "fhd_2d", run_transforms, args.output)
-    section(results, "fhd_2d_recur_sweep", lambda: recur_sweep(n, spokes, samples), args.output)
-    section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}), args.output)
-    section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592),
-            args.output)
+    if "transforms" in chosen:
+        section(results, "fhd_2d", run_transforms, args.output)
+        section(results, "fhd_2d_recur_sweep", lambda: recur_sweep(n, spokes, samples), args.output)
+        section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}), args.output)
+    if "impatient" in chosen:
+        section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592),
+                args.output)
 
     def run_recon():
         holder["recon"], holder["segments"] = recon(64 if args.quick else 256, 1 if args.quick else 3)
         return holder["recon"]
 
-    section(results, "recon_256", run_recon, args.output)
-    section(results, "segments_256", lambda: holder.get("segments", {"error": "recon_256 failed"}), args.output)
+    if "recon" in chosen:
+        section(results, "recon_256", run_recon, args.output)
+        section(results, "segments_256", lambda: holder.get("segments", {"error": "recon_256 failed"}), args.output)
     with open(args.output, "w") as handle:
         json.dump(results, handle, indent=1)
     print(f"wrote {args.output}")

@@ -100,12 +100,15 @@ def host_kernels(tmp_path_factory):
         tier = defines["SEG_MAX"]
         if tier not in libraries:
             target = folder / f"segments_{tier}.so"
-            subprocess.run([compiler, "-O1", "-std=c++17", "-shared", "-fPIC", "-Wno-unknown-pragmas",
+            subprocess.run([compiler, "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-Wno-unknown-pragmas",
                             f"-DSEG_MAX={tier}", f"-I{KERNEL_DIR}", str(HOST_SOURCE), "-o", str(target)], check=True)
             libraries[tier] = ctypes.CDLL(str(target))
         function = getattr(libraries[tier], "emu_" + name.removeprefix("mri_recon_segments_"))
 
-        def launch(grid, block, args):
+        def launch(grid, block, args, shared_mem=0):
+            if name == "mri_recon_segments_mix" and tier <= gpu_segments.SHARED_MIX_MAX:
+                segments = int(args[3])
+                assert shared_mem >= segments * (segments + 1) // 2 * 32 * 8  # the staged spectra fit
             function(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), ctypes.c_uint(block[1] if len(block) > 1 else 1),
                      *(_host_argument(a) for a in args))
         return launch

@@ -34,6 +34,8 @@ BLOCK = 256
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
 FORWARD, INVERSE = -1, 1
+SHARED_MIX_MAX = 16
+"""``SEG_SHARED_MAX`` of ``segments.cu``: tiers up to this ``SEG_MAX`` stage the spectra in shared memory."""
 """cuFFT's ``CUFFT_FORWARD`` and ``CUFFT_INVERSE`` (fixed by its API)."""
 MAX_FUSED_SEGMENTS = SEGMENT_TIERS[-1]
 """Most segments the fused kernels take (the largest ``SEG_MAX``)."""
@@ -106,6 +108,8 @@ class FusedSegmentedNormal(LinearOperator):
         defines = segments_defines(segments)
         self._expand = get_kernel("segments.cu", "mri_recon_segments_expand", defines, device)
         self._mix = get_kernel("segments.cu", "mri_recon_segments_mix", defines, device)
+        pairs = segments * (segments + 1) // 2
+        self._mix_shared = pairs * 32 * 8 if defines["SEG_MAX"] <= SHARED_MIX_MAX else 0  # staged spectra
         self._reduce = get_kernel("segments.cu", "mri_recon_segments_reduce", defines, device)
         counts = {self._step, self._n_coils % self._step or self._step}
         self._plans = {count: fft_plan((count * segments, *grid), device.index) for count in counts}
@@ -121,7 +125,6 @@ class FusedSegmentedNormal(LinearOperator):
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
         step, grid_size, sizes, segments = self._step, self._grid_size, self._sizes, np.int32(self.segments)
-        tiles = (min(-(-grid_size // 32), 65535 * 8),)
         for first, start in enumerate(range(0, self._n_coils, step)):
             count = min(step, self._n_coils - start)
             part = self._maps[start:start + count]
@@ -129,11 +132,17 @@ class FusedSegmentedNormal(LinearOperator):
             self._expand(self._blocks(count * grid_size), (BLOCK,),
                          (part, self._phases, x, work, np.int32(count), segments, *sizes))
             self._plans[count].fft(work, work, FORWARD)
-            self._mix(tiles, (32, MIX_LANES), (work, self._spectra, np.int32(count), segments, np.int64(grid_size)))
+            self.mix(work, count)
             self._plans[count].fft(work, work, INVERSE)  # unnormalized: 1/P is in the spectra
             self._reduce(self._blocks(self._nvox), (BLOCK,),
                          (part, self._phases, work, x, out, np.int32(count), segments, *sizes, self._lam,
                           np.int32(first == 0)))
+
+    def mix(self, work: Any, count: int) -> None:
+        """Launch the mixing kernel on the ``count`` coils' transformed segments ``work``."""
+        tiles = (min(-(-self._grid_size // 32), 65535 * 8),)
+        self._mix(tiles, (32, MIX_LANES), (work, self._spectra, np.int32(count), np.int32(self.segments),
+                                          np.int64(self._grid_size)), shared_mem=self._mix_shared)
 
     def _apply(self, x: Any) -> Any:
         cupy = cupy_module()

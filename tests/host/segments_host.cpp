@@ -1,8 +1,14 @@
-// mri_recon/kernels/segments.cu compiled for the host: every CUDA thread run one after the other, which is
-// exact for these kernels (no shared memory, no barriers, each thread writes its own elements). Built by
+// mri_recon/kernels/segments.cu compiled for the host. expand and reduce: every CUDA thread run one after the
+// other, which is exact for them (no shared memory, no barriers, each thread writes its own elements). mix
+// stages values in shared memory between barriers: its threads run as std::threads of one block (gridDim.x =
+// 1: the kernel strides over its tiles) meeting at a host barrier for __syncthreads(). Built by
 // tests/test_gpu_segments.py with the host's C++ compiler (-DSEG_MAX=..., -I the kernel folder) and called
 // through ctypes: emu_<kernel>(gridDim.x, blockDim.x, blockDim.y, the kernel's arguments).
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 struct float2 {
     float x, y;
@@ -17,13 +23,58 @@ static inline float2 make_float2(float a, float b)
 struct host_dim3 {
     unsigned x = 0, y = 0, z = 0;
 };
-static host_dim3 blockIdx, threadIdx, blockDim, gridDim;
+static thread_local host_dim3 blockIdx, threadIdx;
+static host_dim3 blockDim, gridDim;
+
+struct HostBarrier {  // reusable: a generation count tells the waiters of one round from the next
+    std::mutex mutex;
+    std::condition_variable ready;
+    unsigned count = 1, waiting = 0;
+    unsigned long generation = 0;
+    void wait()
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        const unsigned long mine = generation;
+        if (++waiting == count) {
+            waiting = 0;
+            ++generation;
+            ready.notify_all();
+        } else {
+            ready.wait(lock, [&] { return generation != mine; });
+        }
+    }
+};
+static HostBarrier block_barrier;
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(threads)
+#define __shared__
+#define __syncthreads() block_barrier.wait()
 #include "segments.cu"
+#if SEG_MAX <= SEG_SHARED_MAX
+float2 seg_shared[SEG_MAX * (SEG_MAX + 1) / 2 * 32];
+#endif
+
+template <class Kernel> static void launch_block(unsigned bx, unsigned by, Kernel kernel)
+{
+    gridDim.x = 1;
+    gridDim.y = gridDim.z = blockDim.z = 1;
+    blockDim.x = bx;
+    blockDim.y = by;
+    block_barrier.count = bx * by;
+    std::vector<std::thread> threads;
+    for (unsigned ty = 0; ty < by; ++ty)
+        for (unsigned tx = 0; tx < bx; ++tx)
+            threads.emplace_back([=, &kernel] {
+                blockIdx.x = 0;
+                threadIdx.x = tx;
+                threadIdx.y = ty;
+                kernel();
+            });
+    for (auto& t : threads) t.join();
+}
 
 template <class Kernel> static void launch(unsigned blocks, unsigned bx, unsigned by, Kernel kernel)
 {
@@ -54,7 +105,8 @@ void emu_expand(unsigned blocks, unsigned bx, unsigned by, const float2* maps, c
 void emu_mix(unsigned blocks, unsigned bx, unsigned by, float2* work, const float2* spectra, int coils,
              int segments, long long grid_size)
 {
-    launch(blocks, bx, by, [&] { mri_recon_segments_mix(work, spectra, coils, segments, grid_size); });
+    launch_block(bx, by, [&] { mri_recon_segments_mix(work, spectra, coils, segments, grid_size); });
+    (void)blocks;  // one block striding over every tile
 }
 
 void emu_reduce(unsigned blocks, unsigned bx, unsigned by, const float2* maps, const float2* phases,

@@ -145,7 +145,7 @@ def forward_defines(dim: int, coils: int | None, run: int | None) -> dict[str, i
             "FWD_TILE_RUNS": max(1, FORWARD_TILE_WORDS // words)}
 
 
-SEGMENT_TIERS = (4, 8, 16, 32, 64)
+SEGMENT_TIERS = (2, 4, 6, 8, 10, 12, 14, 16, 24, 32, 48, 64)
 """``SEG_MAX`` of ``segments.cu``: a launch with L segments is built for the smallest tier >= L (the mixing
 kernel's per-thread array of the L values of one frequency is ``SEG_MAX`` long, kept in registers)."""
 

@@ -366,7 +366,13 @@ def segment_spectra(encoding: TimeSegmentedEncoding, weights: Any) -> dict[tuple
     xp = get_xp(weights)
     base, b = encoding.base, encoding.b
     pairs = [(i, j) for i in range(encoding.segments) for j in range(i, encoding.segments)]
-    data = xp.stack([xp.conj(b[:, i]) * weights * b[:, j] for i, j in pairs]).astype(np.complex64)
+    if xp is np:
+        data = np.stack([np.conj(b[:, i]) * weights * b[:, j] for i, j in pairs]).astype(np.complex64)
+    else:  # two row gathers of the transposed interpolators instead of 3 L (L + 1) / 2 small launches
+        first, second = (xp.asarray(np.array(side, dtype=np.int32)) for side in zip(*pairs))
+        rows = xp.ascontiguousarray(b.T.astype(np.complex64))
+        data = xp.conj(rows[first])
+        data *= (rows * weights.astype(np.float32)[None])[second]
     big = tuple(2 * n for n in base.matrix)
     psfs = type(base)(2 * base.trajectory, big, len(pairs))._adjoint(data)
     spectra = kernel_spectra(psfs)  # every pair's in one batched transform

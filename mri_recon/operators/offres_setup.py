@@ -34,20 +34,20 @@ from .gpu_segments import MAX_FUSED_SEGMENTS
 from .offres import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
-EXACT_PAIRS_PER_S = {"gpu": 2.9e12, "cpu": 1e8}
+EXACT_PAIRS_PER_S = {"gpu": 3.3e12, "cpu": 1e8}
 """Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H). CPU: measured, 8 coils
 x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x
-65,536 voxels x 309,120 samples, 30 CG iterations (2 transforms each) in 3.27 s (1 coil runs at about 1e12)."""
-FFT_POINTS_PER_S = {"gpu": 3.6e10, "cpu": 1.2e8}
+65,536 voxels x 309,120 samples, 30 CG iterations (2 transforms each, F^H by the time recurrence) in 3.01 s
+(1 coil runs at about 1.2e12)."""
+FFT_POINTS_PER_S = {"gpu": 1.4e11, "cpu": 1.2e8}
 """2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
 (FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: measured on an H200,
-2.6 ms per iteration at 256^2, 8 coils, L = 10, with the unfused CuPy operator, before the fused operator of
-``kernels/segments.cu``, which does the same FFTs and mixing in fewer passes over memory (so the GPU figure
-overstates the segmented time until it is measured again)."""
-PSF_POINTS_PER_S = {"gpu": 1.3e9, "cpu": 1e7}
+0.67 ms per application of the fused operator (``kernels/segments.cu``) at 256^2, 8 coils, L = 10
+(scripts/profile_segments.py)."""
+PSF_POINTS_PER_S = {"gpu": 4.1e9, "cpu": 1e7}
 """Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
-of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an H200, 55 PSFs of 309,120 samples on 512^2 in
-25 ms (GPU NUFFT)."""
+of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an H200, 55 PSFs of 309,120 samples on 512^2 with
+their spectra in 7.6 ms (GPU NUFFT)."""
 
 
 def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,

@@ -18,9 +18,10 @@ def _data(rng, coils, m):
     return (rng.standard_normal((coils, m)) + 1j * rng.standard_normal((coils, m))).astype(np.complex64)
 
 
-def test_every_type_1_transform_runs_on_one_thread(rng, monkeypatch):
+def _spy_threads(monkeypatch, names):
+    """The ``nthreads`` of every call of FINUFFT's functions ``names``, as they are made."""
     calls = []
-    for name in ("nufft2d1", "nufft3d1"):
+    for name in names:
         real = getattr(finufft, name)
 
         def spy(*args, _real=real, **kwargs):
@@ -28,6 +29,11 @@ def test_every_type_1_transform_runs_on_one_thread(rng, monkeypatch):
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(finufft, name, spy)
+    return calls
+
+
+def test_every_type_1_transform_runs_on_one_thread(rng, monkeypatch):
+    calls = _spy_threads(monkeypatch, ("nufft2d1", "nufft3d1"))
     traj = trajectories.radial((16, 16), 12)
     wrapper.adjoint(_data(rng, 3, len(traj)), traj, (16, 16))
     wrapper.adjoint(_data(rng, 1, 300), (rng.random((300, 3)) - 0.5) * 8, (8, 8, 8))
@@ -63,15 +69,7 @@ def test_repeated_runs_under_load_are_bit_identical(rng, monkeypatch, matrix, co
 
 
 def test_every_type_2_transform_runs_on_one_thread(rng, monkeypatch):
-    calls = []
-    for name in ("nufft2d2", "nufft3d2"):
-        real = getattr(finufft, name)
-
-        def spy(*args, _real=real, **kwargs):
-            calls.append(kwargs.get("nthreads"))
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(finufft, name, spy)
+    calls = _spy_threads(monkeypatch, ("nufft2d2", "nufft3d2"))
     traj = trajectories.radial((16, 16), 12)
     image = (rng.standard_normal((3, 16, 16)) + 1j * rng.standard_normal((3, 16, 16))).astype(np.complex64)
     wrapper.forward(image, traj)

@@ -115,3 +115,20 @@ def test_only_stale_temporary_files_of_ours_are_removed(tmp_path, monkeypatch):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
     assert is_stale(f".mri-recon.{host}.{int(dead.stdout)}.0123456789ab.tmp", 0.0)
+
+
+def test_file_set_decides_as_same_file_does(tmp_path):
+    from mri_recon.io.files import FileSet, same_file
+
+    a, b = tmp_path / "a.h5", tmp_path / "sub" / "b.h5"
+    b.parent.mkdir()
+    a.write_bytes(b"x")
+    b.write_bytes(b"y")
+    (tmp_path / "link.h5").symlink_to(a)
+    (tmp_path / "hard.h5").hardlink_to(b)
+    protected = FileSet([a, tmp_path / "sub" / ".." / "sub" / "b.h5", tmp_path / "missing.h5"])
+    for candidate in (a, b, tmp_path / "link.h5", tmp_path / "hard.h5", tmp_path / "sub" / "../a.h5",
+                      tmp_path / "missing.h5", tmp_path / "other.h5", tmp_path / "sub" / "a.h5"):
+        expected = any(same_file(candidate, p) for p in (a, b, tmp_path / "missing.h5"))
+        assert (candidate in protected) == expected, candidate
+    assert tmp_path / "hard.h5" in protected and tmp_path / "other.h5" not in protected

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidDataError
-from ..io.files import check_output
+from ..io.files import FileSet, check_output
 from .inputs import expand_inputs, output_paths
 from .record import complete
 from .summary import BatchReport
@@ -47,8 +47,9 @@ def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | 
             out_dir.mkdir(parents=True, exist_ok=True)
     outputs = output_paths(inputs, out_dir, options.format)
     tasks, skipped = [], []
+    protected = FileSet(inputs)  # one look at each input, not one per input and output
     for scan, output in zip(inputs, outputs):
-        check_output(output, protect=tuple(inputs))
+        check_output(output, protect=protected)
         why = None if overwrite else complete(output, scan, options.settings())
         if why is None and not overwrite:
             skipped.append(ScanOutcome(str(scan), str(output), "skipped", "complete from an earlier run"))

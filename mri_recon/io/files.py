@@ -21,7 +21,7 @@ import secrets
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import OutputError
@@ -124,6 +124,38 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.abspath(pa) == os.path.abspath(pb)
 
 
+class FileSet:
+    """Files to protect from being overwritten, for many checks at once (a batch's inputs against each of its
+    outputs: :func:`same_file` against every input would cost N^2 path resolutions). A path is in the set
+    when it is an existing file of the set (same device and inode) or resolves to one of the set's paths,
+    as :func:`same_file` decides for one pair."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike]) -> None:
+        self._ids: set[tuple[int, int]] = set()
+        self._paths: set[str] = set()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                info = os.stat(path)
+                self._ids.add((info.st_dev, info.st_ino))
+            self._paths.add(_resolved(path))
+
+    def __contains__(self, path: str | os.PathLike) -> bool:
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        if info is not None and (info.st_dev, info.st_ino) in self._ids:
+            return True
+        return _resolved(path) in self._paths
+
+
+def _resolved(path: str | os.PathLike) -> str:
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):
+        return os.path.abspath(path)
+
+
 def _name_max(folder: Path) -> int:
     try:
         return int(os.pathconf(folder, "PC_NAME_MAX"))
@@ -131,8 +163,9 @@ def _name_max(folder: Path) -> int:
         return NAME_MAX
 
 
-def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] = ()) -> Path:
-    """Check that ``path`` can be written without replacing a protected input; returns its folder.
+def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] | FileSet = ()) -> Path:
+    """Check that ``path`` can be written without replacing a protected input (``protect``: paths, or a
+    :class:`FileSet` of many); returns its folder.
 
     Raises
     ------
@@ -150,9 +183,8 @@ def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, .
     if length > limit:
         raise OutputError(f"{str(target)[:80]}...: output file name is {length} bytes long; the file system "
                           f"allows at most {limit}")
-    for item in protect:
-        if same_file(target, item):
-            raise OutputError(f"{target}: output would overwrite the input file; choose another path")
+    if target in protect if isinstance(protect, FileSet) else any(same_file(target, item) for item in protect):
+        raise OutputError(f"{target}: output would overwrite the input file; choose another path")
     try:
         info = target.stat()
     except FileNotFoundError:

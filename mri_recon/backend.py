@@ -7,10 +7,13 @@ Everything else asks an array for its module with :func:`get_xp` and moves data 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,6 +61,7 @@ class _NullContext:
 CPU = Device(-1)
 
 
+T = TypeVar("T")
 THREADS_ENV = "MRI_RECON_THREADS"
 """Environment variable that sets :func:`cpu_threads` (a batch cluster's CPU workers get their share of cores)."""
 
@@ -87,10 +91,39 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def one_blas_thread():
-    """A context in which BLAS (OpenBLAS, MKL, ...) runs on one thread: for the CPU products whose last bits
-    would otherwise depend on the thread count."""
-    return _blas_controller().limit(limits=1, user_api="blas")
+_blas_lock = threading.Lock()
+_blas_state: dict[str, Any] = {"depth": 0, "limiter": None}
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """A context in which BLAS (OpenBLAS, MKL, ...) runs on one thread: the CPU path's matrix products give
+    the same bits whatever the thread count (OpenBLAS splits a product among its threads, and its last bits
+    change with their number). The limit is the process's: nested and concurrent uses keep it until the last
+    one ends, then the earlier setting comes back."""
+    with _blas_lock:
+        if _blas_state["depth"] == 0:
+            _blas_state["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
+        _blas_state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_state["depth"] -= 1
+            if _blas_state["depth"] == 0:
+                _blas_state["limiter"].restore_original_limits()
+                _blas_state["limiter"] = None
+
+
+def blas_on_one_thread(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` run inside :func:`one_blas_thread` (the entry points of the CPU path)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with one_blas_thread():
+            return function(*args, **kwargs)
+
+    return wrapper
 
 
 def cupy_module():

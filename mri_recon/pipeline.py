@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Device, device_memory, get_xp, to_device, to_host
+from .backend import Device, blas_on_one_thread, device_memory, get_xp, to_device, to_host
 from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
 from .kernels import prefetch
@@ -202,6 +202,7 @@ def _combine(x: Any, combine: str, basis: Any = None) -> Any:
     return x
 
 
+@blas_on_one_thread
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,

@@ -4,6 +4,7 @@ shared trajectory, and a worker killed (SIGKILL) mid-run losing nothing."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -130,3 +131,19 @@ def test_cli_run_with_a_worker_killed_mid_scan_exits_0_and_says_so(tmp_path, rng
     rerun = CliRunner().invoke(main, ["reconstruct", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
                                       "--iterations", "30", "--tol", "0", "--method", "exact", "--device", "cpu"])
     assert rerun.exit_code == 0 and "5 skipped (complete)" in rerun.output, rerun.output
+
+
+def test_local_workers_get_their_thread_share_over_the_callers_settings(monkeypatch):
+    from mri_recon.backend import THREADS_ENV
+    from mri_recon.batch.cluster import start_local
+
+    monkeypatch.setenv(THREADS_ENV, "2")  # the caller's own: a nanny would take these over its configuration
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    cluster = start_local(2, "cpu")
+    try:
+        seen = list(cluster.client.run(lambda: (os.environ.get(THREADS_ENV), os.environ.get("OMP_NUM_THREADS"),
+                                                os.environ.get("OPENBLAS_NUM_THREADS"))).values())
+    finally:
+        cluster.close()
+    assert seen == [("1", "1", "1")] * 2  # 2 threads shared by 2 workers
+    assert os.environ[THREADS_ENV] == "2" and os.environ["OMP_NUM_THREADS"] == "7"  # the caller's are back

@@ -5,6 +5,7 @@ count and the kernels' order of operations are checked on the host (NumPy)."""
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -285,3 +286,10 @@ def test_reconstruction_with_the_fused_operator_equals_the_unfused(monkeypatch, 
     assert fused.parameters["field_map_correction"] == unfused.parameters["field_map_correction"]
     assert relative(fused.image, unfused.image) < 1e-4
     np.testing.assert_allclose(fused.residuals, unfused.residuals, rtol=1e-3)
+
+
+def test_shared_mixing_tiers_agree_with_the_kernel():
+    """The launch passes shared memory exactly for the tiers segments.cu stages in it."""
+    source = (KERNEL_DIR / "segments.cu").read_text()
+    defined = int(re.search(r"#define SEG_SHARED_MAX (\d+)", source).group(1))
+    assert gpu_segments.SHARED_MIX_MAX == defined

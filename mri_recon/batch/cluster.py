@@ -161,16 +161,19 @@ def local_config(threads: dict[str, str] | None = None):
     not Dask's nanny defaults (:data:`NANNY_ENVIRON`): ``OMP_NUM_THREADS=1`` and its kin would leave cores
     idle when there are fewer workers than cores, and ``MALLOC_TRIM_THRESHOLD_`` turns off glibc's dynamic mmap
     threshold, so that every large temporary array is mapped and zeroed afresh (CG iterations measured 2.5x
-    slower in such a worker). A nanny sets them in its own process (this one) before spawning its worker;
-    the caller's values are restored on exit.
+    slower in such a worker). A nanny takes a variable set in this process over its configuration, so
+    ``threads`` are set here too while the cluster starts; it then sets them (and ``PYTHONHASHSEED``) in its
+    own process, this one, before spawning its worker. The caller's values are restored on exit. (A nanny
+    that later restarts a dead worker sets them in this process again.)
     """
     import dask  # noqa: PLC0415 - with distributed
 
     environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                if k not in NANNY_ENVIRON}
     environ.update(threads or {})
-    saved = {name: os.environ.get(name) for name in environ}
+    saved = {name: os.environ.get(name) for name in (*environ, "PYTHONHASHSEED")}
     try:
+        os.environ.update(threads or {})
         with dask.config.set({"distributed.scheduler.worker-saturation": WORKER_SATURATION,
                               "distributed.nanny.pre-spawn-environ": environ}):
             yield

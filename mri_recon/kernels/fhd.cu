@@ -58,9 +58,10 @@
 //     relative to the small r). E is re-seeded from the exact fixed-point phase (offres_turns + phasor) at
 //     the first sample of each row's share and wherever bit 0 of the record's flags word is set: the host
 //     sets it where the step is not dtau (a new readout) and at every configs.OFFRES_RESEED-th sample, which
-//     bounds the float32 drift. The host accepts a run only while the times deviate from the uniform grid
-//     by so little that |f| |t_m - t_m0 - (m - m0) dtau| <= 2^-20 turns (gpu_offres.time_steps); otherwise it
-//     uses FHD_RECUR 0. Two accumulations (FHD_ROTATE):
+//     bounds the float32 drift. Where a run's times deviate from its uniform grid by more than
+//     |f| |t_m - t_m0 - (m - m0) dtau| <= 2^-20 turns allows, the host flags every sample of it (each
+//     re-seeded: exact, as in FHD_RECUR 0); with fewer than 8 samples per run on average it launches
+//     FHD_RECUR 0 instead (gpu_offres.time_runs). Two accumulations (FHD_ROTATE):
 //       0: the phasors walk: P_o = exp(+i theta) E_o, P_m = exp(-i theta) E_m (4 FMAs each, theta = 2 pi k . r),
 //          U += d P_o and W += d P_m (8 FMAs per coil and position), U and W the sums of the voxel and of
 //          its mirror. Per position and sample 20 + 8 FHD_COILS FMAs (recurrence 4, E_o and E_m 8,

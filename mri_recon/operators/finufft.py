@@ -67,7 +67,7 @@ def _scaled(trajectory: np.ndarray, matrix: tuple[int, ...]) -> list[np.ndarray]
 def _per_coil(transform, count: int) -> None:
     """``transform(c)`` for every coil ``c < count``, up to :func:`~mri_recon.backend.cpu_threads` at once."""
     threads = min(cpu_threads(), count)
-    if threads == 1:
+    if threads <= 1:  # one coil, or none
         for c in range(count):
             transform(c)
     else:

@@ -34,9 +34,10 @@ BLOCK = 256
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
 FORWARD, INVERSE = -1, 1
-SHARED_MIX_MAX = 16
-"""``SEG_SHARED_MAX`` of ``segments.cu``: tiers up to this ``SEG_MAX`` stage the spectra in shared memory."""
 """cuFFT's ``CUFFT_FORWARD`` and ``CUFFT_INVERSE`` (fixed by its API)."""
+SHARED_MIX_MAX = 16
+"""``SEG_SHARED_MAX`` of ``segments.cu`` (a test reads it there): tiers up to this ``SEG_MAX`` stage the spectra
+in shared memory, and their launches pass that shared size."""
 MAX_FUSED_SEGMENTS = SEGMENT_TIERS[-1]
 """Most segments the fused kernels take (the largest ``SEG_MAX``)."""
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import blas_on_one_thread
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 from ..validation import check_field_map_pair
@@ -20,6 +21,7 @@ FIELD_MAP_CHOICES = ("correct", "ignore")
 """What to do with a scan's ``field_map`` / ``times``: keep them for off-resonance correction, or drop them."""
 
 
+@blas_on_one_thread
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                  field_map: str = "correct") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.

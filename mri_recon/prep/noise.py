@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..backend import get_xp, one_blas_thread
+from ..backend import get_xp
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 
@@ -71,15 +69,10 @@ def whitening_matrix(cov: Any) -> Any:
 
 def apply_whitening(w: Any, data: Any) -> Any:
     """``W`` applied over the leading (channel) axis of complex ``data`` (C, ...), in ``data``'s precision.
-
-    On the CPU the product runs on one BLAS thread: OpenBLAS's multi-threaded product gives different last
-    bits for different thread counts, and the image must not depend on how many cores a run was given (a
-    batch worker against a single run). It takes a few milliseconds either way."""
+    (:func:`mri_recon.prepare_scan` runs it on one BLAS thread, so its bits do not depend on the thread
+    count.)"""
     flat = data.reshape(data.shape[0], -1)
-    if get_xp(flat) is not np:
-        return (w.astype(flat.dtype) @ flat).reshape(data.shape)
-    with one_blas_thread():
-        return (w.astype(flat.dtype) @ flat).reshape(data.shape)
+    return (w.astype(flat.dtype) @ flat).reshape(data.shape)
 
 
 def receiver_basis(noise: Any) -> Any:

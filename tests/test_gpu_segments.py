@@ -19,7 +19,7 @@ import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import ResourceError
 from mri_recon.kernels import KERNEL_DIR
-from mri_recon.operators import gpu_segments, offres_setup, time_segments
+from mri_recon.operators import gpu_segments, gpu_toeplitz, offres_setup, time_segments
 from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
 from mri_recon.operators.time_segments import SegmentedNormal, segment_phases, segment_times
 
@@ -158,6 +158,7 @@ def test_kernels_run_on_the_host_are_the_segmented_normal(rng, monkeypatch, host
     """segments.cu itself (built for the host, threads run in turn) behind FusedSegmentedNormal's launches,
     with NumPy FFTs for cuFFT: every element written (poisoned buffers), equal to SegmentedNormal."""
     monkeypatch.setattr(gpu_segments, "cupy_module", lambda: np)
+    monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)  # the shared grid set-up (GridNormal)
     monkeypatch.setattr(gpu_segments, "get_kernel", host_kernels)
     monkeypatch.setattr(gpu_segments, "fft_plan", _HostPlan)
     spectra, phases, maps, x = _problem(rng, matrix, segments, 3)

@@ -96,11 +96,13 @@ def test_registry_file_is_what_the_launchers_build():
 
 
 def test_headers_are_found_and_shipped():
-    assert [p.name for p in header_files()] == ["mri_recon_phase.cuh"]
+    assert [p.name for p in header_files()] == ["mri_recon_grid.cuh", "mri_recon_phase.cuh"]
     options = include_options()
     assert options[0] == f"-I{KERNEL_DIR}" and options[1].startswith("-DMRI_RECON_HEADERS=")
     for name in ("fhd.cu", "forward.cu", "fhd_seed.cu"):
         assert '#include "mri_recon_phase.cuh"' in source(name)
+    for name in ("toeplitz.cu", "segments.cu"):
+        assert '#include "mri_recon_grid.cuh"' in source(name)
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
     assert '"mri_recon.kernels" = ["*.cu", "*.cuh", "*.json"]' in pyproject
 

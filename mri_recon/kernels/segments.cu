@@ -28,6 +28,8 @@
 // (dynamic size L (L + 1) / 2 x 32 float2, given at launch) and reads each pair once per coil; above, every
 // warp reads the L^2 values it needs itself, served from L1 after the first warp's load.
 
+#include "mri_recon_grid.cuh"
+
 #ifndef SEG_MAX
 #error "SEG_MAX (the most segments per launch) must be defined"
 #endif
@@ -184,17 +186,8 @@ extern "C" __global__ void mri_recon_segments_reduce(const float2* __restrict__ 
     const long long nvox = (long long)nx * ny * nz;
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < nvox;
          v += (long long)gridDim.x * blockDim.x) {
-        const int k = (int)(v % nz);
-        const long long rest = v / nz;
-        const int j = (int)(rest % ny);
-        const int i = (int)(rest / ny);
-        const long long p = ((long long)i * py + j) * pz + k;
-        float2 acc;
-        if (first) {
-            acc = make_float2(lam * x[v].x, lam * x[v].y);
-        } else {
-            acc = out[v];
-        }
+        const long long p = mri_recon_grid_index(v, ny, nz, py, pz);
+        float2 acc = mri_recon_reduce_start(x, out, v, lam, first);
         for (int c = 0; c < coils; ++c) {
             const float2* column = work + (long long)c * segments * grid_size + p;
             float2 sum = make_float2(0.0f, 0.0f);

@@ -10,6 +10,8 @@
 // Layout: complex64 as float2, C order. Image (nx, ny, nz) with nz = 1 in 2D; the padded grid is
 // (px, py, pz) = (2 nx, 2 ny, 2 nz or 1). maps and padded hold this launch's coils only.
 
+#include "mri_recon_grid.cuh"
+
 extern "C" __global__ void mri_recon_sense_expand(const float2* __restrict__ maps, const float2* __restrict__ x,
                                                   float2* __restrict__ padded, int coils, int nx, int ny, int nz,
                                                   int py, int pz, long long grid_size)
@@ -55,17 +57,8 @@ extern "C" __global__ void mri_recon_sense_reduce(const float2* __restrict__ map
     const long long nvox = (long long)nx * ny * nz;
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < nvox;
          v += (long long)gridDim.x * blockDim.x) {
-        const int l = (int)(v % nz);
-        const long long rest = v / nz;
-        const int j = (int)(rest % ny);
-        const int i = (int)(rest / ny);
-        const long long p = ((long long)i * py + j) * pz + l;
-        float2 acc;
-        if (first) {
-            acc = make_float2(lam * x[v].x, lam * x[v].y);
-        } else {
-            acc = out[v];
-        }
+        const long long p = mri_recon_grid_index(v, ny, nz, py, pz);
+        float2 acc = mri_recon_reduce_start(x, out, v, lam, first);
         for (int c = 0; c < coils; ++c) {
             const float2 s = maps[c * nvox + v];
             const float2 y = padded[c * grid_size + p];

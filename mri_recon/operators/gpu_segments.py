@@ -17,20 +17,17 @@ area of about the same size (``OffresCorrection._segment_batch`` counts both).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, get_xp
+from ..backend import cupy_module, get_xp
 from ..errors import SchemaError
 from ..kernels import get_kernel
 from ..kernels.configs import SEGMENT_TIERS, segments_defines
-from .base import LinearOperator
 from .gpu_fft import fft_plan
+from .gpu_toeplitz import BLOCK, GridNormal
 
-BLOCK = 256
-"""Threads per block of the expand and reduce kernels (grid-stride loops)."""
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
 FORWARD, INVERSE = -1, 1
@@ -62,7 +59,7 @@ def spectra_store(spectra: dict[tuple[int, int], Any], segments: int) -> Any:
     return store
 
 
-class FusedSegmentedNormal(LinearOperator):
+class FusedSegmentedNormal(GridNormal):
     """``x -> sum_c conj(S_c) sum_{l,l'} conj(c_l) T_{l l'}(c_l' S_c x) + lam x`` for CuPy ``x`` of shape
     ``matrix`` (see the module doc). :meth:`apply_into` only launches (no allocation, no synchronization), so a
     CUDA graph can capture it.
@@ -82,29 +79,20 @@ class FusedSegmentedNormal(LinearOperator):
         Coils per pass (bounds the L B work grids); None: all.
     """
 
-    hermitian = True
-    writes_into = True
-
     def __init__(self, spectra: dict[tuple[int, int], Any], phases: Any, coil_maps: Any, lam: float,
                  coil_batch: int | None) -> None:
         cupy = cupy_module()
         matrix = tuple(int(n) for n in coil_maps.shape[1:])
-        super().__init__(matrix, matrix)
         segments = int(phases.shape[0])
         if tuple(phases.shape[1:]) != matrix or not 1 <= segments <= MAX_FUSED_SEGMENTS:
             raise SchemaError(f"FusedSegmentedNormal phases must have shape (L, *{matrix}) with 1 <= L <= "
                               f"{MAX_FUSED_SEGMENTS}, found {tuple(phases.shape)}")
-        device = Device(int(coil_maps.device.id))
         grid = tuple(int(n) for n in spectra[(0, 0)].shape)
-        dims = list(matrix) + [1] * (3 - len(matrix))
-        pdims = list(grid) + [1] * (3 - len(grid))
+        super().__init__(grid, coil_maps, lam, coil_batch)
+        device = self._device
         self.segments = segments
-        self._grid_size = math.prod(grid)
-        self._n_coils = int(coil_maps.shape[0])
-        self._step = self._n_coils if coil_batch is None else max(1, min(self._n_coils, int(coil_batch)))
         self._spectra = spectra_store(spectra, segments)
         self._phases = cupy.ascontiguousarray(phases, dtype=cupy.complex64)
-        self._maps = cupy.ascontiguousarray(coil_maps, dtype=cupy.complex64)
         self._work = cupy.empty((self._step * segments, *grid), dtype=cupy.complex64)
         defines = segments_defines(segments)
         self._expand = get_kernel("segments.cu", "mri_recon_segments_expand", defines, device)
@@ -112,16 +100,7 @@ class FusedSegmentedNormal(LinearOperator):
         pairs = segments * (segments + 1) // 2
         self._mix_shared = pairs * 32 * 8 if defines["SEG_MAX"] <= SHARED_MIX_MAX else 0  # staged spectra
         self._reduce = get_kernel("segments.cu", "mri_recon_segments_reduce", defines, device)
-        counts = {self._step, self._n_coils % self._step or self._step}
-        self._plans = {count: fft_plan((count * segments, *grid), device.index) for count in counts}
-        self._nvox = math.prod(matrix)
-        self._lam = np.float32(lam)
-        self._sizes = (np.int32(dims[0]), np.int32(dims[1]), np.int32(dims[2]), np.int32(pdims[1]),
-                       np.int32(pdims[2]), np.int64(self._grid_size))
-
-    @staticmethod
-    def _blocks(n: int) -> tuple[int]:
-        return (min(-(-n // BLOCK), 65535 * 8),)
+        self._plans = {count: fft_plan((count * segments, *grid), device.index) for count in self._pass_sizes()}
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
@@ -144,10 +123,3 @@ class FusedSegmentedNormal(LinearOperator):
         tiles = (min(-(-self._grid_size // 32), 65535 * 8),)
         self._mix(tiles, (32, MIX_LANES), (work, self._spectra, np.int32(count), np.int32(self.segments),
                                           np.int64(self._grid_size)), shared_mem=self._mix_shared)
-
-    def _apply(self, x: Any) -> Any:
-        cupy = cupy_module()
-        x = cupy.ascontiguousarray(x, dtype=cupy.complex64)
-        out = cupy.empty_like(x)
-        self.apply_into(x, out)
-        return out

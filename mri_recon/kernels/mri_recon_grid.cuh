@@ -1,0 +1,27 @@
+// Device functions shared by the element-wise kernels of the Toeplitz normal operators (toeplitz.cu,
+// segments.cu): where an image voxel sits on the 2x grid, and the start of the reduction. Included as
+// "mri_recon_grid.cuh" (the loader passes -I of this folder to NVRTC).
+//
+// Layout: image (nx, ny, nz) C order, nz = 1 in 2D; the 2x grid (px, py, pz) = (2 nx, 2 ny, 2 nz or 1), C order;
+// the image occupies its top corner.
+
+#ifndef MRI_RECON_GRID_CUH
+#define MRI_RECON_GRID_CUH
+
+// The 2x grid's linear index of image voxel v.
+__device__ __forceinline__ long long mri_recon_grid_index(long long v, int ny, int nz, int py, int pz) {
+    const int k = (int)(v % nz);
+    const long long rest = v / nz;
+    const int j = (int)(rest % ny);
+    const int i = (int)(rest / ny);
+    return ((long long)i * py + j) * pz + k;
+}
+
+// The value a reduction adds to at voxel v: lam x[v] in the first launch of an application (its first coil
+// group), else what the earlier launches left in out[v].
+__device__ __forceinline__ float2 mri_recon_reduce_start(const float2* __restrict__ x, const float2* out,
+                                                         long long v, float lam, int first) {
+    return first ? make_float2(lam * x[v].x, lam * x[v].y) : out[v];
+}
+
+#endif  // MRI_RECON_GRID_CUH

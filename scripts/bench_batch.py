@@ -30,6 +30,7 @@ Usage (one line each):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -75,14 +76,45 @@ def images(report) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def one_run(scans, folder: Path, options: dict, client=None) -> tuple[float, object]:
+def one_run(scans, folder: Path, options: dict, client=None) -> tuple[float, object, dict | None]:
+    """Wall time and report of one run, and with a client its timeline (:func:`timeline`)."""
     out, cache = tempfile.mkdtemp(dir=folder, prefix="out"), tempfile.mkdtemp(dir=folder, prefix="cache")
-    started = time.perf_counter()
-    report = reconstruct_many(scans, out, client, overwrite=True, cache_dir=cache, **options)
-    seconds = time.perf_counter() - started
+    stream = contextlib.nullcontext()
+    if client is not None:
+        from distributed import get_task_stream
+
+        stream = get_task_stream(client)
+    with stream as tasks:
+        wall_start = time.time()
+        started = time.perf_counter()
+        report = reconstruct_many(scans, out, client, overwrite=True, cache_dir=cache, **options)
+        seconds = time.perf_counter() - started
+        wall_end = time.time()
     if not report.ok:
         raise SystemExit(f"bench_batch: a scan failed: {report.failed[0].input}: {report.failed[0].reason}")
-    return seconds, report
+    return seconds, report, (timeline(tasks.data, wall_start, wall_end) if client is not None else None)
+
+
+def timeline(records: list[dict], start: float, end: float) -> dict:
+    """Where a run's wall time went, from Dask's task stream: the scans each worker ran, the time from the
+    call to the first scan's start (``lead_s``) and from the last scan's end to the return (``tail_s``), and
+    per worker the time running scans (``busy_s``) and between them (``gaps_s``)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for record in records:
+        for part in record.get("startstops", ()):
+            if part.get("action") == "compute":
+                spans.setdefault(record["worker"], []).append((part["start"], part["stop"]))
+    if not spans:
+        return {}
+    per_worker = {}
+    for worker, items in sorted(spans.items()):
+        items.sort()
+        per_worker[worker] = {"scans": len(items), "busy_s": sum(b - a for a, b in items),
+                              "gaps_s": sum(items[i][0] - items[i - 1][1] for i in range(1, len(items))),
+                              "first_start_s": items[0][0] - start, "last_stop_s": items[-1][1] - start}
+    return {"lead_s": min(w["first_start_s"] for w in per_worker.values()),
+            "tail_s": end - start - max(w["last_stop_s"] for w in per_worker.values()),
+            "wall_s": end - start, "workers": per_worker}
 
 
 def summarize(scans, runs: list[float], report) -> dict:
@@ -118,11 +150,14 @@ def main() -> None:
                              "MALLOC_TRIM_THRESHOLD_, ...) instead of ours, to measure what it costs")
     parser.add_argument("--saturation", type=float, default=None,
                         help="Dask's worker-saturation for the local clusters (default: mri-recon's)")
+    parser.add_argument("--no-affinity", action="store_true",
+                        help="leave the GPU workers on every CPU (not on those next to their GPU)")
     args = parser.parse_args()
-    if args.saturation is not None:
-        from mri_recon.batch import cluster as cluster_module
+    from mri_recon.batch import cluster as cluster_module
 
+    if args.saturation is not None:
         cluster_module.WORKER_SATURATION = args.saturation
+    cluster_module.GPU_AFFINITY = not args.no_affinity
     gpus = visible_gpus() if args.device == "gpu" else []
     counts = ([len(gpus)] if args.workers == "all" else [int(w) for w in args.workers.split(",")])
     options = {"iterations": args.iterations, "method": args.method, "device": args.device, "tol": 0.0}
@@ -131,7 +166,8 @@ def main() -> None:
               "visible_gpus": gpus, "gpu_count": gpu_count(), "scans": args.scans, "matrix": [args.matrix] * 2,
               "coils": args.coils, "iterations": args.iterations, "method": args.method, "repeats": args.repeats,
               "dask_default_env": args.dask_default_env,
-              "worker_saturation": args.saturation, "load_before": os.getloadavg(), "runs": {}}
+              "worker_saturation": args.saturation, "gpu_affinity": not args.no_affinity,
+              "load_before": os.getloadavg(), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench_batch.") as tmp:
         folder = Path(tmp)
         scans = make_scans(folder, args.scans, (args.matrix, args.matrix), args.coils)
@@ -148,12 +184,14 @@ def main() -> None:
                 configs[f"workers_{count}"] = clusters[count].client
             # every configuration warmed up once, then timed in turn (a shared machine's load hits all alike)
             times = {name: [] for name in configs}
+            lines = {name: [] for name in configs}
             last = {}
             for attempt in range(args.repeats + 1):
                 for name, client in configs.items():
-                    seconds, last[name] = one_run(scans, folder, options, client)
+                    seconds, last[name], line = one_run(scans, folder, options, client)
                     if attempt:
                         times[name].append(seconds)
+                        lines[name].append(line)
         finally:
             for cluster in clusters.values():
                 cluster.close()
@@ -166,11 +204,17 @@ def main() -> None:
             name, cluster = f"workers_{count}", clusters[count]
             run = summarize(scans, times[name], last[name])
             run.update(compare(images(last[name]), reference), cluster=cluster.kind, startup_s=cluster.startup_s,
-                       gpus=cluster.gpus, vs_in_process=run["scans_per_s"] / base["scans_per_s"])
+                       gpus=cluster.gpus, vs_in_process=run["scans_per_s"] / base["scans_per_s"],
+                       timelines=lines[name])
             result["runs"][name] = run
             print(f"{count} worker(s): {run['scans_per_s']:.2f} scans/s ({run['vs_in_process']:.2f}x in-process; "
                   f"{cluster.kind}; bit-identical {run['bit_identical']}, PSF computed {run['psf_computed']}x)",
                   file=sys.stderr)
+            for line in filter(None, lines[name]):
+                print("  scans " + "/".join(str(w["scans"]) for w in line["workers"].values())
+                      + f", lead {line['lead_s']:.3f} s, tail {line['tail_s']:.3f} s, gaps "
+                      + "/".join(f"{w['gaps_s']:.3f}" for w in line["workers"].values()) + " s, busy "
+                      + "/".join(f"{w['busy_s']:.3f}" for w in line["workers"].values()) + " s", file=sys.stderr)
     if len(counts) > 1:
         first = result["runs"][f"workers_{counts[0]}"]["scans_per_s"]
         result["speedup_vs_first_count"] = {f"workers_{c}": result["runs"][f"workers_{c}"]["scans_per_s"] / first

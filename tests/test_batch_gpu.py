@@ -27,6 +27,13 @@ def _worker_gpu():
             cp.cuda.Device(0).pci_bus_id)
 
 
+def _worker_cpus():
+    """In a worker: device 0's PCI bus id and the CPUs this process runs on."""
+    from mri_recon.batch.affinity import gpu_bus_id
+
+    return gpu_bus_id(0), os.sched_getaffinity(0)
+
+
 @pytest.mark.parametrize("method", ["exact", "auto"])
 def test_gpu_workers_match_one_process_and_share_one_psf(tmp_path, rng, method):
     scans = make_scans(tmp_path / "in", 6, rng, matrix=(64, 64), coils=4)
@@ -72,3 +79,21 @@ def test_pinned_cluster_without_dask_cuda_gives_each_worker_one_gpu():
         cluster.close()
     assert sorted(v for v, _, _ in seen) == sorted(gpus)
     assert all(count == 1 for _, count, _ in seen) and len({bus for _, _, bus in seen}) == len(gpus)
+
+
+def test_pinned_workers_run_on_the_cpus_next_to_their_gpu():
+    from mri_recon.batch.affinity import local_cpus
+    from mri_recon.batch.cluster import local_config
+
+    allowed = os.sched_getaffinity(0)
+    with local_config():
+        cluster = _pinned_cluster(distributed, visible_gpus())
+    try:
+        with distributed.Client(cluster) as client:
+            seen = list(client.run(_worker_cpus).values())
+    finally:
+        cluster.close()
+    assert os.sched_getaffinity(0) == allowed  # this process is not moved
+    for bus, cpus in seen:
+        local = local_cpus(bus) or set()
+        assert cpus == ((local & allowed) or allowed), (bus, sorted(local), sorted(cpus))

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 WORKER_SATURATION = 1.0
 """Dask's ``distributed.scheduler.worker-saturation`` in a local cluster: scans sent to a worker per thread
 before it asks for more (see :func:`local_config`)."""
+GPU_AFFINITY = True
+"""Whether the pinned nannies' GPU workers run on the CPUs local to their GPU, as dask-cuda's do."""
 NANNY_ENVIRON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 """Variables Dask's nannies set in their workers by default; those of a local cluster of ours do not."""
 
@@ -210,9 +212,12 @@ def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
 
 
 def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
-    """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside)."""
+    """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside) and,
+    with :data:`GPU_AFFINITY`, moved to the CPUs next to it (:mod:`.affinity`)."""
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":8787"}}
+    preload = ["mri_recon.batch.affinity"] if GPU_AFFINITY else []
     workers = {f"gpu-{gpu}": {"cls": distributed.Nanny, "options": {
-        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR}}
+        "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR,
+        "preload": preload}}
         for gpu in gpus}
     return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR)

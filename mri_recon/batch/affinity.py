@@ -1,0 +1,104 @@
+"""A GPU worker's CPUs: the cores next to its GPU (dask-cuda's ``CPUAffinity``, for the pinned nannies that
+run when dask-cuda does not start).
+
+A worker process loads scans, prewhitens and writes on the host between its GPU's work. On a host of several
+NUMA nodes its memory and its copies to the GPU are fastest from the cores of the GPU's node, and two
+workers left to the kernel's scheduler may share a core while others idle. The pinned nannies therefore
+preload this module in each worker (:func:`dask_setup`): it moves every thread of the process to the CPUs
+that the GPU's PCI device lists as local (``/sys/bus/pci/devices/BUS/local_cpulist``), within those the
+process may use. Where that list is missing or shares no CPU with them, nothing changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SYSFS_PCI = Path("/sys/bus/pci/devices")
+
+
+def parse_cpulist(text: str) -> set[int]:
+    """The CPUs of a kernel CPU list (``"0-15,32-47"``, ``"3"``, ``""``).
+
+    Raises
+    ------
+    ValueError
+        Text that is not such a list.
+    """
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        low, high = int(first), int(last or first)
+        if low < 0 or high < low:
+            raise ValueError(f"not a CPU list: {text!r}")
+        cpus.update(range(low, high + 1))
+    return cpus
+
+
+def local_cpus(bus_id: str, sysfs: Path | None = None) -> set[int] | None:
+    """The CPUs local to the PCI device ``bus_id`` (``"0000:1B:00.0"``) by ``sysfs`` (default
+    :data:`SYSFS_PCI`), or None where it does not say."""
+    try:
+        return parse_cpulist(((sysfs or SYSFS_PCI) / bus_id.lower() / "local_cpulist").read_text()) or None
+    except (OSError, ValueError):
+        return None
+
+
+def gpu_bus_id(index: int = 0) -> str | None:
+    """The PCI bus id of CUDA device ``index`` of this process, or None without CuPy or a GPU."""
+    from ..backend import cupy_module  # noqa: PLC0415 - the worker's backend, on use
+
+    cupy = cupy_module()
+    if cupy is None:
+        return None
+    try:
+        return str(cupy.cuda.runtime.deviceGetPCIBusId(index))
+    except Exception:  # noqa: BLE001 - no driver or no such device: nothing to pin to
+        return None
+
+
+def pin_process(cpus: set[int]) -> set[int] | None:
+    """Move every thread of this process (and the threads it starts later) to ``cpus`` within the CPUs it
+    may use now; the CPUs it runs on afterwards, or None when the two sets share none (nothing changed)."""
+    allowed = os.sched_getaffinity(0)
+    chosen = allowed & cpus
+    if not chosen:
+        return None
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), chosen)
+        except (OSError, ValueError):  # a thread that has just ended
+            continue
+    return chosen
+
+
+def pin_to_gpu(index: int = 0) -> set[int] | None:
+    """Pin this process to the CPUs local to its CUDA device ``index``; the CPUs, or None when unchanged."""
+    bus = gpu_bus_id(index)
+    cpus = local_cpus(bus) if bus else None
+    chosen = pin_process(cpus) if cpus else None
+    log.info("GPU %s (%s): worker on CPUs %s", index, bus, _ranges(chosen) if chosen else "as before")
+    return chosen
+
+
+def dask_setup(worker: object) -> None:
+    """Dask's preload hook: pin the worker process to its GPU's CPUs (device 0: its ``CUDA_VISIBLE_DEVICES``)."""
+    pin_to_gpu(0)
+
+
+def _ranges(cpus: set[int]) -> str:
+    ordered, parts = sorted(cpus), []
+    start = prev = ordered[0]
+    for cpu in ordered[1:] + [None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(parts)

@@ -24,6 +24,7 @@ from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
+from .validation import trajectory_extent
 
 log = logging.getLogger("mri_recon.cli")
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
@@ -317,7 +318,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
     lines += [f"matrix      {list(s.matrix)} ({s.ndim}-D)",
              f"coils       {s.n_coils}",
              f"samples     {s.n_samples} per coil"]
-    extent = np.max(np.abs(s.trajectory), axis=0)
+    extent = trajectory_extent(s.trajectory)
     for axis, (reach, n) in enumerate(zip(extent, s.matrix)):
         lines.append(f"k extent    axis {axis}: |k| <= {reach:.4g} cycles/FOV, Nyquist {n / 2:g} "
                      f"({reach / (n / 2):.2f}x)")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_xp, is_gpu_array, to_host
+from .backend import get_xp, is_gpu_array
 from .errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 
 MAX_AXIS = 16384  # larger matrices are taken as a mistake, not a request
@@ -98,9 +98,19 @@ def check_weights(weights: np.ndarray, source: str = "<memory>", what: str = "we
               InvalidDataError)
 
 
+def trajectory_extent(trajectory: Any) -> np.ndarray:
+    """``max |k|`` of each axis of a ``(M, D)`` trajectory (NumPy or CuPy; D numbers come back to the host).
+
+    Column by column: NumPy's reduction along axis 0 of a narrow C-order array walks it one row at a time
+    (12 ms for 524,288 x 2 float32 on a 2-core machine; 0.2 ms this way)."""
+    xp = get_xp(trajectory)
+    return np.array([float(xp.max(xp.abs(trajectory[:, d]))) if trajectory.shape[0] else 0.0
+                     for d in range(trajectory.shape[1])])
+
+
 def check_trajectory_units(trajectory: np.ndarray, matrix: tuple[int, ...], source: str = "<memory>") -> None:
     """Reject trajectories beyond 2x Nyquist or that look normalized, naming the expected units."""
-    extent = np.max(np.abs(trajectory), axis=0)
+    extent = trajectory_extent(trajectory)
     for axis, (reach, n) in enumerate(zip(extent, matrix)):
         if reach > n:
             raise TrajectoryUnitsError(
@@ -153,9 +163,7 @@ def check_trajectory(source: str, trajectory: Any, matrix: tuple[int, ...], n_sa
 
 def check_units(source: str, trajectory: Any, matrix: tuple[int, ...]) -> None:
     """:func:`check_trajectory_units` on the per-axis extent (D numbers leave the device)."""
-    xp = get_xp(trajectory)
-    extent = to_host(xp.max(xp.abs(trajectory), axis=0))
-    check_trajectory_units(extent[None, :], matrix, source)
+    check_trajectory_units(trajectory_extent(trajectory)[None, :], matrix, source)
 
 
 def check_field_map_pair(field_map: Any, times: Any, source: str = "<memory>") -> None:

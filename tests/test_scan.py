@@ -10,7 +10,7 @@ from mri_recon.errors import InvalidDataError, OutputError, ScanFileError, Schem
 from mri_recon.io import load_scan, save_scan
 from mri_recon.io.files import atomic_output
 from mri_recon.scan import Scan
-from mri_recon.validation import validate_matrix
+from mri_recon.validation import trajectory_extent, validate_matrix
 
 
 def _arrays(rng, coils=2, m=50, matrix=(16, 12)):
@@ -184,3 +184,12 @@ def test_a_dangling_link_is_a_schema_error(tmp_path):
         f["trajectory"] = h5py.ExternalLink("missing.h5", "/trajectory")
     with pytest.raises(SchemaError, match="'trajectory' cannot be opened"):
         load_scan(path)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+@pytest.mark.parametrize("samples", [1, 7, 100_003])
+def test_trajectory_extent_is_the_largest_magnitude_of_each_axis(rng, dims, samples):
+    k = (rng.standard_normal((samples, dims)) * 40).astype(np.float32)
+    assert np.array_equal(trajectory_extent(k), np.max(np.abs(k), axis=0))
+    assert np.array_equal(trajectory_extent(k[::-1]), np.max(np.abs(k), axis=0))  # not C-contiguous
+    assert trajectory_extent(np.zeros((0, dims), np.float32)).tolist() == [0.0] * dims

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from ..validation import trajectory_extent
 
 TRAJ_UNITS = ("auto", "cycles-per-fov", "normalized")
 SPACES = ("recon", "encoded")
@@ -115,7 +116,7 @@ def scale_trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_
             f"for a {ndim}-D encoding ISMRMRD stores density weights (>= 0) there, and a {ndim}-D encoding has no "
             f"k{'z' if ndim == 2 else 'w'}: expected {ndim} columns, or {ndim + 1} with non-negative weights")
     if traj_units == "auto":
-        extent = np.max(np.abs(k.reshape(-1, ndim)), axis=0)
+        extent = trajectory_extent(k.reshape(-1, ndim))
         traj_units = detect_units(extent, geometry["encoded"], src)
     factor = geometry["scale"] * (geometry["encoded"] if traj_units == "normalized" else 1.0)
     if np.any(factor != 1.0):  # scaled in double precision, rounded once

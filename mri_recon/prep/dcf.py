@@ -17,7 +17,7 @@ from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 from ..errors import InvalidDataError
 from ..grid import axis_positions
 from ..operators import finufft as nufft_cpu
-from ..validation import positive_int, validate_matrix
+from ..validation import positive_int, trajectory_extent, validate_matrix
 
 BLOB_WIDTH = 0.1
 """Standard deviation (FOV units) of the Gaussian blob that fixes the scale of the weights (at least
@@ -124,7 +124,7 @@ def ramp(trajectory, matrix, *, axes: tuple[int, ...] | None = None) -> np.ndarr
 def _grid(k: np.ndarray) -> tuple[int, ...]:
     """An even oversized grid on which the kernel's periodic images stay clear of every sample pair."""
     margin = 8 / (2 * np.pi * WINDOW_WIDTH)  # eight kernel widths
-    reach = np.max(np.abs(k), axis=0)
+    reach = trajectory_extent(k)
     return tuple(int(2 * np.ceil(r + margin)) for r in reach)
 
 

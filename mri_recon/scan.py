@@ -82,27 +82,45 @@ class Scan:
         return f"Scan({', '.join(parts)}, source={self.source!r})"
 
     def replace(self, **changes: Any) -> Scan:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed, validated again: the changed fields' values, and how every field
+        fits the others (the unchanged arrays' own values were checked when this scan was made)."""
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
         values.update(changes)
-        return Scan(**values)
+        checked = frozenset(name for name in ARRAYS if name not in changes and values["matrix"] == self.matrix)
+        new = object.__new__(Scan)
+        for name, value in values.items():
+            object.__setattr__(new, name, value)
+        for name, value in validate(new, checked).items():
+            object.__setattr__(new, name, value)
+        return new
 
 
-def validate(scan: Scan) -> dict[str, Any]:
-    """Validated, cast values of every field of ``scan`` (used by ``Scan.__post_init__``)."""
+ARRAYS = ("kspace", "trajectory", "weights", "times", "coil_maps", "field_map", "noise", "ground_truth")
+"""The array fields of a :class:`Scan`."""
+
+
+def validate(scan: Scan, checked: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Validated, cast values of every field of ``scan`` (used by ``Scan.__post_init__``); the arrays named in
+    ``checked`` already passed :func:`check_array` (and the trajectory its units check) for this matrix, so
+    only their shapes are checked against the others (``Scan.replace``)."""
     src = scan.source
+
+    def array(name: str, value: Any, complex_: bool, ranks: tuple[int, ...]) -> np.ndarray:
+        return value if name in checked else check_array(src, name, value, complex_=complex_, ranks=ranks)
+
     matrix = validate_matrix(scan.matrix, src)
-    kspace = check_array(src, "kspace", scan.kspace, complex_=True, ranks=(1, 2))
+    kspace = array("kspace", scan.kspace, True, (1, 2))
     if kspace.ndim == 1:
         kspace = kspace[None, :]
     n_coils, m = kspace.shape
-    trajectory = check_array(src, "trajectory", scan.trajectory, complex_=False, ranks=(2,))
+    trajectory = array("trajectory", scan.trajectory, False, (2,))
     if trajectory.shape[0] != m:
         _fail(src, f"trajectory has {trajectory.shape[0]} samples but kspace has {m}")
     if trajectory.shape[1] != len(matrix):
         _fail(src, f"trajectory has D = {trajectory.shape[1]} columns but matrix {list(matrix)} "
                    f"needs D = {len(matrix)}")
-    check_trajectory_units(trajectory, matrix, src)
+    if "trajectory" not in checked:
+        check_trajectory_units(trajectory, matrix, src)
     out: dict[str, Any] = {"matrix": matrix, "kspace": kspace, "trajectory": trajectory}
     specs = {
         "weights": (False, (1,), (m,)),
@@ -119,14 +137,14 @@ def validate(scan: Scan) -> dict[str, Any]:
             continue
         if name == "noise" and np.ndim(value) == 1 and n_coils == 1:
             value = np.asarray(value)[None, :]
-        array = check_array(src, name, value, complex_=complex_, ranks=ranks)
-        if shape is not None and array.shape != tuple(shape):
+        checked_value = array(name, value, complex_, ranks)
+        if shape is not None and checked_value.shape != tuple(shape):
             what = "samples" if name in ("weights", "times") else "shape"
             if what == "samples":
-                _fail(src, f"{name} has {array.shape[0]} samples but kspace has {m}")
-            _fail(src, f"{name} must have shape {tuple(shape)}, found {array.shape}")
-        out[name] = array
-    if out["weights"] is not None:
+                _fail(src, f"{name} has {checked_value.shape[0]} samples but kspace has {m}")
+            _fail(src, f"{name} must have shape {tuple(shape)}, found {checked_value.shape}")
+        out[name] = checked_value
+    if out["weights"] is not None and "weights" not in checked:
         check_weights(out["weights"], src)
     if out["noise"] is not None and out["noise"].shape[0] != n_coils:
         _fail(src, f"noise has {out['noise'].shape[0]} coils but kspace has {n_coils}")

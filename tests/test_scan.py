@@ -193,3 +193,24 @@ def test_trajectory_extent_is_the_largest_magnitude_of_each_axis(rng, dims, samp
     assert np.array_equal(trajectory_extent(k), np.max(np.abs(k), axis=0))
     assert np.array_equal(trajectory_extent(k[::-1]), np.max(np.abs(k), axis=0))  # not C-contiguous
     assert trajectory_extent(np.zeros((0, dims), np.float32)).tolist() == [0.0] * dims
+
+
+def test_replace_checks_the_changed_fields_and_how_all_fit(rng):
+    kspace, traj = _arrays(rng)
+    maps = (rng.standard_normal((2, 16, 12)) + 1j).astype(np.complex64)
+    scan = Scan(kspace, traj, (16, 12), coil_maps=maps, noise=kspace[:, :20].copy())
+    new = scan.replace(kspace=(kspace * 2).astype(np.complex128))
+    assert new.kspace.dtype == np.complex64 and np.array_equal(new.kspace, (kspace * 2).astype(np.complex64))
+    assert new.trajectory is scan.trajectory and new.coil_maps is scan.coil_maps  # not checked or copied again
+    bad = kspace.copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(InvalidDataError, match="kspace.*1 NaN"):
+        scan.replace(kspace=bad)
+    with pytest.raises(SchemaError, match="trajectory has 50 samples but kspace has 49"):
+        scan.replace(kspace=kspace[:, :49])
+    with pytest.raises(SchemaError, match="noise has 2 coils but kspace has 1"):
+        scan.replace(kspace=kspace[:1], coil_maps=None)
+    with pytest.raises(TrajectoryUnitsError, match="2x Nyquist"):  # a new matrix checks every array again
+        scan.replace(matrix=(4, 4), coil_maps=None)
+    with pytest.raises(SchemaError, match="coil_maps must have shape"):
+        scan.replace(matrix=(16, 16))

@@ -92,18 +92,23 @@ def one_run(scans, folder: Path, options: dict, client=None) -> tuple[float, obj
         wall_end = time.time()
     if not report.ok:
         raise SystemExit(f"bench_batch: a scan failed: {report.failed[0].input}: {report.failed[0].reason}")
-    return seconds, report, (timeline(tasks.data, wall_start, wall_end) if client is not None else None)
+    if client is None:
+        return seconds, report, None
+    names = {address: info.get("name") for address, info in client.scheduler_info()["workers"].items()}
+    return seconds, report, timeline(tasks.data, wall_start, wall_end, names)
 
 
-def timeline(records: list[dict], start: float, end: float) -> dict:
+def timeline(records: list[dict], start: float, end: float, names: dict | None = None) -> dict:
     """Where a run's wall time went, from Dask's task stream: the scans each worker ran, the time from the
     call to the first scan's start (``lead_s``) and from the last scan's end to the return (``tail_s``), and
-    per worker the time running scans (``busy_s``) and between them (``gaps_s``)."""
+    per worker (by its name, ``gpu-N`` for the GPU workers, where ``names`` maps addresses to names) the time
+    running scans (``busy_s``) and between them (``gaps_s``)."""
     spans: dict[str, list[tuple[float, float]]] = {}
     for record in records:
         for part in record.get("startstops", ()):
             if part.get("action") == "compute":
-                spans.setdefault(record["worker"], []).append((part["start"], part["stop"]))
+                worker = record["worker"]
+                spans.setdefault(str((names or {}).get(worker, worker)), []).append((part["start"], part["stop"]))
     if not spans:
         return {}
     per_worker = {}
@@ -211,7 +216,8 @@ def main() -> None:
                   f"{cluster.kind}; bit-identical {run['bit_identical']}, PSF computed {run['psf_computed']}x)",
                   file=sys.stderr)
             for line in filter(None, lines[name]):
-                print("  scans " + "/".join(str(w["scans"]) for w in line["workers"].values())
+                print("  " + "/".join(line["workers"]) + ": scans "
+                      + "/".join(str(w["scans"]) for w in line["workers"].values())
                       + f", lead {line['lead_s']:.3f} s, tail {line['tail_s']:.3f} s, gaps "
                       + "/".join(f"{w['gaps_s']:.3f}" for w in line["workers"].values()) + " s, busy "
                       + "/".join(f"{w['busy_s']:.3f}" for w in line["workers"].values()) + " s", file=sys.stderr)

@@ -83,10 +83,15 @@ class Scan:
 
     def replace(self, **changes: Any) -> Scan:
         """A copy with some fields changed, validated again: the changed fields' values, and how every field
-        fits the others (the unchanged arrays' own values were checked when this scan was made)."""
+        fits the others. The unchanged arrays' own values were checked when this scan was made and are shared,
+        not copied (a scan's arrays are not meant to be changed in place); a new matrix checks every array."""
+        unknown = sorted(set(changes) - set(self.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"Scan.replace got unknown field(s) {', '.join(unknown)}")
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
         values.update(changes)
-        checked = frozenset(name for name in ARRAYS if name not in changes and values["matrix"] == self.matrix)
+        same_matrix = "matrix" not in changes or validate_matrix(changes["matrix"], self.source) == self.matrix
+        checked = frozenset(name for name in ARRAYS if name not in changes and same_matrix)
         new = object.__new__(Scan)
         for name, value in values.items():
             object.__setattr__(new, name, value)

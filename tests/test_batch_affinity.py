@@ -93,3 +93,53 @@ def test_a_gpu_worker_is_pinned_to_its_devices_cpus(monkeypatch, tmp_path):
         assert os.sched_getaffinity(0) == {min(allowed)}
     finally:
         _restore(allowed)
+
+
+@pytest.mark.parametrize(("given", "name"), [("0000:1B:00.0", "0000:1b:00.0"), ("00000000:1B:00.0", "0000:1b:00.0"),
+                                             ("0001:c3:1f.7", "0001:c3:1f.7"), ("not a bus", None), ("0:1:2", None)])
+def test_bus_ids_of_cupy_and_nvml_name_the_sysfs_entry(given, name):
+    assert affinity.sysfs_bus_id(given) == name
+
+
+def test_an_nvml_bus_id_finds_the_sysfs_entry(tmp_path):
+    entry = tmp_path / "0000:1b:00.0"
+    entry.mkdir()
+    (entry / "local_cpulist").write_text("2-3\n")
+    assert affinity.local_cpus("00000000:1B:00.0", tmp_path) == {2, 3}
+
+
+def test_a_refused_pinning_changes_nothing_and_says_so(monkeypatch):
+    allowed = os.sched_getaffinity(0)
+
+    def refuse(pid, cpus):
+        raise PermissionError("not permitted")
+
+    monkeypatch.setattr(affinity.os, "sched_setaffinity", refuse)
+    assert affinity.pin_process(allowed) is None
+
+
+def test_the_preload_hook_never_stops_a_worker(monkeypatch, caplog):
+    def broken(index=0):
+        raise RuntimeError("no /proc here")
+
+    monkeypatch.setattr(affinity, "pin_to_gpu", broken)
+    affinity.dask_setup(object())
+    assert "worker left on its CPUs: RuntimeError: no /proc here" in caplog.text
+
+
+def test_pinned_nannies_add_the_affinity_preload_to_the_configured_ones(monkeypatch):
+    dask = pytest.importorskip("dask")
+    pytest.importorskip("distributed")
+    from types import SimpleNamespace
+
+    from mri_recon.batch import cluster
+
+    fake = SimpleNamespace(Scheduler=object, Nanny=object, SpecCluster=lambda **spec: spec)
+    with dask.config.set({"distributed.worker.preload": ["site_setup"]}):
+        spec = cluster._pinned_cluster(fake, ["0", "1"])
+        assert [w["options"]["preload"] for w in spec["workers"].values()] == \
+            [["site_setup", "mri_recon.batch.affinity"]] * 2
+        monkeypatch.setattr(cluster, "GPU_AFFINITY", False)
+        spec = cluster._pinned_cluster(fake, ["0"])
+        assert spec["workers"]["gpu-0"]["options"]["preload"] is None  # Nanny then reads the configuration
+    assert spec["workers"]["gpu-0"]["options"]["env"] == {"CUDA_VISIBLE_DEVICES": "0"}

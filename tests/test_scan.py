@@ -214,3 +214,15 @@ def test_replace_checks_the_changed_fields_and_how_all_fit(rng):
         scan.replace(matrix=(4, 4), coil_maps=None)
     with pytest.raises(SchemaError, match="coil_maps must have shape"):
         scan.replace(matrix=(16, 16))
+
+
+def test_replace_refuses_unknown_fields_and_takes_any_matrix_form(rng):
+    kspace, traj = _arrays(rng)
+    scan = Scan(kspace, traj, (16, 12), weights=np.ones(50, np.float32))
+    with pytest.raises(TypeError, match="unknown field.*wieghts"):
+        scan.replace(wieghts=np.full(50, -1.0, np.float32))
+    assert scan.replace(matrix=np.array([16, 12])).matrix == (16, 12)
+    with pytest.raises(SchemaError, match="D = 2 columns but matrix"):
+        scan.replace(matrix=np.array([16, 12, 4]))
+    with pytest.raises(InvalidDataError, match="negative"):
+        scan.replace(weights=np.full(50, -1.0, np.float32))

@@ -40,11 +40,25 @@ def parse_cpulist(text: str) -> set[int]:
     return cpus
 
 
-def local_cpus(bus_id: str, sysfs: Path | None = None) -> set[int] | None:
-    """The CPUs local to the PCI device ``bus_id`` (``"0000:1B:00.0"``) by ``sysfs`` (default
-    :data:`SYSFS_PCI`), or None where it does not say."""
+def sysfs_bus_id(bus_id: str) -> str | None:
+    """A PCI address as sysfs names it (``"0000:1b:00.0"``) from CuPy's or NVML's form (``"0000:1B:00.0"``,
+    ``"00000000:1B:00.0"``), or None for text that is not one."""
     try:
-        return parse_cpulist(((sysfs or SYSFS_PCI) / bus_id.lower() / "local_cpulist").read_text()) or None
+        domain, bus, rest = bus_id.strip().split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16):x}"
+    except ValueError:
+        return None
+
+
+def local_cpus(bus_id: str, sysfs: Path | None = None) -> set[int] | None:
+    """The CPUs local to the PCI device ``bus_id`` (:func:`sysfs_bus_id`'s forms) by ``sysfs`` (default
+    :data:`SYSFS_PCI`), or None where it does not say."""
+    name = sysfs_bus_id(bus_id)
+    if name is None:
+        return None
+    try:
+        return parse_cpulist(((sysfs or SYSFS_PCI) / name / "local_cpulist").read_text()) or None
     except (OSError, ValueError):
         return None
 
@@ -64,17 +78,23 @@ def gpu_bus_id(index: int = 0) -> str | None:
 
 def pin_process(cpus: set[int]) -> set[int] | None:
     """Move every thread of this process (and the threads it starts later) to ``cpus`` within the CPUs it
-    may use now; the CPUs it runs on afterwards, or None when the two sets share none (nothing changed)."""
+    may use now; the CPUs this thread runs on afterwards, or None when the two sets share none or the system
+    refuses (nothing changed)."""
     allowed = os.sched_getaffinity(0)
     chosen = allowed & cpus
     if not chosen:
         return None
-    for task in Path("/proc/self/task").iterdir():
+    try:
+        threads = [int(task.name) for task in Path("/proc/self/task").iterdir()]
+        os.sched_setaffinity(0, chosen)  # this thread first: a refusal leaves every thread as it was
+    except OSError:
+        return None
+    for thread in threads:
         try:
-            os.sched_setaffinity(int(task.name), chosen)
-        except (OSError, ValueError):  # a thread that has just ended
+            os.sched_setaffinity(thread, chosen)
+        except OSError:  # a thread that has just ended
             continue
-    return chosen
+    return os.sched_getaffinity(0)
 
 
 def pin_to_gpu(index: int = 0) -> set[int] | None:
@@ -87,8 +107,12 @@ def pin_to_gpu(index: int = 0) -> set[int] | None:
 
 
 def dask_setup(worker: object) -> None:
-    """Dask's preload hook: pin the worker process to its GPU's CPUs (device 0: its ``CUDA_VISIBLE_DEVICES``)."""
-    pin_to_gpu(0)
+    """Dask's preload hook: pin the worker process to its GPU's CPUs (device 0: its ``CUDA_VISIBLE_DEVICES``).
+    A failure is logged, never raised: Dask would not start the worker."""
+    try:
+        pin_to_gpu(0)
+    except Exception as exc:  # noqa: BLE001 - the worker runs unpinned rather than not at all
+        log.warning("worker left on its CPUs: %s: %s", type(exc).__name__, exc)
 
 
 def _ranges(cpus: set[int]) -> str:

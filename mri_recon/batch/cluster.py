@@ -215,7 +215,11 @@ def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
     """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside) and,
     with :data:`GPU_AFFINITY`, moved to the CPUs next to it (:mod:`.affinity`)."""
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":8787"}}
-    preload = ["mri_recon.batch.affinity"] if GPU_AFFINITY else []
+    import dask  # noqa: PLC0415 - with distributed
+
+    # the configured worker preloads (Nanny reads them only when given None) and ours after them
+    preload = [*dask.config.get("distributed.worker.preload", []), "mri_recon.batch.affinity"] if GPU_AFFINITY \
+        else None
     workers = {f"gpu-{gpu}": {"cls": distributed.Nanny, "options": {
         "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR,
         "preload": preload}}

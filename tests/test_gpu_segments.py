@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
+import host_kernels as host
 import numpy as np
 import pytest
 from helpers import relative
@@ -90,9 +88,6 @@ def test_kernel_arithmetic_on_the_host_is_the_segmented_normal(rng, matrix, segm
 @pytest.fixture(scope="module")
 def host_kernels(tmp_path_factory):
     """``segments.cu`` built for the host (tests/host/segments_host.cpp) per SEG_MAX: ``get_kernel``'s twin."""
-    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
-        pytest.skip("no C++ compiler to build segments.cu for the host")
     folder = tmp_path_factory.mktemp("segments_host")
     libraries = {}
 
@@ -100,10 +95,8 @@ def host_kernels(tmp_path_factory):
         assert filename == "segments.cu" and name.startswith("mri_recon_segments_")
         tier = defines["SEG_MAX"]
         if tier not in libraries:
-            target = folder / f"segments_{tier}.so"
-            subprocess.run([compiler, "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-Wno-unknown-pragmas",
-                            f"-DSEG_MAX={tier}", f"-I{KERNEL_DIR}", str(HOST_SOURCE), "-o", str(target)], check=True)
-            libraries[tier] = ctypes.CDLL(str(target))
+            libraries[tier] = host.build("segments_host.cpp", folder / f"segments_{tier}.so",
+                                                 f"-DSEG_MAX={tier}")
         function = getattr(libraries[tier], "emu_" + name.removeprefix("mri_recon_segments_"))
 
         def launch(grid, block, args, shared_mem=0):
@@ -111,43 +104,10 @@ def host_kernels(tmp_path_factory):
                 segments = int(args[3])
                 assert shared_mem >= segments * (segments + 1) // 2 * 32 * 8  # the staged spectra fit
             function(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), ctypes.c_uint(block[1] if len(block) > 1 else 1),
-                     *(_host_argument(a) for a in args))
+                     *(host.argument(a) for a in args))
         return launch
 
     return get_kernel
-
-
-HOST_SOURCE = Path(__file__).resolve().parent / "host" / "segments_host.cpp"
-
-
-def _host_argument(value):
-    if isinstance(value, np.ndarray):
-        assert value.dtype == np.complex64 and value.flags.c_contiguous
-        return ctypes.c_void_p(value.ctypes.data)
-    return {np.int32: ctypes.c_int, np.int64: ctypes.c_longlong, np.float32: ctypes.c_float}[type(value)](value)
-
-
-class _HostPlan:
-    """cuFFT's batched in-place C2C plan in NumPy: unnormalized both ways, the shape checked."""
-
-    def __init__(self, shape, device_index):
-        self.shape = tuple(shape)
-
-    def fft(self, a, out, direction):
-        assert a.shape == self.shape and out is a
-        axes = tuple(range(1, a.ndim))
-        if direction == gpu_segments.FORWARD:
-            out[...] = np.fft.fftn(a, axes=axes)
-        else:
-            out[...] = np.fft.ifftn(a, axes=axes) * np.prod(a.shape[1:])
-
-
-class _HostMaps(np.ndarray):
-    """Coil maps that name a device, as CuPy arrays do."""
-
-    @property
-    def device(self):
-        return SimpleNamespace(id=0)
 
 
 @pytest.mark.parametrize("matrix", MATRICES, ids=MATRIX_IDS)
@@ -160,9 +120,9 @@ def test_kernels_run_on_the_host_are_the_segmented_normal(rng, monkeypatch, host
     monkeypatch.setattr(gpu_segments, "cupy_module", lambda: np)
     monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)  # the shared grid set-up (GridNormal)
     monkeypatch.setattr(gpu_segments, "get_kernel", host_kernels)
-    monkeypatch.setattr(gpu_segments, "fft_plan", _HostPlan)
+    monkeypatch.setattr(gpu_segments, "fft_plan", host.HostPlan)
     spectra, phases, maps, x = _problem(rng, matrix, segments, 3)
-    op = gpu_segments.FusedSegmentedNormal(spectra, phases, maps.view(_HostMaps), 0.3, coil_batch)
+    op = gpu_segments.FusedSegmentedNormal(spectra, phases, maps.view(host.HostMaps), 0.3, coil_batch)
     ref = SegmentedNormal(spectra, phases, coil_maps=maps, lam=0.3)(x)
     op._work[...] = np.nan
     out = np.full(matrix, np.nan, np.complex64)

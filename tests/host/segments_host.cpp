@@ -10,19 +10,7 @@
 #include <thread>
 #include <vector>
 
-struct float2 {
-    float x, y;
-};
-static inline float2 make_float2(float a, float b)
-{
-    float2 r;
-    r.x = a;
-    r.y = b;
-    return r;
-}
-struct host_dim3 {
-    unsigned x = 0, y = 0, z = 0;
-};
+#include "cuda_host.h"
 static thread_local host_dim3 blockIdx, threadIdx;
 static host_dim3 blockDim, gridDim;
 
@@ -45,10 +33,6 @@ struct HostBarrier {  // reusable: a generation count tells the waiters of one r
     }
 };
 static HostBarrier block_barrier;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
 #define __launch_bounds__(threads)
 #define __shared__
 #define __syncthreads() block_barrier.wait()

@@ -2,24 +2,8 @@
 // which is exact for these kernels (no shared memory, no barriers, each thread writes its own elements).
 // Built by tests/test_gpu_toeplitz.py with the host's C++ compiler (-I the kernel folder) and called through
 // ctypes: emu_<kernel>(gridDim.x, blockDim.x, the kernel's arguments).
-struct float2 {
-    float x, y;
-};
-static inline float2 make_float2(float a, float b)
-{
-    float2 r;
-    r.x = a;
-    r.y = b;
-    return r;
-}
-struct host_dim3 {
-    unsigned x = 0, y = 0, z = 0;
-};
+#include "cuda_host.h"
 static host_dim3 blockIdx, threadIdx, blockDim, gridDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
 #include "toeplitz.cu"
 
 template <class Kernel> static void launch(unsigned blocks, unsigned threads, Kernel kernel)

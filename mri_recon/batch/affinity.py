@@ -102,7 +102,7 @@ def pin_to_gpu(index: int = 0) -> set[int] | None:
     bus = gpu_bus_id(index)
     cpus = local_cpus(bus) if bus else None
     chosen = pin_process(cpus) if cpus else None
-    log.info("GPU %s (%s): worker on CPUs %s", index, bus, _ranges(chosen) if chosen else "as before")
+    log.info("GPU %s (%s): worker on CPUs %s", index, bus, sorted(chosen) if chosen else "as before")
     return chosen
 
 
@@ -114,15 +114,3 @@ def dask_setup(worker: object) -> None:
     except Exception as exc:  # noqa: BLE001 - the worker runs unpinned rather than not at all
         log.warning("worker left on its CPUs: %s: %s", type(exc).__name__, exc)
 
-
-def _ranges(cpus: set[int]) -> str:
-    ordered, parts = sorted(cpus), []
-    start = prev = ordered[0]
-    for cpu in ordered[1:] + [None]:
-        if cpu is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-        if cpu is not None:
-            start = prev = cpu
-    return ",".join(parts)

@@ -8,14 +8,18 @@ Sections (each guarded: a failure is recorded in the JSON and the run goes on):
   scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1 and 8 coils. Median of
   10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence), the plain
   kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase term), the
-  off-resonance kernel's default path (``offres``: the time recurrence, as the readouts have a constant dwell
-  time; ``offres_path`` names it), its other accumulation (``offres_recur_walk`` or ``offres_recur_rotate``)
-  and the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times get). Rates in
-  voxel-sample pairs per second (coil-voxel-sample triples for 8 coils); ratios to the plain kernel; each
-  off-resonance kernel's relative error against float64 at 2048 random voxels.
+  off-resonance default path (``offres``; ``offres_path`` names it: the tensor cores from
+  ``configs.TC_MIN_COILS`` coils, else the time recurrence, as the readouts have a constant dwell time),
+  ``fhd.cu``'s default (``offres_fhd``), its other accumulation (``offres_recur_walk`` or
+  ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times
+  get) and the tensor cores (``offres_tc``); 1, 2, 4 and 8 coils. Rates in voxel-sample pairs per second
+  (coil-voxel-sample triples for several coils); ratios to the plain kernel; each off-resonance kernel's
+  relative error against float64 at 2048 random voxels.
 - ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
   accumulation, 1 and 8 coils (configurations beyond about 200 floats per thread left out): rate and
   registers, to tune ``configs.offres_recur_positions`` and ``configs.ROTATE_COILS``.
+- ``fhd_2d_tc_sweep``: the tensor-core kernel alone on the same problem, 1, 2, 4, 8 coils by 1, 2, 4 tiles of 16
+  voxels per warp: rate and registers, to tune ``configs.TC_MTILES`` and ``configs.TC_MIN_COILS``.
 - ``forward_2d``: F on the same problem, plain (runs with mirror pairs + recurrence) and off-resonance.
 - ``impatient_3d``: the off-resonance F^H d on IMPATIENT's problem size (128^3 voxels, 284,592 samples
   uniform in the Nyquist cube, 1 coil); IMPATIENT (Stone et al. 2008) computed it in about 1.5 minutes
@@ -122,7 +126,8 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         work = pairs * coils
         rotate = offres_rotates(coils)
         other = "offres_recur_walk" if rotate else "offres_recur_rotate"
-        kernels = {"offres": {}, other: {"recur": True, "rotate": not rotate}, "offres_phasor": {"recur": False}}
+        kernels = {"offres": {}, "offres_fhd": {"tensor": False}, other: {"recur": True, "rotate": not rotate},
+                   "offres_phasor": {"recur": False}, "offres_tc": {"tensor": True}}
         row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
                "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False))}
         for name, options in kernels.items():
@@ -130,7 +135,8 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         for entry in row.values():
             entry["rate"] = work / entry["median_s"]
         prepared = gpu_offres.prepare_offres(gf, gt)
-        row["offres_path"] = ((f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs")
+        row["offres_path"] = ("tensor cores" if gpu_offres.uses_tensor_cores(coils, gpu_exact._device(), None)
+                              else f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
                               if gpu_offres.uses_recurrence(prepared, None) else "phasor")
         ref = reference_adjoint(data, traj, fmap, times, voxels)
         for name, options in kernels.items():
@@ -140,6 +146,7 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_phasor_over_plain_unpaired"] = row["offres_phasor"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_over_offres_phasor"] = row["offres"]["rate"] / row["offres_phasor"]["rate"]
+        row["offres_tc_over_offres_fhd"] = row["offres_tc"]["rate"] / row["offres_fhd"]["rate"]
         adjoint[f"{coils} coil(s)"] = row
         frow = {"plain": timed(lambda image=image: gpu_exact.forward_gpu(image, gk)),
                 "offres": timed(lambda image=image: gpu_offres.forward_offres_gpu(image, gk, gf, gt))}
@@ -181,6 +188,39 @@ def recur_sweep(n: int, spokes: int, samples: int) -> dict:
                 entry["rate"] = n * n * len(traj) * coils / entry["median_s"]
                 entry["registers"] = int(get_module("fhd.cu", defines, device).get_function("mri_recon_fhd").num_regs)
                 rows[f"{coils} coil(s) {'rotate' if rotate else 'walk'} vox={vox}"] = entry
+    return rows
+
+
+def tc_sweep(n: int, spokes: int, samples: int) -> dict:
+    """The tensor-core kernel alone (packing included, the centre phase not) on the ``fhd_2d`` problem: 1, 2, 4, 8
+    coils by 16-voxel tiles per warp (1, 2, 4), rate and registers, to tune ``configs.TC_MTILES``."""
+    from mri_recon.kernels.configs import offres_tc_defines
+    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+
+    cupy = cupy_module()
+    rng = np.random.default_rng(3)
+    matrix = (n, n)
+    traj = radial_2d(n, spokes, samples)
+    times = sim_offres.readout_times(len(traj), samples, 16e-3)
+    prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
+    kfix = fixed_point_turns(cupy.asarray(traj), matrix)
+    device = gpu_exact._device()
+    rows: dict = {"matrix": list(matrix), "samples": len(traj)}
+    for coils in (1, 2, 4, 8):
+        data = cupy.asarray((rng.standard_normal((coils, len(traj))) + 1j * rng.standard_normal((coils, len(traj))))
+                            .astype(np.complex64))
+        for mtiles in (1, 2, 4):
+            def fn(data=data, coils=coils, mtiles=mtiles):
+                out = cupy.empty((coils, n * n), cupy.complex64)
+                fhd_offres_tc(out, data, kfix, prepared.taus, prepared.fixed, matrix, device, mtiles=mtiles)
+                return out
+
+            entry = timed(fn)
+            entry["rate"] = n * n * len(traj) * coils / entry["median_s"]
+            entry["voxel_sample_rate"] = n * n * len(traj) / entry["median_s"]
+            module = get_module("offres_tc.cu", offres_tc_defines(2, coils, mtiles), device)
+            entry["registers"] = int(module.get_function("mri_recon_fhd_offres_tc").num_regs)
+            rows[f"{coils} coil(s) mtiles={mtiles}"] = entry
     return rows
 
 
@@ -240,7 +280,7 @@ def main() -> int:
     parser.add_argument("output")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the script")
     parser.add_argument("--sections", default="all",
-                        help="comma-separated: transforms (fhd_2d, its sweep, forward_2d), impatient, recon "
+                        help="comma-separated: transforms (fhd_2d, its sweeps, forward_2d), impatient, recon "
                              "(recon_256, segments_256); default all")
     args = parser.parse_args()
     chosen = {"transforms", "impatient", "recon"} if args.sections == "all" else set(args.sections.split(","))
@@ -255,12 +295,13 @@ def main() -> int:
     holder: dict = {}
 
     def run_transforms():
-        holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 8))
+        holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 2, 4, 8))
         return holder["adjoint"]
 
     if "transforms" in chosen:
         section(results, "fhd_2d", run_transforms, args.output)
         section(results, "fhd_2d_recur_sweep", lambda: recur_sweep(n, spokes, samples), args.output)
+        section(results, "fhd_2d_tc_sweep", lambda: tc_sweep(n, spokes, samples), args.output)
         section(results, "forward_2d", lambda: holder.get("forward", {"error": "fhd_2d failed"}), args.output)
     if "impatient" in chosen:
         section(results, "impatient_3d", lambda: impatient(32, 20000) if args.quick else impatient(128, 284_592),

@@ -17,6 +17,7 @@ from mri_recon.kernels.configs import (
     forward_defines,
     offres_adjoint_defines,
     offres_forward_defines,
+    offres_tc_defines,
     psf_defines,
     seed_defines,
     segments_defines,
@@ -63,6 +64,7 @@ def launcher_configurations():
             configs += [("fhd.cu", offres_adjoint_defines(dim, coils, recur, rotate))
                         for recur, rotate in ((False, None), (True, None), (True, False), (True, True))]
             configs.append(("forward.cu", offres_forward_defines(dim, coils)))
+            configs.append(("offres_tc.cu", offres_tc_defines(dim, coils)))
     return configs
 
 
@@ -82,7 +84,7 @@ def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
     for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
                    "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py",
-                   "operators/gpu_offres.py", "operators/gpu_segments.py"):
+                   "operators/gpu_offres.py", "operators/gpu_offres_tc.py", "operators/gpu_segments.py"):
         assert _kernel_literals(module) <= files, module
 
 
@@ -99,7 +101,7 @@ def test_headers_are_found_and_shipped():
     assert [p.name for p in header_files()] == ["mri_recon_grid.cuh", "mri_recon_phase.cuh"]
     options = include_options()
     assert options[0] == f"-I{KERNEL_DIR}" and options[1].startswith("-DMRI_RECON_HEADERS=")
-    for name in ("fhd.cu", "forward.cu", "fhd_seed.cu"):
+    for name in ("fhd.cu", "forward.cu", "fhd_seed.cu", "offres_tc.cu"):
         assert '#include "mri_recon_phase.cuh"' in source(name)
     for name in ("toeplitz.cu", "segments.cu"):
         assert '#include "mri_recon_grid.cuh"' in source(name)

@@ -70,6 +70,21 @@ def test_off_resonance_path_is_registered_and_guarded():
         compile_ptx("forward.cu", {**fwd[0], "FWD_NAIVE": 1})
 
 
+def test_tensor_core_kernel_is_registered_and_guarded():
+    """offres_tc.cu is registered for 2-D and 3-D with one and two column tiles (1..4 and 5..8 coils), its other
+    tile counts per warp compile, and it refuses sizes outside its contract."""
+    tc = [d for f, d in CONFIGS if f == "offres_tc.cu"]
+    assert sorted((d["OTC_DIM"], d["OTC_NTILES"]) for d in tc) == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    for mtiles in (1, 4):
+        assert "mma.sync.aligned.m16n8k16" in compile_ptx("offres_tc.cu", {**tc[-1], "OTC_MTILES": mtiles})
+    with pytest.raises(KernelError, match="OTC_NTILES must lie in 1..2"):
+        compile_ptx("offres_tc.cu", {**tc[0], "OTC_NTILES": 3})
+    with pytest.raises(KernelError, match="the staged chunk exceeds 48 KB"):
+        compile_ptx("offres_tc.cu", {**tc[-1], "OTC_CHUNK": 128})
+    with pytest.raises(KernelError, match="OTC_DIM, OTC_NTILES, OTC_MTILES, OTC_WARPS and OTC_CHUNK must be defined"):
+        compile_ptx("offres_tc.cu", {"OTC_DIM": 2})
+
+
 def test_segment_kernels_are_registered_per_tier_and_guarded():
     """segments.cu is registered for every SEG_MAX tier and refuses a missing or out-of-range SEG_MAX."""
     from mri_recon.kernels.configs import SEGMENT_TIERS

@@ -115,6 +115,29 @@ def offres_adjoint_defines(dim: int, coils: int, recur: bool = False, rotate: bo
     return fhd_defines(dim, coils, offres_recur_positions(coils), True, offres=True, rotate=rotate)
 
 
+TC_WARPS = 4
+"""Warps per block of ``offres_tc.cu`` (they share the staged sample records)."""
+TC_CHUNK = 8
+"""Blocks of 16 samples ``offres_tc.cu`` stages in shared memory at a time; the tensor cores' float32 partial
+sums leave into registers after each chunk, so none of them adds more than 128 samples."""
+TC_MTILES = 4
+"""16-voxel tiles per warp of ``offres_tc.cu``."""
+TC_MIN_COILS = 3
+"""Smallest coil group for which F^H d with off-resonance takes the tensor cores (``offres_tc.cu``) by default;
+smaller groups take ``fhd.cu``'s time recurrence or ``phasor`` kernel."""
+
+
+def offres_tc_defines(dim: int, coils: int, mtiles: int | None = None) -> dict[str, int]:
+    """``offres_tc.cu`` options of F^H d with off-resonance on the tensor cores for a group of 1..MAX_GROUP
+    coils: one 8-column tile (the interleaved (Re, Im) of 4 coils) per 4 coils, ``mtiles`` 16-voxel tiles per
+    warp (None: :data:`TC_MTILES`)."""
+    if not 1 <= int(coils) <= MAX_GROUP:
+        raise KernelError(f"offres_tc.cu takes 1 to {MAX_GROUP} coils per launch, found {coils}")
+    return {"OTC_DIM": int(dim), "OTC_NTILES": (int(coils) + 3) // 4,
+            "OTC_MTILES": int(TC_MTILES if mtiles is None else mtiles), "OTC_WARPS": TC_WARPS,
+            "OTC_CHUNK": TC_CHUNK}
+
+
 def offres_forward_defines(dim: int, coils: int) -> dict[str, int]:
     """``forward.cu`` options of F with off-resonance (``mri_recon_forward_offres``): one voxel record of
     16 + 8 * coils bytes (rounded up to 16) per voxel, :data:`FORWARD_TILE_WORDS` words of them per tile."""

@@ -10,9 +10,9 @@ rewrites the file from the launchers.
 Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
 correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
 three times: one phasor per voxel-sample (``FHD_RECUR = 0``) and the time recurrence (``FHD_RECUR = 1``) with
-either accumulation (``FHD_ROTATE = 0, 1``: the launcher's ``rotate``). ``segments.cu`` (the fused
-time-segmented normal operator, :mod:`mri_recon.operators.gpu_segments`) for every ``SEG_MAX`` tier, which
-covers 1..64 segments.
+either accumulation (``FHD_ROTATE = 0, 1``: the launcher's ``rotate``); ``offres_tc.cu`` (F^H d on the tensor
+cores) with one and two column tiles. ``segments.cu`` (the fused time-segmented normal operator,
+:mod:`mri_recon.operators.gpu_segments`) for every ``SEG_MAX`` tier, which covers 1..64 segments.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .configs import (
     forward_defines,
     offres_adjoint_defines,
     offres_forward_defines,
+    offres_tc_defines,
     psf_defines,
     seed_defines,
     segments_defines,
@@ -62,7 +63,8 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
                         ("fhd.cu", offres_adjoint_defines(dim, coils)),
                         ("fhd.cu", offres_adjoint_defines(dim, coils, True, False)),
                         ("fhd.cu", offres_adjoint_defines(dim, coils, True, True)),
-                        ("forward.cu", offres_forward_defines(dim, coils))]
+                        ("forward.cu", offres_forward_defines(dim, coils)),
+                        ("offres_tc.cu", offres_tc_defines(dim, coils))]
     return configs
 
 

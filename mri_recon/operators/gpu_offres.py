@@ -28,7 +28,13 @@ from ..backend import Device, cupy_module, get_xp
 from ..errors import InvalidDataError, SchemaError
 from ..grid import centre as grid_centre
 from ..kernels import get_module
-from ..kernels.configs import OFFRES_RESEED, fhd_record_words, offres_adjoint_defines, offres_forward_defines
+from ..kernels.configs import (
+    OFFRES_RESEED,
+    TC_MIN_COILS,
+    fhd_record_words,
+    offres_adjoint_defines,
+    offres_forward_defines,
+)
 from .gpu_exact import (
     DEFAULT_BLOCK,
     THREADS_PER_SM,
@@ -41,6 +47,7 @@ from .gpu_exact import (
     forward_inputs,
 )
 from .gpu_layout import coil_groups, fixed_point_turns
+from .gpu_offres_tc import fhd_offres_tc, tensor_cores_available
 
 
 def _offres_inputs(field_map: Any, times: Any, matrix: tuple[int, ...], n_samples: int,
@@ -227,9 +234,21 @@ def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
     return bool(recur)
 
 
+def uses_tensor_cores(n_coils: int, device: Device, tensor: bool | None, fhd_options: bool = False) -> bool:
+    """Whether F^H d with off-resonance takes the tensor cores: ``tensor=None`` where the GPU has them, there
+    are at least :data:`~mri_recon.kernels.configs.TC_MIN_COILS` coils and the caller set none of ``fhd.cu``'s
+    options (``fhd_options``: recur, rotate, chunk or block); ``True`` demands them (raises
+    :class:`InvalidDataError` on an older GPU), ``False`` refuses them."""
+    if tensor is None:
+        return int(n_coils) >= TC_MIN_COILS and tensor_cores_available(device) and not fhd_options
+    if tensor and not tensor_cores_available(device):
+        raise InvalidDataError("tensor=True needs a GPU of compute capability 8.0 or newer (tensor cores with TF32)")
+    return bool(tensor)
+
+
 def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_map: Any, times: Any, *,
                    chunk: int | None = None, block: int | None = None, prepared: PreparedOffres | None = None,
-                   recur: bool | None = None, rotate: bool | None = None) -> Any:
+                   recur: bool | None = None, rotate: bool | None = None, tensor: bool | None = None) -> Any:
     """F^H d with off-resonance on the GPU: ``sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m))``.
 
     Parameters
@@ -255,6 +274,11 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     rotate
         With the recurrence, rotating sums instead of walking phasors (``FHD_ROTATE``); None: by the coil
         count (:func:`mri_recon.kernels.configs.offres_rotates`).
+    tensor
+        The tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
+        over samples as a matrix product) instead of ``fhd.cu``: None where the GPU has them (compute
+        capability 8.0), there are at least :data:`~mri_recon.kernels.configs.TC_MIN_COILS` coils and none of
+        ``recur``, ``rotate``, ``chunk`` and ``block`` is set (they are ``fhd.cu``'s); True demands them.
 
     Returns
     -------
@@ -263,10 +287,14 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     """
     data, matrix, device = adjoint_inputs(kspace, trajectory, matrix)
     prepared = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, data.shape[1], device))
-    walk = uses_recurrence(prepared, recur)
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
+    if uses_tensor_cores(n_coils, device, tensor, any(o is not None for o in (recur, rotate, chunk, block))):
+        fhd_offres_tc(out, data, kfix, prepared.taus, prepared.fixed, matrix, device)
+        out *= prepared.shift
+        return out.reshape(n_coils, *matrix)
+    walk = uses_recurrence(prepared, recur)
     for start, size in coil_groups(n_coils):
         group = data[start:start + size]
         if walk:

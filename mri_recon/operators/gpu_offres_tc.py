@@ -1,0 +1,139 @@
+"""F^H d with off-resonance on the tensor cores (``offres_tc.cu``).
+
+The exact phase of every voxel-sample pair (the fixed-point phase of :mod:`.gpu_offres`, one sine and cosine
+each on the special function unit) and the sums over the samples as a complex matrix product on the tensor
+cores: both factors split into two half-precision parts (22 significant bits), three products, float32
+accumulation, partial sums moved into float32 registers every :data:`~mri_recon.kernels.configs.TC_CHUNK`
+blocks of 16 samples; the samples scaled by a power of two into [-1, 1] on the GPU (no host round trip) and the
+sums scaled back. The multiply-adds per coil leave the FMA pipe, which is what limits ``fhd.cu``'s
+off-resonance kernels with several coils.
+
+A launch takes up to 8 coils (their real and imaginary parts interleaved over two 8-column tiles). Each sample
+travels as one record (:func:`pack_samples`, the layout in ``offres_tc.cu``): its fixed-point trajectory and
+time, then its complex64 values of the launch's coils. Needs compute capability 8.0
+(:func:`tensor_cores_available`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, cupy_module
+from ..errors import KernelError
+from ..kernels import get_module
+from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines
+from .gpu_exact import _empty, _sm_count
+
+MIN_CAPABILITY = 80
+"""Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` with TF32 operands."""
+HEADER_WORDS = 4
+"""Words of a sample record before its values: K_0, K_1, K_2, tau."""
+WARPS_PER_SM = 24
+"""Resident warps per multiprocessor the launcher aims to fill before it splits the samples into slices."""
+PACK_BLOCK = 256
+"""Threads per block of the packing kernel."""
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(index: int) -> int:
+    return int(cupy_module().cuda.Device(index).compute_capability)
+
+
+def tensor_cores_available(device: Device) -> bool:
+    """Whether ``device`` runs ``offres_tc.cu`` (compute capability 8.0 or newer)."""
+    return device.index >= 0 and _capability(device.index) >= MIN_CAPABILITY
+
+
+def column_tiles(coils: int) -> int:
+    """8-column tiles of one launch: the interleaved (Re, Im) of 4 coils per tile."""
+    return (int(coils) + 3) // 4
+
+
+def record_words(coils: int) -> int:
+    """32-bit words per sample record: the header and the complex64 values of 4 coils per column tile."""
+    return HEADER_WORDS + 8 * column_tiles(coils)
+
+
+def tc_groups(n_coils: int) -> list[tuple[int, int]]:
+    """``(first coil, coils)`` of each launch: groups of :data:`MAX_GROUP` and the remainder (a group of 5..8
+    fills two column tiles, 1..4 one)."""
+    return [(start, min(MAX_GROUP, int(n_coils) - start)) for start in range(0, int(n_coils), MAX_GROUP)]
+
+
+def sample_scale(data: Any, start: int, size: int, dim: int, device: Device) -> Any:
+    """float32 ``(2,)`` on the GPU: ``s = 2^-e`` and ``1 / s`` for coils ``start .. start + size`` of ``data``, e the
+    binary exponent of their largest real or imaginary part (so ``s |d| < 1``; ``s = 1`` for zero data), found
+    without a host round trip (``mri_recon_offres_tc_scale``)."""
+    cupy = cupy_module()
+    group = data[start:start + size]
+    largest = cupy.abs(group.view(cupy.float32)).max()
+    scale = _empty((2,), cupy.float32)
+    module = get_module("offres_tc.cu", offres_tc_defines(dim, size), device)
+    module.get_function("mri_recon_offres_tc_scale")((1,), (1,), (scale, largest))
+    return scale
+
+
+def pack_samples(kfix: Any, taus: Any, data: Any, scale: Any, start: int, size: int, device: Device) -> Any:
+    """The sample records (uint32 ``(16 ceil(M / 16), record_words(size))``) of coils ``start .. start + size`` of
+    ``data`` (complex64 ``(C, M)``) times ``scale[0]`` (:func:`sample_scale`), with the fixed-point trajectory
+    ``kfix`` (uint32 ``(M, D)``) and times ``taus`` (int32 ``(M,)``), written by ``mri_recon_offres_tc_pack``."""
+    cupy = cupy_module()
+    n_samples, dim = (int(s) for s in kfix.shape)
+    n_blocks = max(1, -(-n_samples // 16))
+    words = record_words(size)
+    records = _empty((16 * n_blocks, words), cupy.uint32)
+    kernel = get_module("offres_tc.cu", offres_tc_defines(dim, size), device).get_function("mri_recon_offres_tc_pack")
+    total = records.size
+    kernel((-(-total // PACK_BLOCK),), (PACK_BLOCK,),
+           (records, cupy.ascontiguousarray(kfix), cupy.ascontiguousarray(taus, dtype=cupy.int32), data, scale,
+            np.int32(n_samples), np.int32(n_blocks), np.int32(size), np.int32(start)))
+    return records
+
+
+def slice_count(n_voxels: int, n_blocks: int, mtiles: int, sm_count: int) -> int:
+    """Sample slices (grid rows) of a launch: enough warps to fill ``sm_count`` multiprocessors with
+    :data:`WARPS_PER_SM` each, and at least one staged chunk per slice."""
+    warps = -(-n_voxels // (16 * mtiles))
+    wanted = -(-sm_count * WARPS_PER_SM // warps)
+    return max(1, min(wanted, -(-n_blocks // TC_CHUNK)))
+
+
+def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix: tuple[int, ...], device: Device,
+                  *, mtiles: int | None = None, slices: int | None = None) -> None:
+    """Write F^H d with off-resonance (times centred: no ``exp(i 2 pi f t_c)``) of every coil of ``data``
+    (complex64 ``(C, M)``) into ``out`` (complex64 ``(C, voxels)``), on the tensor cores.
+
+    ``kfix``, ``taus`` and ``fixed`` are the fixed-point trajectory, times and field map
+    (:func:`mri_recon.operators.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
+    ``mtiles`` 16-voxel tiles per warp (None: the default), ``slices`` sample slices (None:
+    :func:`slice_count`).
+    """
+    if not tensor_cores_available(device):
+        raise KernelError(f"offres_tc.cu needs compute capability {MIN_CAPABILITY / 10:.1f} or newer")
+    cupy = cupy_module()
+    n_coils, n_samples = (int(s) for s in data.shape)
+    n_voxels = math.prod(matrix)
+    nx, ny = matrix[0], matrix[1]
+    nz = matrix[2] if len(matrix) == 3 else 1
+    n_blocks = max(1, -(-n_samples // 16))
+    for start, size in tc_groups(n_coils):
+        defines = offres_tc_defines(len(matrix), size, mtiles)
+        tiles = defines["OTC_MTILES"]
+        count = slices or slice_count(n_voxels, n_blocks, tiles, _sm_count(device.index))
+        per_slice = -(-n_blocks // count)
+        count = -(-n_blocks // per_slice)
+        scale = sample_scale(data, start, size, len(matrix), device)
+        records = pack_samples(kfix, taus, data, scale, start, size, device)
+        target = out if count == 1 else _empty((count, size, n_voxels), cupy.complex64)
+        kernel = get_module("offres_tc.cu", defines, device).get_function("mri_recon_fhd_offres_tc")
+        warps = -(-n_voxels // (16 * tiles))
+        kernel((-(-warps // TC_WARPS), count), (32 * TC_WARPS,),
+               (target, records, fixed, scale, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(size),
+                np.int32(n_coils if count == 1 else size), np.int32(start if count == 1 else 0),
+                np.int32(n_blocks), np.int32(per_slice)))
+        if count > 1:
+            cupy.sum(target, axis=0, out=out[start:start + size])

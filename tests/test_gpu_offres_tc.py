@@ -1,0 +1,270 @@
+"""F^H d with off-resonance on the tensor cores (offres_tc.cu): the packed layout and the warp's fragment
+arithmetic emulated in NumPy (no GPU), then the kernels against the float64 oracle and that emulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import kernel_offres_turns, kernel_phasor, relative
+
+from mri_recon.backend import cupy_module
+from mri_recon.errors import InvalidDataError, KernelError
+from mri_recon.kernels.configs import MAX_GROUP, offres_tc_defines
+from mri_recon.operators.offres import offres_adjoint
+
+TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
+
+
+def _problem(rng, matrix, coils, samples, peak=150.0, readout=16e-3):
+    k = ((rng.random((samples, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    f = (peak * (2 * rng.random(matrix) - 1)).astype(np.float32)
+    t = (rng.random(samples) * readout).astype(np.float32)
+    d = (rng.standard_normal((coils, samples)) + 1j * rng.standard_normal((coils, samples))).astype(np.complex64)
+    return k, f, t, d
+
+
+def split(x):
+    """The kernel's split of float32 values: hi = half(x), lo = half(x - hi), round to nearest (as float64)."""
+    x = np.asarray(x, dtype=np.float32)
+    hi = x.astype(np.float16)
+    lo = (x - hi.astype(np.float32)).astype(np.float16)
+    return hi.astype(np.float64), lo.astype(np.float64)
+
+
+def scale_of(values):
+    """mri_recon_offres_tc_scale: s = 2^-e for the largest |Re|, |Im| = m 2^e, m in [0.5, 1) (s = 1 for zeros)."""
+    largest = float(np.abs(np.asarray(values, np.complex64).view(np.float32)).max(initial=0.0))
+    exponent = int(np.clip(np.frexp(np.float32(largest))[1], -125, 126)) if largest > 0 else 0
+    return np.float32(2.0**-exponent)
+
+
+def reference_records(kfix, taus, data, start, size):
+    """The sample records of offres_tc.cu (scaled values), written from the layout its header documents."""
+    n_samples, dim = kfix.shape
+    rows = 16 * max(1, -(-n_samples // 16))
+    tiles = (size + 3) // 4
+    records = np.zeros((rows, 4 + 8 * tiles), np.uint32)
+    records[:n_samples, :dim] = kfix
+    records[:n_samples, 3] = taus.astype(np.int32).view(np.uint32)
+    group = data[start:start + size]
+    values = np.ascontiguousarray((group * scale_of(group)).T.astype(np.complex64))
+    records[:n_samples, 4:4 + 2 * size] = values.view(np.float32).view(np.uint32)
+    return records
+
+
+def emulate_warps(records, fixed, matrix, coils, scale):
+    """The kernel's arithmetic with the PTX fragment layouts (mma.m16n8k16, half operands): per 16-voxel tile and
+    block of 16 samples, every lane builds its A fragments (phasors of voxels g, g + 8 at samples 2t, 2t + 1,
+    2t + 8, 2t + 9) and its B fragments (coil 4 j + g / 2 at the same samples: real or imaginary part by g's
+    parity), both split into halves; the 16 x 8 x 16 products are assembled from the 32 lanes' registers and
+    multiplied in float64; the accumulator is read back lane by lane as the kernel writes it, times 1 / scale."""
+    from mri_recon.operators.gpu_offres import voxel_headers
+
+    q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)
+    n_voxels, tiles = q.shape[0], (coils + 3) // 4
+    out = np.full((coils, n_voxels), np.nan, np.complex128)
+    for first in range(0, n_voxels, 16):
+        acc = np.zeros((tiles, 16, 8))
+        for block in records.reshape(-1, 16, records.shape[1]):
+            a = {name: np.zeros((16, 16)) for name in ("c_hi", "c_lo", "s_hi", "s_lo")}
+            b = {name: np.zeros((tiles, 16, 8)) for name in ("re_hi", "re_lo", "im_hi", "im_lo")}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                samples = (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9)
+                for row in (g, g + 8):
+                    v = first + row
+                    qv = q[v] if v < n_voxels else np.zeros(3, np.uint32)
+                    fv = fixed[v] if v < n_voxels else 0
+                    for col in samples:
+                        kr = int(block[col, :3].astype(np.uint64) @ qv.astype(np.uint64)) & 0xFFFFFFFF
+                        turns = int(kernel_offres_turns(fv, block[col, 3:4].view(np.int32))[0])
+                        c, s = kernel_phasor(np.asarray([(kr + turns + 0x100) & 0xFFFFFFFF], np.uint32))
+                        for name, value in (("c", c[0]), ("s", s[0])):
+                            a[name + "_hi"][row, col], a[name + "_lo"][row, col] = split(np.float32(value))
+                for j in range(tiles):
+                    for col in samples:  # b0 = rows 2t..2t+1, b1 = rows 2t+8..2t+9, column g
+                        values = block[col, 4:].view(np.float32)
+                        re, im = values[2 * (4 * j + g // 2)], values[2 * (4 * j + g // 2) + 1]
+                        for mat, value in (("re", im if g & 1 else re), ("im", re if g & 1 else -im)):
+                            b[mat + "_hi"][j, col, g], b[mat + "_lo"][j, col, g] = split(value)
+            for j in range(tiles):
+                acc[j] += (a["c_hi"] @ b["re_lo"][j] + a["c_lo"] @ b["re_hi"][j] + a["s_hi"] @ b["im_lo"][j]
+                           + a["s_lo"] @ b["im_hi"][j] + a["c_hi"] @ b["re_hi"][j] + a["s_hi"] @ b["im_hi"][j])
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3  # c0, c1 = (g, 2t), (g, 2t + 1); c2, c3 = row g + 8
+            for j in range(tiles):
+                c = 4 * j + t
+                for r in range(2):
+                    v = first + g + 8 * r
+                    if c < coils and v < n_voxels:
+                        out[c, v] = (acc[j, g + 8 * r, 2 * t] + 1j * acc[j, g + 8 * r, 2 * t + 1]) / scale
+    return out
+
+
+@pytest.mark.parametrize("matrix, coils, samples", [((9, 6), 3, 61), ((4, 5, 3), 6, 20), ((5, 4), 1, 8)],
+                         ids=["2d-3coils", "3d-6coils", "2d-1coil"])
+def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
+    from mri_recon.operators.gpu_layout import fixed_point_turns
+    from mri_recon.operators.gpu_offres import centre_phase, fixed_point_offres
+
+    k, f, t, d = _problem(rng, matrix, coils, samples, peak=400.0, readout=30e-3)
+    fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
+    d *= np.float32(3e-7)  # any scale: the records hold the samples times a power of two
+    records = reference_records(fixed_point_turns(k, matrix), taus, d, 0, coils)
+    assert records.shape == (16 * -(-samples // 16), 4 + 8 * ((coils + 3) // 4))
+    scaled = records[:samples, 4:4 + 2 * coils].view(np.float32)
+    assert 0.5 <= np.abs(scaled).max() < 1.0
+    image = emulate_warps(records, fixed, matrix, coils, scale_of(d)) * centre_phase(f.reshape(-1), centre)
+    assert not np.isnan(image).any()
+    assert relative(image.reshape(coils, *matrix), offres_adjoint(d, k, f, t)) < 2e-6
+
+
+def test_half_split_carries_22_bits_within_the_scaled_range():
+    """|x| <= 1: the error is below 2^-22 |x| + 2^-25 (the halves' subnormal step is 2^-24: absolute)."""
+    x = np.random.default_rng(5).uniform(-1, 1, 100000).astype(np.float32)
+    for values in (x, x * np.float32(2.0**-8), x * np.float32(2.0**-20)):
+        hi, lo = split(values)
+        assert np.all(np.abs(hi + lo - values) <= 2.0**-22 * np.abs(values) + 2.0**-25)
+    hi, lo = split(x)
+    assert np.max(np.abs(hi + lo - x)[np.abs(x) > 0.5] / np.abs(x[np.abs(x) > 0.5])) <= 2.0**-23
+    assert scale_of(np.asarray([0.0, 3.0 - 1e-3j])) == 0.25 and scale_of(np.zeros(3)) == 1.0
+    assert scale_of(np.asarray([1e-44])) == np.float32(2.0**125)  # a subnormal largest: the scale stays finite
+
+
+def test_defines_and_groups():
+    from mri_recon.operators.gpu_offres_tc import record_words, slice_count, tc_groups
+
+    assert [offres_tc_defines(2, c)["OTC_NTILES"] for c in range(1, 9)] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert record_words(4) == 12 and record_words(5) == 20
+    with pytest.raises(KernelError):
+        offres_tc_defines(2, MAX_GROUP + 1)
+    assert tc_groups(8) == [(0, 8)] and tc_groups(12) == [(0, 8), (8, 4)] and tc_groups(3) == [(0, 3)]
+    assert slice_count(256 * 256, 16384, 1, 132) == 1  # 4096 warps fill 132 multiprocessors
+    assert slice_count(64 * 64, 16384, 2, 132) == 25 and slice_count(64 * 64, 16384, 4, 132) == 50
+    assert slice_count(64 * 64, 6, 1, 132) == 1  # one staged chunk at least per slice
+
+
+# ----------------------------------------------------------------------------------------------------
+# GPU
+
+
+def _gpu(*arrays):
+    cupy = cupy_module()
+    return [cupy.asarray(a) for a in arrays]
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Every buffer the launchers fill starts as NaN (0xFFFFFFFF for the record words)."""
+    from mri_recon.operators import gpu_offres, gpu_offres_tc
+
+    cupy = cupy_module()
+
+    def empty(shape, dtype):
+        out = cupy.empty(shape, dtype)
+        out.view(cupy.uint8).fill(0xFF)
+        return out
+
+    monkeypatch.setattr(gpu_offres, "_empty", empty)
+    monkeypatch.setattr(gpu_offres_tc, "_empty", empty)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("coils, start, size", [(1, 0, 1), (3, 0, 3), (8, 0, 8), (12, 8, 4), (7, 2, 5)])
+def test_record_kernel_matches_the_layout(rng, poisoned, dim, coils, start, size):
+    from mri_recon.backend import Device
+    from mri_recon.operators.gpu_layout import fixed_point_turns
+    from mri_recon.operators.gpu_offres import fixed_point_offres
+    from mri_recon.operators.gpu_offres_tc import pack_samples, sample_scale
+
+    matrix = (6, 5, 4)[:dim]
+    k, f, t, d = _problem(rng, matrix, coils, 45)
+    d *= np.float32(1e-12)
+    fixed, taus, _ = fixed_point_offres(f.reshape(-1), t)
+    kfix = fixed_point_turns(k, matrix)
+    gk, gt, gd = _gpu(kfix, taus, d)
+    scale = sample_scale(gd, start, size, dim, Device(0))
+    expected = scale_of(d[start:start + size])
+    np.testing.assert_array_equal(scale.get(), [expected, 1 / expected])
+    records = pack_samples(gk, gt, gd, scale, start, size, Device(0)).get()
+    np.testing.assert_array_equal(records, reference_records(kfix, taus, d, start, size))
+
+
+CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 2, 1), ((7, 1), 9, 130), ((4, 3, 5), 2, 211),
+         ((17, 16, 15), 4, 300), ((9, 7, 2), 8, 64), ((64, 63), 12, 1001), ((16, 16), 5, 16), ((20, 19), 16, 333),
+         ((12, 12), 6, 15)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("mtiles, slices", [(None, None), (2, 3), (4, 1)])
+def test_tensor_core_kernel_against_the_oracle(rng, poisoned, case, mtiles, slices):
+    from mri_recon.backend import Device
+    from mri_recon.operators.gpu_layout import fixed_point_turns
+    from mri_recon.operators.gpu_offres import centre_phase, fixed_point_offres
+    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+
+    cupy = cupy_module()
+    matrix, coils, samples = case
+    k, f, t, d = _problem(rng, matrix, coils, samples)
+    fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
+    out = cupy.full((coils, int(np.prod(matrix))), np.nan, np.complex64)
+    fhd_offres_tc(out, *_gpu(d, fixed_point_turns(k, matrix), taus, fixed), matrix, Device(0), mtiles=mtiles,
+                  slices=slices)
+    image = out.get() * centre_phase(f.reshape(-1), centre)
+    assert relative(image.reshape(coils, *matrix), offres_adjoint(d, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peak, readout", [(1000.0, 50e-3), (5.0, 1e-3)], ids=["50-turns", "tiny"])
+def test_tensor_cores_keep_their_accuracy_for_large_and_small_phases_and_long_sums(rng, poisoned, peak, readout):
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+
+    matrix = (40, 36)
+    k, f, t, d = _problem(rng, matrix, 8, 20000, peak, readout)
+    for scale in (1e30, 1e-30):  # the records hold the samples times a power of two: any scale
+        data = (d * np.float32(scale)).astype(np.complex64)
+        out = fhd_offres_gpu(*_gpu(data, k), matrix, *_gpu(f, t), tensor=True)
+        assert relative(out.get(), offres_adjoint(data, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, poisoned):
+    """MRI data falls by orders of magnitude from the centre of k-space: the half split loses an absolute amount
+    (below 2^-25 of the largest sample), which must not show in the image."""
+    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+
+    matrix = (48, 48)
+    k, f, t, d = _problem(rng, matrix, 4, 30000)
+    radius = np.linalg.norm(k, axis=1)
+    d = (d * (1.0 / (1.0 + radius**3))).astype(np.complex64)  # 1e5 between the centre and the corners
+    assert np.abs(d).max() / np.abs(d).min() > 1e4
+    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), tensor=True)
+    assert relative(out.get(), offres_adjoint(d, k, f, t)) < TOL
+
+
+@pytest.mark.gpu
+def test_default_choice_and_agreement_with_fhd(rng, poisoned):
+    from mri_recon.backend import Device
+    from mri_recon.kernels.configs import TC_MIN_COILS
+    from mri_recon.operators import gpu_offres
+    from mri_recon.operators.gpu_offres_tc import tensor_cores_available
+
+    device = Device(0)
+    available = tensor_cores_available(device)
+    assert gpu_offres.uses_tensor_cores(TC_MIN_COILS, device, None) == available
+    assert not gpu_offres.uses_tensor_cores(TC_MIN_COILS - 1, device, None)
+    assert not gpu_offres.uses_tensor_cores(8, device, None, fhd_options=True)
+    assert not gpu_offres.uses_tensor_cores(8, device, False)
+    if not available:
+        with pytest.raises(InvalidDataError, match="compute capability"):
+            gpu_offres.uses_tensor_cores(8, device, True)
+        return
+    matrix = (24, 21)
+    k, f, t, d = _problem(rng, matrix, 6, 700)
+    args = (*_gpu(d, k), matrix, *_gpu(f, t))
+    tensor = gpu_offres.fhd_offres_gpu(*args, tensor=True).get()
+    fhd = gpu_offres.fhd_offres_gpu(*args, tensor=False).get()
+    assert relative(tensor, fhd) < 2 * TOL
+    assert relative(tensor, offres_adjoint(d, k, f, t)) < TOL

@@ -157,16 +157,22 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
     return adjoint, forward
 
 
-def recur_sweep(n: int, spokes: int, samples: int) -> dict:
-    """The time recurrence's positions per thread and accumulation on the ``fhd_2d`` problem, 1 and 8 coils."""
+def sweep_problem(n: int, spokes: int, samples: int) -> tuple:
+    """The ``fhd_2d`` problem on the GPU for the sweeps: matrix, trajectory (host), prepared field map and times,
+    fixed-point trajectory (device), the device."""
     cupy = cupy_module()
-    rng = np.random.default_rng(2)
     matrix = (n, n)
     traj = radial_2d(n, spokes, samples)
     times = sim_offres.readout_times(len(traj), samples, 16e-3)
     prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
-    kfix = fixed_point_turns(cupy.asarray(traj), matrix)
-    device = gpu_exact._device()
+    return matrix, traj, prepared, fixed_point_turns(cupy.asarray(traj), matrix), gpu_exact._device()
+
+
+def recur_sweep(n: int, spokes: int, samples: int) -> dict:
+    """The time recurrence's positions per thread and accumulation on the ``fhd_2d`` problem, 1 and 8 coils."""
+    cupy = cupy_module()
+    rng = np.random.default_rng(2)
+    matrix, traj, prepared, kfix, device = sweep_problem(n, spokes, samples)
     rows: dict = {"matrix": list(matrix), "samples": len(traj), "runs": prepared.runs.runs}
     for coils in (1, 8):
         data = (rng.standard_normal((coils, len(traj))) + 1j * rng.standard_normal((coils, len(traj))))
@@ -199,12 +205,7 @@ def tc_sweep(n: int, spokes: int, samples: int) -> dict:
 
     cupy = cupy_module()
     rng = np.random.default_rng(3)
-    matrix = (n, n)
-    traj = radial_2d(n, spokes, samples)
-    times = sim_offres.readout_times(len(traj), samples, 16e-3)
-    prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
-    kfix = fixed_point_turns(cupy.asarray(traj), matrix)
-    device = gpu_exact._device()
+    matrix, traj, prepared, kfix, device = sweep_problem(n, spokes, samples)
     rows: dict = {"matrix": list(matrix), "samples": len(traj)}
     for coils in (1, 2, 4, 8):
         data = cupy.asarray((rng.standard_normal((coils, len(traj))) + 1j * rng.standard_normal((coils, len(traj))))

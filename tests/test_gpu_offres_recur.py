@@ -201,7 +201,7 @@ def test_configurations_by_coil_count():
         for coils in range(1, 9):
             defines = offres_adjoint_defines(dim, coils, True)
             assert defines["FHD_RECUR"] == 1 and defines["FHD_OFFRES"] == 1
-            assert defines["FHD_ROTATE"] == int(offres_rotates(coils)) == int(coils <= 2)
+            assert defines["FHD_ROTATE"] == int(offres_rotates(coils)) == int(coils == 1)
             assert defines["FHD_VOX"] == offres_recur_positions(coils)
             assert offres_adjoint_defines(dim, coils, True, not offres_rotates(coils))["FHD_ROTATE"] != \
                 defines["FHD_ROTATE"]
@@ -356,20 +356,28 @@ def test_recurrence_kernel_against_the_oracle(rng, poisoned, case, rotate, chunk
 @pytest.mark.gpu
 @pytest.mark.parametrize("coils", [1, 3, 8])
 def test_default_path_follows_the_times(rng, poisoned, coils):
-    """Uniform steps take the recurrence, irregular times the phasor kernel: the default equals the explicit
-    choice bit for bit (and repeats bit for bit), and both meet the oracle."""
+    """fhd.cu (tensor=False): uniform steps take the recurrence, irregular times the phasor kernel: the default
+    equals the explicit choice bit for bit (and repeats bit for bit), and both meet the oracle. With the tensor
+    cores (from TC_MIN_COILS coils on a GPU that has them) the default is theirs, whatever the times."""
+    from mri_recon.backend import Device
+    from mri_recon.kernels.configs import TC_MIN_COILS
+    from mri_recon.operators.gpu_offres_tc import tensor_cores_available
+
     matrix = (20, 19)
     k, field, t, d = _problem(rng, matrix, coils, 2, 300)
     gd, gk, gf, gt = _gpu(d, k, field, t)
-    default = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get()
+    default = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get()
     np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=True).get())
-    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get())
+    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get())
     phasor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=False).get()
     reference = offres_adjoint(d, k, field, t)
     assert relative(default, reference) < TOL and relative(phasor, reference) < TOL
+    automatic = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get()
+    tensor = coils >= TC_MIN_COILS and tensor_cores_available(Device(0))
+    np.testing.assert_array_equal(automatic, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=tensor).get())
     irregular = (rng.random(t.shape) * 16e-3).astype(np.float32)
     gi = _gpu(irregular)[0]
-    fallback = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi).get()
+    fallback = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, tensor=False).get()
     np.testing.assert_array_equal(fallback, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, recur=False).get())
     assert relative(fallback, offres_adjoint(d, k, field, irregular)) < TOL
     with pytest.raises(InvalidDataError, match="recur=True needs sample times in runs"):

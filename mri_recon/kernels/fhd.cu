@@ -69,7 +69,7 @@
 //       1: the sums rotate (Horner): H holds sum_j d_j exp(i theta_j) E(j) / E(m) in the frame of the last
 //          sample m, so H <- H conj(R) + d exp(+-i theta) (the voxel with +, its mirror with -, sharing
 //          d cos and d sin: 6 + 8 FMAs per coil), and at a re-seed and at the end of the share
-//          U += E(m) H exactly, H = 0. Per position and sample 4 + 14 FHD_COILS FMAs: for one or two coils.
+//          U += E(m) H exactly, H = 0. Per position and sample 4 + 14 FHD_COILS FMAs: for one coil.
 //
 // Compile-time sizes (-D):
 //   FHD_DIM     2 or 3

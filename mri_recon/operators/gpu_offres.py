@@ -210,16 +210,20 @@ class PreparedOffres:
     """int32 ``(M,)``: ``tau_m = round(2^32 (t_m - t_c))``."""
     shift: Any
     """complex64 ``(voxels,)``: ``exp(+i 2 pi f_n t_c)`` (:func:`centre_phase`)."""
-    runs: TimeRuns | None
-    """The runs of a uniform step (:func:`time_runs`), or None: F^H d takes the ``phasor`` kernel."""
+
+    @functools.cached_property
+    def runs(self) -> TimeRuns | None:
+        """The runs of a uniform step (:func:`time_runs`), or None: F^H d takes the ``phasor`` kernel. Found on
+        first use: the tensor cores and F do not need them."""
+        return time_runs(self.taus, self.fixed)
 
 
 def prepare_offres(field_map: Any, times: Any) -> PreparedOffres:
     """What the launchers derive from the field map and the times, once (:func:`fixed_point_offres`,
-    :func:`centre_phase`, :func:`time_runs`); pass it as ``prepared=`` to skip the work (CG)."""
+    :func:`centre_phase`; :func:`time_runs` on first use); pass it as ``prepared=`` to skip the work (CG)."""
     fmap = field_map.reshape(-1)
     fixed, taus, centre = fixed_point_offres(fmap, times)
-    return PreparedOffres(fixed, taus, centre_phase(fmap, centre), time_runs(taus, fixed))
+    return PreparedOffres(fixed, taus, centre_phase(fmap, centre))
 
 
 def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:

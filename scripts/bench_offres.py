@@ -5,21 +5,20 @@ Usage: python scripts/bench_offres.py OUT.json [--quick]
 Sections (each guarded: a failure is recorded in the JSON and the run goes on):
 
 - ``fhd_2d``: F^H d on 256 x 256 from 256 golden-angle spokes x 1024 samples (M = 262,144, the problem of
-  scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1 and 8 coils. Median of
-  10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence), the plain
-  kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase term), the
-  off-resonance default path (``offres``; ``offres_path`` names it: the tensor cores from
-  ``configs.TC_MIN_COILS`` coils, else the time recurrence, as the readouts have a constant dwell time),
-  ``fhd.cu``'s default (``offres_fhd``), its other accumulation (``offres_recur_walk`` or
-  ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times
-  get) and the tensor cores (``offres_tc``); 1, 2, 4 and 8 coils. Rates in voxel-sample pairs per second
-  (coil-voxel-sample triples for several coils); ratios to the plain kernel; each off-resonance kernel's
-  relative error against float64 at 2048 random voxels.
+  scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1, 2, 4 and 8 coils.
+  Median of 10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence),
+  the plain kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase
+  term), the off-resonance default path (``offres``; ``offres_path`` names it: the time recurrence, as the
+  readouts have a constant dwell time), ``fhd.cu`` asked for explicitly (``offres_fhd``), its other
+  accumulation (``offres_recur_walk`` or ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one
+  phase per voxel-sample, what any times get) and the tensor cores on request (``offres_tc``). Rates in
+  voxel-sample pairs per second (coil-voxel-sample triples for several coils); ratios to the plain kernel;
+  each off-resonance kernel's relative error against float64 at 2048 random voxels.
 - ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
   accumulation, 1 and 8 coils (configurations beyond about 200 floats per thread left out): rate and
   registers, to tune ``configs.offres_recur_positions`` and ``configs.ROTATE_COILS``.
 - ``fhd_2d_tc_sweep``: the tensor-core kernel alone on the same problem, 1, 2, 4, 8 coils by 1, 2, 4 tiles of 16
-  voxels per warp: rate and registers, to tune ``configs.TC_MTILES`` and ``configs.TC_MIN_COILS``.
+  voxels per warp: rate and registers, to tune ``configs.TC_MTILES``.
 - ``forward_2d``: F on the same problem, plain (runs with mirror pairs + recurrence) and off-resonance.
 - ``impatient_3d``: the off-resonance F^H d on IMPATIENT's problem size (128^3 voxels, 284,592 samples
   uniform in the Nyquist cube, 1 coil); IMPATIENT (Stone et al. 2008) computed it in about 1.5 minutes
@@ -135,8 +134,7 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         for entry in row.values():
             entry["rate"] = work / entry["median_s"]
         prepared = gpu_offres.prepare_offres(gf, gt)
-        row["offres_path"] = ("tensor cores" if gpu_offres.uses_tensor_cores(coils, gpu_exact._device(), None)
-                              else f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
+        row["offres_path"] = (f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
                               if gpu_offres.uses_recurrence(prepared, None) else "phasor")
         ref = reference_adjoint(data, traj, fmap, times, voxels)
         for name, options in kernels.items():

@@ -356,13 +356,9 @@ def test_recurrence_kernel_against_the_oracle(rng, poisoned, case, rotate, chunk
 @pytest.mark.gpu
 @pytest.mark.parametrize("coils", [1, 3, 8])
 def test_default_path_follows_the_times(rng, poisoned, coils):
-    """fhd.cu (tensor=False): uniform steps take the recurrence, irregular times the phasor kernel: the default
-    equals the explicit choice bit for bit (and repeats bit for bit), and both meet the oracle. With the tensor
-    cores (from TC_MIN_COILS coils on a GPU that has them) the default is theirs, whatever the times."""
-    from mri_recon.backend import Device
-    from mri_recon.kernels.configs import TC_MIN_COILS
-    from mri_recon.operators.gpu_offres_tc import tensor_cores_available
-
+    """Uniform steps take the recurrence, irregular times the phasor kernel: the default equals the explicit
+    choice bit for bit (and repeats bit for bit), and both meet the oracle; it is fhd.cu's (tensor=False), the
+    tensor cores run only on request."""
     matrix = (20, 19)
     k, field, t, d = _problem(rng, matrix, coils, 2, 300)
     gd, gk, gf, gt = _gpu(d, k, field, t)
@@ -372,9 +368,7 @@ def test_default_path_follows_the_times(rng, poisoned, coils):
     phasor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=False).get()
     reference = offres_adjoint(d, k, field, t)
     assert relative(default, reference) < TOL and relative(phasor, reference) < TOL
-    automatic = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get()
-    tensor = coils >= TC_MIN_COILS and tensor_cores_available(Device(0))
-    np.testing.assert_array_equal(automatic, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=tensor).get())
+    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get())
     irregular = (rng.random(t.shape) * 16e-3).astype(np.float32)
     gi = _gpu(irregular)[0]
     fallback = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, tensor=False).get()

@@ -144,6 +144,18 @@ def test_defines_and_groups():
     assert slice_count(64 * 64, 6, 1, 132) == 1  # one staged chunk at least per slice
 
 
+def test_tensor_cores_run_only_on_request():
+    """F^H d's default is fhd.cu (one scale per launch would cost weak coils their accuracy); tensor=True
+    demands the tensor cores and is refused, with the reason, where there are none (here: the CPU)."""
+    from mri_recon.backend import Device
+    from mri_recon.operators.gpu_offres import uses_tensor_cores
+
+    cpu = Device(-1)
+    assert not uses_tensor_cores(cpu, None) and not uses_tensor_cores(cpu, False)
+    with pytest.raises(InvalidDataError, match="compute capability 8.0"):
+        uses_tensor_cores(cpu, True)
+
+
 # ----------------------------------------------------------------------------------------------------
 # GPU
 
@@ -245,26 +257,23 @@ def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, 
 
 
 @pytest.mark.gpu
-def test_default_choice_and_agreement_with_fhd(rng, poisoned):
+def test_tensor_cores_only_on_request_and_agreement_with_fhd(rng, poisoned):
     from mri_recon.backend import Device
-    from mri_recon.kernels.configs import TC_MIN_COILS
     from mri_recon.operators import gpu_offres
     from mri_recon.operators.gpu_offres_tc import tensor_cores_available
 
     device = Device(0)
-    available = tensor_cores_available(device)
-    assert gpu_offres.uses_tensor_cores(TC_MIN_COILS, device, None) == available
-    assert not gpu_offres.uses_tensor_cores(TC_MIN_COILS - 1, device, None)
-    assert not gpu_offres.uses_tensor_cores(8, device, None, fhd_options=True)
-    assert not gpu_offres.uses_tensor_cores(8, device, False)
-    if not available:
+    assert not gpu_offres.uses_tensor_cores(device, None) and not gpu_offres.uses_tensor_cores(device, False)
+    if not tensor_cores_available(device):
         with pytest.raises(InvalidDataError, match="compute capability"):
-            gpu_offres.uses_tensor_cores(8, device, True)
+            gpu_offres.uses_tensor_cores(device, True)
         return
+    assert gpu_offres.uses_tensor_cores(device, True)
     matrix = (24, 21)
     k, f, t, d = _problem(rng, matrix, 6, 700)
     args = (*_gpu(d, k), matrix, *_gpu(f, t))
     tensor = gpu_offres.fhd_offres_gpu(*args, tensor=True).get()
     fhd = gpu_offres.fhd_offres_gpu(*args, tensor=False).get()
+    np.testing.assert_array_equal(fhd, gpu_offres.fhd_offres_gpu(*args).get())  # the default is fhd.cu
     assert relative(tensor, fhd) < 2 * TOL
     assert relative(tensor, offres_adjoint(d, k, f, t)) < TOL

@@ -124,9 +124,6 @@ TC_CHUNK = 8
 sums leave into registers after each chunk, so none of them adds more than 128 samples."""
 TC_MTILES = 4
 """16-voxel tiles per warp of ``offres_tc.cu``."""
-TC_MIN_COILS = 3
-"""Smallest coil group for which F^H d with off-resonance takes the tensor cores (``offres_tc.cu``) by default;
-smaller groups take ``fhd.cu``'s time recurrence or ``phasor`` kernel."""
 
 
 def offres_tc_defines(dim: int, coils: int, mtiles: int | None = None) -> dict[str, int]:

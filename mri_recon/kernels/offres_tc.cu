@@ -16,13 +16,16 @@
 // Precision. Every factor x is split into two IEEE half-precision numbers, x_hi = half(x) and
 // x_lo = half(x - x_hi) (round to nearest: 11 significant bits each, 22 together), and
 // a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi, the tensor cores multiplying halves exactly and adding in float32
-// (the dropped a_lo b_lo is below 2^-24 |a b|). The cosines and sines lie in [-1, 1]; the samples are scaled
-// by a power of two (scale, set on the GPU from the group's largest |d|, so no host round trip) into
-// [-1, 1], which keeps them inside the half range, and the sums are scaled back exactly. Below 2^-14 the
-// halves are subnormal with a fixed step of 2^-24, so the split of x carries x within 2^-22 |x| + 2^-25: near
-// float32 for the cosines and sines and the large samples, an absolute 2^-25 of the largest sample for the
-// small ones (k-space far from its centre), which the image's sums do not notice. The float32 partial sums
-// leave the tensor cores into float32 registers after every chunk (OTC_CHUNK blocks of 16 samples).
+// with an adder that truncates (the dropped a_lo b_lo is below 2^-22 |a b|). The cosines and sines lie in
+// [-1, 1]; the samples are scaled by a power of two (scale, set on the GPU from the launch's largest |Re| or
+// |Im|, so no host round trip) into [-1, 1], which keeps them inside the half range, and the sums are scaled
+// back exactly. Below 2^-14 the halves are subnormal with a fixed step of 2^-24, so the split of x carries x
+// within 2^-22 |x| + 2^-25: near float32 for the cosines and sines and the large samples, an absolute error up
+// to 2^-24 of the launch's largest sample for the small ones (k-space far from its centre). The coils of a
+// launch share the scale, so that floor is the strongest coil's: a coil 30x weaker, on k-space of high
+// dynamic range, misses the exact kernels' 2e-5 (the launcher runs this kernel only on request). The float32
+// partial sums leave the tensor cores into float32 registers after every chunk (OTC_CHUNK blocks of 16
+// samples), so the truncating adder never sums more than 128 samples.
 // Half operands run the tensor cores at twice the rate of TF32 (16 samples per instruction instead of 8).
 //
 // Fragments (PTX, mma.m16n8k16 .f16, lane = 4 g + t, pairs in one register, the lower column first):
@@ -204,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
             }
             // tile by tile: the A fragments (a[0] cos hi, a[1] cos lo, a[2] sin hi, a[3] sin lo; register e holds
             // voxel row e & 1 (g, g + 8) at the sample pair e >> 1 (2t..2t+1, 2t+8..2t+9)), then the three terms of
-            // cos B_re and of sin B_im, small terms first, column tiles innermost (independent accumulators)
+            // cos B_re and of sin B_im, small terms first (within the block), column tiles innermost
 #pragma unroll
             for (int i = 0; i < OTC_MTILES; ++i) {
                 unsigned a[4][4];

@@ -30,7 +30,6 @@ from ..grid import centre as grid_centre
 from ..kernels import get_module
 from ..kernels.configs import (
     OFFRES_RESEED,
-    TC_MIN_COILS,
     fhd_record_words,
     offres_adjoint_defines,
     offres_forward_defines,
@@ -238,15 +237,14 @@ def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
     return bool(recur)
 
 
-def uses_tensor_cores(n_coils: int, device: Device, tensor: bool | None, fhd_options: bool = False) -> bool:
-    """Whether F^H d with off-resonance takes the tensor cores: ``tensor=None`` where the GPU has them, there
-    are at least :data:`~mri_recon.kernels.configs.TC_MIN_COILS` coils and the caller set none of ``fhd.cu``'s
-    options (``fhd_options``: recur, rotate, chunk or block); ``True`` demands them (raises
-    :class:`InvalidDataError` on an older GPU), ``False`` refuses them."""
-    if tensor is None:
-        return int(n_coils) >= TC_MIN_COILS and tensor_cores_available(device) and not fhd_options
+def uses_tensor_cores(device: Device, tensor: bool | None) -> bool:
+    """Whether F^H d with off-resonance takes the tensor cores: only when asked (``tensor=True``; raises
+    :class:`InvalidDataError` on a GPU older than compute capability 8.0). Not by default: one power-of-two scale
+    serves a launch's coils, so a coil much weaker than the strongest (30x and k-space of high dynamic range)
+    loses accuracy below the exact kernels' 2e-5 (docs/offres.md)."""
     if tensor and not tensor_cores_available(device):
-        raise InvalidDataError("tensor=True needs a GPU of compute capability 8.0 or newer (tensor cores with TF32)")
+        raise InvalidDataError("tensor=True needs a GPU of compute capability 8.0 or newer (mma.sync with half "
+                               "operands)")
     return bool(tensor)
 
 
@@ -279,10 +277,10 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
         With the recurrence, rotating sums instead of walking phasors (``FHD_ROTATE``); None: by the coil
         count (:func:`mri_recon.kernels.configs.offres_rotates`).
     tensor
-        The tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
-        over samples as a matrix product) instead of ``fhd.cu``: None where the GPU has them (compute
-        capability 8.0), there are at least :data:`~mri_recon.kernels.configs.TC_MIN_COILS` coils and none of
-        ``recur``, ``rotate``, ``chunk`` and ``block`` is set (they are ``fhd.cu``'s); True demands them.
+        True: the tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
+        over samples as a matrix product, 1.5x ``fhd.cu`` with 8 coils; compute capability 8.0) instead of
+        ``fhd.cu``, whose options ``recur``, ``rotate``, ``chunk`` and ``block`` then do not apply. Only on
+        request: the coils of a launch share one scale (:func:`uses_tensor_cores`).
 
     Returns
     -------
@@ -294,7 +292,7 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
-    if uses_tensor_cores(n_coils, device, tensor, any(o is not None for o in (recur, rotate, chunk, block))):
+    if uses_tensor_cores(device, tensor):
         fhd_offres_tc(out, data, kfix, prepared.taus, prepared.fixed, matrix, device)
         out *= prepared.shift
         return out.reshape(n_coils, *matrix)

@@ -29,7 +29,8 @@ from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines
 from .gpu_exact import _empty, _sm_count
 
 MIN_CAPABILITY = 80
-"""Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` with TF32 operands."""
+"""Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` m16n8k16 with half operands and float32
+sums."""
 HEADER_WORDS = 4
 """Words of a sample record before its values: K_0, K_1, K_2, tau."""
 WARPS_PER_SM = 24
@@ -66,8 +67,10 @@ def tc_groups(n_coils: int) -> list[tuple[int, int]]:
 
 def sample_scale(data: Any, start: int, size: int, dim: int, device: Device) -> Any:
     """float32 ``(2,)`` on the GPU: ``s = 2^-e`` and ``1 / s`` for coils ``start .. start + size`` of ``data``, e the
-    binary exponent of their largest real or imaginary part (so ``s |d| < 1``; ``s = 1`` for zero data), found
-    without a host round trip (``mri_recon_offres_tc_scale``)."""
+    binary exponent of their largest real or imaginary part (so ``s |d| < 1``, e clamped to [-125, 126] so that
+    s and 1 / s stay normal; ``s = 1`` for zero data), found without a host round trip
+    (``mri_recon_offres_tc_scale``). One scale for the group's coils (the kernel's accuracy floor follows the
+    strongest coil)."""
     cupy = cupy_module()
     group = data[start:start + size]
     largest = cupy.abs(group.view(cupy.float32)).max()

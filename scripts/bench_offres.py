@@ -9,9 +9,9 @@ Sections (each guarded: a failure is recorded in the JSON and the run goes on):
   Median of 10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence),
   the plain kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase
   term), the off-resonance default path (``offres``; ``offres_path`` names it: the time recurrence, as the
-  readouts have a constant dwell time), ``fhd.cu`` asked for explicitly (``offres_fhd``), its other
-  accumulation (``offres_recur_walk`` or ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one
-  phase per voxel-sample, what any times get) and the tensor cores on request (``offres_tc``). Rates in
+  readouts have a constant dwell time), its other accumulation (``offres_recur_walk`` or
+  ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times
+  get) and the tensor cores on request (``offres_tc``). Rates in
   voxel-sample pairs per second (coil-voxel-sample triples for several coils); ratios to the plain kernel;
   each off-resonance kernel's relative error against float64 at 2048 random voxels.
 - ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
@@ -125,7 +125,7 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         work = pairs * coils
         rotate = offres_rotates(coils)
         other = "offres_recur_walk" if rotate else "offres_recur_rotate"
-        kernels = {"offres": {}, "offres_fhd": {"tensor": False}, other: {"recur": True, "rotate": not rotate},
+        kernels = {"offres": {}, other: {"recur": True, "rotate": not rotate},
                    "offres_phasor": {"recur": False}, "offres_tc": {"tensor": True}}
         row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
                "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False))}
@@ -144,7 +144,7 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_phasor_over_plain_unpaired"] = row["offres_phasor"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_over_offres_phasor"] = row["offres"]["rate"] / row["offres_phasor"]["rate"]
-        row["offres_tc_over_offres_fhd"] = row["offres_tc"]["rate"] / row["offres_fhd"]["rate"]
+        row["offres_tc_over_offres"] = row["offres_tc"]["rate"] / row["offres"]["rate"]
         adjoint[f"{coils} coil(s)"] = row
         frow = {"plain": timed(lambda image=image: gpu_exact.forward_gpu(image, gk)),
                 "offres": timed(lambda image=image: gpu_offres.forward_offres_gpu(image, gk, gf, gt))}

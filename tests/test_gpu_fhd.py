@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import random_problem, relative
+from helpers import poison_empty, random_problem, relative
 
 from mri_recon.backend import cupy_module, gpu_available, gpu_count
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
@@ -180,12 +180,7 @@ def test_without_gpu_the_launchers_say_so():
 @pytest.fixture
 def poisoned(monkeypatch):
     """Every buffer the kernels fill starts as NaN, so a voxel or sample left unwritten shows."""
-    cupy = cupy_module()
-
-    def empty(shape, dtype):
-        return cupy.full(shape, np.nan, dtype=dtype)
-
-    monkeypatch.setattr(gpu_fhd, "_empty", empty)
+    poison_empty(monkeypatch, gpu_fhd)
 
 
 def on_gpu(*arrays):

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import kernel_offres_turns, kernel_phasor, relative
+from helpers import kernel_offres_turns, kernel_phasor, poison_empty, relative
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError
@@ -323,13 +323,7 @@ def poisoned(monkeypatch):
     """Every buffer the kernels fill starts as NaN, so a voxel left unwritten shows."""
     from mri_recon.operators import gpu_exact
 
-    cupy = cupy_module()
-
-    def empty(shape, dtype):
-        return cupy.full(shape, np.nan, dtype=dtype)
-
-    monkeypatch.setattr(gpu_exact, "_empty", empty)
-    monkeypatch.setattr(gpu_offres, "_empty", empty)
+    poison_empty(monkeypatch, gpu_exact, gpu_offres)
 
 
 def _gpu(*arrays):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import kernel_offres_turns, kernel_phasor, relative
+from helpers import kernel_offres_turns, kernel_phasor, poison_empty, relative
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, KernelError
@@ -156,6 +156,17 @@ def test_tensor_cores_run_only_on_request():
         uses_tensor_cores(cpu, True)
 
 
+@pytest.mark.parametrize("options, message", [({"mtiles": 5}, "1 to 4 tiles of 16 voxels per warp, found mtiles=5"),
+                                              ({"slices": 0}, "must lie in 1..65535, found 0"),
+                                              ({}, "needs compute capability 8.0 or newer")])
+def test_the_launcher_refuses_what_it_cannot_run(options, message):
+    from mri_recon.backend import Device
+    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+
+    with pytest.raises(KernelError, match=message):  # checked before any array is touched
+        fhd_offres_tc(None, None, None, None, None, (8, 8), Device(-1), **options)
+
+
 # ----------------------------------------------------------------------------------------------------
 # GPU
 
@@ -170,15 +181,7 @@ def poisoned(monkeypatch):
     """Every buffer the launchers fill starts as NaN (0xFFFFFFFF for the record words)."""
     from mri_recon.operators import gpu_offres, gpu_offres_tc
 
-    cupy = cupy_module()
-
-    def empty(shape, dtype):
-        out = cupy.empty(shape, dtype)
-        out.view(cupy.uint8).fill(0xFF)
-        return out
-
-    monkeypatch.setattr(gpu_offres, "_empty", empty)
-    monkeypatch.setattr(gpu_offres_tc, "_empty", empty)
+    poison_empty(monkeypatch, gpu_offres, gpu_offres_tc)
 
 
 @pytest.mark.gpu

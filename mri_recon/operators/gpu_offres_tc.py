@@ -112,9 +112,14 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
 
     ``kfix``, ``taus`` and ``fixed`` are the fixed-point trajectory, times and field map
     (:func:`mri_recon.operators.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
-    ``mtiles`` 16-voxel tiles per warp (None: the default), ``slices`` sample slices (None:
-    :func:`slice_count`).
+    ``mtiles`` 16-voxel tiles per warp (1..4; None: the default), ``slices`` sample slices (1..65535, the grid's
+    rows; None: :func:`slice_count`). Raises :class:`KernelError` for either out of range or a GPU without the
+    tensor cores the kernel needs.
     """
+    if mtiles is not None and not 1 <= int(mtiles) <= 4:
+        raise KernelError(f"offres_tc.cu takes 1 to 4 tiles of 16 voxels per warp, found mtiles={mtiles}")
+    if slices is not None and not 1 <= int(slices) <= 65535:
+        raise KernelError(f"slices (grid rows of sample slices) must lie in 1..65535, found {slices}")
     if not tensor_cores_available(device):
         raise KernelError(f"offres_tc.cu needs compute capability {MIN_CAPABILITY / 10:.1f} or newer")
     cupy = cupy_module()

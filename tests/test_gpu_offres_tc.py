@@ -32,7 +32,8 @@ def split(x):
 
 
 def scale_of(values):
-    """mri_recon_offres_tc_scale: s = 2^-e for the largest |Re|, |Im| = m 2^e, m in [0.5, 1) (s = 1 for zeros)."""
+    """mri_recon_offres_tc_scale for one coil: s = 2^-e for its largest |Re|, |Im| = m 2^e, m in [0.5, 1) (s = 1
+    for zeros)."""
     largest = float(np.abs(np.asarray(values, np.complex64).view(np.float32)).max(initial=0.0))
     exponent = int(np.clip(np.frexp(np.float32(largest))[1], -125, 126)) if largest > 0 else 0
     return np.float32(2.0**-exponent)
@@ -47,17 +48,18 @@ def reference_records(kfix, taus, data, start, size):
     records[:n_samples, :dim] = kfix
     records[:n_samples, 3] = taus.astype(np.int32).view(np.uint32)
     group = data[start:start + size]
-    values = np.ascontiguousarray((group * scale_of(group)).T.astype(np.complex64))
+    scales = np.asarray([scale_of(coil) for coil in group], np.float32)[:, None]
+    values = np.ascontiguousarray((group * scales).T.astype(np.complex64))
     records[:n_samples, 4:4 + 2 * size] = values.view(np.float32).view(np.uint32)
     return records
 
 
-def emulate_warps(records, fixed, matrix, coils, scale):
+def emulate_warps(records, fixed, matrix, coils, scales):
     """The kernel's arithmetic with the PTX fragment layouts (mma.m16n8k16, half operands): per 16-voxel tile and
     block of 16 samples, every lane builds its A fragments (phasors of voxels g, g + 8 at samples 2t, 2t + 1,
     2t + 8, 2t + 9) and its B fragments (coil 4 j + g / 2 at the same samples: real or imaginary part by g's
     parity), both split into halves; the 16 x 8 x 16 products are assembled from the 32 lanes' registers and
-    multiplied in float64; the accumulator is read back lane by lane as the kernel writes it, times 1 / scale."""
+    multiplied in float64; the accumulator is read back lane by lane as the kernel writes it, times 1 / s_c."""
     from mri_recon.operators.gpu_offres import voxel_headers
 
     q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)
@@ -97,7 +99,7 @@ def emulate_warps(records, fixed, matrix, coils, scale):
                 for r in range(2):
                     v = first + g + 8 * r
                     if c < coils and v < n_voxels:
-                        out[c, v] = (acc[j, g + 8 * r, 2 * t] + 1j * acc[j, g + 8 * r, 2 * t + 1]) / scale
+                        out[c, v] = (acc[j, g + 8 * r, 2 * t] + 1j * acc[j, g + 8 * r, 2 * t + 1]) / scales[c]
     return out
 
 
@@ -109,14 +111,68 @@ def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
 
     k, f, t, d = _problem(rng, matrix, coils, samples, peak=400.0, readout=30e-3)
     fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
-    d *= np.float32(3e-7)  # any scale: the records hold the samples times a power of two
+    # any scale, and coils of different strength: the records hold each coil times a power of two of its own
+    d = (d * np.float32(3e-7) * np.float32(7.0) ** -np.arange(coils, dtype=np.float32)[:, None]).astype(np.complex64)
     records = reference_records(fixed_point_turns(k, matrix), taus, d, 0, coils)
     assert records.shape == (16 * -(-samples // 16), 4 + 8 * ((coils + 3) // 4))
-    scaled = records[:samples, 4:4 + 2 * coils].view(np.float32)
-    assert 0.5 <= np.abs(scaled).max() < 1.0
-    image = emulate_warps(records, fixed, matrix, coils, scale_of(d)) * centre_phase(f.reshape(-1), centre)
+    scaled = records[:samples, 4:4 + 2 * coils].view(np.float32).reshape(samples, coils, 2)
+    assert np.all((np.abs(scaled).max(axis=(0, 2)) >= 0.5) & (np.abs(scaled).max(axis=(0, 2)) < 1.0))
+    scales = [scale_of(coil) for coil in d]
+    image = emulate_warps(records, fixed, matrix, coils, scales) * centre_phase(f.reshape(-1), centre)
     assert not np.isnan(image).any()
     assert relative(image.reshape(coils, *matrix), offres_adjoint(d, k, f, t)) < 2e-6
+
+
+def record_phasors(records, fixed, matrix):
+    """cos and sin (float64, ``(N, M)``) of the kernel's fixed-point phase of every voxel and record."""
+    from mri_recon.operators.gpu_offres import voxel_headers
+
+    q = voxel_headers(matrix).astype(np.int64)
+    kr = (records[:, :3].astype(np.int64) @ q.T) & 0xFFFFFFFF  # (M, N) mod 2^32
+    turns = kernel_offres_turns(fixed[None, :], records[:, 3:4].view(np.int32)).astype(np.int64)
+    c, s = kernel_phasor(((kr + turns + 0x100) & 0xFFFFFFFF).astype(np.uint32))
+    return c.T, s.T
+
+
+def split_product(records, fixed, matrix, coils, scales):
+    """The kernel's three-term product of the split halves (whole matrices, float64: no fragments), coil c
+    divided by ``scales[c]``: the arithmetic whose accuracy the scales decide."""
+    c, s = record_phasors(records, fixed, matrix)
+    (ch, cl), (sh, sl) = split(c), split(s)
+    values = records[:, 4:4 + 2 * coils].view(np.float32).reshape(-1, coils, 2)
+
+    def three(ah, al, b):
+        bh, bl = split(b)
+        return ah @ bh + ah @ bl + al @ bh
+
+    return np.asarray([(three(ch, cl, values[:, j, 0]) - three(sh, sl, values[:, j, 1])
+                        + 1j * (three(ch, cl, values[:, j, 1]) + three(sh, sl, values[:, j, 0]))) / scales[j]
+                       for j in range(coils)])
+
+
+def test_a_scale_per_coil_keeps_a_weak_coil_exact_on_k_space_of_high_dynamic_range(rng):
+    """Coils 100x apart on k-space falling 1e5 from its centre: with each coil scaled by its own power of two
+    the weak coil meets 2e-5 against the same phasors in float64; one scale for both does not."""
+    from mri_recon.operators.gpu_layout import fixed_point_turns
+    from mri_recon.operators.gpu_offres import fixed_point_offres
+
+    matrix, samples = (16, 16), 20000
+    k, f, t, d = _problem(rng, matrix, 2, samples)
+    falloff = 1.0 / (1.0 + np.linalg.norm(k, axis=1) ** 3)
+    d = (d * falloff * np.asarray([[1.0], [1e-2]])).astype(np.complex64)
+    fixed, taus, _ = fixed_point_offres(f.reshape(-1), t)
+    records = reference_records(fixed_point_turns(k, matrix), taus, d, 0, 2)
+    own = split_product(records, fixed, matrix, 2, [scale_of(coil) for coil in d])
+    shared_scale = scale_of(d)
+    shared_records = records.copy()
+    shared_records[:samples, 4:8] = np.ascontiguousarray((d.T * shared_scale).astype(np.complex64)) \
+        .view(np.float32).view(np.uint32)
+    shared = split_product(shared_records, fixed, matrix, 2, [shared_scale, shared_scale])
+    c, s = record_phasors(records, fixed, matrix)
+    exact = (c + 1j * s)[:, :samples] @ d.T.astype(np.complex128)  # (N, coils)
+    weak = [relative(result[1], exact[:, 1]) for result in (own, shared)]
+    assert weak[0] < 2e-5 < weak[1], weak
+    assert relative(own[0], exact[:, 0]) < 2e-5
 
 
 def test_half_split_carries_22_bits_within_the_scaled_range():
@@ -195,13 +251,14 @@ def test_record_kernel_matches_the_layout(rng, poisoned, dim, coils, start, size
 
     matrix = (6, 5, 4)[:dim]
     k, f, t, d = _problem(rng, matrix, coils, 45)
-    d *= np.float32(1e-12)
+    d *= (np.float32(1e-12) * np.float32(10.0) ** np.arange(coils, dtype=np.float32)[:, None] / 1e4).astype(np.float32)
     fixed, taus, _ = fixed_point_offres(f.reshape(-1), t)
     kfix = fixed_point_turns(k, matrix)
     gk, gt, gd = _gpu(kfix, taus, d)
     scale = sample_scale(gd, start, size, dim, Device(0))
-    expected = scale_of(d[start:start + size])
-    np.testing.assert_array_equal(scale.get(), [expected, 1 / expected])
+    expected = np.asarray([scale_of(coil) for coil in d[start:start + size]], np.float32)
+    np.testing.assert_array_equal(scale.get()[:size], expected)
+    np.testing.assert_array_equal(scale.get()[8:8 + size], 1 / expected)
     records = pack_samples(gk, gt, gd, scale, start, size, Device(0)).get()
     np.testing.assert_array_equal(records, reference_records(kfix, taus, d, start, size))
 
@@ -246,17 +303,21 @@ def test_tensor_cores_keep_their_accuracy_for_large_and_small_phases_and_long_su
 
 @pytest.mark.gpu
 def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, poisoned):
-    """MRI data falls by orders of magnitude from the centre of k-space: the half split loses an absolute amount
-    (below 2^-25 of the largest sample), which must not show in the image."""
+    """MRI data falls by orders of magnitude from the centre of k-space, and coils differ in strength: the half
+    split loses an absolute amount (up to 2^-24 of the coil's largest sample), which must not show in any
+    coil's image."""
     from mri_recon.operators.gpu_offres import fhd_offres_gpu
 
     matrix = (48, 48)
     k, f, t, d = _problem(rng, matrix, 4, 30000)
     radius = np.linalg.norm(k, axis=1)
-    d = (d * (1.0 / (1.0 + radius**3))).astype(np.complex64)  # 1e5 between the centre and the corners
-    assert np.abs(d).max() / np.abs(d).min() > 1e4
-    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), tensor=True)
-    assert relative(out.get(), offres_adjoint(d, k, f, t)) < TOL
+    strength = np.asarray([[1.0], [1e-1], [1e-2], [3e-3]])
+    d = (d * (1.0 / (1.0 + radius**3)) * strength).astype(np.complex64)  # 1e5 between centre and corners
+    assert np.abs(d[0]).max() / np.abs(d[0]).min() > 1e4
+    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), tensor=True).get()
+    reference = offres_adjoint(d, k, f, t)
+    for coil in range(4):
+        assert relative(out[coil], reference[coil]) < TOL, coil
 
 
 @pytest.mark.gpu

@@ -17,13 +17,13 @@
 // x_lo = half(x - x_hi) (round to nearest: 11 significant bits each, 22 together), and
 // a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi, the tensor cores multiplying halves exactly and adding in float32
 // with an adder that truncates (the dropped a_lo b_lo is below 2^-22 |a b|). The cosines and sines lie in
-// [-1, 1]; the samples are scaled by a power of two (scale, set on the GPU from the launch's largest |Re| or
-// |Im|, so no host round trip) into [-1, 1], which keeps them inside the half range, and the sums are scaled
-// back exactly. Below 2^-14 the halves are subnormal with a fixed step of 2^-24, so the split of x carries x
-// within 2^-22 |x| + 2^-25: near float32 for the cosines and sines and the large samples, an absolute error up
-// to 2^-24 of the launch's largest sample for the small ones (k-space far from its centre). The coils of a
-// launch share the scale, so that floor is the strongest coil's: a coil 30x weaker, on k-space of high
-// dynamic range, misses the exact kernels' 2e-5 (the launcher runs this kernel only on request). The float32
+// [-1, 1]; each coil's samples are scaled by a power of two of their own (scale, set on the GPU from the
+// coil's largest |Re| or |Im|, so no host round trip) into [-1, 1], which keeps them inside the half range,
+// and each coil's sums are scaled back exactly. Below 2^-14 the halves are subnormal with a fixed step of
+// 2^-24, so the split of x carries x within 2^-22 |x| + 2^-25: near float32 for the cosines and sines and the
+// large samples, an absolute error up to 2^-24 of the coil's largest sample for the small ones (k-space far
+// from its centre), which the coil's sums do not notice. A scale per coil, not per launch: one shared scale
+// would set that floor by the strongest coil, and a coil 30x weaker would miss 2e-5. The float32
 // partial sums leave the tensor cores into float32 registers after every chunk (OTC_CHUNK blocks of 16
 // samples), so the truncating adder never sums more than 128 samples.
 // Half operands run the tensor cores at twice the rate of TF32 (16 samples per instruction instead of 8).
@@ -43,7 +43,8 @@
 // memory, so each staged byte serves 16 OTC_MTILES OTC_WARPS voxels.
 //
 // Sample record (32-bit words, OTC_RECORD per sample; mri_recon_offres_tc_pack writes them, M rounded up to
-// whole blocks of 16): K_0, K_1, K_2 (0 in 2-D), tau (int32 bits), then the scaled complex64 samples of
+// whole blocks of 16): K_0, K_1, K_2 (0 in 2-D), tau (int32 bits), then the scaled complex64 samples (coil c
+// times scale[c]) of
 // 4 OTC_NTILES coils (zero past the launch's coils). Samples past the end have K = 0, tau = 0 and zero data:
 // they add nothing.
 //
@@ -105,7 +106,7 @@ __device__ __forceinline__ void mri_recon_mma(float (&acc)[4], const unsigned (&
 //            at coil0 + c of a (slices, out_coils, voxels) array
 // records    uint32 (16 n_blocks, OTC_RECORD): the sample records (above)
 // field_map  int32 (voxels,) F_n = round(2^16 f_n), C order
-// scale      float32 (2,): the samples' scale s (the records hold s d) and 1 / s
+// scale      float32 (16,): [c] the scale s_c of coil c of the launch (the records hold s_c d), [8 + c] 1 / s_c
 // per_slice  blocks of 16 samples per slice (the last slice may have fewer, or none)
 extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offres_tc(
     float2* __restrict__ out, const unsigned* __restrict__ records, const int* __restrict__ field_map,
@@ -249,7 +250,6 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
     }
 
     // lane (g, t) holds, per tile i and column tile j, (Re, Im) of coil 4 j + t at voxels g and g + 8
-    const float unscale = scale[1];
 #pragma unroll
     for (int i = 0; i < OTC_MTILES; ++i) {
 #pragma unroll
@@ -257,6 +257,7 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
             const int c = 4 * j + t;
             if (c >= coils) continue;
             float2* o = out + ((long long)blockIdx.y * out_coils + coil0 + c) * voxels;
+            const float unscale = scale[8 + c];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const long long v = first_voxel + 16 * i + 8 * r + g;
@@ -271,7 +272,7 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
 // kfix     uint32 (M, OTC_DIM) fixed-point trajectory (fhd.cu's K_d)
 // taus     int32 (M,) tau_m = round(2^32 (t_m - t_c))
 // data     complex64 (data_coils, M): coils coil0 .. coil0 + coils - 1 are this group's
-// scale    float32 (2,): s, 1 / s (mri_recon_offres_tc_scale); the records hold s d
+// scale    float32 (16,): s_c at [c], 1 / s_c at [8 + c] (mri_recon_offres_tc_scale); the records hold s_c d
 extern "C" __global__ void mri_recon_offres_tc_pack(unsigned* __restrict__ records, const unsigned* __restrict__ kfix,
                                                     const int* __restrict__ taus, const float2* __restrict__ data,
                                                     const float* __restrict__ scale, int n_samples, int n_blocks,
@@ -288,21 +289,23 @@ extern "C" __global__ void mri_recon_offres_tc_pack(unsigned* __restrict__ recor
             value = kfix[(long long)m * OTC_DIM + w];
         } else if (w >= 4 && (w - 4) / 2 < coils) {
             const float2 d = data[(long long)(coil0 + (w - 4) / 2) * n_samples + m];
-            value = __float_as_uint(scale[0] * ((w & 1) ? d.y : d.x));
+            value = __float_as_uint(scale[(w - 4) / 2] * ((w & 1) ? d.y : d.x));
         }
     }
     records[index] = value;
 }
 
-// scale = (s, 1 / s) for the samples of one coil group whose largest |Re| or |Im| is largest (>= 0): s = 2^-e
-// with e the exponent of largest (largest = m 2^e, m in [0.5, 1)), so s |d| < 1; s = 1 for largest = 0 or not
-// finite. One thread.
-extern "C" __global__ void mri_recon_offres_tc_scale(float* __restrict__ scale, const float* __restrict__ largest) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    const float x = largest[0];
+// scale[c] = s_c, scale[8 + c] = 1 / s_c for coil c < coils of a launch, from largest[c], the coil's largest |Re|
+// or |Im| (>= 0): s_c = 2^-e with e the exponent of largest[c] (largest = m 2^e, m in [0.5, 1)), so s_c |d| < 1;
+// s_c = 1 for largest[c] = 0 or not finite. One thread per coil (a block of at least `coils` threads).
+extern "C" __global__ void mri_recon_offres_tc_scale(float* __restrict__ scale, const float* __restrict__ largest,
+                                                     int coils) {
+    const int c = threadIdx.x;
+    if (blockIdx.x != 0 || c >= coils || c >= 8) return;
+    const float x = largest[c];
     int e = 0;
     if (x > 0.0f && isfinite(x)) frexpf(x, &e);
     e = max(-125, min(126, e));  // s and 1 / s normal floats (a subnormal largest is scaled by 2^125 only)
-    scale[0] = ldexpf(1.0f, -e);
-    scale[1] = ldexpf(1.0f, e);
+    scale[c] = ldexpf(1.0f, -e);
+    scale[8 + c] = ldexpf(1.0f, e);
 }

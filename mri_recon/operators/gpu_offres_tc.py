@@ -4,8 +4,8 @@ The exact phase of every voxel-sample pair (the fixed-point phase of :mod:`.gpu_
 each on the special function unit) and the sums over the samples as a complex matrix product on the tensor
 cores: both factors split into two half-precision parts (22 significant bits), three products, float32
 accumulation, partial sums moved into float32 registers every :data:`~mri_recon.kernels.configs.TC_CHUNK`
-blocks of 16 samples; the samples scaled by a power of two into [-1, 1] on the GPU (no host round trip) and the
-sums scaled back. The multiply-adds per coil leave the FMA pipe, which is what limits ``fhd.cu``'s
+blocks of 16 samples; each coil's samples scaled by a power of two into [-1, 1] on the GPU (no host round trip)
+and its sums scaled back. The multiply-adds per coil leave the FMA pipe, which is what limits ``fhd.cu``'s
 off-resonance kernels with several coils.
 
 A launch takes up to 8 coils (their real and imaginary parts interleaved over two 8-column tiles). Each sample
@@ -66,23 +66,23 @@ def tc_groups(n_coils: int) -> list[tuple[int, int]]:
 
 
 def sample_scale(data: Any, start: int, size: int, dim: int, device: Device) -> Any:
-    """float32 ``(2,)`` on the GPU: ``s = 2^-e`` and ``1 / s`` for coils ``start .. start + size`` of ``data``, e the
-    binary exponent of their largest real or imaginary part (so ``s |d| < 1``, e clamped to [-125, 126] so that
-    s and 1 / s stay normal; ``s = 1`` for zero data), found without a host round trip
-    (``mri_recon_offres_tc_scale``). One scale for the group's coils (the kernel's accuracy floor follows the
-    strongest coil)."""
+    """float32 ``(16,)`` on the GPU: ``s_c = 2^-e_c`` at ``[c]`` and ``1 / s_c`` at ``[8 + c]`` for each coil c of
+    ``start .. start + size`` of ``data``, e_c the binary exponent of the coil's largest real or imaginary part
+    (so ``s_c |d| < 1``, e_c clamped to [-125, 126] so that s_c and 1 / s_c stay normal; ``s_c = 1`` for a zero
+    coil), found without a host round trip (``mri_recon_offres_tc_scale``). One scale per coil: the kernel's
+    absolute error floor then follows each coil's own largest sample."""
     cupy = cupy_module()
     group = data[start:start + size]
-    largest = cupy.abs(group.view(cupy.float32)).max()
-    scale = _empty((2,), cupy.float32)
+    largest = cupy.ascontiguousarray(cupy.abs(group.view(cupy.float32)).max(axis=1))
+    scale = _empty((2 * MAX_GROUP,), cupy.float32)
     module = get_module("offres_tc.cu", offres_tc_defines(dim, size), device)
-    module.get_function("mri_recon_offres_tc_scale")((1,), (1,), (scale, largest))
+    module.get_function("mri_recon_offres_tc_scale")((1,), (MAX_GROUP,), (scale, largest, np.int32(size)))
     return scale
 
 
 def pack_samples(kfix: Any, taus: Any, data: Any, scale: Any, start: int, size: int, device: Device) -> Any:
     """The sample records (uint32 ``(16 ceil(M / 16), record_words(size))``) of coils ``start .. start + size`` of
-    ``data`` (complex64 ``(C, M)``) times ``scale[0]`` (:func:`sample_scale`), with the fixed-point trajectory
+    ``data`` (complex64 ``(C, M)``), coil c times ``scale[c]`` (:func:`sample_scale`), with the fixed-point trajectory
     ``kfix`` (uint32 ``(M, D)``) and times ``taus`` (int32 ``(M,)``), written by ``mri_recon_offres_tc_pack``."""
     cupy = cupy_module()
     n_samples, dim = (int(s) for s in kfix.shape)

@@ -5,13 +5,14 @@ Usage: python scripts/bench_offres.py OUT.json [--quick]
 Sections (each guarded: a failure is recorded in the JSON and the run goes on):
 
 - ``fhd_2d``: F^H d on 256 x 256 from 256 golden-angle spokes x 1024 samples (M = 262,144, the problem of
-  scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1, 2, 4 and 8 coils.
+  scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1, 2, 3, 4 and 8 coils.
   Median of 10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence),
   the plain kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase
-  term), the off-resonance default path (``offres``; ``offres_path`` names it: the time recurrence, as the
-  readouts have a constant dwell time), its other accumulation (``offres_recur_walk`` or
-  ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one phase per voxel-sample, what any times
-  get) and the tensor cores on request (``offres_tc``). Rates in
+  term), the off-resonance default path (``offres``; ``offres_path`` names it: the tensor cores from 3 coils,
+  ``fhd.cu``'s time recurrence below, as the readouts have a constant dwell time), ``fhd.cu`` alone
+  (``offres_fhd``), its other accumulation (``offres_recur_walk`` or ``offres_recur_rotate``), the phasor
+  kernel (``offres_phasor``, one phase per voxel-sample, what any times get) and the tensor cores alone
+  (``offres_tc``). Rates in
   voxel-sample pairs per second (coil-voxel-sample triples for several coils); ratios to the plain kernel;
   each off-resonance kernel's relative error against float64 at 2048 random voxels.
 - ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
@@ -46,7 +47,7 @@ import numpy as np
 from benchtools import cuda_timed, radial_2d
 
 import mri_recon
-from mri_recon.backend import cupy_module, gpu_available
+from mri_recon.backend import Device, cupy_module, gpu_available
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels import get_module
 from mri_recon.kernels.configs import fhd_defines, offres_rotates
@@ -125,8 +126,9 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         work = pairs * coils
         rotate = offres_rotates(coils)
         other = "offres_recur_walk" if rotate else "offres_recur_rotate"
-        kernels = {"offres": {}, other: {"recur": True, "rotate": not rotate},
-                   "offres_phasor": {"recur": False}, "offres_tc": {"tensor": True}}
+        kernels = {"offres": {}, "offres_fhd": {"tensor": False},
+                   other: {"recur": True, "rotate": not rotate, "tensor": False},
+                   "offres_phasor": {"recur": False, "tensor": False}, "offres_tc": {"tensor": True}}
         row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
                "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False))}
         for name, options in kernels.items():
@@ -134,8 +136,11 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         for entry in row.values():
             entry["rate"] = work / entry["median_s"]
         prepared = gpu_offres.prepare_offres(gf, gt)
-        row["offres_path"] = (f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
-                              if gpu_offres.uses_recurrence(prepared, None) else "phasor")
+        fhd_path = (f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
+                    if gpu_offres.uses_recurrence(prepared, None) else "phasor")
+        launches = gpu_offres.coil_launches(coils, Device(gd.device.id), None)
+        row["offres_path"] = ", ".join(f"{size} coil(s) {'tensor cores' if tc else fhd_path}"
+                                       for _, size, tc in launches)
         ref = reference_adjoint(data, traj, fmap, times, voxels)
         for name, options in kernels.items():
             row[f"{name}_over_plain"] = row[name]["rate"] / row["plain"]["rate"]
@@ -143,8 +148,8 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
             row[f"{name}_error"] = float(cupy.linalg.norm(out[:, cupy.asarray(voxels)] - ref) / cupy.linalg.norm(ref))
         row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_phasor_over_plain_unpaired"] = row["offres_phasor"]["rate"] / row["plain_unpaired"]["rate"]
-        row["offres_over_offres_phasor"] = row["offres"]["rate"] / row["offres_phasor"]["rate"]
-        row["offres_tc_over_offres"] = row["offres_tc"]["rate"] / row["offres"]["rate"]
+        row["offres_fhd_over_offres_phasor"] = row["offres_fhd"]["rate"] / row["offres_phasor"]["rate"]
+        row["offres_tc_over_offres_fhd"] = row["offres_tc"]["rate"] / row["offres_fhd"]["rate"]
         adjoint[f"{coils} coil(s)"] = row
         frow = {"plain": timed(lambda image=image: gpu_exact.forward_gpu(image, gk)),
                 "offres": timed(lambda image=image: gpu_offres.forward_offres_gpu(image, gk, gf, gt))}
@@ -294,7 +299,7 @@ def main() -> int:
     holder: dict = {}
 
     def run_transforms():
-        holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 2, 4, 8))
+        holder["adjoint"], holder["forward"] = transforms(n, spokes, samples, (1, 2, 3, 4, 8))
         return holder["adjoint"]
 
     if "transforms" in chosen:

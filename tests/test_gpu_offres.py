@@ -33,13 +33,13 @@ def _gpu(*arrays):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=str)
-@pytest.mark.parametrize("chunk", [None, 7])
-def test_adjoint_kernel_against_the_oracle(rng, case, chunk):
+@pytest.mark.parametrize("chunk, tensor", [(None, None), (7, False)], ids=["default", "fhd-chunk-7"])
+def test_adjoint_kernel_against_the_oracle(rng, case, chunk, tensor):
     from mri_recon.operators.gpu_offres import fhd_offres_gpu
 
     matrix, coils, samples = case
     k, f, t, _, d = _problem(rng, matrix, coils, samples)
-    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), chunk=chunk)
+    out = fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(f, t), chunk=chunk, tensor=tensor)
     assert out.shape == (coils, *matrix)
     assert relative(out.get(), offres_adjoint(d, k, f, t)) < TOL
 

@@ -342,7 +342,8 @@ CASES = [((6, 5), 1), ((33, 30), 3), ((1, 1), 1), ((7, 1), 8), ((32, 32), 8), ((
 def test_recurrence_kernel_against_the_oracle(rng, poisoned, case, rotate, chunk):
     matrix, coils = case
     k, field, t, d = _problem(rng, matrix, coils, 3, 2 * OFFRES_RESEED + 29, offset=-0.004)
-    out = gpu_offres.fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(field, t), chunk=chunk, recur=True, rotate=rotate)
+    out = gpu_offres.fhd_offres_gpu(*_gpu(d, k), matrix, *_gpu(field, t), chunk=chunk, recur=True, rotate=rotate,
+                                   tensor=False)
     assert out.shape == (coils, *matrix)
     assert relative(out.get(), offres_adjoint(d, k, field, t)) < TOL
 
@@ -350,26 +351,28 @@ def test_recurrence_kernel_against_the_oracle(rng, poisoned, case, rotate, chunk
 @pytest.mark.gpu
 @pytest.mark.parametrize("coils", [1, 3, 8])
 def test_default_path_follows_the_times(rng, poisoned, coils):
-    """Uniform steps take the recurrence, irregular times the phasor kernel: the default equals the explicit
-    choice bit for bit (and repeats bit for bit), and both meet the oracle; it is fhd.cu's (tensor=False), the
-    tensor cores run only on request."""
+    """In fhd.cu (tensor=False), uniform steps take the recurrence, irregular times the phasor kernel: the
+    default equals the explicit choice bit for bit (and repeats bit for bit), and both meet the oracle;
+    recur=True is refused without runs whichever kernels would run."""
     matrix = (20, 19)
     k, field, t, d = _problem(rng, matrix, coils, 2, 300)
     gd, gk, gf, gt = _gpu(d, k, field, t)
     default = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get()
-    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=True).get())
+    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=True,
+                                                                     tensor=False).get())
     np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get())
-    phasor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=False).get()
+    phasor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=False, tensor=False).get()
     reference = offres_adjoint(d, k, field, t)
     assert relative(default, reference) < TOL and relative(phasor, reference) < TOL
-    np.testing.assert_array_equal(default, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get())
     irregular = (rng.random(t.shape) * 16e-3).astype(np.float32)
     gi = _gpu(irregular)[0]
     fallback = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, tensor=False).get()
-    np.testing.assert_array_equal(fallback, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, recur=False).get())
+    np.testing.assert_array_equal(fallback, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, recur=False,
+                                                                      tensor=False).get())
     assert relative(fallback, offres_adjoint(d, k, field, irregular)) < TOL
-    with pytest.raises(InvalidDataError, match="recur=True needs sample times in runs"):
-        gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, recur=True)
+    for tensor in (None, False):
+        with pytest.raises(InvalidDataError, match="recur=True needs sample times in runs"):
+            gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gi, recur=True, tensor=tensor)
 
 
 @pytest.mark.gpu
@@ -404,7 +407,7 @@ def test_zero_field_recurrence_matches_the_plain_kernel(rng):
     gd, gk = _gpu(d, k)
     zero = _gpu(np.zeros(matrix, np.float32), t)
     for rotate in (False, True):
-        out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, *zero, recur=True, rotate=rotate)
+        out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, *zero, recur=True, rotate=rotate, tensor=False)
         assert relative(out.get(), fhd_gpu(gd, gk, matrix).get()) < TOL
 
 

@@ -195,21 +195,42 @@ def test_defines_and_groups():
     with pytest.raises(KernelError):
         offres_tc_defines(2, MAX_GROUP + 1)
     assert tc_groups(8) == [(0, 8)] and tc_groups(12) == [(0, 8), (8, 4)] and tc_groups(3) == [(0, 3)]
-    assert slice_count(256 * 256, 16384, 1, 132) == 1  # 4096 warps fill 132 multiprocessors
-    assert slice_count(64 * 64, 16384, 2, 132) == 25 and slice_count(64 * 64, 16384, 4, 132) == 50
-    assert slice_count(64 * 64, 6, 1, 132) == 1  # one staged chunk at least per slice
+    # 168 registers: 3 blocks of 4 warps per multiprocessor, 396 slots on 132; 256^2 in tiles of 64 voxels per
+    # warp is 256 blocks, 65% of a wave with one or two slices, 97% with three
+    assert slice_count(256 * 256, 16384, 4, 132, 168) == 3
+    assert slice_count(256 * 256, 16384, 4, 132, 64) == 4  # 64 registers: 8 blocks each, 1024 of 1056 slots
+    assert slice_count(64 * 64, 16384, 4, 132, 168) == 23  # 16 blocks: 368 of 396 slots
+    assert slice_count(64 * 64, 6, 1, 132, 168) == 1  # one staged chunk at least per slice
+    assert slice_count(8, 10**9, 4, 132, 168) == 357  # one block per slice: 357 of 396 slots reach 90%
 
 
-def test_tensor_cores_run_only_on_request():
-    """F^H d's default is fhd.cu (one scale per launch would cost weak coils their accuracy); tensor=True
-    demands the tensor cores and is refused, with the reason, where there are none (here: the CPU)."""
+def test_coil_launches_put_three_or_more_coils_on_the_tensor_cores(monkeypatch):
+    """By default groups of 8 coils, each on the tensor cores from TC_MIN_COILS coils, the rest in fhd.cu; no
+    tensor cores (here: the CPU) means fhd.cu's even groups, and tensor=True is then refused with the reason."""
     from mri_recon.backend import Device
-    from mri_recon.operators.gpu_offres import uses_tensor_cores
+    from mri_recon.kernels.configs import TC_MIN_COILS
+    from mri_recon.operators import gpu_offres
+    from mri_recon.operators.gpu_layout import coil_groups
 
     cpu = Device(-1)
-    assert not uses_tensor_cores(cpu, None) and not uses_tensor_cores(cpu, False)
+    for coils in (1, 2, 3, 8, 9, 17):
+        fhd = [(start, size, False) for start, size in coil_groups(coils)]
+        assert gpu_offres.coil_launches(coils, cpu, None) == gpu_offres.coil_launches(coils, cpu, False) == fhd
     with pytest.raises(InvalidDataError, match="compute capability 8.0"):
-        uses_tensor_cores(cpu, True)
+        gpu_offres.coil_launches(4, cpu, True)
+    monkeypatch.setattr(gpu_offres, "tensor_cores_available", lambda device: True)
+    assert TC_MIN_COILS == 3  # the measured crossing (docs/benchmarks.md); the cases below follow it
+    assert gpu_offres.coil_launches(2, cpu, None) == [(0, 2, False)]
+    assert gpu_offres.coil_launches(3, cpu, None) == [(0, 3, True)]
+    assert gpu_offres.coil_launches(9, cpu, None) == [(0, 8, True), (8, 1, False)]
+    assert gpu_offres.coil_launches(11, cpu, None) == [(0, 8, True), (8, 3, True)]
+    assert gpu_offres.coil_launches(9, cpu, True) == [(0, 8, True), (8, 1, True)]
+    assert gpu_offres.coil_launches(9, cpu, False) == [(0, 5, False), (5, 4, False)]
+    for coils in range(1, 40):
+        launches = gpu_offres.coil_launches(coils, cpu, None)
+        assert [start for start, _, _ in launches] == list(np.cumsum([0] + [n for _, n, _ in launches])[:-1])
+        assert sum(n for _, n, _ in launches) == coils
+        assert all(tc == (n >= TC_MIN_COILS) and n <= 8 for _, n, tc in launches)
 
 
 @pytest.mark.parametrize("options, message", [({"mtiles": 5}, "1 to 4 tiles of 16 voxels per warp, found mtiles=5"),
@@ -321,23 +342,27 @@ def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, 
 
 
 @pytest.mark.gpu
-def test_tensor_cores_only_on_request_and_agreement_with_fhd(rng, poisoned):
+def test_default_launches_and_agreement_with_fhd(rng, poisoned):
+    """The default follows coil_launches bit for bit: 9 coils are 8 on the tensor cores and 1 in fhd.cu; the two
+    kernels agree, and both meet the oracle."""
     from mri_recon.backend import Device
     from mri_recon.operators import gpu_offres
     from mri_recon.operators.gpu_offres_tc import tensor_cores_available
 
-    device = Device(0)
-    assert not gpu_offres.uses_tensor_cores(device, None) and not gpu_offres.uses_tensor_cores(device, False)
-    if not tensor_cores_available(device):
-        with pytest.raises(InvalidDataError, match="compute capability"):
-            gpu_offres.uses_tensor_cores(device, True)
-        return
-    assert gpu_offres.uses_tensor_cores(device, True)
+    if not tensor_cores_available(Device(0)):
+        pytest.skip("no tensor cores (compute capability below 8.0)")
     matrix = (24, 21)
-    k, f, t, d = _problem(rng, matrix, 6, 700)
-    args = (*_gpu(d, k), matrix, *_gpu(f, t))
-    tensor = gpu_offres.fhd_offres_gpu(*args, tensor=True).get()
-    fhd = gpu_offres.fhd_offres_gpu(*args, tensor=False).get()
-    np.testing.assert_array_equal(fhd, gpu_offres.fhd_offres_gpu(*args).get())  # the default is fhd.cu
+    k, f, t, d = _problem(rng, matrix, 9, 700)
+    gk, gf, gt = _gpu(k, f, t)
+    gd = _gpu(d)[0]
+    default = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt).get()
+    np.testing.assert_array_equal(default[:8], gpu_offres.fhd_offres_gpu(gd[:8], gk, matrix, gf, gt,
+                                                                        tensor=True).get())
+    np.testing.assert_array_equal(default[8:], gpu_offres.fhd_offres_gpu(gd[8:], gk, matrix, gf, gt,
+                                                                        tensor=False).get())
+    tensor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=True).get()
+    fhd = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get()
+    reference = offres_adjoint(d, k, f, t)
     assert relative(tensor, fhd) < 2 * TOL
-    assert relative(tensor, offres_adjoint(d, k, f, t)) < TOL
+    for image in (default, tensor, fhd):
+        assert relative(image, reference) < TOL

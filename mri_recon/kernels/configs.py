@@ -124,6 +124,11 @@ TC_CHUNK = 8
 sums leave into registers after each chunk, so none of them adds more than 128 samples."""
 TC_MTILES = 4
 """16-voxel tiles per warp of ``offres_tc.cu``."""
+TC_MIN_COILS = 3
+"""Smallest launch of coils that F^H d with off-resonance puts on the tensor cores by default. One 8-column tile
+(1..4 coils) takes the same time whatever its coil count, so the tensor cores pay off from 3 coils: measured on
+an H200 at 256^2, 262,144 samples, 3 coils ran at 2.36e12 on the tensor cores against 2.10e12 in ``fhd.cu``,
+2 coils at 1.57e12 against 1.87e12 (docs/benchmarks.md, seventh run)."""
 
 
 def offres_tc_defines(dim: int, coils: int, mtiles: int | None = None) -> dict[str, int]:

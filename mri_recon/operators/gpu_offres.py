@@ -30,6 +30,7 @@ from ..grid import centre as grid_centre
 from ..kernels import get_module
 from ..kernels.configs import (
     OFFRES_RESEED,
+    TC_MIN_COILS,
     fhd_record_words,
     offres_adjoint_defines,
     offres_forward_defines,
@@ -46,7 +47,7 @@ from .gpu_exact import (
     forward_inputs,
 )
 from .gpu_layout import coil_groups, fixed_point_turns
-from .gpu_offres_tc import fhd_offres_tc, tensor_cores_available
+from .gpu_offres_tc import fhd_offres_tc, tc_groups, tensor_cores_available
 
 
 def _offres_inputs(field_map: Any, times: Any, matrix: tuple[int, ...], n_samples: int,
@@ -237,15 +238,21 @@ def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
     return bool(recur)
 
 
-def uses_tensor_cores(device: Device, tensor: bool | None) -> bool:
-    """Whether F^H d with off-resonance takes the tensor cores: only when asked (``tensor=True``; raises
-    :class:`InvalidDataError` on a GPU older than compute capability 8.0). Not by default: one power-of-two scale
-    serves a launch's coils, so a coil much weaker than the strongest (30x and k-space of high dynamic range)
-    loses accuracy below the exact kernels' 2e-5 (docs/offres.md)."""
+def coil_launches(n_coils: int, device: Device, tensor: bool | None) -> list[tuple[int, int, bool]]:
+    """``(first coil, coils, on the tensor cores)`` of each launch of F^H d with off-resonance.
+
+    ``tensor=None``: on a GPU of compute capability 8.0 or newer, groups of up to 8 coils
+    (:func:`.gpu_offres_tc.tc_groups`), each on the tensor cores from
+    :data:`~mri_recon.kernels.configs.TC_MIN_COILS` coils and in ``fhd.cu`` below (9 coils: 8 on the tensor
+    cores, 1 in ``fhd.cu``); elsewhere ``fhd.cu``'s even groups. ``True`` puts every group on the tensor cores
+    (raises :class:`InvalidDataError` on an older GPU), ``False`` none.
+    """
+    if tensor is False or (tensor is None and not tensor_cores_available(device)):
+        return [(start, size, False) for start, size in coil_groups(n_coils)]
     if tensor and not tensor_cores_available(device):
         raise InvalidDataError("tensor=True needs a GPU of compute capability 8.0 or newer (mma.sync with half "
                                "operands)")
-    return bool(tensor)
+    return [(start, size, bool(tensor) or size >= TC_MIN_COILS) for start, size in tc_groups(n_coils)]
 
 
 def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_map: Any, times: Any, *,
@@ -277,10 +284,10 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
         With the recurrence, rotating sums instead of walking phasors (``FHD_ROTATE``); None: by the coil
         count (:func:`mri_recon.kernels.configs.offres_rotates`).
     tensor
-        True: the tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
+        The tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
         over samples as a matrix product, 1.5x ``fhd.cu`` with 8 coils; compute capability 8.0) instead of
-        ``fhd.cu``, whose options ``recur``, ``rotate``, ``chunk`` and ``block`` then do not apply. Only on
-        request: the coils of a launch share one scale (:func:`uses_tensor_cores`).
+        ``fhd.cu``: None by the coil count (:func:`coil_launches`), True always, False never. ``recur``,
+        ``rotate``, ``chunk`` and ``block`` apply to the ``fhd.cu`` launches only.
 
     Returns
     -------
@@ -292,14 +299,13 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
-    if uses_tensor_cores(device, tensor):
-        fhd_offres_tc(out, data, kfix, prepared.taus, prepared.fixed, matrix, device)
-        out *= prepared.shift
-        return out.reshape(n_coils, *matrix)
-    walk = uses_recurrence(prepared, recur)
-    for start, size in coil_groups(n_coils):
+    if recur:
+        uses_recurrence(prepared, recur)  # refused without runs, whichever kernels run
+    for start, size, tensor_cores in coil_launches(n_coils, device, tensor):
         group = data[start:start + size]
-        if walk:
+        if tensor_cores:
+            fhd_offres_tc(out[start:start + size], group, kfix, prepared.taus, prepared.fixed, matrix, device)
+        elif uses_recurrence(prepared, recur):
             runs = prepared.runs
             _fhd_launch(out, adjoint_records(kfix, prepared.taus, group, runs.flags), matrix,
                         offres_adjoint_defines(len(matrix), size, True, rotate), True, start, chunk, block, device,

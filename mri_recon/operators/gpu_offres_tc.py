@@ -27,14 +27,13 @@ from ..errors import KernelError
 from ..kernels import get_module
 from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines
 from .gpu_exact import _empty, _sm_count
+from .gpu_layout import grid_slices
 
 MIN_CAPABILITY = 80
 """Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` m16n8k16 with half operands and float32
 sums."""
 HEADER_WORDS = 4
 """Words of a sample record before its values: K_0, K_1, K_2, tau."""
-WARPS_PER_SM = 24
-"""Resident warps per multiprocessor the launcher aims to fill before it splits the samples into slices."""
 PACK_BLOCK = 256
 """Threads per block of the packing kernel."""
 
@@ -97,12 +96,13 @@ def pack_samples(kfix: Any, taus: Any, data: Any, scale: Any, start: int, size: 
     return records
 
 
-def slice_count(n_voxels: int, n_blocks: int, mtiles: int, sm_count: int) -> int:
-    """Sample slices (grid rows) of a launch: enough warps to fill ``sm_count`` multiprocessors with
-    :data:`WARPS_PER_SM` each, and at least one staged chunk per slice."""
+def slice_count(n_voxels: int, n_blocks: int, mtiles: int, sm_count: int, registers: int) -> int:
+    """Sample slices (grid rows) of a launch: the fewest whose blocks fill the last wave on ``sm_count``
+    multiprocessors at ``registers`` per thread (:func:`.gpu_layout.grid_slices`), at most one per staged chunk
+    of the ``n_blocks`` blocks of 16 samples."""
     warps = -(-n_voxels // (16 * mtiles))
-    wanted = -(-sm_count * WARPS_PER_SM // warps)
-    return max(1, min(wanted, -(-n_blocks // TC_CHUNK)))
+    return grid_slices(-(-warps // TC_WARPS), 32 * TC_WARPS, registers, sm_count,
+                       min(65535, max(1, -(-n_blocks // TC_CHUNK))))
 
 
 def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix: tuple[int, ...], device: Device,
@@ -131,13 +131,13 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
     for start, size in tc_groups(n_coils):
         defines = offres_tc_defines(len(matrix), size, mtiles)
         tiles = defines["OTC_MTILES"]
-        count = slices or slice_count(n_voxels, n_blocks, tiles, _sm_count(device.index))
+        kernel = get_module("offres_tc.cu", defines, device).get_function("mri_recon_fhd_offres_tc")
+        count = slices or slice_count(n_voxels, n_blocks, tiles, _sm_count(device.index), int(kernel.num_regs))
         per_slice = -(-n_blocks // count)
         count = -(-n_blocks // per_slice)
         scale = sample_scale(data, start, size, len(matrix), device)
         records = pack_samples(kfix, taus, data, scale, start, size, device)
         target = out if count == 1 else _empty((count, size, n_voxels), cupy.complex64)
-        kernel = get_module("offres_tc.cu", defines, device).get_function("mri_recon_fhd_offres_tc")
         warps = -(-n_voxels // (16 * tiles))
         kernel((-(-warps // TC_WARPS), count), (32 * TC_WARPS,),
                (target, records, fixed, scale, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(size),

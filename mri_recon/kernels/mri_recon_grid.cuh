@@ -1,5 +1,5 @@
 // Device functions shared by the element-wise kernels of the Toeplitz normal operators (toeplitz.cu,
-// segments.cu): where an image voxel sits on the 2x grid, and the start of the reduction. Included as
+// segments.cu): where an image voxel sits on the 2x grid and back, and the start of the reduction. Included as
 // "mri_recon_grid.cuh" (the loader passes -I of this folder to NVRTC).
 //
 // Layout: image (nx, ny, nz) C order, nz = 1 in 2D; the 2x grid (px, py, pz) = (2 nx, 2 ny, 2 nz or 1), C order;
@@ -15,6 +15,15 @@ __device__ __forceinline__ long long mri_recon_grid_index(long long v, int ny, i
     const int j = (int)(rest % ny);
     const int i = (int)(rest / ny);
     return ((long long)i * py + j) * pz + k;
+}
+
+// The image voxel at point p of the 2x grid, or -1 where p lies outside the image (the zero padding).
+__device__ __forceinline__ long long mri_recon_image_voxel(long long p, int nx, int ny, int nz, int py, int pz) {
+    const int k = (int)(p % pz);
+    const long long rest = p / pz;
+    const int j = (int)(rest % py);
+    const int i = (int)(rest / py);
+    return (i < nx && j < ny && k < nz) ? ((long long)i * ny + j) * nz + k : -1;
 }
 
 // The value a reduction adds to at voxel v: lam x[v] in the first launch of an application (its first coil

@@ -61,13 +61,9 @@ extern "C" __global__ void mri_recon_segments_expand(const float2* __restrict__ 
          t += (long long)gridDim.x * blockDim.x) {
         const long long c = t / grid_size;
         const long long p = t - c * grid_size;
-        const int k = (int)(p % pz);
-        const long long rest = p / pz;
-        const int j = (int)(rest % py);
-        const int i = (int)(rest / py);
+        const long long v = mri_recon_image_voxel(p, nx, ny, nz, py, pz);
         float2* out = work + c * segments * grid_size + p;
-        if (i < nx && j < ny && k < nz) {
-            const long long v = ((long long)i * ny + j) * nz + k;
+        if (v >= 0) {
             const float2 sx = seg_mul(maps[c * nvox + v], x[v]);
             for (int l = 0; l < segments; ++l) out[l * grid_size] = seg_mul(phases[l * nvox + v], sx);
         } else {

@@ -22,13 +22,9 @@ extern "C" __global__ void mri_recon_sense_expand(const float2* __restrict__ map
          t += (long long)gridDim.x * blockDim.x) {
         const long long c = t / grid_size;
         const long long p = t - c * grid_size;
-        const int l = (int)(p % pz);
-        const long long rest = p / pz;
-        const int j = (int)(rest % py);
-        const int i = (int)(rest / py);
+        const long long v = mri_recon_image_voxel(p, nx, ny, nz, py, pz);
         float2 value = make_float2(0.0f, 0.0f);
-        if (i < nx && j < ny && l < nz) {
-            const long long v = ((long long)i * ny + j) * nz + l;
+        if (v >= 0) {
             const float2 s = maps[c * nvox + v];
             const float2 xv = x[v];
             value = make_float2(s.x * xv.x - s.y * xv.y, s.x * xv.y + s.y * xv.x);

@@ -33,7 +33,8 @@ def _gpu(*arrays):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=str)
-@pytest.mark.parametrize("chunk, tensor", [(None, None), (7, False)], ids=["default", "fhd-chunk-7"])
+@pytest.mark.parametrize("chunk, tensor", [(None, None), (None, False), (7, False)],
+                         ids=["default", "fhd", "fhd-chunk-7"])
 def test_adjoint_kernel_against_the_oracle(rng, case, chunk, tensor):
     from mri_recon.operators.gpu_offres import fhd_offres_gpu
 
@@ -69,7 +70,8 @@ def test_kernels_keep_their_accuracy_for_large_and_small_phases(rng, peak, reado
 
 
 @pytest.mark.gpu
-def test_zero_field_matches_the_plain_kernels(rng):
+@pytest.mark.parametrize("tensor", [None, False], ids=["default", "fhd"])
+def test_zero_field_matches_the_plain_kernels(rng, tensor):
     from mri_recon.operators.gpu_exact import fhd_gpu, forward_gpu
     from mri_recon.operators.gpu_offres import fhd_offres_gpu, forward_offres_gpu
 
@@ -77,7 +79,8 @@ def test_zero_field_matches_the_plain_kernels(rng):
     k, _, t, x, d = _problem(rng, matrix, 3, 500)
     zero = np.zeros(matrix, np.float32)
     gd, gk, gx, gz, gt = _gpu(d, k, x, zero, t)
-    assert relative(fhd_offres_gpu(gd, gk, matrix, gz, gt).get(), fhd_gpu(gd, gk, matrix).get()) < TOL
+    adjoint = fhd_offres_gpu(gd, gk, matrix, gz, gt, tensor=tensor).get()
+    assert relative(adjoint, fhd_gpu(gd, gk, matrix).get()) < TOL
     assert relative(forward_offres_gpu(gx, gk, gz, gt).get(), forward_gpu(gx, gk).get()) < TOL
 
 

@@ -233,6 +233,22 @@ def test_coil_launches_put_three_or_more_coils_on_the_tensor_cores(monkeypatch):
         assert all(tc == (n >= TC_MIN_COILS) and n <= 8 for _, n, tc in launches)
 
 
+def test_fhd_options_ask_for_fhd_and_are_refused_with_tensor_true():
+    """recur, rotate, chunk and block choose among fhd.cu's kernels: given, they ask for fhd.cu; with
+    tensor=True they are refused, never ignored."""
+    from mri_recon.operators.gpu_offres import tensor_request
+
+    for tensor in (None, True, False):
+        assert tensor_request(tensor, None, None, None, None) is tensor
+    for options in ({"recur": True}, {"recur": False}, {"rotate": False}, {"chunk": 7}, {"block": 64}):
+        full = {"recur": None, "rotate": None, "chunk": None, "block": None, **options}
+        assert tensor_request(None, **full) is False and tensor_request(False, **full) is False
+        with pytest.raises(InvalidDataError, match=f"{next(iter(options))} is an fhd.cu option: not with tensor=True"):
+            tensor_request(True, **full)
+    with pytest.raises(InvalidDataError, match="recur, chunk are fhd.cu options"):
+        tensor_request(True, True, None, 5, None)
+
+
 @pytest.mark.parametrize("options, message", [({"mtiles": 5}, "1 to 4 tiles of 16 voxels per warp, found mtiles=5"),
                                               ({"slices": 0}, "must lie in 1..65535, found 0"),
                                               ({}, "needs compute capability 8.0 or newer")])
@@ -343,8 +359,9 @@ def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, 
 
 @pytest.mark.gpu
 def test_default_launches_and_agreement_with_fhd(rng, poisoned):
-    """The default follows coil_launches bit for bit: 9 coils are 8 on the tensor cores and 1 in fhd.cu; the two
-    kernels agree, and both meet the oracle."""
+    """The default follows coil_launches bit for bit: 9 coils are 8 on the tensor cores and 1 in fhd.cu; an
+    fhd.cu option (recur=False: random times take the phasor kernel anyway) gives fhd.cu; the two kernels
+    agree, and both meet the oracle."""
     from mri_recon.backend import Device
     from mri_recon.operators import gpu_offres
     from mri_recon.operators.gpu_offres_tc import tensor_cores_available
@@ -362,6 +379,9 @@ def test_default_launches_and_agreement_with_fhd(rng, poisoned):
                                                                         tensor=False).get())
     tensor = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=True).get()
     fhd = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, tensor=False).get()
+    np.testing.assert_array_equal(fhd, gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, recur=False).get())
+    with pytest.raises(InvalidDataError, match="chunk is an fhd.cu option"):
+        gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, chunk=7, tensor=True)
     reference = offres_adjoint(d, k, f, t)
     assert relative(tensor, fhd) < 2 * TOL
     for image in (default, tensor, fhd):

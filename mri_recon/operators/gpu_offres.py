@@ -238,6 +238,21 @@ def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
     return bool(recur)
 
 
+def tensor_request(tensor: bool | None, recur: bool | None, rotate: bool | None, chunk: int | None,
+                   block: int | None) -> bool | None:
+    """The ``tensor`` that :func:`fhd_offres_gpu`'s options ask for: ``recur``, ``rotate``, ``chunk`` and
+    ``block`` are ``fhd.cu``'s, so any of them given (not None) asks for ``fhd.cu`` (False) unless ``tensor``
+    says otherwise, and with ``tensor=True`` they are refused (:class:`InvalidDataError`) rather than ignored."""
+    given = [name for name, value in (("recur", recur), ("rotate", rotate), ("chunk", chunk), ("block", block))
+             if value is not None]
+    if not given:
+        return tensor
+    if tensor:
+        options = f"{given[0]} is an fhd.cu option" if len(given) == 1 else f"{', '.join(given)} are fhd.cu options"
+        raise InvalidDataError(f"{options}: not with tensor=True (the tensor cores)")
+    return False
+
+
 def coil_launches(n_coils: int, device: Device, tensor: bool | None) -> list[tuple[int, int, bool]]:
     """``(first coil, coils, on the tensor cores)`` of each launch of F^H d with off-resonance.
 
@@ -287,7 +302,8 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
         The tensor cores (``offres_tc.cu``, :mod:`.gpu_offres_tc`: every voxel-sample phase exact, the sums
         over samples as a matrix product, 1.5x ``fhd.cu`` with 8 coils; compute capability 8.0) instead of
         ``fhd.cu``: None by the coil count (:func:`coil_launches`), True always, False never. ``recur``,
-        ``rotate``, ``chunk`` and ``block`` apply to the ``fhd.cu`` launches only.
+        ``rotate``, ``chunk`` and ``block`` are ``fhd.cu``'s: giving any of them asks for ``fhd.cu``
+        (:func:`tensor_request`).
 
     Returns
     -------
@@ -299,8 +315,7 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
-    if recur:
-        uses_recurrence(prepared, recur)  # refused without runs, whichever kernels run
+    tensor = tensor_request(tensor, recur, rotate, chunk, block)
     for start, size, tensor_cores in coil_launches(n_coils, device, tensor):
         group = data[start:start + size]
         if tensor_cores:

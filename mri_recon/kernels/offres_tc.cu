@@ -94,6 +94,16 @@ __device__ __forceinline__ void mri_recon_split2(float x0, float x1, unsigned& h
     lo = mri_recon_half2(x0 - mri_recon_half_value(hi), x1 - mri_recon_half_value(hi >> 16));
 }
 
+// Zero the float32 sums of a warp's tiles (OTC_MTILES x OTC_NTILES fragments of 4).
+__device__ __forceinline__ void mri_recon_tc_zero(float (&sums)[OTC_MTILES][OTC_NTILES][4]) {
+#pragma unroll
+    for (int i = 0; i < OTC_MTILES; ++i)
+#pragma unroll
+        for (int j = 0; j < OTC_NTILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sums[i][j][e] = 0.0f;
+}
+
 // acc += a b on the tensor cores (16 x 8 x 16, half in, float32 out)
 __device__ __forceinline__ void mri_recon_mma(float (&acc)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -153,12 +163,7 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
     }
 
     float total[OTC_MTILES][OTC_NTILES][4];
-#pragma unroll
-    for (int i = 0; i < OTC_MTILES; ++i)
-#pragma unroll
-        for (int j = 0; j < OTC_NTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) total[i][j][e] = 0.0f;
+    mri_recon_tc_zero(total);
 
     const int begin = min(n_blocks, (int)blockIdx.y * per_slice);
     const int end = min(n_blocks, begin + per_slice);
@@ -173,12 +178,7 @@ extern "C" __global__ void __launch_bounds__(OTC_WARPS * 32) mri_recon_fhd_offre
         __syncthreads();
 
         float acc[OTC_MTILES][OTC_NTILES][4];  // the chunk's partial sums
-#pragma unroll
-        for (int i = 0; i < OTC_MTILES; ++i)
-#pragma unroll
-            for (int j = 0; j < OTC_NTILES; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        mri_recon_tc_zero(acc);
 
         for (int b = 0; b < count; ++b) {
             // this lane's samples: k = 2t, 2t + 1 (fragment registers 0, 1) and 2t + 8, 2t + 9 (registers 2, 3)

@@ -90,10 +90,6 @@ NUFFT_MAX_GROUP = 8
 """Most coils the GPU NUFFT spreads onto fine grids at once."""
 
 
-def _cpu_workers() -> int:
-    return cpu_threads()
-
-
 def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, method: str,
                 workers: int) -> dict[str, int]:
     """Bytes held at the peak of each CPU stage before the CG iterations (inputs included)."""
@@ -186,7 +182,7 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     if not gpu:
         stages = _cpu_stages(tuple(matrix), n_coils, n_samples, sense=sense,
                              method="exact" if method == "exact" else "nufft",
-                             workers=_cpu_workers() if workers is None else max(1, int(workers)))
+                             workers=cpu_threads() if workers is None else max(1, int(workers)))
     before_cg = max(stages.values(), default=0)
     batch = n_coils if max_coil_batch is None else max(1, min(n_coils, int(max_coil_batch)))
     if available_bytes is not None:

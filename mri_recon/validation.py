@@ -116,8 +116,9 @@ def trajectory_extent(trajectory: Any) -> np.ndarray:
                      for d in range(trajectory.shape[1])])
 
 
-def check_trajectory_units(trajectory: np.ndarray, matrix: tuple[int, ...], source: str = "<memory>") -> None:
-    """Reject trajectories beyond 2x Nyquist or that look normalized, naming the expected units."""
+def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str = "<memory>") -> None:
+    """Reject trajectories beyond 2x Nyquist or that look normalized, naming the expected units (NumPy or CuPy:
+    only the per-axis extent leaves the device)."""
     extent = trajectory_extent(trajectory)
     for axis, (reach, n) in enumerate(zip(extent, matrix)):
         if reach > n:
@@ -165,13 +166,8 @@ def check_trajectory(source: str, trajectory: Any, matrix: tuple[int, ...], n_sa
     if traj.shape[1] != len(matrix):
         raise SchemaError(f"{source}: trajectory has D = {traj.shape[1]} columns but matrix {list(matrix)} "
                           f"needs D = {len(matrix)}")
-    check_units(source, traj, matrix)
+    check_trajectory_units(traj, matrix, source)
     return traj
-
-
-def check_units(source: str, trajectory: Any, matrix: tuple[int, ...]) -> None:
-    """:func:`check_trajectory_units` on the per-axis extent (D numbers leave the device)."""
-    check_trajectory_units(trajectory_extent(trajectory)[None, :], matrix, source)
 
 
 def check_field_map_pair(field_map: Any, times: Any, source: str = "<memory>") -> None:

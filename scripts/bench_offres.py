@@ -8,11 +8,12 @@ Sections (each guarded: a failure is recorded in the JSON and the run goes on):
   scripts/bench_fhd.py), field map of peak 150 Hz (sim/offres.py), 16 ms per spoke; 1, 2, 3, 4 and 8 coils.
   Median of 10 runs (CUDA events, after warm-up) of the production plain kernel (mirror pairs + recurrence),
   the plain kernel on unpaired lines without recurrence (the phasor kernel's structure without its phase
-  term), the off-resonance default path (``offres``; ``offres_path`` names it: the tensor cores from 3 coils,
-  ``fhd.cu``'s time recurrence below, as the readouts have a constant dwell time), ``fhd.cu`` alone
-  (``offres_fhd``), its other accumulation (``offres_recur_walk`` or ``offres_recur_rotate``), the phasor
-  kernel (``offres_phasor``, one phase per voxel-sample, what any times get) and the tensor cores alone
-  (``offres_tc``). Rates in
+  term), and the off-resonance F^H d with the field map and times prepared once (as CG does): ``fhd.cu``
+  (``offres_fhd``: the time recurrence, as the readouts have a constant dwell time), its other accumulation
+  (``offres_recur_walk`` or ``offres_recur_rotate``), the phasor kernel (``offres_phasor``, one phase per
+  voxel-sample, what any times get) and the tensor cores (``offres_tc``). ``offres_default`` names the row the
+  default path runs (the tensor cores from 3 coils, ``fhd.cu`` below; timed on its own only where it mixes
+  the two) and ``offres``, ``offres_over_plain``, ``offres_error`` repeat it; ``offres_path`` describes it. Rates in
   voxel-sample pairs per second (coil-voxel-sample triples for several coils); ratios to the plain kernel;
   each off-resonance kernel's relative error against float64 at 2048 random voxels.
 - ``fhd_2d_recur_sweep``: the time recurrence on the same problem with 1..8 positions per thread and either
@@ -50,7 +51,7 @@ import mri_recon
 from mri_recon.backend import Device, cupy_module, gpu_available
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels import get_module
-from mri_recon.kernels.configs import fhd_defines, offres_rotates
+from mri_recon.kernels.configs import fhd_defines, offres_rotates, thread_floats
 from mri_recon.operators import gpu_exact, gpu_offres
 from mri_recon.operators.gpu_layout import fixed_point_turns
 from mri_recon.operators.time_segments import interpolation_error
@@ -116,6 +117,14 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
     fmap = sim_offres.field_map(matrix, 150.0)
     gk, gt, gf = cupy.asarray(traj), cupy.asarray(times), cupy.asarray(fmap)
     pairs = n * n * len(traj)
+    prepared = gpu_offres.prepare_offres(gf, gt)  # once, as CG does
+    recur = gpu_offres.uses_recurrence(prepared, None)
+
+    def fhd_path(size: int) -> str:
+        if not recur:
+            return "phasor"
+        return f"recur ({'rotate' if offres_rotates(size) else 'walk'}), {prepared.runs.runs} runs"
+
     adjoint, forward = {"matrix": list(matrix), "samples": len(traj)}, {"matrix": list(matrix), "samples": len(traj)}
     voxels = rng.choice(n * n, size=min(REFERENCE_VOXELS, n * n), replace=False)
     for coils in coil_counts:
@@ -126,26 +135,30 @@ def transforms(n: int, spokes: int, samples: int, coil_counts: tuple[int, ...]) 
         work = pairs * coils
         rotate = offres_rotates(coils)
         other = "offres_recur_walk" if rotate else "offres_recur_rotate"
-        kernels = {"offres": {}, "offres_fhd": {"tensor": False},
-                   other: {"recur": True, "rotate": not rotate, "tensor": False},
+        kernels = {"offres_fhd": {"tensor": False}, other: {"recur": True, "rotate": not rotate, "tensor": False},
                    "offres_phasor": {"recur": False, "tensor": False}, "offres_tc": {"tensor": True}}
+        launches = gpu_offres.coil_launches(coils, Device(gd.device.id), None)
+        on_tc = {tc for _, _, tc in launches}
+        if len(on_tc) > 1:  # a mixed default (9 coils and more) is a path of its own
+            kernels["offres"] = {}
         row = {"plain": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix)),
                "plain_unpaired": timed(lambda gd=gd: gpu_exact.fhd_gpu(gd, gk, matrix, paired=False, recur=False))}
         for name, options in kernels.items():
-            row[name] = timed(lambda gd=gd, o=options: gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, **o))
+            row[name] = timed(lambda gd=gd, o=options: gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt,
+                                                                               prepared=prepared, **o))
         for entry in row.values():
             entry["rate"] = work / entry["median_s"]
-        prepared = gpu_offres.prepare_offres(gf, gt)
-        fhd_path = (f"recur ({'rotate' if rotate else 'walk'}), {prepared.runs.runs} runs"
-                    if gpu_offres.uses_recurrence(prepared, None) else "phasor")
-        launches = gpu_offres.coil_launches(coils, Device(gd.device.id), None)
-        row["offres_path"] = ", ".join(f"{size} coil(s) {'tensor cores' if tc else fhd_path}"
-                                       for _, size, tc in launches)
         ref = reference_adjoint(data, traj, fmap, times, voxels)
         for name, options in kernels.items():
             row[f"{name}_over_plain"] = row[name]["rate"] / row["plain"]["rate"]
-            out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, **options).reshape(coils, -1)
+            out = gpu_offres.fhd_offres_gpu(gd, gk, matrix, gf, gt, prepared=prepared, **options).reshape(coils, -1)
             row[f"{name}_error"] = float(cupy.linalg.norm(out[:, cupy.asarray(voxels)] - ref) / cupy.linalg.norm(ref))
+        default = "offres" if len(on_tc) > 1 else ("offres_tc" if True in on_tc else "offres_fhd")
+        row["offres_default"] = default  # the row the default path runs: offres_* keys below are its
+        for key in ("", "_over_plain", "_error"):
+            row["offres" + key] = row[default + key]
+        row["offres_path"] = ", ".join(f"{size} coil(s) {'tensor cores' if tc else fhd_path(size)}"
+                                       for _, size, tc in launches)
         row["offres_over_plain_unpaired"] = row["offres"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_phasor_over_plain_unpaired"] = row["offres_phasor"]["rate"] / row["plain_unpaired"]["rate"]
         row["offres_fhd_over_offres_phasor"] = row["offres_fhd"]["rate"] / row["offres_phasor"]["rate"]
@@ -183,7 +196,7 @@ def recur_sweep(n: int, spokes: int, samples: int) -> dict:
                                              prepared.runs.flags)
         for rotate in (False, True):
             for vox in range(1, 9):
-                if vox * (4 * coils + 6 + (4 * coils if rotate else 4)) > 200:
+                if thread_floats(vox, coils, True, False, True, rotate) > 200:
                     continue
                 defines = fhd_defines(2, coils, vox, True, offres=True, rotate=rotate)
 

@@ -32,19 +32,15 @@ mri_recon.reconstruct(scan, field_map_correction="segmented", iterations=30, tol
 op = captured[-1]
 x = cupy.asarray((np.random.default_rng(0).standard_normal(op.ishape) + 0j).astype(np.complex64))
 out = cupy.empty_like(x)
-step, grid_size, sizes, segments = op._step, op._grid_size, op._sizes, np.int32(op.segments)
+step, grid_size = op._step, op._grid_size
 count = min(step, op._n_coils)
-part = op._maps[:count]
-work = op._work[:count * op.segments]
+work = op.expand(x, 0, count)
 stages = {
-    "expand": lambda: op._expand(op._blocks(count * grid_size), (gpu_segments.BLOCK,),
-                                 (part, op._phases, x, work, np.int32(count), segments, *sizes)),
+    "expand": lambda: op.expand(x, 0, count),
     "fft": lambda: op._plans[count].fft(work, work, gpu_segments.FORWARD),
     "mix": lambda: op.mix(work, count),
     "ifft": lambda: op._plans[count].fft(work, work, gpu_segments.INVERSE),
-    "reduce": lambda: op._reduce(op._blocks(op._nvox), (gpu_segments.BLOCK,),
-                                 (part, op._phases, work, x, out, np.int32(count), segments, *sizes, op._lam,
-                                  np.int32(1))),
+    "reduce": lambda: op.reduce(x, out, 0, count, True),
     "apply_into": lambda: op.apply_into(x, out),
 }
 result = {"segments": int(op.segments), "coils": int(op._n_coils), "step": int(step), "grid": int(grid_size)}

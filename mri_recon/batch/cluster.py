@@ -126,10 +126,9 @@ def connect(scheduler: str) -> Cluster:
 def start_local(workers: int | None, device: str) -> Cluster:
     """A local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU."""
     distributed = _distributed()
-    gpu = wants_gpu(device)
-    count = len(plan_gpu_workers(workers, visible_gpus())) if gpu else (workers or 1)
-    with local_config(worker_threads(count, gpu)):
-        return _start_local(distributed, workers, device)
+    gpus = plan_gpu_workers(workers, visible_gpus()) if wants_gpu(device) else None
+    with local_config(worker_threads(len(gpus) if gpus is not None else (workers or 1), gpus is not None)):
+        return _start_local(distributed, workers or 1, gpus)
 
 
 def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
@@ -187,15 +186,14 @@ def local_config(threads: dict[str, str] | None = None):
                 os.environ[name] = value
 
 
-def _start_local(distributed: Any, workers: int | None, device: str) -> Cluster:
+def _start_local(distributed: Any, count: int, gpus: list[str] | None) -> Cluster:
+    """``count`` CPU worker processes, or with ``gpus`` (:func:`plan_gpu_workers`) one worker per GPU."""
     quiet = {"silence_logs": logging.ERROR, "memory_limit": 0, "threads_per_worker": 1}
-    if not wants_gpu(device):
-        count = workers or 1
+    if gpus is None:
         cluster = distributed.LocalCluster(n_workers=count, processes=True, **quiet)
         kind = f"LocalCluster, {count} worker process(es) on the CPU"
-        gpus: list[str] = []
+        gpus = []
     else:
-        gpus = plan_gpu_workers(workers, visible_gpus())
         cluster, kind = None, f"LocalCUDACluster, one worker per GPU ({','.join(gpus)})"
         try:
             from dask_cuda import LocalCUDACluster  # noqa: PLC0415 - the gpu extra, imported on use

@@ -114,21 +114,14 @@ def clean_stale(folder: str | os.PathLike, *, target_name: str | None = None) ->
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True when ``a`` and ``b`` name the same existing file (or the same resolved path)."""
-    pa, pb = Path(a), Path(b)
-    try:
-        if pa.exists() and pb.exists():
-            return pa.samefile(pb)
-        return pa.resolve() == pb.resolve()
-    except (OSError, RuntimeError):
-        return os.path.abspath(pa) == os.path.abspath(pb)
+    """True when ``a`` and ``b`` name the same existing file (or the same resolved path): ``a in FileSet([b])``."""
+    return a in FileSet([b])
 
 
 class FileSet:
-    """Files to protect from being overwritten, for many checks at once (a batch's inputs against each of its
-    outputs: :func:`same_file` against every input would cost N^2 path resolutions). A path is in the set
-    when it is an existing file of the set (same device and inode) or resolves to one of the set's paths,
-    as :func:`same_file` decides for one pair."""
+    """Files to protect from being overwritten, checked many times at once (a batch's inputs against each of its
+    outputs: one look at each input instead of one per input and output). A path is in the set when it is an
+    existing file of the set (same device and inode) or resolves to one of the set's paths."""
 
     def __init__(self, paths: Iterable[str | os.PathLike]) -> None:
         self._ids: set[tuple[int, int]] = set()
@@ -183,7 +176,7 @@ def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, .
     if length > limit:
         raise OutputError(f"{str(target)[:80]}...: output file name is {length} bytes long; the file system "
                           f"allows at most {limit}")
-    if target in protect if isinstance(protect, FileSet) else any(same_file(target, item) for item in protect):
+    if target in (protect if isinstance(protect, FileSet) else FileSet(protect)):
         raise OutputError(f"{target}: output would overwrite the input file; choose another path")
     try:
         info = target.stat()

@@ -75,7 +75,7 @@ def offres_recur_positions(coils: int) -> int:
     return 4 if int(coils) <= 2 else 2
 
 
-def _thread_floats(vox: int, coils: int, recur: bool, real: bool, offres: bool, rotate: bool) -> int:
+def thread_floats(vox: int, coils: int, recur: bool, real: bool, offres: bool, rotate: bool) -> int:
     """Floats a thread of ``fhd.cu`` keeps across samples: the accumulators, plus with the time recurrence the
     per-position state (field, step, E or the rotating sums)."""
     floats = fhd_accumulators(vox, coils, real, offres, recur)
@@ -90,7 +90,7 @@ def fhd_defines(dim: int, coils: int, vox: int, recur: bool, real: bool = False,
     exact off-resonance path, with complex data; with ``recur`` too, the time recurrence, whose accumulation
     ``rotate`` selects: ``FHD_ROTATE``, a key only there)."""
     words = fhd_record_words(dim, coils, real, offres, offres and recur)
-    floats = _thread_floats(vox, coils, recur, real, offres, rotate)
+    floats = thread_floats(vox, coils, recur, real, offres, rotate)
     defines = {"FHD_DIM": dim, "FHD_COILS": coils, "FHD_VOX": vox, "FHD_RECUR": int(recur),
                "FHD_REAL": int(real), "FHD_OFFRES": int(offres), "FHD_WORDS": words,
                "FHD_CHUNK": CONSTANT_BYTES // (4 * words),
@@ -126,9 +126,17 @@ TC_MTILES = 4
 """16-voxel tiles per warp of ``offres_tc.cu``."""
 TC_MIN_COILS = 3
 """Smallest launch of coils that F^H d with off-resonance puts on the tensor cores by default. One 8-column tile
-(1..4 coils) takes the same time whatever its coil count, so the tensor cores pay off from 3 coils: measured on
-an H200 at 256^2, 262,144 samples, 3 coils ran at 2.36e12 on the tensor cores against 2.10e12 in ``fhd.cu``,
-2 coils at 1.57e12 against 1.87e12 (docs/benchmarks.md, seventh run)."""
+(1..4 coils) takes the same time whatever its coil count, so the tensor cores catch up with ``fhd.cu`` at 3
+coils: measured on an H200 at 256^2, 262,144 samples, uniform readout times, field map prepared once, 3 coils
+ran at 2.35e12 on the tensor cores and 2.34e12 in ``fhd.cu`` (2.09e12 with other times, its phasor kernel,
+where the tensor cores do not change), 2 coils at 1.58e12 against 2.18e12, 4 coils at 3.18e12 against 2.78e12
+(docs/benchmarks.md, seventh run)."""
+
+
+def tc_column_tiles(coils: int) -> int:
+    """8-column tiles of one ``offres_tc.cu`` launch (``OTC_NTILES``): the interleaved (Re, Im) of 4 coils per
+    tile."""
+    return (int(coils) + 3) // 4
 
 
 def offres_tc_defines(dim: int, coils: int, mtiles: int | None = None) -> dict[str, int]:
@@ -137,7 +145,7 @@ def offres_tc_defines(dim: int, coils: int, mtiles: int | None = None) -> dict[s
     warp (None: :data:`TC_MTILES`)."""
     if not 1 <= int(coils) <= MAX_GROUP:
         raise KernelError(f"offres_tc.cu takes 1 to {MAX_GROUP} coils per launch, found {coils}")
-    return {"OTC_DIM": int(dim), "OTC_NTILES": (int(coils) + 3) // 4,
+    return {"OTC_DIM": int(dim), "OTC_NTILES": tc_column_tiles(coils),
             "OTC_MTILES": int(TC_MTILES if mtiles is None else mtiles), "OTC_WARPS": TC_WARPS,
             "OTC_CHUNK": TC_CHUNK}
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..backend import Device, cupy_module
 from ..errors import KernelError
 from ..kernels import get_module
-from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines
+from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles
 from .gpu_exact import _empty, _sm_count
 from .gpu_layout import grid_slices
 
@@ -48,14 +48,9 @@ def tensor_cores_available(device: Device) -> bool:
     return device.index >= 0 and _capability(device.index) >= MIN_CAPABILITY
 
 
-def column_tiles(coils: int) -> int:
-    """8-column tiles of one launch: the interleaved (Re, Im) of 4 coils per tile."""
-    return (int(coils) + 3) // 4
-
-
 def record_words(coils: int) -> int:
     """32-bit words per sample record: the header and the complex64 values of 4 coils per column tile."""
-    return HEADER_WORDS + 8 * column_tiles(coils)
+    return HEADER_WORDS + 8 * tc_column_tiles(coils)
 
 
 def tc_groups(n_coils: int) -> list[tuple[int, int]]:

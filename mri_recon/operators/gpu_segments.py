@@ -104,19 +104,29 @@ class FusedSegmentedNormal(GridNormal):
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
-        step, grid_size, sizes, segments = self._step, self._grid_size, self._sizes, np.int32(self.segments)
-        for first, start in enumerate(range(0, self._n_coils, step)):
-            count = min(step, self._n_coils - start)
-            part = self._maps[start:start + count]
-            work = self._work[:count * self.segments]
-            self._expand(self._blocks(count * grid_size), (BLOCK,),
-                         (part, self._phases, x, work, np.int32(count), segments, *sizes))
+        for first, start in enumerate(range(0, self._n_coils, self._step)):
+            count = min(self._step, self._n_coils - start)
+            work = self.expand(x, start, count)
             self._plans[count].fft(work, work, FORWARD)
             self.mix(work, count)
             self._plans[count].fft(work, work, INVERSE)  # unnormalized: 1/P is in the spectra
-            self._reduce(self._blocks(self._nvox), (BLOCK,),
-                         (part, self._phases, work, x, out, np.int32(count), segments, *sizes, self._lam,
-                          np.int32(first == 0)))
+            self.reduce(x, out, start, count, first == 0)
+
+    def expand(self, x: Any, start: int, count: int) -> Any:
+        """Launch the expand kernel: coils ``start .. start + count`` times each segment's phase times ``x`` on
+        the 2x grid; returns the work buffer it wrote (``count * L`` grids)."""
+        work = self._work[:count * self.segments]
+        self._expand(self._blocks(count * self._grid_size), (BLOCK,),
+                     (self._maps[start:start + count], self._phases, x, work, np.int32(count),
+                      np.int32(self.segments), *self._sizes))
+        return work
+
+    def reduce(self, x: Any, out: Any, start: int, count: int, first: bool) -> None:
+        """Launch the reduce kernel: ``out`` (``lam x`` first when ``first``) plus the coils' conj(S_c) sum_l
+        conj(c_l) of their transformed-back segments in the work buffer."""
+        self._reduce(self._blocks(self._nvox), (BLOCK,),
+                     (self._maps[start:start + count], self._phases, self._work[:count * self.segments], x, out,
+                      np.int32(count), np.int32(self.segments), *self._sizes, self._lam, np.int32(first)))
 
     def mix(self, work: Any, count: int) -> None:
         """Launch the mixing kernel on the ``count`` coils' transformed segments ``work``."""

@@ -19,8 +19,9 @@ The cost constants were measured: the CPU's on 2 cores (docs/offres.md), the GPU
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -85,26 +86,21 @@ class OffresCorrection:
     """Segmented: each sample's row of ``table``, int32 ``(M,)``."""
     field_map64: Any = None
     """Segmented: the field map in float64, for the segment phases."""
-    _made: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
         """What the output records: ``"exact"`` or ``"time-segmented (L=..)"``."""
         return "exact" if self.kind == "exact" else f"time-segmented (L={self.segments})"
 
-    @property
+    @functools.cached_property
     def b(self) -> Any:
         """Segmented: the interpolator of every sample, complex64 ``(M, L)``, made on the arrays' device."""
-        if "b" not in self._made and self.table is not None:
-            self._made["b"] = self.table[self.index]
-        return self._made.get("b")
+        return None if self.table is None else self.table[self.index]
 
-    @property
+    @functools.cached_property
     def phases(self) -> Any:
         """Segmented: ``c_l = exp(-i 2 pi f tau_l)``, complex64 ``(L, *matrix)``, made on the arrays' device."""
-        if "phases" not in self._made and self.tau is not None:
-            self._made["phases"] = time_segments.segment_phases(self.field_map64, self.tau)
-        return self._made.get("phases")
+        return None if self.tau is None else time_segments.segment_phases(self.field_map64, self.tau)
 
     def upload(self, device: Device) -> None:
         """Move the arrays to ``device``; the segments' interpolators and phases are made there (the table, the
@@ -113,7 +109,8 @@ class OffresCorrection:
         if self.table is not None:
             self.table, self.index = to_device(self.table, device), to_device(self.index, device)
             self.field_map64 = to_device(self.field_map64, device)
-            self._made.clear()
+            for made in ("b", "phases"):  # made again on the new device
+                self.__dict__.pop(made, None)
 
     def kernel_configs(self, sense: bool) -> list[tuple[str, dict[str, int]]]:
         """The ``(file, defines)`` of the CUDA modules the GPU normal operator of this correction builds beyond

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
 from ..errors import SchemaError
-from ..validation import check_any_array, check_trajectory, check_units, validate_matrix
+from ..validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
 from .encoding import choose_engine
 
 
@@ -98,7 +98,7 @@ def forward(image: Any, trajectory: Any, *, device: str | int | Device | None = 
     single = x.ndim == ndim
     x = x[None] if single else x
     matrix = validate_matrix(x.shape[1:], "forward")
-    check_units("forward", traj, matrix)
+    check_trajectory_units(traj, matrix, "forward")
     dev, engine = choose_engine(device, method, like=image, problem=(matrix, traj.shape[0], x.shape[0]))
     with dev.use():
         op = engine(to_device(traj, dev), matrix, x.shape[0])

@@ -77,9 +77,7 @@ def kernel_spectrum(psf: Any) -> Any:
     array
         complex64 of the same shape and array type.
     """
-    xp = get_xp(psf)
-    shifted = xp.fft.ifftshift(xp.asarray(psf, dtype=np.complex64))
-    return _fftn(shifted, axes=tuple(range(psf.ndim))).astype(np.complex64, copy=False)
+    return kernel_spectra(psf[None])[0]
 
 
 def kernel_spectra(psfs: Any) -> Any:

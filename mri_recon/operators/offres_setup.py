@@ -40,7 +40,7 @@ EXACT_PAIRS_PER_S = {"gpu": 3.8e12, "cpu": 1e8}
 x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x
 65,536 voxels x 309,120 samples, the right-hand side and 30 CG iterations (31 x 2 transforms: F^H on the tensor
 cores at 5.1e12, F at 3.0e12) in 2.63 s. One rate for every coil count: with 1 or 2 coils the transforms run at
-about 1.1e12 and 1.7e12 (F^H in fhd.cu, F), so exact correction is predicted up to 3.5x too fast there; it stays
+about 1.2e12 and 1.8e12 (F^H in fhd.cu, F), so exact correction is predicted up to 3.2x too fast there; it stays
 the slower choice by far (docs/offres.md: 93x the uncorrected time against the segments' 2-3x)."""
 FFT_POINTS_PER_S = {"gpu": 1.4e11, "cpu": 1.2e8}
 """2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids

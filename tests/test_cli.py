@@ -219,6 +219,7 @@ def test_doctor_without_gpu_reports_versions(monkeypatch):
     assert "mri-recon" in result.output and "self-test skipped" in result.output
     for name in ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm", "cupy"):
         assert re.search(rf"^{name} +\S", result.output, re.MULTILINE), name
+    assert not re.search(r"^cuda driver +0\.0$", result.output, re.MULTILINE)  # no driver: said in words
     for check in ("finufft fhd 2d", "finufft fwd 2d", "finufft fhd 3d", "finufft fwd 3d", "cpu cg-sense 2d"):
         assert re.search(rf"^PASS  {check} +relative error \d\.\d\de-\d+ \(tolerance 1e-05\)", result.output,
                          re.MULTILINE), check

@@ -95,6 +95,8 @@ class _ScanBar:
     def __call__(self, event: str, value: Any) -> None:
         from tqdm import tqdm
 
+        from .console import bar_shown
+
         if event == "cluster":
             message = f"{value.kind}; Dask dashboard: {value.dashboard or 'none'}"
             log.info("%s", message)
@@ -102,7 +104,7 @@ class _ScanBar:
                 click.echo(message, err=True)
         elif event == "planned":
             run, skipped = value
-            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not self.enabled,
+            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not bar_shown(self.enabled),
                             desc="scans", dynamic_ncols=True)
         elif event == "scan" and self.bar is not None:
             self.bar.set_postfix_str(f"{Path(value.input).name} {value.status}", refresh=False)

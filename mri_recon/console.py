@@ -51,8 +51,16 @@ def cli_logging(verbose: int, quiet: bool) -> Iterator[None]:
         logger.setLevel(previous)
 
 
+def bar_shown(enabled: bool) -> bool:
+    """Whether a progress bar is drawn: asked for (not ``--quiet``) and stderr is a terminal. A bar redraws
+    itself with carriage returns, which a log file or a pipe would keep as garbage lines."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return enabled and isatty is not None and bool(isatty())
+
+
 class ProgressBar:
-    """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback).
+    """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback), drawn only
+    on a terminal (:func:`bar_shown`).
 
     The bar's total is ``images * iterations``; when CG stops early, the iterations it did not run are taken
     off the total, so the bar ends full and its count is the number of iterations run.
@@ -66,7 +74,7 @@ class ProgressBar:
         self.iterations = iterations
         self.count = 0
         self._in_image = 0
-        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not enabled,
+        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not bar_shown(enabled),
                         desc=name if images == 1 else f"{name}, image 1/{images}", dynamic_ncols=True, leave=True)
 
     def start_image(self, index: int) -> None:

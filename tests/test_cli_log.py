@@ -3,7 +3,10 @@ against a ground truth, and a progress bar only on a terminal."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -36,3 +39,39 @@ def test_log_json_settings_use_the_option_names_the_user_types(scan, tmp_path):
     typed = _run("reconstruct", "--help").output
     for name in set(settings) - {"scans"}:
         assert f"--{name.replace('_', '-')}" in typed, name
+
+
+class _Terminal(io.StringIO):
+    """stderr as a terminal shows it (the bar is drawn only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _on_terminal(monkeypatch, *args) -> str:
+    """Run the command in this process with stderr a terminal; returns what it wrote there."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main.main([str(a) for a in args], prog_name="mri-recon", standalone_mode=False)
+    return terminal.getvalue()
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_and_ends_full(scan, tmp_path, monkeypatch):
+    out = tmp_path / "r.h5"
+    shown = _on_terminal(monkeypatch, "reconstruct", scan, "-o", out, "--iterations", "4", "--tol", "0",
+                         "--device", "cpu")
+    bar, line = shown.rsplit("\r", 1)[-1], shown.strip().splitlines()[-1]
+    assert re.search(r"CG: 100%.* 4/4 ", bar), bar
+    assert line.startswith(f"wrote {out} (HDF5): 1 image(s), 4 CG iterations")
+    quiet = tmp_path / "q.h5"
+    assert _on_terminal(monkeypatch, "reconstruct", scan, "-o", quiet, "--iterations", "2", "--device", "cpu",
+                        "--quiet") == "" and quiet.is_file()
+
+
+def test_no_bar_and_no_carriage_returns_when_stderr_is_not_a_terminal(scan, tmp_path):
+    out = tmp_path / "r.h5"
+    result = _run("reconstruct", scan, "-o", out, "--iterations", "3", "--tol", "0", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "\r" not in result.stderr and "CG:" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # the result line alone
+    assert result.stderr.startswith(f"wrote {out} (HDF5): 1 image(s), 3 CG iterations")

@@ -163,7 +163,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         return run_batch(click.get_current_context().params)
     scan = scans[0]
     from .api import prepare_and_reconstruct
-    from .console import ProgressBar, cli_logging, run_log, write_run_log
+    from .console import ProgressBar, cli_logging, run_log, truth_summary, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
     from .io.geometry import geometry_of
@@ -225,7 +225,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     _log(quiet, f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
          + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "
          + ("CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective ")
-         + f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
+         + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
+         f"{last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
 
 

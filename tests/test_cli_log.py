@@ -8,9 +8,11 @@ import json
 import re
 import sys
 
+import h5py
 import pytest
 from click.testing import CliRunner
 
+from mri_recon import load_scan, save_scan
 from mri_recon.cli import main
 
 
@@ -75,3 +77,25 @@ def test_no_bar_and_no_carriage_returns_when_stderr_is_not_a_terminal(scan, tmp_
     assert "\r" not in result.stderr and "CG:" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # the result line alone
     assert result.stderr.startswith(f"wrote {out} (HDF5): 1 image(s), 3 CG iterations")
+
+
+def test_the_nrmse_against_the_ground_truth_is_in_the_result_line_and_the_json_log(scan, tmp_path):
+    out, record = tmp_path / "r.h5", tmp_path / "run.json"
+    result = _run("reconstruct", scan, "-o", out, "--iterations", "5", "--device", "cpu", "--log-json", record)
+    assert result.exit_code == 0, result.output
+    (image,) = json.loads(record.read_text())["images"]
+    with h5py.File(out) as f:
+        value, kind = float(f.attrs["nrmse_vs_ground_truth"]), f.attrs["nrmse_kind"]
+    assert image["nrmse_vs_ground_truth"] == value and image["nrmse_kind"] == kind and 0 < value < 1
+    assert f", NRMSE vs ground truth {value:.3g} ({kind}), " in result.stderr.strip().splitlines()[-1]
+
+
+def test_without_a_ground_truth_no_nrmse_is_claimed(scan, tmp_path):
+    bare, record = tmp_path / "bare.h5", tmp_path / "run.json"
+    save_scan(bare, load_scan(scan).replace(ground_truth=None))
+    result = _run("reconstruct", bare, "-o", tmp_path / "r.h5", "--iterations", "2", "--device", "cpu",
+                  "--log-json", record)
+    assert result.exit_code == 0, result.output
+    assert "NRMSE" not in result.stderr
+    (image,) = json.loads(record.read_text())["images"]
+    assert "nrmse_vs_ground_truth" not in image and "nrmse_kind" not in image

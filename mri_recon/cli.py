@@ -186,7 +186,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
             placed = "affine has" if chosen == "nifti" else "image headers have position 0,"
             _log(quiet, f"warning: {scan} does not say where the image lies (no position or orientation): the "
-                        f"output's {placed} identity directions and {voxel} mm voxels"
+                        f"output's {placed} identity directions (LPS) and {voxel} mm voxels"
                         + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)

@@ -163,7 +163,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         return run_batch(click.get_current_context().params)
     scan = scans[0]
     from .api import prepare_and_reconstruct
-    from .console import ProgressBar, cli_logging, run_log, truth_summary, write_run_log
+    from .console import ProgressBar, cli_logging, run_log, truth_summary, typed_settings, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
     from .io.geometry import geometry_of
@@ -171,7 +171,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
-    settings = _typed_settings(click.get_current_context())
+    settings = typed_settings(click.get_current_context(), leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
     chosen = output_format(output, format_)
     values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
@@ -228,13 +228,6 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
          + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
          f"{last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
-
-
-def _typed_settings(ctx: click.Context) -> dict[str, Any]:
-    """The command's settings for ``--log-json``, each under the name it is typed with (``--format`` as
-    ``format``, ``--lambda`` as ``lambda``, ``--log-json`` as ``log_json``), not its Python parameter name."""
-    names = {p.name: max(p.opts, key=len).lstrip("-").replace("-", "_") for p in ctx.command.params}
-    return {names.get(k, k): v for k, v in ctx.params.items() if k not in ("quiet", "verbose")}
 
 
 def _check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | None) -> None:

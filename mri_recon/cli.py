@@ -171,7 +171,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
-    settings = typed_settings(click.get_current_context(), leave=("quiet", "verbose"))
+    ctx = click.get_current_context()
+    settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
     chosen = output_format(output, format_)
     values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work

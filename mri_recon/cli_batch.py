@@ -45,7 +45,7 @@ BATCH_FIELDS = ("iterations", "lam", "tol", "filter_sigma", "method")
 def run_batch(params: dict[str, Any]) -> None:
     """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
     from .batch import reconstruct_many
-    from .console import cli_logging, write_run_log
+    from .console import cli_logging, typed_settings, write_run_log
 
     quiet, verbose = params["quiet"], params["verbose"]
     if quiet and verbose:
@@ -73,7 +73,7 @@ def run_batch(params: dict[str, Any]) -> None:
         finally:
             bar.close()
         if params["log_json"] is not None:
-            settings = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
+            settings = typed_settings(click.get_current_context().command, params, leave=("quiet", "verbose"))
             write_run_log(params["log_json"], {"settings": settings, **report.as_dict()},
                           protect=tuple(params["scans"]))
     if not quiet:

@@ -102,12 +102,12 @@ class ProgressBar:
         self.bar.close()
 
 
-def typed_settings(ctx: Any, leave: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A click command's parameters for ``--log-json``, each under the name it is typed with (``--format`` as
-    ``format``, ``--lambda`` as ``lambda``, ``--log-json`` as ``log_json``), not its Python parameter name
-    (``format_``, ``lam``); those named in ``leave`` are left out."""
-    names = {p.name: max(p.opts, key=len).lstrip("-").replace("-", "_") for p in ctx.command.params}
-    return {names.get(k, k): v for k, v in ctx.params.items() if k not in leave}
+def typed_settings(command: Any, params: Mapping[str, Any], leave: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``params`` of a click ``command`` for ``--log-json``, each under the name it is typed with
+    (``--format`` as ``format``, ``--lambda`` as ``lambda``, ``--log-json`` as ``log_json``), not its Python
+    parameter name (``format_``, ``lam``); those named in ``leave`` are left out."""
+    names = {p.name: max(p.opts, key=len).lstrip("-").replace("-", "_") for p in command.params}
+    return {names.get(k, k): v for k, v in params.items() if k not in leave}
 
 
 def _plain(value: Any) -> Any:

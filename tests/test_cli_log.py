@@ -43,6 +43,19 @@ def test_log_json_settings_use_the_option_names_the_user_types(scan, tmp_path):
         assert f"--{name.replace('_', '-')}" in typed, name
 
 
+def test_a_batch_log_json_uses_the_typed_names_too(scan, tmp_path):
+    folder, record = tmp_path / "in", tmp_path / "run.json"
+    folder.mkdir()
+    for name in ("a.h5", "b.h5"):
+        (folder / name).write_bytes(scan.read_bytes())
+    result = _run("reconstruct", folder, "-o", tmp_path / "out", "--format", "nifti", "--iterations", "2",
+                  "--device", "cpu", "--log-json", record, "--quiet")
+    assert result.exit_code == 0, result.output
+    settings = json.loads(record.read_text())["settings"]
+    assert settings["format"] == "nifti" and "format_" not in settings and "lambda" in settings
+    assert not [name for name in settings if name.endswith("_")]
+
+
 class _Terminal(io.StringIO):
     """stderr as a terminal shows it (the bar is drawn only there)."""
 

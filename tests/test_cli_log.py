@@ -78,6 +78,9 @@ def test_the_progress_bar_is_drawn_on_a_terminal_and_ends_full(scan, tmp_path, m
     bar, line = shown.rsplit("\r", 1)[-1], shown.strip().splitlines()[-1]
     assert re.search(r"CG: 100%.* 4/4 ", bar), bar
     assert line.startswith(f"wrote {out} (HDF5): 1 image(s), 4 CG iterations")
+    tv = _on_terminal(monkeypatch, "reconstruct", scan, "-o", tmp_path / "tv.h5", "--regularizer", "tv",
+                      "--iterations", "3", "--device", "cpu")
+    assert re.search(r"TV: 100%.* 3/3 .*objective=", tv.rsplit("\r", 1)[-1]), tv  # the ADMM bar shows the objective
     quiet = tmp_path / "q.h5"
     assert _on_terminal(monkeypatch, "reconstruct", scan, "-o", quiet, "--iterations", "2", "--device", "cpu",
                         "--quiet") == "" and quiet.is_file()

@@ -106,6 +106,18 @@ def test_the_nrmse_against_the_ground_truth_is_in_the_result_line_and_the_json_l
     assert f", NRMSE vs ground truth {value:.3g} ({kind}), " in result.stderr.strip().splitlines()[-1]
 
 
+def test_mrd_output_carries_the_nrmse_in_its_image_meta(scan, tmp_path):
+    ismrmrd = pytest.importorskip("ismrmrd")
+    out, record = tmp_path / "r.mrd.h5", tmp_path / "run.json"
+    result = _run("reconstruct", scan, "-o", out, "--iterations", "3", "--device", "cpu", "--log-json", record)
+    assert result.exit_code == 0, result.output
+    (image,) = json.loads(record.read_text())["images"]
+    with ismrmrd.Dataset(str(out), "dataset", create_if_needed=False, mode="r") as dataset:
+        meta = dataset.read_image("image_0", 0).meta
+    assert float(meta["nrmse_vs_ground_truth"]) == image["nrmse_vs_ground_truth"]
+    assert meta["nrmse_kind"] == image["nrmse_kind"]
+
+
 def test_without_a_ground_truth_no_nrmse_is_claimed(scan, tmp_path):
     bare, record = tmp_path / "bare.h5", tmp_path / "run.json"
     save_scan(bare, load_scan(scan).replace(ground_truth=None))
@@ -115,3 +127,9 @@ def test_without_a_ground_truth_no_nrmse_is_claimed(scan, tmp_path):
     assert "NRMSE" not in result.stderr
     (image,) = json.loads(record.read_text())["images"]
     assert "nrmse_vs_ground_truth" not in image and "nrmse_kind" not in image
+    ismrmrd = pytest.importorskip("ismrmrd")
+    mrd = tmp_path / "r.mrd.h5"
+    assert _run("reconstruct", bare, "-o", mrd, "--iterations", "2", "--device", "cpu", "-q").exit_code == 0
+    with ismrmrd.Dataset(str(mrd), "dataset", create_if_needed=False, mode="r") as dataset:
+        meta = dataset.read_image("image_0", 0).meta
+    assert "nrmse_vs_ground_truth" not in meta and meta["iterations"] == "2"

@@ -163,7 +163,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         return run_batch(click.get_current_context().params)
     scan = scans[0]
     from .api import prepare_and_reconstruct
-    from .console import ProgressBar, cli_logging, run_log, write_run_log
+    from .console import ProgressBar, cli_logging, run_log, truth_summary, typed_settings, write_run_log
     from .io import load_scans
     from .io.cache import PsfCache
     from .io.geometry import geometry_of
@@ -171,7 +171,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
-    settings = {k: v for k, v in click.get_current_context().params.items() if k not in ("quiet", "verbose")}
+    ctx = click.get_current_context()
+    settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
     chosen = output_format(output, format_)
     values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
@@ -186,7 +187,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
             placed = "affine has" if chosen == "nifti" else "image headers have position 0,"
             _log(quiet, f"warning: {scan} does not say where the image lies (no position or orientation): the "
-                        f"output's {placed} identity directions and {voxel} mm voxels"
+                        f"output's {placed} identity directions (LPS) and {voxel} mm voxels"
                         + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         dev = _resolve_device_with_notice(device)
         cache = None if no_cache else PsfCache(cache_dir)
@@ -225,7 +226,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     _log(quiet, f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
          + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "
          + ("CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective ")
-         + f"{max(r.residuals[-1] for *_, r in results):.1e}, {last.parameters['method']} on {last.device}, "
+         + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
+         f"{last.parameters['method']} on {last.device}, "
          f"{seconds:.2f} s")
 
 

@@ -45,7 +45,7 @@ BATCH_FIELDS = ("iterations", "lam", "tol", "filter_sigma", "method")
 def run_batch(params: dict[str, Any]) -> None:
     """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
     from .batch import reconstruct_many
-    from .console import cli_logging, write_run_log
+    from .console import cli_logging, typed_settings, write_run_log
 
     quiet, verbose = params["quiet"], params["verbose"]
     if quiet and verbose:
@@ -73,7 +73,7 @@ def run_batch(params: dict[str, Any]) -> None:
         finally:
             bar.close()
         if params["log_json"] is not None:
-            settings = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
+            settings = typed_settings(click.get_current_context().command, params, leave=("quiet", "verbose"))
             write_run_log(params["log_json"], {"settings": settings, **report.as_dict()},
                           protect=tuple(params["scans"]))
     if not quiet:
@@ -95,6 +95,8 @@ class _ScanBar:
     def __call__(self, event: str, value: Any) -> None:
         from tqdm import tqdm
 
+        from .console import bar_shown
+
         if event == "cluster":
             message = f"{value.kind}; Dask dashboard: {value.dashboard or 'none'}"
             log.info("%s", message)
@@ -102,7 +104,7 @@ class _ScanBar:
                 click.echo(message, err=True)
         elif event == "planned":
             run, skipped = value
-            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not self.enabled,
+            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not bar_shown(self.enabled),
                             desc="scans", dynamic_ncols=True)
         elif event == "scan" and self.bar is not None:
             self.bar.set_postfix_str(f"{Path(value.input).name} {value.status}", refresh=False)

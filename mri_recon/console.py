@@ -51,8 +51,16 @@ def cli_logging(verbose: int, quiet: bool) -> Iterator[None]:
         logger.setLevel(previous)
 
 
+def bar_shown(enabled: bool) -> bool:
+    """Whether a progress bar is drawn: asked for (not ``--quiet``) and stderr is a terminal. A bar redraws
+    itself with carriage returns, which a log file or a pipe would keep as garbage lines."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return enabled and isatty is not None and bool(isatty())
+
+
 class ProgressBar:
-    """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback).
+    """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback), drawn only
+    on a terminal (:func:`bar_shown`).
 
     The bar's total is ``images * iterations``; when CG stops early, the iterations it did not run are taken
     off the total, so the bar ends full and its count is the number of iterations run.
@@ -66,7 +74,7 @@ class ProgressBar:
         self.iterations = iterations
         self.count = 0
         self._in_image = 0
-        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not enabled,
+        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not bar_shown(enabled),
                         desc=name if images == 1 else f"{name}, image 1/{images}", dynamic_ncols=True, leave=True)
 
     def start_image(self, index: int) -> None:
@@ -94,6 +102,14 @@ class ProgressBar:
         self.bar.close()
 
 
+def typed_settings(command: Any, params: Mapping[str, Any], leave: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``params`` of a click ``command`` for ``--log-json``, each under the name it is typed with
+    (``--format`` as ``format``, ``--lambda`` as ``lambda``, ``--log-json`` as ``log_json``), not its Python
+    parameter name (``format_``, ``lam``); those named in ``leave`` are left out."""
+    names = {p.name: max(p.opts, key=len).lstrip("-").replace("-", "_") for p in command.params}
+    return {names.get(k, k): v for k, v in params.items() if k not in leave}
+
+
 def _plain(value: Any) -> Any:
     """JSON for NumPy scalars and arrays (everything else as text)."""
     if isinstance(value, np.generic):
@@ -103,19 +119,41 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def truth_errors(results: list) -> list[tuple[str, float] | None]:
+    """Per image, ``(kind, NRMSE)`` against its scan's ground truth
+    (:func:`mri_recon.result.nrmse_vs_truth`, the value of the HDF5 output's ``nrmse_vs_ground_truth``), or
+    None for a scan without one. ``results`` as for :func:`run_log`."""
+    from .result import nrmse_vs_truth
+
+    return [None if scan.ground_truth is None else
+            nrmse_vs_truth(np.asarray(result.image, dtype=np.complex64), scan.ground_truth, result)
+            for _, scan, _, result in results]
+
+
+def truth_summary(results: list) -> str:
+    """The result line's words on the NRMSE against the ground truth (empty when no scan has one)."""
+    errors = [e for e in truth_errors(results) if e is not None]
+    if not errors:
+        return ""
+    kind, value = max(errors, key=lambda e: e[1])
+    return f", {'largest ' if len(errors) > 1 else ''}NRMSE vs ground truth {value:.3g} ({kind})"
+
+
 def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[str, Any]:
     """The record of a reconstruction run: settings, and per image its key, engine, device, iterations,
-    residuals, stage timings, the pipeline's parameters and the preparation record; the stage timings summed.
+    residuals, stage timings, the pipeline's parameters and the preparation record, and the NRMSE against the
+    ground truth of a scan that has one (``nrmse_vs_ground_truth``, ``nrmse_kind``); the stage timings summed.
 
     ``results`` holds ``(key, scan, record, result)`` per image, as for :func:`mri_recon.result.write_result`.
     """
     images, totals = [], {}
-    for key, _, record, result in results:
+    for (key, _, record, result), error in zip(results, truth_errors(results)):
+        truth = {} if error is None else {"nrmse_vs_ground_truth": error[1], "nrmse_kind": error[0]}
         images.append({"key": dict(key), "engine": result.parameters.get("method"), "device": result.device,
                        "iterations": result.iterations, "final_residual": float(result.residuals[-1]),
                        "residuals": [float(r) for r in result.residuals], "timings_s": dict(result.timings),
                        "parameters": dict(result.parameters), "preparation": dict(record),
-                       "combine": result.combine})
+                       "combine": result.combine, **truth})
         for stage, value in result.timings.items():
             totals[stage] = totals.get(stage, 0.0) + float(value)
     return {"mri_recon_version": __version__, "settings": dict(settings), "images": images,

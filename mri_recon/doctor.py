@@ -61,7 +61,8 @@ def versions(device: Device | None) -> list[tuple[str, str]]:
     rows.append(("cupy", cupy.__version__))
     try:
         rows.append(("cuda runtime", _cuda_version(cupy.cuda.runtime.runtimeGetVersion())))
-        rows.append(("cuda driver", _cuda_version(cupy.cuda.runtime.driverGetVersion())))
+        driver = cupy.cuda.runtime.driverGetVersion()  # 0: no driver installed (CUDA's convention)
+        rows.append(("cuda driver", _cuda_version(driver) if driver > 0 else "no CUDA driver"))
         from cupy_backends.cuda.libs import nvrtc
 
         rows.append(("nvrtc", ".".join(str(v) for v in nvrtc.getVersion())))

@@ -190,10 +190,18 @@ def _write_mrd(output, results: list, images: list, geometries: list, scan_path,
     if scan.attrs.get("source_format") == "ismrmrd":
         header = read_header_xml(scan.source or scan_path, str(scan.attrs.get("ismrmrd_dataset", "dataset")))
     meta = [{"mri_recon_version": __version__, "iterations": r.iterations, "final_residual": f"{r.residuals[-1]:.3e}",
-             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine}
-            for _, _, _, r in results]
+             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine,
+             **_truth_meta(image, s.ground_truth, r)} for image, (_, s, _, r) in zip(images, results)]
     write_mrd_images(output, images, geometries, [k for k, _, _, _ in results], header_xml=header,
                      magnitude=magnitude, meta=meta, protect=(scan_path,))
+
+
+def _truth_meta(image: np.ndarray, truth: np.ndarray | None, result: Result) -> dict[str, str]:
+    """MRD meta of the NRMSE against the ground truth (none without one), as the HDF5 attributes hold it."""
+    if truth is None:
+        return {}
+    kind, value = nrmse_vs_truth(image, truth, result)
+    return {"nrmse_vs_ground_truth": repr(value), "nrmse_kind": kind}
 
 
 def _write_hdf5(output, results: list, image: np.ndarray, layout: StackLayout, geometries: list,

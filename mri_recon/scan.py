@@ -27,9 +27,15 @@ SCHEMA_VERSION = 1
 OPTIONAL = ("weights", "coil_maps", "field_map", "times", "noise", "ground_truth")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Scan:
-    """A non-Cartesian scan in memory (schema v1), validated and cast on construction."""
+    """A non-Cartesian scan in memory (schema v1), validated and cast on construction.
+
+    Two scans are equal when they hold the same data: the same matrix, every array field absent in both or of
+    the same dtype, shape and values, and equal ``attrs``; ``source`` (where a scan was read) does not count.
+    Scans are not hashable: frozen only stops fields being rebound, the arrays stay mutable, and a hash of
+    their values could change under a dict or set that holds the scan.
+    """
 
     kspace: np.ndarray
     """complex64 ``(C, M)``: C coils, M samples (a 1-D input becomes ``(1, M)``)."""
@@ -71,6 +77,14 @@ class Scan:
     def n_samples(self) -> int:
         return int(self.kspace.shape[1])
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Scan):
+            return NotImplemented
+        return self.matrix == other.matrix and all(same_value(getattr(self, name), getattr(other, name))
+                                                   for name in ARRAYS) and same_value(self.attrs, other.attrs)
+
+    __hash__ = None  # type: ignore[assignment] - equal by content, whose arrays are mutable (see the class)
+
     def __repr__(self) -> str:
         """Shapes, dtypes and the source; never the arrays."""
         parts = [f"matrix={list(self.matrix)}", f"coils={self.n_coils}", f"samples={self.n_samples}",
@@ -102,6 +116,23 @@ class Scan:
 
 ARRAYS = ("kspace", "trajectory", "weights", "times", "coil_maps", "field_map", "noise", "ground_truth")
 """The array fields of a :class:`Scan`."""
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality that holds arrays to dtype, shape and values (NaN equal to NaN), recursing into mappings,
+    lists and tuples; everything else by ``==``."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        nan = a.dtype.kind in "fc" and b.dtype.kind in "fc"
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=nan))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def validate(scan: Scan, checked: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -207,8 +207,8 @@ def test_3d_scan_without_geometry_montage_and_warning(volume, tmp_path):
     assert _png_size(png) == (4 * 12, 3 * 12)
     nii = nibabel.load(out)
     assert nii.shape == (12, 12, 12)
-    expected = np.eye(4)
-    expected[:3, 3] = -6.0  # identity directions, 1 mm voxels, voxel N//2 at the origin
+    expected = np.diag([-1.0, -1.0, 1.0, 1.0])  # identity directions in LPS (the MRD headers'), as RAS
+    expected[:3, 3] = [6.0, 6.0, -6.0]  # 1 mm voxels, voxel N//2 at the origin
     np.testing.assert_allclose(nii.affine, expected)
 
 

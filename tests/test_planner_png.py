@@ -59,15 +59,39 @@ def test_png_round_trip(rng):
     np.testing.assert_array_equal(_decode(encode_png(pixels)), pixels)
 
 
+def test_the_preview_shows_an_array_as_imshow_and_bart_toimg_do(rng, tmp_path):
+    """[0, 0] top-left, axis 0 down the rows, axis 1 across the columns, on a non-square image."""
+    image = rng.uniform(0.0, 0.2, size=(5, 8))
+    image[0, 0], image[3, 0], image[0, 6] = 1.0, 0.6, 0.3  # bright corner, marks down axis 0 and across axis 1
+    write_png(tmp_path / "p.png", image)
+    shown = _decode((tmp_path / "p.png").read_bytes())
+    assert shown.shape == (5, 8) and shown[0, 0] == 255 and shown.max() == 255
+    assert np.argmax(shown[:, 0] * (np.arange(5) > 0)) == 3 and np.argmax(shown[0, 1:]) + 1 == 6
+    # BART's toimg: PNG row i, column j is data[j * h + i] of the column-major (cfl) buffer of the same array
+    h, w = image.shape
+    data = image.ravel(order="F")
+    toimg = np.array([[data[j * h + i] for j in range(w)] for i in range(h)])
+    np.testing.assert_array_equal(shown, preview(toimg))
+
+
+def test_a_3d_montage_keeps_each_slice_in_array_order(tmp_path):
+    volume = np.zeros((4, 6, 2))
+    volume[0, 0, 0], volume[2, 0, 0], volume[0, 5, 1] = 1.0, 0.5, 0.75
+    shown, _ = montage(volume)  # 2 slices across axis 2, side by side: each 4 rows (axis 0) by 6 columns
+    assert shown.shape == (4, 12)
+    assert shown[0, 0] == 255 and 0 < shown[2, 0] < shown[0, 6 + 5] < 255  # slice 1 begins at column 6
+    assert np.count_nonzero(shown) == 3
+
+
 def test_preview_scales_magnitude_and_shows_3d_as_a_montage_of_its_slices(rng):
     image = rng.standard_normal((20, 10)) + 1j * rng.standard_normal((20, 10))
     pix = preview(image)
-    assert pix.shape == (10, 20) and pix.dtype == np.uint8 and pix.max() == 255
-    # 6 slices of 4 x 5 (shown 5 rows by 4 columns) in a grid of 2 rows and 3 columns, row by row
+    assert pix.shape == (20, 10) and pix.dtype == np.uint8 and pix.max() == 255
+    # 6 slices of 4 x 5 (shown 4 rows by 5 columns) in a grid of 2 rows and 3 columns, row by row
     volume = np.stack([np.full((4, 5), k + 1.0) for k in range(6)], axis=-1)
     pix, what = montage(volume)
-    assert pix.shape == (2 * 5, 3 * 4) and what == "montage of the 6 slices along axis 2 (2 x 3 grid, row by row)"
-    tiles = [pix[r * 5:(r + 1) * 5, c * 4:(c + 1) * 4] for r in range(2) for c in range(3)]
+    assert pix.shape == (2 * 4, 3 * 5) and what == "montage of the 6 slices along axis 2 (2 x 3 grid, row by row)"
+    tiles = [pix[r * 4:(r + 1) * 4, c * 5:(c + 1) * 5] for r in range(2) for c in range(3)]
     np.testing.assert_array_equal([t.min() for t in tiles], [t.max() for t in tiles])
     np.testing.assert_array_equal([t[0, 0] for t in tiles], np.round(np.arange(1, 7) / 6 * 255))
 
@@ -75,10 +99,10 @@ def test_preview_scales_magnitude_and_shows_3d_as_a_montage_of_its_slices(rng):
 def test_montage_of_stacks_fills_a_grid_and_leaves_unused_tiles_black():
     stack = np.ones((3, 4, 5))
     pix, what = montage(stack, stacked=True)
-    assert pix.shape == (2 * 5, 2 * 4) and what == "montage of the 3 images of the stack (2 x 2 grid, row by row)"
-    assert np.all(pix[5:, 4:] == 0) and np.all(pix[:5] == 255)
+    assert pix.shape == (2 * 4, 2 * 5) and what == "montage of the 3 images of the stack (2 x 2 grid, row by row)"
+    assert np.all(pix[4:, 5:] == 0) and np.all(pix[:4] == 255)
     pix, what = montage(np.ones((2, 4, 5, 6)), stacked=True)
-    assert pix.shape == (5, 2 * 4) and "slice 3 of axis 2 of each" in what
+    assert pix.shape == (4, 2 * 5) and "slice 3 of axis 2 of each" in what
     with pytest.raises(ValueError, match=r"preview needs a stack of 2-D or 3-D images, got shape \(4, 5\)"):
         montage(np.ones((4, 5)), stacked=True)
 
@@ -148,13 +172,13 @@ def test_a_3d_montage_across_a_chosen_axis_shows_each_plane(rng, axis):
     volume = rng.random((3, 4, 5))
     pix, what = montage(volume, axis=axis)
     assert what.startswith(f"montage of the {volume.shape[axis]} slices along axis {axis}")
-    rest = [n for d, n in enumerate(volume.shape) if d != axis]  # tiles: rows = the later axis
+    rest = [n for d, n in enumerate(volume.shape) if d != axis]  # tiles: rows = the earlier axis
     columns = int(np.ceil(np.sqrt(volume.shape[axis])))
     assert pix.max() == 255
     for k in range(volume.shape[axis]):
         r, c = divmod(k, columns)
-        tile = pix[r * rest[1]:(r + 1) * rest[1], c * rest[0]:(c + 1) * rest[0]].astype(float)
-        plane = np.take(volume, k, axis=axis).T
+        tile = pix[r * rest[0]:(r + 1) * rest[0], c * rest[1]:(c + 1) * rest[1]].astype(float)
+        plane = np.take(volume, k, axis=axis)
         # the tile is the plane, up to the montage's one brightness scale (and 8-bit rounding)
         count = volume.shape[axis]
         unused = np.zeros((int(np.ceil(count / columns)) * columns - count) * rest[0] * rest[1])

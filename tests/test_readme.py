@@ -1,4 +1,4 @@
-"""README's two opening commands exist, and CI runs the second one verbatim."""
+"""README's two opening commands exist, CI runs the second one verbatim, and its Python examples run."""
 
 from __future__ import annotations
 
@@ -31,6 +31,19 @@ def test_the_readme_python_example_runs(monkeypatch):
     exec(compile(_example(), "README.md", "exec"), namespace)
     assert namespace["result"].image.shape == (128, 128) and namespace["raw"].image.shape == (64, 64)
     assert namespace["data"].shape == namespace["sim"].kspace.shape
+
+
+def test_the_readme_scan_from_arrays_example_runs(monkeypatch, capsys):
+    # the path of BART and SigPy users: a Scan built from k-space, trajectory, matrix, weights and maps
+    (example,) = [b for b in re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
+                  if "mri_recon.Scan(" in b]
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    scan, result = namespace["scan"], namespace["result"]
+    assert scan.kspace.shape == (2, namespace["trajectory"].shape[0]) and scan.coil_maps is not None
+    assert result.image.shape == scan.matrix and result.combine == "sense"
+    assert namespace["error"] < 0.1 and f"NRMSE {namespace['error']:.3f}" in capsys.readouterr().out
 
 
 def _cli_image(path: Path, out: Path) -> np.ndarray:

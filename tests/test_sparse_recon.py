@@ -4,8 +4,6 @@ bad settings are refused; on a GPU the same results as on the CPU."""
 
 from __future__ import annotations
 
-import re
-
 import h5py
 import numpy as np
 import pytest
@@ -206,8 +204,7 @@ def test_cli_regularizer_options_and_errors(tmp_path):
                                   "--iterations", "20", "--inner-iterations", "3", "--rho", "0.5", "--anisotropic",
                                   "--device", "cpu"])
     assert result.exit_code == 0, result.output
-    assert "objective=" in result.stderr and "20 tv iterations, final objective" in result.stderr
-    assert re.search(r"TV: 100%.* 20/20 ", result.stderr.rsplit("\r", 1)[-1])
+    assert "\r" not in result.stderr and "20 tv iterations, final objective" in result.stderr  # no bar: no tty
     with h5py.File(out) as f:
         assert f.attrs["param_regularizer"] == "tv" and f.attrs["param_solver"] == "admm"
         assert f.attrs["param_rho"] == 0.5 and f.attrs["param_inner_iterations"] == 3 and f.attrs["iterations"] == 20

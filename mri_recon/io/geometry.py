@@ -48,8 +48,11 @@ class Geometry:
     """Voxel size, position and orientation of one image of ``matrix`` voxels.
 
     ``position_mm`` and the directions are ``None`` when the scan does not say where it lies (a simulated
-    scan, a schema-v1 file without them); :meth:`affine_ras` then uses identity directions and puts voxel
-    ``N // 2`` at the origin.
+    scan, a schema-v1 file without them). Unknown geometry has one convention for every output: identity
+    directions *in LPS* (image axes 0, 1, 2 along the patient frame's x, y, z, :meth:`directions`) and voxel
+    ``N // 2`` at position 0. The MRD headers get those directions as they are; :meth:`affine_ras` converts
+    them to RAS like any other (``diag(-1, -1, 1)`` times the voxel sizes), so axis 0 points the same way in
+    world coordinates in the NIfTI and the MRD output.
     """
 
     matrix: tuple[int, int, int]
@@ -73,7 +76,7 @@ class Geometry:
         return self.position_mm is not None
 
     def directions(self) -> np.ndarray:
-        """3x3 LPS matrix whose column d is the direction of image axis d (identity where unknown)."""
+        """3x3 LPS matrix whose column d is the direction of image axis d (identity, in LPS, where unknown)."""
         if not self.oriented:
             return np.eye(3)
         return np.column_stack([self.read_dir, self.phase_dir, self.slice_dir]).astype(np.float64)
@@ -81,15 +84,12 @@ class Geometry:
     def affine_ras(self) -> np.ndarray:
         """4x4 map from voxel indices ``(i, j, k, 1)`` to RAS+ mm (NIfTI's sform/qform).
 
-        Without orientation: identity directions (in RAS) and voxel ``N // 2`` at the origin.
+        Without orientation: the identity directions of :meth:`directions` (LPS), converted to RAS like
+        scanner directions are, and voxel ``N // 2`` at the origin.
         """
         centre = np.array([n // 2 for n in self.matrix], dtype=np.float64)
-        linear = self.directions() * np.asarray(self.voxel_size_mm, dtype=np.float64)  # scales the columns
-        if self.oriented:
-            linear = LPS_TO_RAS @ linear
-            origin = LPS_TO_RAS @ np.asarray(self.position_mm, dtype=np.float64)
-        else:
-            origin = np.zeros(3)
+        linear = LPS_TO_RAS @ (self.directions() * np.asarray(self.voxel_size_mm, dtype=np.float64))
+        origin = LPS_TO_RAS @ np.asarray(self.position_mm if self.oriented else (0.0, 0.0, 0.0), dtype=np.float64)
         affine = np.eye(4)
         affine[:3, :3] = linear
         affine[:3, 3] = origin - linear @ centre

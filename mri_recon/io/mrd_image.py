@@ -22,7 +22,7 @@ Header fields
   z is the slice thickness); ``channels`` 1.
 - ``position`` (the field of view's centre, voxel ``N // 2``), ``read_dir``, ``phase_dir``, ``slice_dir``:
   the geometry's, LPS, mm. An image whose scan does not say where it lies gets position 0 and identity
-  directions, as NIfTI's affine does.
+  directions in LPS (:meth:`Geometry.directions`), the directions NIfTI's affine then has, converted to RAS.
 - ``slice``, ``contrast``, ``phase``, ``set``, ``repetition``, ``average``: from the stack key where it
   names them (e.g. ``{"slice": 1, "repetition": 0}``), else 0.
 - ``image_index`` 1, 2, ... in the stack's order; ``image_series_index`` 0 (the one series ``image_0``).
@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import OutputError, SchemaError
 from .files import atomic_output
-from .geometry import Geometry
+from .geometry import DIRECTIONS, Geometry
 
 SUFFIXES = (".mrd.h5", ".mrd")
 """File names that choose MRD output."""
@@ -126,12 +126,9 @@ def mrd_image(image: np.ndarray, geometry: Geometry, key: Mapping[str, Any], ind
     if image.shape != tuple(matrix):
         raise OutputError(f"MRD output: image {index} has shape {image.shape}; expected the matrix {list(matrix)}")
     values = np.abs(image.astype(np.complex64, copy=False)) if magnitude else image.astype(np.complex64, copy=False)
-    if geometry.oriented:
-        place = {name: tuple(getattr(geometry, name)) for name in ("read_dir", "phase_dir", "slice_dir")}
-        place["position"] = tuple(geometry.position_mm)
-    else:
-        place = {"position": (0.0, 0.0, 0.0), "read_dir": (1.0, 0.0, 0.0), "phase_dir": (0.0, 1.0, 0.0),
-                 "slice_dir": (0.0, 0.0, 1.0)}
+    directions = geometry.directions()  # LPS; identity for unknown geometry, as NIfTI's affine (geometry.py)
+    place = {name: tuple(float(v) for v in directions[:, d]) for d, name in enumerate(DIRECTIONS)}
+    place["position"] = tuple(geometry.position_mm) if geometry.oriented else (0.0, 0.0, 0.0)
     fov = tuple(float(v) * n for v, n in zip(geometry.voxel_size_mm, geometry.matrix))
     fields = {name: int(key.get(name, 0)) for name in INDICES}
     record = mr.Image.from_array(

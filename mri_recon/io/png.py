@@ -1,6 +1,14 @@
 """A small PNG writer for magnitude previews (8-bit grayscale), using only zlib.
 
-A 2-D image is shown as it is (array axis 0 across, axis 1 down). A 3-D image, or a stack of 2-D images,
+Display convention: that of BART's ``toimg`` and of ``matplotlib.pyplot.imshow`` (its default
+``origin="upper"``) for the same array: element ``[0, 0]`` is the top-left pixel, array axis 0 runs down the
+rows (top to bottom) and axis 1 across the columns (left to right), so ``image[i, j]`` is the pixel of row
+``i``, column ``j``. (``toimg`` writes a cfl's first dimension as the rows: its PNG row ``i``, column ``j``
+is ``data[j * dims[0] + i]``, element ``(i, j)`` of the column-major array, which is ``image[i, j]`` of the
+same array read into NumPy.) A slice of a 3-D image keeps the order of its two remaining axes: the earlier
+runs down, the later across.
+
+A 2-D image is shown as it is. A 3-D image, or a stack of 2-D images,
 is a montage: its slices across one axis (the last by default, or a chosen one), or the images of the stack,
 tiled in a grid, row by row, in order. A stack of 3-D images shows the middle slice across that axis of each
 image. One brightness scale (the
@@ -33,14 +41,14 @@ def check_png_name(path: str | os.PathLike) -> None:
 
 
 def _plane(volume: np.ndarray, axis: int, index: int) -> np.ndarray:
-    """The 2-D plane ``index`` of a 3-D volume across ``axis``, rows = the later of the two remaining axes."""
-    return np.take(volume, index, axis=axis).T
+    """The 2-D plane ``index`` of a 3-D volume across ``axis``, rows = the earlier of the two remaining axes."""
+    return np.take(volume, index, axis=axis)
 
 
 def _tiles(mag: np.ndarray, stacked: bool, axis: int) -> tuple[list[np.ndarray], str]:
-    """2-D tiles (rows = the later image axis) and what they show."""
+    """2-D tiles (rows = the earlier image axis, as ``imshow`` shows an array) and what they show."""
     if stacked and mag.ndim == 3:
-        return [t.T for t in mag], f"montage of the {mag.shape[0]} images of the stack"
+        return list(mag), f"montage of the {mag.shape[0]} images of the stack"
     if stacked and mag.ndim == 4:
         middle = mag.shape[axis + 1] // 2
         return [_plane(t, axis, middle) for t in mag], \
@@ -49,7 +57,7 @@ def _tiles(mag: np.ndarray, stacked: bool, axis: int) -> tuple[list[np.ndarray],
         count = mag.shape[axis]
         return [_plane(mag, axis, k) for k in range(count)], f"montage of the {count} slices along axis {axis}"
     if not stacked and mag.ndim == 2:
-        return [mag.T], "the image"
+        return [mag], "the image"
     kind = "a stack of 2-D or 3-D images" if stacked else "a 2-D or 3-D image"
     raise ValueError(f"preview needs {kind}, got shape {mag.shape}")
 

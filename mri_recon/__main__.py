@@ -1,0 +1,6 @@
+"""``python -m mri_recon``: the ``mri-recon`` command."""
+
+from .cli import main
+
+if __name__ == "__main__":  # pragma: no cover - run as a module
+    main(prog_name="mri-recon")

@@ -1,0 +1,54 @@
+"""A scan that does not say where it lies: the NIfTI affine and the MRD headers place it the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+nibabel = pytest.importorskip("nibabel")
+ismrmrd = pytest.importorskip("ismrmrd")
+
+from mri_recon.cli import main  # noqa: E402
+from mri_recon.io.geometry import LPS_TO_RAS, geometry_of  # noqa: E402
+from mri_recon.io.mrd_image import mrd_image  # noqa: E402
+
+AXES = ("read_dir", "phase_dir", "slice_dir")
+
+
+def _world_directions(affine: np.ndarray) -> np.ndarray:
+    """Unit RAS direction of each voxel axis (the columns of the affine's linear part)."""
+    linear = affine[:3, :3]
+    return linear / np.linalg.norm(linear, axis=0)
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+@pytest.mark.parametrize("voxel_known", [True, False], ids=["voxel-size", "no-voxel-size"])
+def test_nifti_affine_and_mrd_header_agree_on_every_axis_without_geometry(rng, ndim, voxel_known):
+    matrix = tuple(int(n) for n in rng.integers(5, 20, size=ndim))
+    attrs = {"voxel_size_mm": rng.uniform(0.5, 3.0, size=3)} if voxel_known else {}
+    geometry = geometry_of(matrix, attrs)
+    assert not geometry.oriented
+    record = mrd_image(np.zeros(matrix, np.complex64), geometry, {}, 0)
+    mrd_ras = LPS_TO_RAS @ np.column_stack([np.asarray(getattr(record, name)[:], float) for name in AXES])
+    affine = geometry.affine_ras()
+    np.testing.assert_allclose(_world_directions(affine), mrd_ras, atol=1e-12)
+    centre = [n // 2 for n in geometry.matrix]  # the MRD position is the centre voxel's
+    np.testing.assert_allclose(affine @ [*centre, 1], [*(LPS_TO_RAS @ np.asarray(record.position[:], float)), 1])
+    np.testing.assert_allclose(np.linalg.norm(affine[:3, :3], axis=0), geometry.voxel_size_mm)
+
+
+def test_the_written_nifti_and_mrd_outputs_point_axis_0_the_same_way(tmp_path):
+    scan, nii, mrd = tmp_path / "s.h5", tmp_path / "s.nii", tmp_path / "s.mrd.h5"
+    runner = CliRunner()
+    assert runner.invoke(main, ["simulate", str(scan), "--matrix", "16x12", "--coils", "1", "-q"]).exit_code == 0
+    for out in (nii, mrd):
+        result = runner.invoke(main, ["reconstruct", str(scan), "-o", str(out), "--iterations", "1",
+                                      "--device", "cpu"])
+        assert result.exit_code == 0, result.output
+        assert "identity directions (LPS)" in result.output
+    with ismrmrd.Dataset(str(mrd), "dataset", create_if_needed=False, mode="r") as dataset:
+        record = dataset.read_image("image_0", 0)
+    world = _world_directions(nibabel.load(nii).affine)
+    for d, name in enumerate(AXES):
+        np.testing.assert_allclose(world[:, d], LPS_TO_RAS @ np.asarray(getattr(record, name)[:], float))

@@ -7,6 +7,7 @@ messages. Every message names what was expected and what was found; text taken f
 
 from __future__ import annotations
 
+
 class MriReconError(Exception):
     """Base class of every error mri-recon raises on purpose."""
 

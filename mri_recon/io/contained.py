@@ -49,36 +49,41 @@ class _Walk:
         raise ExternalDataError(printable(f"{self.src}: {what}"))
 
     def file(self, f: h5py.File, depth: int) -> None:
-        for name, link in _links(f):
-            self.link(f, name, link, depth)
+        for name, kind, value, stored in _links(f):
+            self.link(f, name, kind, value, stored, depth)
 
-    def link(self, f: h5py.File, name: str, link: object, depth: int) -> None:
+    def link(self, f: h5py.File, name: str, kind: int, value: object, stored: bytes, depth: int) -> None:
         where = f"'/{name}'"
-        if isinstance(link, h5py.ExternalLink):
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            target = f"'{_text(value[0])}:{_text(value[1])}'"
             if not self.allow:
-                self.refuse(f"{where} is an external link to '{link.filename}:{link.path}'; {_REFUSED}")
-            self.target(f, name, f"{where} cannot be opened: external link to '{link.filename}:{link.path}'",
-                        depth)
-        elif isinstance(link, h5py.HardLink):
-            obj = f.get(name)
-            if isinstance(obj, h5py.Dataset):
-                self.dataset(f, obj, name, depth)
-        elif not isinstance(link, h5py.SoftLink):
-            self.refuse(f"{where} is a user-defined link ({type(link).__name__}), which may read another file; "
-                        f"expected hard or soft links")
+                self.refuse(f"{where} is an external link to {target}; {_REFUSED}")
+            self.target(f, stored, f"{where} cannot be opened: external link to {target}", depth)
+        elif kind == h5py.h5l.TYPE_HARD:
+            d = _dataset(f, stored)
+            if d is not None:
+                self.dataset(f, d, name, depth)
+        elif kind != h5py.h5l.TYPE_SOFT:
+            self.refuse(f"{where} is a user-defined link (type {kind}), which may read another file; expected "
+                        f"hard or soft links")
 
-    def target(self, f: h5py.File, name: str, what: str, depth: int) -> None:
-        """An allowed external link: its target must open; a dataset there is checked like one here."""
+    def target(self, f: h5py.File, stored: bytes, what: str, depth: int) -> None:
+        """An allowed external link: its target must open; the datasets there are checked like those here."""
         try:
-            obj = f.get(name)
+            obj = f.get(stored)
         except (OSError, KeyError, ValueError) as exc:
             obj, why = None, str(exc)
         else:
             why = "not found"
         if obj is None:
             self.refuse(f"{what} ({why})")
-        if isinstance(obj, h5py.Dataset) and depth < _DEPTH:
-            self.dataset(obj.file, obj, obj.name.lstrip("/"), depth + 1)
+        if depth >= _DEPTH:
+            return
+        found = [obj] if isinstance(obj, h5py.Dataset) else []
+        if isinstance(obj, h5py.Group):  # hard links only, as in this file
+            obj.visititems(lambda _, item: found.append(item) if isinstance(item, h5py.Dataset) else None)
+        for d in found:
+            self.dataset(d.file, d, d.name.lstrip("/"), depth + 1)
 
     def dataset(self, f: h5py.File, d: h5py.Dataset, name: str, depth: int) -> None:
         plist = d.id.get_create_plist()
@@ -150,11 +155,28 @@ class _Walk:
             self.dataset(d.file, d, d.name.lstrip("/"), depth + 1)
 
 
-def _links(f: h5py.File) -> list[tuple[str, object]]:
-    """Every link of ``f`` (``name``, h5py link object), none followed; groups reached by hard links only."""
-    names: list[str] = []
-    f.visit_links(names.append)
-    return [(name, f.get(name, getlink=True)) for name in names]
+def _links(f: h5py.File) -> list[tuple[str, int, object, bytes]]:
+    """Every link of ``f``: its name shown, its type (``h5py.h5l.TYPE_*``), its value (an external link's
+    ``(file, path)``, a soft link's path; None for a hard link) and its name as stored; none followed, groups
+    reached by hard links only (``H5Lvisit``). Low-level calls: a name need not be UTF-8."""
+    names: list[bytes] = []
+    f.id.links.visit(names.append)
+    out = []
+    for name in names:
+        kind = f.id.links.get_info(name).type
+        value = f.id.links.get_val(name) if kind != h5py.h5l.TYPE_HARD else None
+        out.append((_text(name), kind, value, name))
+    return out
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _dataset(f: h5py.File, stored: bytes) -> h5py.Dataset | None:
+    """The dataset a hard link ``stored`` names, or None for a group or a committed datatype."""
+    oid = h5py.h5o.open(f.id, stored)
+    return h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else None
 
 
 def _prefixes(variable: str, origin: str) -> list[str]:

@@ -380,3 +380,18 @@ def test_an_allowed_external_group_is_checked_for_missing_virtual_sources(tmp_pa
     with pytest.raises(ExternalDataError, match=r"virtual dataset '/kspace' maps the source 'absent.h5:k', which "
                                                 r"cannot be found"):
         load_scan(path, allow_external=True)
+
+
+def test_a_virtual_source_of_its_own_file_through_an_external_link_is_refused(tmp_path, rng):
+    kspace, traj, matrix = _arrays(rng)
+    with h5py.File(tmp_path / "other.h5", "w") as g:
+        g["k"] = kspace
+
+    def own(f, name):
+        f["zz"] = h5py.ExternalLink("other.h5", "/")  # after 'kspace' in name order
+        _virtual(".", "/zz/k", kspace.shape)(f, name)
+
+    path = _scan_file(tmp_path / "own_ext.h5", kspace, traj, matrix, kspace=own)
+    with pytest.raises(ExternalDataError, match=r"'/zz' is an external link to 'other.h5:/'; refused"):
+        load_scan(path)
+    assert np.array_equal(load_scan(path, allow_external=True).kspace, kspace)

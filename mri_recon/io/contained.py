@@ -49,7 +49,8 @@ class _Walk:
         raise ExternalDataError(printable(f"{self.src}: {what}"))
 
     def file(self, f: h5py.File, depth: int) -> None:
-        for name, kind, value, stored in _links(f):
+        # Links first: a virtual source looked up below may name a path through an external link.
+        for name, kind, value, stored in sorted(_links(f), key=lambda link: link[1] == h5py.h5l.TYPE_HARD):
             self.link(f, name, kind, value, stored, depth)
 
     def link(self, f: h5py.File, name: str, kind: int, value: object, stored: bytes, depth: int) -> None:

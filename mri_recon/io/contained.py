@@ -61,9 +61,9 @@ class _Walk:
                 self.refuse(f"{where} is an external link to {target}; {_REFUSED}")
             self.target(f, stored, f"{where} cannot be opened: external link to {target}", depth)
         elif kind == h5py.h5l.TYPE_HARD:
-            d = _dataset(f, stored)
-            if d is not None:
-                self.dataset(f, d, name, depth)
+            oid = h5py.h5o.open(f.id, stored)
+            if isinstance(oid, h5py.h5d.DatasetID):  # not a group or a committed datatype
+                self.dataset(f, oid, name, depth)
         elif kind != h5py.h5l.TYPE_SOFT:
             self.refuse(f"{where} is a user-defined link (type {kind}), which may read another file; expected "
                         f"hard or soft links")
@@ -84,10 +84,10 @@ class _Walk:
         if isinstance(obj, h5py.Group):  # hard links only, as in this file
             obj.visititems(lambda _, item: found.append(item) if isinstance(item, h5py.Dataset) else None)
         for d in found:
-            self.dataset(d.file, d, d.name.lstrip("/"), depth + 1)
+            self.dataset(d.file, d.id, d.name.lstrip("/"), depth + 1)
 
-    def dataset(self, f: h5py.File, d: h5py.Dataset, name: str, depth: int) -> None:
-        plist = d.id.get_create_plist()
+    def dataset(self, f: h5py.File, dsid: h5py.h5d.DatasetID, name: str, depth: int) -> None:
+        plist = dsid.get_create_plist()
         if plist.get_external_count():
             self.external_raw(f, plist, name)
         if plist.get_layout() == h5py.h5d.VIRTUAL:
@@ -153,7 +153,7 @@ class _Walk:
         if short:
             self.refuse(missing.format(f"has shape {d.shape}, smaller than the selection mapped from it"))
         if f.filename != self.file_name:  # a dataset of this file is checked where the walk reaches it
-            self.dataset(d.file, d, d.name.lstrip("/"), depth + 1)
+            self.dataset(d.file, d.id, d.name.lstrip("/"), depth + 1)
 
 
 def _links(f: h5py.File) -> list[tuple[str, int, object, bytes]]:
@@ -172,12 +172,6 @@ def _links(f: h5py.File) -> list[tuple[str, int, object, bytes]]:
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
-
-
-def _dataset(f: h5py.File, stored: bytes) -> h5py.Dataset | None:
-    """The dataset a hard link ``stored`` names, or None for a group or a committed datatype."""
-    oid = h5py.h5o.open(f.id, stored)
-    return h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else None
 
 
 def _prefixes(variable: str, origin: str) -> list[str]:

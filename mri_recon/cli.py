@@ -22,12 +22,16 @@ from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
 from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
-from .errors import MriReconError, OutputError
+from .errors import MriReconError, OutputError, printable
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .validation import trajectory_extent
 
 log = logging.getLogger("mri_recon.cli")
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
+ALLOW_EXTERNAL = click.option(
+    "--allow-external-data", "allow_external", is_flag=True,
+    help="Read HDF5 external links, external raw storage and virtual datasets that reach other files (refused "
+         "by default: a scan is read only within itself).")
 
 
 def _friendly(func):
@@ -38,7 +42,10 @@ def _friendly(func):
         try:
             return func(*args, **kwargs)
         except MriReconError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(printable(exc)) from None
+        except click.ClickException as exc:  # strings from files escaped here too, the last line of defence
+            exc.message = printable(exc.message)
+            raise
         except MemoryError:
             raise click.ClickException("out of host memory; try a smaller problem or --device gpu") from None
 
@@ -139,6 +146,7 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
               help="PSF cache folder (default: $MRI_RECON_CACHE_DIR or ~/.cache/mri-recon/psf).")
+@ALLOW_EXTERNAL
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no result line (errors only).")
 @click.option("-v", "--verbose", count=True, help="Show the log on stderr: -v stages and timings, -vv iterations too.")
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
@@ -149,7 +157,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                 device: str, png: Path | None, png_axis: int, coil_maps: str,
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
-                no_cache: bool, cache_dir: Path | None, quiet: bool, verbose: int, log_json: Path | None,
+                no_cache: bool, cache_dir: Path | None, allow_external: bool, quiet: bool, verbose: int,
+                log_json: Path | None,
                 workers: int | None, scheduler: str | None, overwrite: bool, **solver: Any) -> None:
     """Reconstruct SCANS (schema-v1 HDF5 or ISMRMRD: files, folders or 'patterns*.h5') into image files.
 
@@ -181,7 +190,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
         picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}
-        scans = load_scans(scan, traj_units=traj_units, **picked)
+        scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external, **picked)
         geometry = geometry_of(scans[0][1].matrix, scans[0][1].attrs, str(scan))  # malformed: refused before work
         if not geometry.oriented and chosen in ("nifti", "mrd"):  # HDF5 records it in its `geometry` attribute
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
@@ -301,8 +310,9 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units.")
+@ALLOW_EXTERNAL
 @_friendly
-def info(scan: Path, device: str, traj_units: str) -> None:
+def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from .backend import device_memory
     from .errors import ResourceError
@@ -311,7 +321,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
     from .planner import host_memory_available, human_bytes
     from .prep import coil_map_method
 
-    scans = load_scans(scan, traj_units=traj_units)
+    scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external)
     s = scans[0][1]
     lines = [f"file        {scan}"]
     if len(scans) > 1:
@@ -328,7 +338,7 @@ def info(scan: Path, device: str, traj_units: str) -> None:
         value = getattr(s, name)
         lines.append(f"{name:<11} {'absent' if value is None else f'{value.dtype} {value.shape}'}")
     if "traj_units" in s.attrs:
-        lines.append(f"traj units  {s.attrs['traj_units']}")
+        lines.append(f"traj units  {printable(s.attrs['traj_units'])}")
     if s.field_map is not None and s.times is not None:
         from .operators.offres_setup import describe_correction
 
@@ -357,10 +367,12 @@ def info(scan: Path, device: str, traj_units: str) -> None:
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="Units of the ISMRMRD trajectory.")
 @_image_choice("convert")
+@ALLOW_EXTERNAL
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def convert(source: Path, output: Path, traj_units: str, slice_: int | None, contrast_: int | None,
-            phase_: int | None, set_: int | None, repetition_: int | None, quiet: bool) -> None:
+            phase_: int | None, set_: int | None, repetition_: int | None, allow_external: bool,
+            quiet: bool) -> None:
     """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
     and repetition; the indices that vary are appended to OUTPUT's name)."""
     from .io.files import same_file
@@ -368,7 +380,8 @@ def convert(source: Path, output: Path, traj_units: str, slice_: int | None, con
 
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    for path in run(source, output, traj_units=traj_units, **_choice(slice_, contrast_, phase_, set_, repetition_)):
+    for path in run(source, output, traj_units=traj_units, allow_external=allow_external,
+                    **_choice(slice_, contrast_, phase_, set_, repetition_)):
         _log(quiet, f"wrote {path}")
 
 

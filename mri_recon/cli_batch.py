@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .cli_solver import solver_settings
+from .errors import printable
 
 log = logging.getLogger("mri_recon.cli")
 
@@ -35,7 +36,10 @@ def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None
     if len(scans) != 1 or workers is not None or scheduler is not None:
         return True
     only = scans[0]
-    return only.is_dir() or (not only.exists() and any(c in str(only) for c in "*?["))
+    try:
+        return only.is_dir() or (not only.exists() and any(c in str(only) for c in "*?["))
+    except OSError:  # a name too long, ...: one file, whose reader says what is wrong with it
+        return False
 
 
 BATCH_FIELDS = ("iterations", "lam", "tol", "filter_sigma", "method")
@@ -60,6 +64,7 @@ def run_batch(params: dict[str, Any]) -> None:
                "filter_sigma": params["filter_sigma"], "method": params["method"], "device": params["device"],
                "coil_maps": params["coil_maps"], "dcf": params["dcf"], "prewhiten": not params["no_prewhiten"],
                "field_map": "ignore" if params["no_field_map"] else "correct", "traj_units": params["traj_units"],
+               "allow_external": params["allow_external"],
                "choice": choice, "format": params["format_"], "complex_": params["complex_"],
                "magnitude": params["magnitude"], "cache": not params["no_cache"],
                "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),
@@ -77,7 +82,7 @@ def run_batch(params: dict[str, Any]) -> None:
             write_run_log(params["log_json"], {"settings": settings, **report.as_dict()},
                           protect=tuple(params["scans"]))
     if not quiet:
-        click.echo(report.table(), err=True)
+        click.echo("\n".join(printable(line) for line in report.table().splitlines()), err=True)
     if report.failed:
         first = report.failed[0]
         why = first.reason if first.reason.startswith(first.input) else f"{first.input}: {first.reason}"

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ._version import __version__
+from .errors import printable
 from .io.files import atomic_output
 
 LOGGER = "mri_recon"
@@ -28,7 +29,8 @@ class _TqdmHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record), file=sys.stderr)
+            text = "\n".join(printable(line) for line in self.format(record).split("\n"))
+            tqdm.write(text, file=sys.stderr)
         except Exception:  # noqa: BLE001 - logging's own convention
             self.handleError(record)
 

@@ -1,7 +1,8 @@
 """Exception hierarchy of mri-recon.
 
 The library raises these and never prints or exits; the command-line interface turns them into one-line
-messages. Every message names what was expected and what was found.
+messages. Every message names what was expected and what was found; text taken from a file goes through
+:func:`printable` first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ class ScanFileError(MriReconError):
 
 class SchemaError(MriReconError):
     """A dataset or attribute is missing, or has the wrong dtype, rank or shape."""
+
+
+class ExternalDataError(SchemaError):
+    """The file reaches outside itself (an external link, external raw storage, a virtual dataset) without the
+    opt-in, or a file it reaches with the opt-in is missing or too short."""
 
 
 class InvalidDataError(MriReconError):
@@ -45,3 +51,24 @@ class OutputError(MriReconError):
 
 class KernelError(MriReconError):
     """A CUDA kernel failed to compile, or a constant-memory upload does not fit."""
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(value: object) -> str:
+    """``str(value)`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``, ...).
+
+    Strings from files (group and dataset names, header text, attribute values) pass through this before they
+    reach a message, so a name holding a terminal escape sequence shows as text instead of acting on the
+    terminal. A printable string comes back unchanged.
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _NAMED.get(ch) or _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -37,6 +37,10 @@ def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
     found: list[Path] = []
     for item in items:
         path = Path(item)
+        try:
+            path.exists()
+        except OSError as exc:  # a name too long, a loop of links, ...
+            raise ScanFileError(f"{str(path)[:200]}: cannot be opened ({exc.strerror})") from exc
         if path.is_dir():
             names = sorted(e.name for e in os.scandir(path) if e.is_file() and _is_scan_name(e.name))
             if not names:

@@ -44,10 +44,12 @@ def plan_parts(tasks: list[ScanTask], threads: int) -> dict[int, list[list[dict]
     plans = {}
     for index, task in enumerate(tasks):
         try:
-            if is_hdf5_scan(task.input) != "ismrmrd":
+            allow = task.options.allow_external
+            if is_hdf5_scan(task.input, allow) != "ismrmrd":
                 continue
             picked = {k: v for k, v in task.options.choice.items() if v is not None}
-            keys = [key for key, _ in load_scans(task.input, traj_units=task.options.traj_units, **picked)]
+            keys = [key for key, _ in load_scans(task.input, traj_units=task.options.traj_units,
+                                                 allow_external=allow, **picked)]
         except Exception:  # noqa: BLE001 - the whole-file task reports the error
             continue
         count = min(len(keys), wanted)

@@ -46,6 +46,8 @@ class ReconOptions:
     field_map: str = "correct"
     """``"correct"`` or ``"ignore"`` (drop the scan's field map on purpose)."""
     traj_units: str = "auto"
+    allow_external: bool = False
+    """Read datasets and links that reach other files (``--allow-external-data``)."""
     choice: dict = field(default_factory=dict)
     """ISMRMRD image choice: ``slice``, ``contrast``, ``phase``, ``set``, ``repetition`` values."""
     format: str | None = None
@@ -77,7 +79,8 @@ class ReconOptions:
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (recorded in the completion record; not the device or the cache)."""
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("device", "cache", "cache_dir")}
+        skip = ("device", "cache", "cache_dir", "allow_external")  # allow_external: read or refused, same image
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         return {**out, "format": self.format or "hdf5"}
 
 
@@ -159,7 +162,8 @@ def reconstruct_images(task: ScanTask, keys: list[dict] | None = None) -> list[t
     picked = {k: v for k, v in opts.choice.items() if v is not None}
     cache = PsfCache(opts.cache_dir) if opts.cache else None
     results = []
-    for key, loaded in load_scans(task.input, traj_units=opts.traj_units, **picked):
+    for key, loaded in load_scans(task.input, traj_units=opts.traj_units, allow_external=opts.allow_external,
+                                  **picked):
         if keys is not None and key not in keys:
             continue
         results.append((key, *prepare_and_reconstruct(

@@ -65,10 +65,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError, SchemaError
+from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
 from .ismrmrd_encoding import SPACES, TRAJ_UNITS, detect_units, encoding_space, one_line, scale_trajectory
-from .schema import _open
+from .schema import _open, image_series, images_not_raw
 from .stack import DIMENSIONS, describe, select
 
 __all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "load_ismrmrd", "load_ismrmrd_all"]
@@ -108,10 +108,11 @@ def _flag(flags: np.ndarray, flag: int) -> np.ndarray:
 # Reading
 
 
-def _read(path: str | os.PathLike, dataset: str | None) -> tuple[Any, np.ndarray, str]:
+def _read(path: str | os.PathLike, dataset: str | None, allow_external: bool) -> tuple[Any, np.ndarray, str]:
     """Parsed XML header, the acquisition records and the dataset group name."""
     src = str(path)
-    _open(path).close()  # existence, HDF5-ness: ScanFileError with the usual messages
+    with _open(path, allow_external) as f:  # existence, HDF5-ness, nothing read from other files (or allowed)
+        series = image_series(f)
     mr = _ismrmrd()
     with mr.File(src, "r") as f:
         names = [name for name in f if "xml" in f[name] or "data" in f[name]]
@@ -119,24 +120,27 @@ def _read(path: str | os.PathLike, dataset: str | None) -> tuple[Any, np.ndarray
             dataset = "dataset" if "dataset" in names else (names[0] if names else None)
         if dataset is None or dataset not in f.keys():
             which = f"'{dataset}'" if dataset else "group"
-            raise SchemaError(f"{src}: no ISMRMRD dataset {which} (expected a group holding 'data' and "
-                              f"'xml'; groups found: {sorted(f.keys())})")
+            raise SchemaError(printable(f"{src}: no ISMRMRD dataset {which} (expected a group holding 'data' "
+                                        f"and 'xml'; groups found: {sorted(f.keys())})"))
         group = f[dataset]
         if not group.has_header():
-            raise SchemaError(f"{src}: ISMRMRD file without its XML header: dataset '{dataset}' has no 'xml' "
-                              f"header (it gives the matrix and field of view)")
+            raise SchemaError(printable(f"{src}: ISMRMRD file without its XML header: dataset '{dataset}' has no "
+                                        f"'xml' header (it gives the matrix and field of view)"))
         if not group.has_acquisitions():
-            raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data')")
+            mine = [name for name in series if name.startswith(f"{dataset}/")]
+            if mine:
+                raise images_not_raw(src, mine)
+            raise SchemaError(printable(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data')"))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 header = group.header
         except Exception as exc:  # the xsd parser raises TypeError, ParserError, ...
-            raise SchemaError(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
-                              f"{one_line(exc)}") from exc
+            raise SchemaError(printable(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
+                                        f"{one_line(exc)}")) from exc
         records = group.acquisitions.data[()]
     if records.size == 0:
-        raise SchemaError(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data' is empty)")
+        raise SchemaError(printable(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data' is empty)"))
     return header, records, dataset
 
 
@@ -236,9 +240,9 @@ def _noise(src: str, records: np.ndarray, rows: np.ndarray, coils: int) -> np.nd
 
 
 def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None,
-           chosen: dict[str, int | None]) -> list[tuple[dict, Scan]]:
+           chosen: dict[str, int | None], allow_external: bool) -> list[tuple[dict, Scan]]:
     src = str(path)
-    header, records, dataset = _read(path, dataset)
+    header, records, dataset = _read(path, dataset, allow_external)
     acq = _records(src, records)
     geometry = encoding_space(src, header, acq["ref"], space)
     trajectory, weights, units = scale_trajectory(src, acq["traj"], geometry, traj_units)
@@ -276,7 +280,7 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
 def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space: str = "recon",
                      dataset: str | None = None, slice: int | None = None, contrast: int | None = None,
                      phase: int | None = None, set: int | None = None,
-                     repetition: int | None = None) -> list[tuple[dict, Scan]]:
+                     repetition: int | None = None, allow_external: bool = False) -> list[tuple[dict, Scan]]:
     """Every image of an ISMRMRD file, or those chosen, as ``(key, Scan)`` pairs.
 
     The key holds the image's ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` (in that
@@ -298,6 +302,9 @@ def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space
         The HDF5 group to read; by default ``"dataset"``, else the first group with ``data`` and ``xml``.
     slice, contrast, phase, set, repetition
         Keep only the images with this index (``None``: every value).
+    allow_external
+        Read datasets and links that reach other files (refused by default, before any read:
+        :mod:`mri_recon.io.contained`).
 
     Raises
     ------
@@ -308,12 +315,13 @@ def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space
         The trajectory extent fits neither unit, or both.
     """
     chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
-    return _scans(path, traj_units, space, dataset, chosen)
+    return _scans(path, traj_units, space, dataset, chosen, allow_external)
 
 
 def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: int | None = None,
                  repetition: int | None = None, space: str = "recon", dataset: str | None = None,
-                 contrast: int | None = None, phase: int | None = None, set: int | None = None) -> Scan:
+                 contrast: int | None = None, phase: int | None = None, set: int | None = None,
+                 allow_external: bool = False) -> Scan:
     """One image of an ISMRMRD file as a :class:`Scan` (see :func:`load_ismrmrd_all`).
 
     ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition`` choose it; each may be left out when
@@ -325,7 +333,7 @@ def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: in
         No image matches, or several do (the message names the values they hold).
     """
     chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
-    scans = _scans(path, traj_units, space, dataset, chosen)
+    scans = _scans(path, traj_units, space, dataset, chosen, allow_external)
     if len(scans) > 1:
         raise SchemaError(f"{path}: holds several images ({describe([key for key, _ in scans])}); choose one "
                           f"with slice=, contrast=, phase=, set=, repetition= or read them all with "

@@ -188,14 +188,15 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
 def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_units: str = "auto",
             slice: int | None = None, repetition: int | None = None, space: str = "recon",
             dataset: str | None = None, contrast: int | None = None, phase: int | None = None,
-            set: int | None = None) -> list[Path]:
+            set: int | None = None, allow_external: bool = False) -> list[Path]:
     """Convert an ISMRMRD file to schema v1 (through :func:`mri_recon.io.save_scan`).
 
     One image (after the optional ``slice`` / ``contrast`` / ``phase`` / ``set`` / ``repetition`` choice)
     is written to ``out_path``. Several are written one file each, beside ``out_path`` with the indices that
     vary appended to its stem: ``out.h5`` becomes ``out_slice0.h5, out_slice1.h5`` (or ``out_contrast1.h5``,
     ``out_phase2.h5``, ``out_set1.h5``, ``out_rep2.h5``, ``out_slice0_contrast1.h5``, ...). The whole input
-    is read and checked before anything is written.
+    is read and checked before anything is written; ``allow_external`` as for
+    :func:`~mri_recon.io.ismrmrd.load_ismrmrd_all`.
 
     Returns
     -------
@@ -211,7 +212,8 @@ def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_uni
     """
     out_path = Path(out_path)
     scans = load_ismrmrd_all(in_path, traj_units=traj_units, space=space, dataset=dataset, slice=slice,
-                             contrast=contrast, phase=phase, set=set, repetition=repetition)
+                             contrast=contrast, phase=phase, set=set, repetition=repetition,
+                             allow_external=allow_external)
     if len(scans) == 1:
         targets = [out_path]
     else:

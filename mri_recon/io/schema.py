@@ -12,29 +12,46 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..errors import ScanFileError, SchemaError
+from ..errors import ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
+from .contained import check_contained
 from .files import atomic_output
 
 
-def _open(path: str | os.PathLike) -> h5py.File:
+def _open(path: str | os.PathLike, allow_external: bool = False) -> h5py.File:
+    """The HDF5 file ``path``, open for reading, after :func:`~mri_recon.io.contained.check_contained`: a
+    file that reaches other files is refused unless ``allow_external``."""
     p = Path(path)
+    shown = printable(p)
     try:
         exists, is_dir = p.exists(), p.is_dir()
     except OSError as exc:  # a name too long, a loop of links, ...
-        raise ScanFileError(f"{str(p)[:200]}: cannot be opened ({exc.strerror})") from exc
+        raise ScanFileError(f"{printable(str(p)[:200])}: cannot be opened ({exc.strerror})") from exc
     if not exists:
-        raise ScanFileError(f"{p}: no such file")
+        raise ScanFileError(f"{shown}: no such file")
     if is_dir:
-        raise ScanFileError(f"{p}: is a directory, expected an HDF5 scan file")
+        raise ScanFileError(f"{shown}: is a directory, expected an HDF5 scan file")
+    if not p.is_file():  # a FIFO would block the reads below
+        raise ScanFileError(f"{shown}: is not a regular file (a device, FIFO or socket), expected an HDF5 scan file")
+    try:
+        with open(p, "rb"):  # no permission: said as such, not as "not an HDF5 file"
+            pass
+    except OSError as exc:
+        raise ScanFileError(f"{shown}: cannot be opened ({exc.strerror})") from exc
     try:
         if not h5py.is_hdf5(p):
-            raise ScanFileError(f"{p}: not an HDF5 file")
-        return h5py.File(p, "r")
+            raise ScanFileError(f"{shown}: not an HDF5 file")
+        f = h5py.File(p, "r")
     except ScanFileError:
         raise
-    except OSError as exc:
-        raise ScanFileError(f"{p}: cannot be read as HDF5 ({exc})") from exc
+    except OSError as exc:  # no permission, corrupt, ...
+        raise ScanFileError(f"{shown}: cannot be read as HDF5 ({printable(exc)})") from exc
+    try:
+        check_contained(f, str(path), allow_external)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def is_ismrmrd(f: h5py.File) -> bool:
@@ -50,10 +67,55 @@ def _acquisitions(item: object) -> bool:
     return isinstance(item, h5py.Dataset) and {"head", "traj", "data"} <= set(names)
 
 
-def is_hdf5_scan(path: str | os.PathLike) -> str:
-    """The format of a scan file: ``"ismrmrd"`` or ``"schema-v1"`` (:class:`ScanFileError` if unreadable)."""
-    with _open(path) as f:
-        return "ismrmrd" if is_ismrmrd(f) else "schema-v1"
+def image_series(f: h5py.File) -> list[str]:
+    """The MRD image series of ``f`` (``"dataset/image_0"``, ...): groups with ``header`` and ``data`` inside
+    an ISMRMRD dataset group that holds no acquisitions (a file ``ismrmrd`` wrote as images, e.g. an MRD
+    output of ``mri-recon reconstruct``)."""
+    return [f"{g.name.lstrip('/')}/{name}" for g in f.values() if isinstance(g, h5py.Group) and "data" not in g
+            for name, s in g.items() if isinstance(s, h5py.Group) and {"header", "data"} <= set(s.keys())]
+
+
+def images_not_raw(src: str, series: list[str]) -> SchemaError:
+    """The error for an MRD image file given where raw acquisitions are needed."""
+    return SchemaError(printable(f"{src}: holds MRD images ({', '.join(series)}), not raw acquisitions; "
+                                 f"reconstruct needs k-space (an ISMRMRD file of acquisitions or schema v1)"))
+
+
+def is_hdf5_scan(path: str | os.PathLike, allow_external: bool = False) -> str:
+    """The format of a scan file: ``"ismrmrd"``, ``"mrd-images"`` (images, not raw data) or ``"schema-v1"``
+    (:class:`ScanFileError` if unreadable, :class:`~mri_recon.errors.ExternalDataError` if it reaches
+    other files and ``allow_external`` is False)."""
+    with _open(path, allow_external) as f:
+        if is_ismrmrd(f):
+            return "ismrmrd"
+        return "mrd-images" if "matrix" not in f.attrs and image_series(f) else "schema-v1"
+
+
+def _attribute(src: str, key: str | bytes, value: Any) -> Any:
+    """A root attribute as a plain value; a name or text that is not UTF-8 is refused, naming it (the
+    attributes are copied into the outputs and shown by ``info``: bytes replaced here would silently change
+    what the file says)."""
+    try:
+        plain = _plain(value)
+    except UnicodeDecodeError as exc:
+        plain, why = None, f" ({exc.reason} at byte {exc.start})"
+    else:
+        why = "" if isinstance(key, bytes) or not _utf8(plain) else None
+    if why is not None:
+        raise SchemaError(printable(f"{src}: root attribute {key!r} is not valid UTF-8 text{why}; expected "
+                                    f"UTF-8 names and strings"))
+    return plain
+
+
+def _utf8(value: Any) -> bool:
+    """False for text holding surrogates (h5py keeps the undecodable bytes of a variable-length string so)."""
+    if isinstance(value, list):
+        return all(_utf8(v) for v in value)
+    try:
+        value.encode() if isinstance(value, str) else None
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _plain(value: Any) -> Any:
@@ -62,7 +124,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return [_plain(v) for v in value.tolist()] if value.dtype.kind in "SO" else value.tolist()
     return value
 
 
@@ -88,19 +150,22 @@ def _read(f: h5py.File, src: str, name: str) -> Any:
     try:
         node = f[name]
     except (KeyError, OSError) as exc:
-        raise SchemaError(f"{src}: '{name}' cannot be opened (a broken link?): {exc}") from exc
+        raise SchemaError(printable(f"{src}: '{name}' cannot be opened (a broken link?): {exc}")) from exc
     if not isinstance(node, h5py.Dataset):
         raise SchemaError(f"{src}: '{name}' must be a dataset, found a group")
     try:
         return node[()]
     except (OSError, TypeError, ValueError) as exc:
-        raise SchemaError(f"{src}: dataset '{name}' cannot be read: {exc}") from exc
+        raise SchemaError(printable(f"{src}: dataset '{name}' cannot be read: {exc}")) from exc
 
 
-def load_schema_v1(path: str | os.PathLike) -> Scan:
-    """Read a schema-v1 scan file and validate it."""
+def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> Scan:
+    """Read a schema-v1 scan file and validate it; a file that reaches other files (external links, external
+    storage, virtual datasets) is refused unless ``allow_external`` (:mod:`mri_recon.io.contained`)."""
     src = str(path)
-    with _open(path) as f:
+    with _open(path, allow_external) as f:
+        if "matrix" not in f.attrs and image_series(f):
+            raise images_not_raw(src, image_series(f))
         if "matrix" not in f.attrs:
             missing = [n for n in ("kspace", "trajectory") if n not in f]
             raise SchemaError(
@@ -116,6 +181,6 @@ def load_schema_v1(path: str | os.PathLike) -> Scan:
         for name in OPTIONAL:
             if name in f:
                 values[name] = _read(f, src, name)
-        attrs = {k: _plain(v) for k, v in f.attrs.items() if k != "matrix"}
+        attrs = {k: _attribute(src, k, v) for k, v in f.attrs.items() if k != "matrix"}
         matrix = f.attrs["matrix"]
     return Scan(matrix=matrix, attrs=attrs, source=src, **values)

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster():
     """This process's local cluster of two CPU workers (as ``reconstruct_many(workers=2)`` starts it); closed
-    at exit, shared with the other test modules that ask for the same."""
-    return shared_local(2, "cpu")
+    at exit, shared with the other test modules that ask for the same (one of which kills a worker: its nanny
+    starts another, waited for here)."""
+    kept = shared_local(2, "cpu")
+    kept.client.wait_for_workers(2, timeout=120)
+    return kept
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -18,21 +18,48 @@ from .errors import printable
 log = logging.getLogger("mri_recon.cli")
 
 
+TLS_OPTIONS = ("tls_ca_file", "tls_cert", "tls_key")
+"""The ``--tls-*`` parameters: the user's credentials for a ``tls://`` scheduler."""
+
+
 def batch_options(func):
-    """The options of a batch run: ``--workers``, ``--scheduler``, ``--overwrite``."""
+    """The options of a batch run: ``--workers``, ``--dashboard``, ``--scheduler`` and its ``--tls-*``,
+    ``--overwrite``."""
     func = click.option("--overwrite", is_flag=True,
                         help="Batch: reconstruct again also the scans whose output is complete (recorded settings "
                              "and checksum match); by default they are skipped.")(func)
+    for name, what in (("--tls-key", "your private key"), ("--tls-cert", "your certificate"),
+                       ("--tls-ca-file", "the certificate authority of the cluster")):
+        func = click.option(name, default=None, metavar="FILE",
+                            help=f"Batch: {what} (PEM file) for a tls:// --scheduler; default: Dask's "
+                                 f"configuration (distributed.comm.tls.*).")(func)
     func = click.option("--scheduler", default=None, metavar="ADDRESS",
-                        help="Batch: run the scans on the Dask cluster of this scheduler (tcp://host:8786).")(func)
+                        help="Batch: run the scans on the Dask cluster of this scheduler (tcp://host:8786, or "
+                             "tls://host:8786 with --tls-ca-file, --tls-cert and --tls-key).")(func)
+    func = click.option("--dashboard", is_flag=True,
+                        help="Batch: serve the local cluster's Dask dashboard on 127.0.0.1 (needs bokeh; starts "
+                             "the cluster whatever the batch's size).")(func)
     return click.option("--workers", type=click.IntRange(min=1), default=None,
-                        help="Batch: run the scans on a local Dask cluster of N worker processes on the CPU, or "
-                             "of one worker on each of the first N visible GPUs (--device gpu, or auto with a "
-                             "GPU).")(func)
+                        help="Batch: run the scans on a local Dask cluster (127.0.0.1, TLS) of N worker processes "
+                             "on the CPU, or of one worker on each of the first N visible GPUs (--device gpu, or "
+                             "auto with a GPU), when the predicted work pays for starting it; else in this "
+                             "process (the summary says which and why).")(func)
 
 
 def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None) -> bool:
-    """Whether the command runs as a batch: several inputs, a folder, a pattern, or a cluster asked for."""
+    """Whether the command runs as a batch: several inputs, a folder, a pattern, or a cluster asked for.
+
+    Raises
+    ------
+    click.UsageError
+        ``--dashboard`` without ``--workers``, or ``--tls-*`` without ``--scheduler`` (they would be ignored).
+    """
+    params = getattr(click.get_current_context(silent=True), "params", {})
+    if params.get("dashboard") and workers is None:
+        raise click.UsageError("--dashboard serves a local cluster's dashboard: give --workers too")
+    named = [f"--{name.replace('_', '-')}" for name in TLS_OPTIONS if params.get(name) is not None]
+    if named and scheduler is None:
+        raise click.UsageError(f"{', '.join(named)} apply to a tls:// --scheduler: give --scheduler too")
     if len(scans) != 1 or workers is not None or scheduler is not None:
         return True
     only = scans[0]
@@ -72,8 +99,10 @@ def run_batch(params: dict[str, Any]) -> None:
     bar = _ScanBar(enabled=not quiet)
     with cli_logging(verbose, quiet):
         try:
+            tls = {"ca_file": params["tls_ca_file"], "cert": params["tls_cert"], "key": params["tls_key"]}
             report = reconstruct_many(params["scans"], params["output"], workers=params["workers"],
-                                      scheduler=params["scheduler"], overwrite=params["overwrite"],
+                                      scheduler=params["scheduler"], tls=tls if any(tls.values()) else None,
+                                      dashboard=params["dashboard"], overwrite=params["overwrite"],
                                       progress=bar, **options)
         finally:
             bar.close()
@@ -103,7 +132,7 @@ class _ScanBar:
         from .console import bar_shown
 
         if event == "cluster":
-            message = f"{value.kind}; Dask dashboard: {value.dashboard or 'none'}"
+            message = value.kind + (f"; Dask dashboard: {value.dashboard}" if value.dashboard else "")
             log.info("%s", message)
             if self.enabled and not log.isEnabledFor(logging.INFO):
                 click.echo(message, err=True)

@@ -135,11 +135,17 @@ def test_pinned_nannies_add_the_affinity_preload_to_the_configured_ones(monkeypa
     from mri_recon.batch import cluster
 
     fake = SimpleNamespace(Scheduler=object, Nanny=object, SpecCluster=lambda **spec: spec)
+    security = object()
     with dask.config.set({"distributed.worker.preload": ["site_setup"]}):
-        spec = cluster._pinned_cluster(fake, ["0", "1"])
+        spec = cluster._pinned_cluster(fake, ["0", "1"], security)
         assert [w["options"]["preload"] for w in spec["workers"].values()] == \
             [["site_setup", "mri_recon.batch.affinity"]] * 2
+        # every part on loopback with the cluster's TLS credentials
+        for part in [spec["scheduler"], *spec["workers"].values()]:
+            assert part["options"]["security"] is security and part["options"]["host"] == "127.0.0.1"
+            assert part["options"]["protocol"] == "tls://"
+        assert spec["security"] is security and spec["scheduler"]["options"]["dashboard"] is False
         monkeypatch.setattr(cluster, "GPU_AFFINITY", False)
-        spec = cluster._pinned_cluster(fake, ["0"])
+        spec = cluster._pinned_cluster(fake, ["0"], security)
         assert spec["workers"]["gpu-0"]["options"]["preload"] is None  # Nanny then reads the configuration
     assert spec["workers"]["gpu-0"]["options"]["env"] == {"CUDA_VISIBLE_DEVICES": "0"}

@@ -11,7 +11,8 @@ import pytest
 from test_batch import arrays, make_scans
 
 from mri_recon.batch import reconstruct_many
-from mri_recon.batch.cluster import _pinned_cluster, start_local, visible_gpus
+from mri_recon.batch.cluster import _pinned_cluster, shared_local, start_local, visible_gpus
+from mri_recon.batch.security import local_security
 
 distributed = pytest.importorskip("distributed")
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -39,6 +40,7 @@ def test_gpu_workers_match_one_process_and_share_one_psf(tmp_path, rng, method):
     scans = make_scans(tmp_path / "in", 6, rng, matrix=(64, 64), coils=4)
     options = {"iterations": 12, "device": "gpu", "method": method}
     here = reconstruct_many(scans, tmp_path / "here", cache_dir=str(tmp_path / "c1"), **options)
+    shared_local(len(visible_gpus()), "gpu")  # kept, so that these small scans run on it whatever they cost
     batch = reconstruct_many(scans, tmp_path / "dask", workers=len(visible_gpus()), cache_dir=str(tmp_path / "c2"),
                              **options)
     assert here.ok and batch.ok, batch.table()
@@ -71,7 +73,7 @@ def test_pinned_cluster_without_dask_cuda_gives_each_worker_one_gpu():
 
     gpus = visible_gpus()
     with local_config():
-        cluster = _pinned_cluster(distributed, gpus)
+        cluster = _pinned_cluster(distributed, gpus, local_security())
     try:
         with distributed.Client(cluster) as client:
             seen = list(client.run(_worker_gpu).values())
@@ -87,7 +89,7 @@ def test_pinned_workers_run_on_the_cpus_next_to_their_gpu():
 
     allowed = os.sched_getaffinity(0)
     with local_config():
-        cluster = _pinned_cluster(distributed, visible_gpus())
+        cluster = _pinned_cluster(distributed, visible_gpus(), local_security())
     try:
         with distributed.Client(cluster) as client:
             seen = list(client.run(_worker_cpus).values())
@@ -97,3 +99,23 @@ def test_pinned_workers_run_on_the_cpus_next_to_their_gpu():
     for bus, cpus in seen:
         local = local_cpus(bus) or set()
         assert cpus == ((local & allowed) or allowed), (bus, sorted(local), sorted(cpus))
+
+
+def test_gpu_workers_listen_on_loopback_and_refuse_clients_without_the_certificate():
+    """LocalCUDACluster when dask-cuda is installed, else the pinned nannies: the same TLS and loopback."""
+    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("cryptography")
+    cluster = start_local(None, "gpu")
+    try:
+        address = cluster.client.scheduler.address
+        workers = list(cluster.client.scheduler_info()["workers"])
+        me = psutil.Process()
+        listening = {c.laddr.ip for p in [me, *me.children(recursive=True)]
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        assert cluster.client.submit(sum, [1, 2], pure=False).result() == 3
+        with pytest.raises(OSError):
+            distributed.Client(address, timeout="3s", security=distributed.security.Security.temporary())
+    finally:
+        cluster.close()
+    assert address.startswith("tls://127.0.0.1:") and all(w.startswith("tls://127.0.0.1:") for w in workers)
+    assert listening == {"127.0.0.1"} and cluster.dashboard is None, (cluster.kind, listening)

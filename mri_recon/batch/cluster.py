@@ -7,11 +7,17 @@ each pinned by ``CUDA_VISIBLE_DEVICES`` so that it sees its GPU as device 0: thr
 :class:`dask_cuda.LocalCUDACluster` when ``dask-cuda`` is installed, else through a
 :class:`distributed.SpecCluster` of nannies, each started with its own ``CUDA_VISIBLE_DEVICES`` (the same
 pinning, without dask-cuda's extras). The log says which was used.
+
+Every local cluster listens on ``127.0.0.1`` only and admits only connections holding its own temporary TLS
+certificate (:mod:`.security`); its dashboard is served (on ``127.0.0.1``) only when asked for and ``bokeh``
+is installed. One local cluster is kept per process and reused by later batches that ask for the same
+workers (:func:`shared_local`), and closed when the process exits.
 Dask is imported here, on use, never by the single-scan path.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -20,6 +26,7 @@ from typing import Any
 
 from ..backend import THREADS_ENV, cpu_threads, gpu_available, gpu_count
 from ..errors import DeviceError, InvalidDataError
+from .security import HEALTH_ONLY, LOOPBACK, check_scheduler, dashboard_served, local_security, scheduler_security
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +35,8 @@ WORKER_SATURATION = 1.0
 before it asks for more (see :func:`local_config`)."""
 GPU_AFFINITY = True
 """Whether the pinned nannies' GPU workers run on the CPUs local to their GPU, as dask-cuda's do."""
+CONNECT_TIMEOUT = "20s"
+"""How long :func:`connect` tries to reach a scheduler."""
 NANNY_ENVIRON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
 """Variables Dask's nannies set in their workers by default; those of a local cluster of ours do not."""
 
@@ -46,11 +55,16 @@ class Cluster:
     """The GPUs given one worker each (their ``CUDA_VISIBLE_DEVICES`` values); empty on the CPU."""
     owned: Any = None
     """The local cluster started here (closed by :meth:`close`); None for a given client or scheduler."""
+    connected: bool = False
+    """Whether the client was made here for a scheduler (closed by :meth:`close`, the scheduler left running)."""
+    kept: bool = False
+    """Whether this is the process's kept local cluster (:func:`shared_local`), closed at exit, not after a batch."""
 
     def close(self) -> None:
-        if self.owned is not None:
+        if self.owned is not None or self.connected:
             with contextlib.suppress(Exception):
                 self.client.close()
+        if self.owned is not None:
             with contextlib.suppress(Exception):
                 self.owned.close()
 
@@ -111,24 +125,104 @@ def _distributed():
     return distributed
 
 
-def connect(scheduler: str) -> Cluster:
-    """A client of the Dask scheduler at ``scheduler`` (``tcp://host:8786``)."""
+def connect(scheduler: str, tls: dict[str, str | None] | None = None) -> Cluster:
+    """A client of the Dask scheduler at ``scheduler`` (``tcp://host:8786`` or ``tls://host:8786``), with
+    ``tls`` = ``{"ca_file", "cert", "key"}`` files for a ``tls://`` one (else Dask's configuration's).
+
+    Raises
+    ------
+    InvalidDataError
+        A malformed address or incomplete credentials (:mod:`.security`).
+    DeviceError
+        The scheduler cannot be reached, or refuses the credentials.
+    """
     distributed = _distributed()
+    scheme, _ = check_scheduler(scheduler)
+    security = scheduler_security(scheme, **(tls or {}))
     try:
-        client = distributed.Client(scheduler, timeout="20s")
-    except (OSError, TimeoutError) as exc:
-        raise DeviceError(f"cannot reach the Dask scheduler at {scheduler}: {str(exc).splitlines()[0]}") from None
+        client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT, security=security)
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, a TLS handshake failed: one line
+        text = str(exc).strip().splitlines()
+        raise DeviceError(f"cannot reach the Dask scheduler at {scheduler}: "
+                          f"{text[0] if text else type(exc).__name__}") from None
     count = len(client.scheduler_info().get("workers", {}))
     log.info("connected to the Dask scheduler at %s (%d worker(s))", scheduler, count)
-    return Cluster(client, f"scheduler {scheduler}, {count} worker(s)", _dashboard(client))
+    return Cluster(client, f"scheduler {scheduler}, {count} worker(s)", _remote_dashboard(client), connected=True)
 
 
-def start_local(workers: int | None, device: str) -> Cluster:
-    """A local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU."""
+def _remote_dashboard(client: Any) -> str | None:
+    """The dashboard's address of a scheduler that serves its pages (``bokeh`` installed there), else None."""
+    try:
+        served = client.run_on_scheduler(dashboard_served)
+    except Exception:  # noqa: BLE001 - a scheduler that cannot be asked: no address claimed
+        return None
+    return _dashboard(client) if served else None
+
+
+def start_local(workers: int | None, device: str, dashboard: bool = False) -> Cluster:
+    """A new local cluster for ``device``: ``workers`` CPU processes (default 1), or one worker per GPU; on
+    ``127.0.0.1``, TLS with a temporary certificate, Dask's dashboard with ``dashboard`` (needs ``bokeh``).
+
+    Raises
+    ------
+    DeviceError
+        ``dashboard`` asked for without ``bokeh``; no certificate can be made (:func:`.local_security`); no
+        GPU, or too few, for GPU workers.
+    """
     distributed = _distributed()
+    if dashboard and not dashboard_served():
+        raise DeviceError("--dashboard: Dask's dashboard pages need the 'bokeh' package, which is not installed: "
+                          "pip install bokeh (or leave out --dashboard)")
+    security = local_security()
     gpus = plan_gpu_workers(workers, visible_gpus()) if wants_gpu(device) else None
-    with local_config(worker_threads(len(gpus) if gpus is not None else (workers or 1), gpus is not None)):
-        return _start_local(distributed, workers or 1, gpus)
+    with local_config(worker_threads(len(gpus) if gpus is not None else (workers or 1), gpus is not None),
+                      dashboard):
+        return _start_local(distributed, workers or 1, gpus, security, dashboard)
+
+
+_SHARED: dict[str, Any] = {}
+"""The local cluster of this process (``"key"``, ``"cluster"``), reused by :func:`shared_local`."""
+
+
+def _shared_key(workers: int | None, device: str, dashboard: bool) -> tuple:
+    return workers, wants_gpu(device), dashboard
+
+
+def kept_local(workers: int | None, device: str, dashboard: bool = False) -> Cluster | None:
+    """This process's running local cluster if it has these settings (see :func:`shared_local`), else None."""
+    kept = _SHARED.get("cluster")
+    if kept is not None and _SHARED.get("key") == _shared_key(workers, device, dashboard) \
+            and kept.client.status == "running":
+        return kept
+    return None
+
+
+def shared_local(workers: int | None, device: str, dashboard: bool = False) -> Cluster:
+    """This process's local cluster for these settings, started on first use.
+
+    A later call with the same ``workers``, device kind and ``dashboard`` gets the same cluster (its workers
+    warm, no start-up); other settings close it and start another. It is closed when the process exits
+    (:func:`close_shared`).
+    """
+    kept = kept_local(workers, device, dashboard)
+    if kept is not None:
+        log.info("reusing this process's %s", kept.kind)
+        return kept
+    close_shared()
+    cluster = start_local(workers, device, dashboard)
+    cluster.kept = True
+    _SHARED.update(key=_shared_key(workers, device, dashboard), cluster=cluster)
+    atexit.unregister(close_shared)  # registered after Dask's own exit handlers, so that it runs before them
+    atexit.register(close_shared)
+    return cluster
+
+
+def close_shared() -> None:
+    """Close this process's local cluster (at exit, or before one of other settings starts)."""
+    kept = _SHARED.pop("cluster", None)
+    _SHARED.pop("key", None)
+    if kept is not None:
+        kept.close()
 
 
 def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
@@ -150,7 +244,7 @@ def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def local_config(threads: dict[str, str] | None = None):
+def local_config(threads: dict[str, str] | None = None, dashboard: bool = True):
     """Dask's configuration for a local cluster of ours (the scheduler and nannies read it when they start).
 
     One scan per worker at a time (``worker-saturation`` 1): no scan waits behind another on a busy worker
@@ -166,6 +260,9 @@ def local_config(threads: dict[str, str] | None = None):
     ``threads`` are set here too while the cluster starts; it then sets them (and ``PYTHONHASHSEED``) in its
     own process, this one, before spawning its worker. The caller's values are restored on exit. (A nanny
     that later restarts a dead worker sets them in this process again.)
+
+    Without ``dashboard`` the scheduler's and workers' HTTP servers (on loopback) serve ``/health`` only
+    (:data:`~.security.HEALTH_ONLY`).
     """
     import dask  # noqa: PLC0415 - with distributed
 
@@ -175,8 +272,10 @@ def local_config(threads: dict[str, str] | None = None):
     saved = {name: os.environ.get(name) for name in (*environ, "PYTHONHASHSEED")}
     try:
         os.environ.update(threads or {})
+        http = {} if dashboard else {"distributed.scheduler.http.routes": list(HEALTH_ONLY),
+                                     "distributed.worker.http.routes": list(HEALTH_ONLY)}
         with dask.config.set({"distributed.scheduler.worker-saturation": WORKER_SATURATION,
-                              "distributed.nanny.pre-spawn-environ": environ}):
+                              "distributed.nanny.pre-spawn-environ": environ, **http}):
             yield
     finally:  # a nanny sets them in its own process (this one) before spawning its worker: undone here
         for name, value in saved.items():
@@ -186,11 +285,21 @@ def local_config(threads: dict[str, str] | None = None):
                 os.environ[name] = value
 
 
-def _start_local(distributed: Any, count: int, gpus: list[str] | None) -> Cluster:
-    """``count`` CPU worker processes, or with ``gpus`` (:func:`plan_gpu_workers`) one worker per GPU."""
+def _served(dashboard: bool) -> dict[str, Any]:
+    """The scheduler's HTTP options: the dashboard on loopback, or no dashboard (an HTTP server of
+    ``/health`` alone, on a free loopback port)."""
+    return {"dashboard": dashboard, "dashboard_address": f"{LOOPBACK}:{8787 if dashboard else 0}"}
+
+
+def _start_local(distributed: Any, count: int, gpus: list[str] | None, security: Any,
+                 dashboard: bool = False) -> Cluster:
+    """``count`` CPU worker processes, or with ``gpus`` (:func:`plan_gpu_workers`) one worker per GPU, on
+    loopback with ``security`` (TLS)."""
     quiet = {"silence_logs": logging.ERROR, "memory_limit": 0, "threads_per_worker": 1}
+    guarded = {"host": LOOPBACK, "security": security, "protocol": "tls://", "scheduler_kwargs": _served(dashboard),
+               "dashboard_address": _served(dashboard)["dashboard_address"]}
     if gpus is None:
-        cluster = distributed.LocalCluster(n_workers=count, processes=True, **quiet)
+        cluster = distributed.LocalCluster(n_workers=count, processes=True, **quiet, **guarded)
         kind = f"LocalCluster, {count} worker process(es) on the CPU"
         gpus = []
     else:
@@ -198,21 +307,25 @@ def _start_local(distributed: Any, count: int, gpus: list[str] | None) -> Cluste
         try:
             from dask_cuda import LocalCUDACluster  # noqa: PLC0415 - the gpu extra, imported on use
 
-            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), n_workers=len(gpus), **quiet)
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), n_workers=len(gpus), **quiet, **guarded)
         except Exception as exc:  # noqa: BLE001 - not installed, or a dependency missing at start: pin ourselves
             absent = isinstance(exc, ImportError) and exc.name == "dask_cuda"  # not installed: expected
             log.log(logging.INFO if absent else logging.WARNING, "dask-cuda is not usable (%s: %s): one nanny per "
                     "GPU pinned by CUDA_VISIBLE_DEVICES instead", type(exc).__name__, str(exc).split("\n")[0])
-            cluster, kind = _pinned_cluster(distributed, gpus), f"SpecCluster, one worker per GPU ({','.join(gpus)})"
-    client = distributed.Client(cluster)
-    log.info("started %s; dashboard %s", kind, _dashboard(client))
-    return Cluster(client, kind, _dashboard(client), gpus, owned=cluster)
+            cluster = _pinned_cluster(distributed, gpus, security, dashboard)
+            kind = f"SpecCluster, one worker per GPU ({','.join(gpus)})"
+    client = distributed.Client(cluster, security=security)
+    link = _dashboard(client) if dashboard else None
+    log.info("started %s on %s (TLS); dashboard %s", kind, LOOPBACK, link or "not served")
+    return Cluster(client, kind, link, gpus, owned=cluster)
 
 
-def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
+def _pinned_cluster(distributed: Any, gpus: list[str], security: Any, dashboard: bool = False) -> Any:
     """One nanny per GPU, each worker started with ``CUDA_VISIBLE_DEVICES`` = its GPU (device 0 inside) and,
-    with :data:`GPU_AFFINITY`, moved to the CPUs next to it (:mod:`.affinity`)."""
-    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":8787"}}
+    with :data:`GPU_AFFINITY`, moved to the CPUs next to it (:mod:`.affinity`); on loopback with
+    ``security`` (TLS), as :class:`distributed.LocalCluster` would start them."""
+    guarded = {"host": LOOPBACK, "security": security, "protocol": "tls://"}
+    scheduler = {"cls": distributed.Scheduler, "options": {**guarded, **_served(dashboard)}}
     import dask  # noqa: PLC0415 - with distributed
 
     # the configured worker preloads (Nanny reads them only when given None) and ours after them
@@ -220,6 +333,7 @@ def _pinned_cluster(distributed: Any, gpus: list[str]) -> Any:
         else None
     workers = {f"gpu-{gpu}": {"cls": distributed.Nanny, "options": {
         "nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": gpu}, "silence_logs": logging.ERROR,
-        "preload": preload}}
+        "preload": preload, **guarded}}
         for gpu in gpus}
-    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR)
+    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR,
+                                   security=security)

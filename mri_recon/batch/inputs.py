@@ -17,6 +17,8 @@ from ..errors import OutputError, ScanFileError
 SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd")
 """File name endings of the scan files a folder stands for."""
 _OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5"}
+OUTPUT_FILE_SUFFIXES = (".h5", ".hdf5", ".nii", ".nii.gz", ".mrd")
+"""Endings of an output file's name: an ``-o`` ending so names one output file, not a folder of outputs."""
 
 
 def _is_scan_name(name: str) -> bool:
@@ -74,14 +76,27 @@ def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
     return f"{name}.recon{_OUTPUT_SUFFIX[format or 'hdf5']}"
 
 
+def names_a_file(out: str | os.PathLike) -> bool:
+    """Whether ``-o out`` names one output file: it ends in an output file's ending
+    (:data:`OUTPUT_FILE_SUFFIXES`) and is no existing folder."""
+    return str(out).lower().endswith(OUTPUT_FILE_SUFFIXES) and not Path(out).is_dir()
+
+
 def output_paths(inputs: Sequence[Path], out_dir: str | os.PathLike | None, format: str | None) -> list[Path]:
-    """One output per input: ``out_dir / output_name(input)``, or beside the input when ``out_dir`` is None.
+    """One output per input: ``out_dir / output_name(input)``, or beside the input when ``out_dir`` is None;
+    for a single input, ``out_dir`` itself when it names a file (:func:`names_a_file`).
 
     Raises
     ------
     OutputError
-        Two inputs would write the same output (same name in different folders), or ``out_dir`` is a file.
+        Two inputs would write the same output (same name in different folders), ``out_dir`` is a file, or
+        it names a file (``one.h5``) while there are several inputs.
     """
+    if out_dir is not None and names_a_file(out_dir):
+        if len(inputs) == 1:
+            return [Path(out_dir)]
+        raise OutputError(f"-o {out_dir} names one output file, and the batch has {len(inputs)} scans, one output "
+                          f"each: give a folder (a name without a file ending such as .h5), or a single scan")
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise OutputError(f"{out_dir}: with several scans -o names a folder, and this is a file")
     outputs = [(Path(out_dir) if out_dir is not None else p.parent) / output_name(p, format) for p in inputs]

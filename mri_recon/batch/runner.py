@@ -12,13 +12,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidDataError
 from ..io.files import FileSet, check_output
 from .inputs import expand_inputs, output_paths
+from .predict import decide
 from .record import complete
 from .summary import BatchReport
 from .task import ReconOptions, ScanOutcome, ScanTask, run_scan
@@ -41,11 +42,10 @@ def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | 
         An input that does not exist, an output that cannot be written or that names an input.
     """
     inputs = [p.absolute() for p in expand_inputs(paths)]
-    if out_dir is not None:
-        out_dir = Path(out_dir).absolute()
-        if not out_dir.exists():
-            out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = None if out_dir is None else Path(out_dir).absolute()
     outputs = output_paths(inputs, out_dir, options.format)
+    if out_dir is not None and outputs[0].parent == out_dir and not out_dir.exists():  # a folder of outputs
+        out_dir.mkdir(parents=True, exist_ok=True)
     tasks, skipped = [], []
     protected = FileSet(inputs)  # one look at each input, not one per input and output
     for scan, output in zip(inputs, outputs):
@@ -60,7 +60,8 @@ def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | 
 
 def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike | None,
                      client: Any = None, *, workers: int | None = None, scheduler: str | None = None,
-                     overwrite: bool = False, progress: Progress | None = None, **options: Any) -> BatchReport:
+                     tls: Mapping[str, str | None] | None = None, dashboard: bool = False, overwrite: bool = False,
+                     progress: Progress | None = None, **options: Any) -> BatchReport:
     """Reconstruct many scans, one output per scan file, and report every scan's outcome.
 
     Parameters
@@ -69,14 +70,23 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
         Scan files, folders (their ``*.h5``, ``*.hdf5``, ``*.mrd`` files) or glob patterns.
     out_dir
         Folder of the outputs (created when missing), each named after its input (``a.h5`` -> ``a.recon.h5``);
-        None: beside each input.
+        None: beside each input. For a single scan, a name with an output file's ending (``one.h5``,
+        ``one.nii.gz``) is the output file itself; with several scans such a name is refused.
     client
         A :class:`distributed.Client` to run on. None: a local cluster when ``workers`` is given (``workers``
-        CPU processes, or one worker per GPU for each of the first ``workers`` GPUs), a client of
-        ``scheduler`` when that is given, else every scan in this process, one after the other (Dask is
-        then not imported).
+        CPU processes, or one worker per GPU for each of the first ``workers`` GPUs) and the predicted work
+        pays for its start-up (:mod:`.predict`; else this process), a client of ``scheduler`` when that is
+        given, else every scan in this process, one after the other (Dask is then not imported). The local
+        cluster listens on 127.0.0.1 with TLS (:mod:`.security`) and is kept for later calls with the same
+        ``workers`` and ``dashboard`` in this process.
     workers, scheduler
-        See ``client``; ``workers`` must be >= 1.
+        See ``client``; ``workers`` must be >= 1; ``scheduler`` is ``tcp://HOST:PORT`` or ``tls://HOST:PORT``.
+    tls
+        For a ``tls://`` scheduler: ``{"ca_file": ..., "cert": ..., "key": ...}`` (files); None: Dask's
+        configuration (``distributed.comm.tls.*``).
+    dashboard
+        Serve the local cluster's Dask dashboard on 127.0.0.1 (needs ``bokeh``; the cluster is then started
+        whatever the predicted work).
     overwrite
         Reconstruct also the scans whose output is complete (by default they are skipped).
     progress
@@ -98,18 +108,13 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
         raise InvalidDataError(f"workers must be a whole number >= 1, found {workers!r}")
     if sum(x is not None for x in (client, workers, scheduler)) > 1:
         raise InvalidDataError("give one of client, workers (a local cluster) and scheduler")
+    if dashboard and workers is None:
+        raise InvalidDataError("dashboard serves a local cluster's dashboard: give workers too")
     started = time.perf_counter()
     tasks, skipped, order = plan_tasks(paths, out_dir, opts, overwrite=overwrite)
     notify = progress or (lambda event, value: None)
-    cluster = None
-    if client is not None or workers is not None or scheduler is not None:
-        from .cluster import Cluster, connect, start_local, wants_gpu  # noqa: PLC0415 - imports Dask
-
-        wants_gpu(opts.device)  # a device a cluster cannot serve: refused before any worker starts
-        if client is not None:
-            cluster = Cluster(client, "the given client", getattr(client, "dashboard_link", None))
-        else:
-            cluster = connect(scheduler) if scheduler is not None else start_local(workers, opts.device)
+    cluster, where = _cluster(tasks, opts, client, workers, scheduler, tls, dashboard)
+    if cluster is not None:
         notify("cluster", cluster)
     notify("planned", (len(tasks), len(skipped)))
     for outcome in skipped:
@@ -117,12 +122,34 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
     try:
         done = _run_dask(cluster.client, tasks, notify) if cluster is not None else _run_here(tasks, notify)
     finally:
-        if cluster is not None:
+        if cluster is not None and not cluster.kept:
             cluster.close()
     rank = {name: i for i, name in enumerate(order)}
     outcomes = sorted(skipped + done, key=lambda o: rank[o.input])
-    return BatchReport(outcomes, time.perf_counter() - started, cluster.kind if cluster else "this process",
-                       cluster.dashboard if cluster else None)
+    return BatchReport(outcomes, time.perf_counter() - started, where, cluster.dashboard if cluster else None)
+
+
+def _cluster(tasks: list[ScanTask], opts: ReconOptions, client: Any, workers: int | None, scheduler: str | None,
+             tls: Mapping[str, str | None] | None, dashboard: bool) -> tuple[Any, str]:
+    """The cluster to run on (None: this process) and where the scans run, in words."""
+    if client is None and workers is None and scheduler is None:
+        return None, "this process"
+    from .cluster import Cluster, connect, kept_local, shared_local, wants_gpu  # noqa: PLC0415 - imports Dask
+
+    gpu = wants_gpu(opts.device)  # a device a cluster cannot serve: refused before any worker starts
+    if client is not None:
+        cluster = Cluster(client, "the given client", getattr(client, "dashboard_link", None))
+    elif scheduler is not None:
+        cluster = connect(scheduler, dict(tls) if tls else None)
+    else:
+        if not dashboard and kept_local(workers, opts.device) is None:
+            decision = decide(tasks, workers, gpu)
+            log.info("local cluster of %d worker(s) %s: %s", workers, "started" if decision.start else "not started",
+                     decision.reason)
+            if not decision.start:
+                return None, f"this process ({decision.reason})"
+        cluster = shared_local(workers, opts.device, dashboard)
+    return cluster, cluster.kind
 
 
 def _run_here(tasks: list[ScanTask], notify: Progress) -> list[ScanOutcome]:

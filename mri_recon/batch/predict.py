@@ -1,0 +1,75 @@
+"""Whether a local cluster pays for its start-up: the batch's work predicted from its scans' sizes.
+
+Starting a local cluster (worker processes that import mri-recon, TLS handshakes) costs about
+:data:`CLUSTER_START_S`; a batch of small scans is over sooner in this process. The work of each scan is
+predicted by :func:`mri_recon.planner.plan` from the sizes in its file (matrix, coils, samples; read from the
+file's metadata, no data loaded), and ``W`` workers can save at most ``work * (1 - 1/W)`` of it. A cluster is
+started only when that saving exceeds its start-up (a cluster already running costs nothing to reuse). A scan
+whose sizes cannot be read without loading it (an MRD file, an unreadable file) counts as large: the cluster
+asked for is started.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import h5py
+
+from ..planner import plan
+from .task import ScanTask
+
+CLUSTER_START_S = 1.4
+"""Seconds to start a local cluster of two CPU worker processes, connect to it and close it, on the 2-core
+development machine (TLS with a temporary certificate; `--workers 2` batches of 8 small scans took 1.6-1.7 s
+where one process took 0.26 s). Slower hosts take longer: the figure decides only when a cluster is worth it."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether to start a local cluster, and why (one line, for the log and the summary)."""
+
+    start: bool
+    reason: str
+
+
+def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
+    """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planner.plan`), or None when
+    its sizes cannot be read from its metadata (an MRD file, an unreadable or malformed file)."""
+    try:
+        with h5py.File(task.input, "r") as f:
+            matrix = tuple(int(n) for n in f.attrs["matrix"])
+            shape = f["kspace"].shape
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    if not matrix or not shape or any(n < 1 for n in matrix):
+        return None
+    coils, samples = (1, shape[0]) if len(shape) == 1 else (shape[0], math.prod(shape[1:]))
+    method = ("gpu-nufft" if task.options.method == "nufft" else "gpu") if gpu else \
+        ("exact" if task.options.method == "exact" else "auto")
+    estimate = plan(matrix, coils, samples, sense=True, iterations=task.options.iterations, available_bytes=None,
+                    gpu=gpu, method=method)
+    return estimate.estimated_seconds
+
+
+def decide(tasks: list[ScanTask], workers: int, gpu: bool, start_s: float | None = None) -> Decision:
+    """Whether a new local cluster of ``workers`` workers pays for its start-up ``start_s`` (default
+    :data:`CLUSTER_START_S`) on ``tasks``."""
+    start_s = CLUSTER_START_S if start_s is None else start_s
+    parallel = min(workers, len(tasks))
+    if parallel < 2:
+        return Decision(False, f"{len(tasks)} scan(s) on {workers} worker(s) would run one at a time, as in this "
+                               f"process")
+    predicted = [scan_seconds(task, gpu) for task in tasks]
+    if any(p is None for p in predicted):
+        unknown = next(t.input for t, p in zip(tasks, predicted) if p is None)
+        return Decision(True, f"the work of {os.path.basename(unknown)} cannot be predicted from its metadata: "
+                              f"cluster started as asked")
+    work = sum(predicted)
+    saving = work * (1 - 1 / parallel)
+    if saving > start_s:
+        return Decision(True, f"predicted work {work:.2f} s: {parallel} workers save about {saving:.2f} s, more "
+                              f"than a cluster's start-up ({start_s:.1f} s)")
+    return Decision(False, f"predicted work {work:.2f} s: {parallel} workers would save about {saving:.2f} s, "
+                           f"less than a cluster's start-up ({start_s:.1f} s)")

@@ -121,6 +121,32 @@ def test_the_normal_operator_matches_the_float64_oracle(rng, matrix, coils, meth
     assert rel(ones, oracle_normal(x, k, np.ones(m), 0.0)) < 2e-5
 
 
+def test_the_normal_operator_solves_the_sense_problem_with_the_solver(rng):
+    from mri_recon.solvers.cg import cg
+
+    matrix, coils, m = (8, 6), 3, 120
+    k = trajectory(rng, matrix, m)
+    w = rng.random(m) + 0.5
+    maps, d = crandn(rng, coils, *matrix), crandn(rng, coils, m)
+    lam = 0.3 * m
+    op = mri_recon.EncodingOperator(k, matrix, coils=coils, device="cpu", method="exact")
+    x, _ = cg(op.normal(w.astype(np.float32), maps=maps, lam=lam), (np.conj(maps) * op.H(w.astype(np.float32) * d)
+                                                                   ).sum(axis=0), max_iterations=200, tolerance=1e-7)
+    # the oracle: the normal equations written out in float64 and solved directly
+    grids = np.meshgrid(*[(np.arange(n) - n // 2) / n for n in matrix], indexing="ij")
+    e = np.exp(-2j * np.pi * k.astype(np.float64) @ np.stack([g.reshape(-1) for g in grids]))  # (M, N)
+    a = [e * maps[c].reshape(-1).astype(np.complex128) for c in range(coils)]
+    lhs = sum(ac.conj().T @ (w[:, None] * ac) for ac in a) + lam * np.eye(e.shape[1])
+    rhs = sum(ac.conj().T @ (w * d[c]) for c, ac in enumerate(a))
+    assert rel(x.reshape(-1), np.linalg.solve(lhs, rhs)) < 1e-4
+
+
+def test_the_stable_api_names_the_planned_operator():
+    for name in ("EncodingOperator", "plan_cache_info", "plan_cache_clear"):
+        assert name in mri_recon.__all__ and callable(getattr(mri_recon, name))
+    assert mri_recon.EncodingOperator is mri_recon.operators.EncodingOperator
+
+
 def test_a_repeated_trajectory_is_planned_once(rng, monkeypatch):
     matrix, m = (14, 12), 120
     k = trajectory(rng, matrix, m)

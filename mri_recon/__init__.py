@@ -4,7 +4,9 @@ Public API (stable)::
 
     load_scan, load_scans, save_scan, Scan schema-v1 HDF5 scans (and ISMRMRD input)
     prepare_scan                           prewhitening, density compensation, coil-map choice
-    fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out)
+    fhd, forward, psf                      F^H d, F and the Toeplitz PSF (NumPy or CuPy in and out); plans
+                                           kept per trajectory (plan_cache_info, plan_cache_clear)
+    EncodingOperator                       F planned once: op(x), op.H(y), op.normal(weights, maps, lam)
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction, prepared as the CLI does
                                            (prepare=False: the scan as given, mri_recon.pipeline.reconstruct)
     reconstruct_many                       many scans, one output each, in this process or on Dask
@@ -35,6 +37,9 @@ _LAZY = {
     "fhd": "operators",
     "forward": "operators",
     "psf": "operators",
+    "EncodingOperator": "operators",
+    "plan_cache_info": "operators",
+    "plan_cache_clear": "operators",
     "fhd_offres": "operators",
     "forward_offres": "operators",
     "prepare_scan": "prep",

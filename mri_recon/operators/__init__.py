@@ -5,7 +5,10 @@
 - :mod:`.encoding`: the encoding operator F per engine and :func:`choose_engine`.
 - :mod:`.toeplitz`: F^H W F as a convolution on the 2x grid (:class:`Toeplitz`) and the CG-SENSE normal
   operator (:func:`normal_operator`); :mod:`.gpu_toeplitz` is its fused GPU form.
-- :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input.
+- :mod:`.public`: :func:`fhd`, :func:`forward`, :func:`psf` for NumPy or CuPy input (their plans kept in the
+  per-device LRU of :mod:`.memo`: :func:`plan_cache_info`, :func:`plan_cache_clear`).
+- :mod:`.planned`: :class:`EncodingOperator`, the encoding planned once and applied many times, with its
+  Toeplitz normal operator (:meth:`EncodingOperator.normal`).
 - Compressed sensing: :class:`FiniteDifference` (:mod:`.finite_difference`, total variation) and
   :class:`Wavelet` (:mod:`.wavelet`, orthogonal Daubechies).
 - Off-resonance: :mod:`.offres` (the model, :class:`OffresEncoding`, exact), :mod:`.gpu_offres` (its kernels),
@@ -18,11 +21,14 @@ from __future__ import annotations
 from .base import Identity, LinearOperator, Multiply, Scale, Sense
 from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
 from .finite_difference import FiniteDifference
+from .memo import PlanCacheInfo, plan_cache_clear, plan_cache_info
 from .offres import OffresEncoding
 from .offres_public import fhd_offres, forward_offres
+from .planned import EncodingOperator, PlannedNormal
 from .public import fhd, forward, psf, resolve
 from .wavelet import Wavelet
 
-__all__ = ["Encoding", "FiniteDifference", "FinufftEncoding", "GpuExactEncoding", "Identity", "LinearOperator",
-           "Multiply", "NudftEncoding", "OffresEncoding", "Scale", "Sense", "Wavelet", "choose_engine", "fhd",
-           "fhd_offres", "forward", "forward_offres", "psf", "resolve"]
+__all__ = ["Encoding", "EncodingOperator", "FiniteDifference", "FinufftEncoding", "GpuExactEncoding", "Identity",
+           "LinearOperator", "Multiply", "NudftEncoding", "OffresEncoding", "PlanCacheInfo", "PlannedNormal", "Scale",
+           "Sense", "Wavelet", "choose_engine", "fhd", "fhd_offres", "forward", "forward_offres", "plan_cache_clear",
+           "plan_cache_info", "psf", "resolve"]

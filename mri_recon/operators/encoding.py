@@ -21,6 +21,7 @@ Encoding operators take arrays already validated and on their device: the public
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,16 @@ class Encoding(LinearOperator):
         coils in ``dim`` dimensions (for :func:`mri_recon.kernels.prefetch`); none on the CPU."""
         return []
 
+    def prepare(self) -> Encoding:
+        """Make the engine's plan now rather than on first use (engines without a plan: nothing); ``self``."""
+        return self
+
+    def psf_plan(self) -> Callable[[Any], Any]:
+        """``weights -> psf`` with the values of :meth:`psf`, for many weights of this trajectory. An engine
+        whose PSF needs a plan of its own (the GPU NUFFT's, on the 2x grid) makes it once here and the
+        callable holds it, with its memory (a fine grid of 4N per axis)."""
+        return _EncodingPsf(self)
+
     def psf(self, weights: Any) -> Any:
         """The Toeplitz point-spread function on the 2x grid, ``p[j] = sum_m w_m exp(+i 2 pi k_m . (j - c)/N)``.
 
@@ -80,6 +91,26 @@ class Encoding(LinearOperator):
         big = tuple(2 * n for n in self.matrix)
         data = weights.astype(np.complex64)[None, :]
         return type(self)(2 * self.trajectory, big, 1)._adjoint(data)[0]
+
+
+class _EncodingPsf:
+    """:meth:`Encoding.psf` of one encoding, as a callable."""
+
+    def __init__(self, encoding: Encoding) -> None:
+        self.encoding = encoding
+
+    def __call__(self, weights: Any) -> Any:
+        return self.encoding.psf(weights)
+
+
+class _PlannedPsf:
+    """The GPU NUFFT's PSF from a plan on the 2x grid made once (:func:`.gpu_nufft.psf` without its plan)."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    def __call__(self, weights: Any) -> Any:
+        return self.plan.adjoint_real(weights)
 
 
 class NudftEncoding(Encoding):
@@ -176,6 +207,16 @@ class GpuNufftEncoding(Encoding):
         if batch == self.ishape[0]:
             return self
         return GpuNufftEncoding(self.trajectory, self.matrix, batch, plan=self.plan)
+
+    def prepare(self) -> Encoding:
+        _ = self.plan
+        return self
+
+    def psf_plan(self) -> Callable[[Any], Any]:
+        from .gpu_nufft import GpuNufft  # noqa: PLC0415 - needs CuPy and a GPU
+
+        big = tuple(2 * n for n in self.matrix)
+        return _PlannedPsf(GpuNufft(2 * self.trajectory, big, eps=GPU_NUFFT_EPS, checked=True))
 
     def _apply(self, x: Any) -> Any:
         return self.plan.forward(x)

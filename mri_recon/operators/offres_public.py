@@ -14,7 +14,7 @@ from ..backend import Device, is_gpu_array, resolve_device, to_device
 from ..errors import SchemaError
 from ..validation import check_any_array, check_trajectory, validate_matrix
 from .offres import OffresEncoding
-from .public import _like
+from .public import returned_like
 
 
 def _offres_arrays(name: str, field_map: Any, times: Any, matrix: tuple[int, ...], n_samples: int) -> tuple:
@@ -65,7 +65,7 @@ def fhd_offres(kspace: Any, trajectory: Any, matrix: Sequence[int], field_map: A
     dev = _device(device, kspace)
     with dev.use():
         op = OffresEncoding(*(to_device(a, dev) for a in (traj, f, t)), batch=data.shape[0])
-        out = _like(op.H(to_device(data, dev)), kspace)
+        out = returned_like(op.H(to_device(data, dev)), kspace)
     return out[0] if single else out
 
 
@@ -88,5 +88,5 @@ def forward_offres(image: Any, trajectory: Any, field_map: Any, times: Any, *,
     dev = _device(device, image)
     with dev.use():
         op = OffresEncoding(*(to_device(a, dev) for a in (traj, f, t)), batch=x.shape[0])
-        out = _like(op(to_device(x, dev)), image)
+        out = returned_like(op(to_device(x, dev)), image)
     return out[0] if single else out

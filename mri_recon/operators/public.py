@@ -4,6 +4,11 @@ They validate their inputs (once, here at the boundary), choose the device and t
 (:func:`mri_recon.operators.encoding.choose_engine`), move the data there, apply the operator of
 :mod:`mri_recon.operators.encoding` and give back the type they were given: NumPy in, NumPy out; CuPy in,
 CuPy out. The reconstruction pipeline builds the operators itself and skips this layer.
+
+Plans are kept between calls (:class:`mri_recon.operators.memo.PlanCache`, a small LRU per device): a call
+with a trajectory seen before (the same engine, matrix, shape, dtype, device and bits) reuses its plan and
+skips the trajectory's checks, which it passed then; :func:`~mri_recon.operators.memo.plan_cache_info` counts
+the hits. To plan once explicitly, build a :class:`~mri_recon.operators.planned.EncodingOperator`.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from typing import Any
 
 import numpy as np
 
+import contextlib
+from collections.abc import Iterator
+
 from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
 from ..errors import SchemaError
 from ..validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
-from .encoding import choose_engine
+from .encoding import Encoding, choose_engine
+from .memo import plan_cache, trajectory_key
 
 
 def resolve(device: str | int | Device | None = "auto", method: str = "auto",
@@ -27,11 +36,39 @@ def resolve(device: str | int | Device | None = "auto", method: str = "auto",
     return dev, engine.name
 
 
-def _like(result: Any, reference: Any) -> Any:
+def returned_like(result: Any, reference: Any) -> Any:
     """``result`` as the array type of ``reference``: a CuPy input keeps its GPU, anything else is NumPy."""
     if is_gpu_array(reference):
         return to_device(result, Device(int(reference.device.id)))
     return to_host(result)
+
+
+def _array(trajectory: Any) -> Any:
+    """A NumPy or CuPy array as given, anything else through ``numpy.asarray`` (what the checks do)."""
+    return trajectory if isinstance(trajectory, np.ndarray) or is_gpu_array(trajectory) else np.asarray(trajectory)
+
+
+def owned(trajectory: Any, dev: Device) -> Any:
+    """The checked trajectory on ``dev``, in memory of its own: a kept plan must not see the caller's array
+    change."""
+    moved = to_device(trajectory, dev)
+    xp = get_xp(moved)
+    return moved.copy() if xp is get_xp(trajectory) and xp.may_share_memory(moved, trajectory) else moved
+
+
+@contextlib.contextmanager
+def _planned(kind: str, trajectory: Any, matrix: tuple[int, ...], dev: Device, engine: type[Encoding],
+             check: Any) -> Iterator[Any]:
+    """The kept plan of ``kind`` (``"encoding"``: the engine's encoding; ``"psf"``: its
+    :meth:`~.encoding.Encoding.psf_plan`) for ``trajectory``, or one made after ``check(trajectory)`` (the
+    caller's checks, returning the float32 trajectory) when none is kept."""
+
+    def build() -> Any:
+        encoding = engine(owned(check(trajectory), dev), matrix).prepare()
+        return encoding if kind == "encoding" else encoding.psf_plan()
+
+    with plan_cache(dev).use(trajectory_key(kind, engine.name, matrix, trajectory), trajectory, build) as plan:
+        yield plan
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -64,11 +101,13 @@ def fhd(kspace: Any, trajectory: Any, matrix: Sequence[int], *, device: str | in
     data = check_any_array("fhd", "kspace", kspace, complex_=True, ranks=(1, 2))
     single = data.ndim == 1
     data = data[None, :] if single else data
-    traj = check_trajectory("fhd", trajectory, matrix, data.shape[1])
+    raw = _array(trajectory)
     dev, engine = choose_engine(device, method, like=kspace, problem=(matrix, data.shape[1], data.shape[0]))
-    with dev.use():
-        op = engine(to_device(traj, dev), matrix, data.shape[0])
-        out = _like(op.H(to_device(data, dev)), kspace)
+    with dev.use(), _planned("encoding", raw, matrix, dev, engine,
+                             lambda t: check_trajectory("fhd", t, matrix, data.shape[1])) as op:
+        if raw.shape[0] != data.shape[1]:  # a kept plan: the rest of the checks passed when it was made
+            raise SchemaError(f"fhd: trajectory has {raw.shape[0]} samples but kspace has {data.shape[1]}")
+        out = returned_like(op.batched(data.shape[0]).H(to_device(data, dev)), kspace)
     return out[0] if single else out
 
 
@@ -90,19 +129,25 @@ def forward(image: Any, trajectory: Any, *, device: str | int | Device | None = 
     array
         complex64 ``(C, M)``, or ``(M,)`` when ``image`` has no coil axis; NumPy or CuPy like ``image``.
     """
-    traj = check_any_array("forward", "trajectory", trajectory, complex_=False, ranks=(2,))
-    ndim = int(traj.shape[1])
+    raw = _array(trajectory)
+    if raw.ndim != 2:  # the checks' own message (the rest of them run when a plan is made)
+        check_any_array("forward", "trajectory", raw, complex_=False, ranks=(2,))
+    ndim = int(raw.shape[1])
     if ndim not in (2, 3):
-        raise SchemaError(f"forward: trajectory must have D = 2 or 3 columns, found shape {traj.shape}")
+        raise SchemaError(f"forward: trajectory must have D = 2 or 3 columns, found shape {tuple(raw.shape)}")
     x = check_any_array("forward", "image", image, complex_=True, ranks=(ndim, ndim + 1))
     single = x.ndim == ndim
     x = x[None] if single else x
     matrix = validate_matrix(x.shape[1:], "forward")
-    check_trajectory_units(traj, matrix, "forward")
-    dev, engine = choose_engine(device, method, like=image, problem=(matrix, traj.shape[0], x.shape[0]))
-    with dev.use():
-        op = engine(to_device(traj, dev), matrix, x.shape[0])
-        out = _like(op(to_device(x, dev)), image)
+
+    def check(t: Any) -> Any:
+        traj = check_any_array("forward", "trajectory", t, complex_=False, ranks=(2,))
+        check_trajectory_units(traj, matrix, "forward")
+        return traj
+
+    dev, engine = choose_engine(device, method, like=image, problem=(matrix, raw.shape[0], x.shape[0]))
+    with dev.use(), _planned("encoding", raw, matrix, dev, engine, check) as op:
+        out = returned_like(op.batched(x.shape[0])(to_device(x, dev)), image)
     return out[0] if single else out
 
 
@@ -130,16 +175,17 @@ def psf(trajectory: Any, matrix: Sequence[int], weights: Any = None, *,
         complex64 of shape ``tuple(2 * n for n in matrix)``; NumPy or CuPy like ``trajectory``.
     """
     matrix = validate_matrix(matrix, "psf")
-    traj = check_trajectory("psf", trajectory, matrix)
-    xp = get_xp(traj)
-    if weights is None:
-        w = xp.ones(traj.shape[0], dtype=np.float32)
-    else:
-        w = check_any_array("psf", "weights", weights, complex_=False, ranks=(1,))
-        if w.shape[0] != traj.shape[0]:
-            raise SchemaError(f"psf: weights has {w.shape[0]} samples but trajectory has {traj.shape[0]}")
-    dev, engine = choose_engine(device, method, like=trajectory, problem=(matrix, traj.shape[0], 1))
-    with dev.use():
-        op = engine(to_device(traj, dev), matrix)
-        out = _like(op.psf(to_device(w, dev)), trajectory)
+    raw = _array(trajectory)
+    if raw.ndim != 2:
+        check_trajectory("psf", raw, matrix)  # raises the checks' own message
+    samples = int(raw.shape[0])
+    dev, engine = choose_engine(device, method, like=trajectory, problem=(matrix, samples, 1))
+    with dev.use(), _planned("psf", raw, matrix, dev, engine, lambda t: check_trajectory("psf", t, matrix)) as plan:
+        if weights is None:
+            w = dev.xp.ones(samples, dtype=np.float32)
+        else:
+            w = check_any_array("psf", "weights", weights, complex_=False, ranks=(1,))
+            if w.shape[0] != samples:
+                raise SchemaError(f"psf: weights has {w.shape[0]} samples but trajectory has {samples}")
+        out = returned_like(plan(to_device(w, dev)), trajectory)
     return out

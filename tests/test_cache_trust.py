@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import stat
+import struct
 
 import numpy as np
 import pytest
@@ -208,7 +209,8 @@ def test_foreign_files_survive_eviction_and_clear(tmp_path, rng):
     from mri_recon.cli import main
 
     foreign = {"measured_microscope.psf": rng.bytes(4096), "notes.lock": b"", "deadbeef.psf.lock": b"mine",
-               "MRIRECON-PSF.psf": b"MRIRECON-PSF-2\n\0 but not an entry"}
+               "MRIRECON-PSF.psf": b"MRIRECON-PSF-2\n\0 but not an entry",
+               "claims.psf": struct.pack("<16s128sII8Q", b"MRIRECON-PSF-2\n\0", b"claims", 8, 1, *[2**63] * 8)}
     for name, data in foreign.items():
         (tmp_path / name).write_bytes(data)
         os.utime(tmp_path / name, (1000, 1000))  # the oldest files of the folder

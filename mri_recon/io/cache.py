@@ -237,7 +237,7 @@ class PsfCache:
                 except OSError:
                     held = False
             yield held
-            if held:
+            if fd is not None:  # held, or no flock here (then nobody holds it)
                 self._remove_lock_file(key, fd)
         finally:
             if fd is not None:

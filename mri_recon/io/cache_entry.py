@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
+import math
 import os
 import re
 import stat
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +42,7 @@ from ..errors import InvalidDataError
 
 MAGIC = b"MRIRECON-PSF-2\n\0"
 MAGIC_V1 = b"MRIRECON-PSF-1\n"
-"""Entries of mri-recon 0.1.0 before format 2 (not read any more; ``clear`` and eviction remove them)."""
+"""Entries of format 1, not bound to their key (never read any more; eviction and ``clear`` remove them)."""
 KEY = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 _FIELDS = struct.Struct("<16s128sII8Q")
 HEADER_BYTES = _FIELDS.size + 32
@@ -60,7 +63,7 @@ def check_key(key: str) -> str:
 
 def entry_bytes(shape: tuple[int, ...]) -> int:
     """Size in bytes of the entry of a PSF of ``shape``."""
-    return HEADER_BYTES + int(np.prod(shape, dtype=np.int64)) * 8
+    return HEADER_BYTES + math.prod(int(n) for n in shape) * 8  # Python integers: no overflow
 
 
 def _uid() -> int | None:
@@ -91,7 +94,7 @@ def folder_problem(directory: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def open_regular(path: Path, size: int | None = None):
+def open_regular(path: Path, size: int | None = None) -> Iterator[tuple[int, os.stat_result]]:
     """A read-only descriptor of ``path`` when it is a regular file of this user's that nobody else may write
     (of ``size`` bytes when given); raises :class:`EntryRefused` (or ``FileNotFoundError``) otherwise."""
     if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -116,14 +119,17 @@ def open_regular(path: Path, size: int | None = None):
         os.close(fd)
 
 
-def _read_exactly(fd: int, size: int) -> bytearray:
+def _read_exactly(fd: int, size: int, offset: int = 0) -> bytearray:
+    """``size`` bytes of ``fd`` from ``offset`` (fewer when the file ends first), read straight into one buffer."""
     buffer = bytearray(size)
     view, done = memoryview(buffer), 0
-    while done < size:
-        count = os.readv(fd, [view[done:]])
-        if count == 0:
-            raise EntryRefused(f"ends after {done} bytes, expected {size}")
-        done += count
+    os.lseek(fd, offset, os.SEEK_SET)
+    with io.FileIO(fd, "rb", closefd=False) as f:
+        while done < size:
+            count = f.readinto(view[done:])
+            if not count:
+                return buffer[:done]
+            done += count
     return buffer
 
 
@@ -144,6 +150,8 @@ def read_entry(path: Path, key: str, shape: tuple[int, ...]) -> np.ndarray:
     size = entry_bytes(shape)
     with open_regular(path, size) as (fd, _):
         blob = _read_exactly(fd, size)
+    if len(blob) != size:
+        raise EntryRefused(f"ends after {len(blob)} bytes, expected {size}")
     view = memoryview(blob)
     magic, stored, ndim, dtype, *dims = _FIELDS.unpack_from(blob)
     if magic != MAGIC:
@@ -168,7 +176,7 @@ def own_entry(path: Path) -> os.stat_result | None:
     is read."""
     try:
         with open_regular(path) as (fd, info):
-            head = os.pread(fd, HEADER_BYTES, 0)
+            head = bytes(_read_exactly(fd, HEADER_BYTES))
     except (OSError, EntryRefused):
         return None
     if head.startswith(MAGIC) and len(head) == HEADER_BYTES:
@@ -192,9 +200,9 @@ def _v1_consistent(path: Path, head: bytes, size: int) -> bool:
         return False
     try:
         with open_regular(path) as (fd, _):
-            text = os.pread(fd, length, start)
+            text = bytes(_read_exactly(fd, length, start))
         fields = json.loads(text)
-        count = int(np.prod([int(n) for n in fields["shape"]], dtype=np.int64))
+        count = math.prod(int(n) for n in fields["shape"])
     except (OSError, EntryRefused, ValueError, TypeError, KeyError):
         return False
     return fields.get("dtype") == "complex64" and size == start + length + 8 * count

@@ -430,13 +430,15 @@ def cache_info(cache_dir: Path | None) -> None:
     click.echo(f"folder   {info.directory}\nentries  {info.entries}\n"
                f"size     {info.total_bytes} bytes ({human_bytes(info.total_bytes)})\n"
                f"cap      {info.max_bytes} bytes ({human_bytes(info.max_bytes)}; MRI_RECON_CACHE_MAX)")
+    if info.problem is not None:
+        click.echo(f"refused  {info.problem}: not used until only you may write it (chmod 700)")
 
 
 @cache.command("clear")
 @_CACHE_DIR
 @_friendly
 def cache_clear(cache_dir: Path | None) -> None:
-    """Remove the cache's entries (*.psf) and abandoned temporary files; nothing else in the folder."""
+    """Remove the cache's own entries, lock files and abandoned temporary files; nothing else in the folder."""
     from .io.cache import PsfCache
 
     store = PsfCache(cache_dir)

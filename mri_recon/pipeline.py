@@ -184,7 +184,7 @@ def _point_spread(encoding: Encoding, weights: Any, given: Any, device: Device) 
 def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray | None,
                 matrix: tuple[int, ...], engine: str) -> tuple[str, np.ndarray | None]:
     """The cache key of the PSF of these (scaled) weights by ``engine`` and the cached PSF (None when absent
-    or invalid)."""
+    or refused)."""
     key = psf_key(trajectory, weights, matrix, engine)
     return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
@@ -255,11 +255,12 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         file, so the image has the same scale whichever maps (or none) are used.
     psf_cache
         A :class:`mri_recon.io.cache.PsfCache`: for the exact engines the PSF is read from it when an entry
-        for this trajectory, these weights, this matrix and this engine exists (and is intact), else computed
-        and stored in it. The GPU NUFFT does not use the disk (it computes a PSF faster than a read). On a
-        GPU, a cache also turns on :mod:`mri_recon.operators.memo`: the last trajectory's encoding and
-        spectrum stay on the device, and a scan with a bit-identical trajectory and weights reuses them
-        (``parameters["psf"] == "memory"``).
+        for this trajectory, these weights, this matrix, this engine and this mri-recon version exists and
+        passes the cache's checks (its own, intact, bound to its key: :mod:`mri_recon.io.cache`), else computed
+        and stored in it; a refused entry is logged as a warning and never changes the image. The GPU NUFFT
+        does not use the disk (it computes a PSF faster than a read). On a GPU, a cache also turns on
+        :mod:`mri_recon.operators.memo`: the last trajectory's encoding and spectrum stay on the device, and a
+        scan with a bit-identical trajectory and weights reuses them (``parameters["psf"] == "memory"``).
     field_map_correction, segments
         With a ``field_map`` (and ``times``) in the scan: ``"exact"``, ``"segmented"`` (L = ``segments``, None:
         chosen for interpolation error <= 1e-3) or ``"auto"`` (:mod:`mri_recon.operators.offres_setup`).

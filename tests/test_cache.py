@@ -72,8 +72,8 @@ def test_size_cap_evicts_least_recently_used_and_a_hit_counts_as_use(tmp_path, r
     import os
 
     psf = _psf(rng)
-    entry = 8 * psf.size  # payload bytes; each header adds under 200
-    cache = PsfCache(tmp_path, max_bytes=3 * entry + 3 * 200)
+    entry = 8 * psf.size  # payload bytes; each header adds under 300
+    cache = PsfCache(tmp_path, max_bytes=3 * entry + 3 * 300)
     for i, key in enumerate("abc"):
         cache.store(key, psf)
         os.utime(cache.path(key), (1000 + i, 1000 + i))  # a, b, c from oldest to newest

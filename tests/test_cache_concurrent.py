@@ -108,6 +108,7 @@ def test_a_process_killed_while_computing_releases_its_lock(tmp_path, rng):
     psf, state = PsfCache(tmp_path).fill("k", SHAPE, lambda: _array(seed))
     assert state == "miss" and psf.tobytes() == _array(seed).tobytes()
     assert time.perf_counter() - started < 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.psf"]  # the killed holder's lock file went too
 
 
 def test_lock_file_goes_with_the_computation_and_clear_removes_a_stray_one(tmp_path, rng):
@@ -116,6 +117,35 @@ def test_lock_file_goes_with_the_computation_and_clear_removes_a_stray_one(tmp_p
     assert state == "miss" and sorted(p.name for p in tmp_path.iterdir()) == ["k.psf"]
     again, state = cache.fill("k", SHAPE, lambda: pytest.fail("an entry present is not computed again"))
     assert state == "hit" and again.tobytes() == psf.tobytes()
-    (tmp_path / "other.lock").write_bytes(b"")  # left by a process killed while computing
+    (tmp_path / "other.psf.lock").write_bytes(b"")  # left by a process killed while computing
     cache.clear()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_lock_file_remains_after_a_concurrent_fill(tmp_path, rng):
+    # four workers arrive while the entry is computed (they wait on its lock), three more once it is stored
+    seed = int(rng.integers(2**31))
+    counter, folder = tmp_path / "computed.txt", tmp_path / "cache"
+    starts = [_CTX.Event(), _CTX.Event()]
+    procs = [_CTX.Process(target=_fill_worker, args=(folder, "k", seed, counter, tmp_path / f"out{i}.npy",
+                                                     starts[i // 4])) for i in range(7)]
+    for p in procs:
+        p.start()
+    starts[0].set()
+    for p in procs[:4]:
+        p.join(60)
+    starts[1].set()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert len(counter.read_text().split()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["k.psf"]
+    for i in range(7):
+        assert np.load(tmp_path / f"out{i}.npy").tobytes() == _array(seed).tobytes()
+
+
+def test_a_hit_under_the_lock_leaves_no_lock_file(tmp_path, rng):
+    cache = PsfCache(tmp_path)
+    cache.store("k", _array(int(rng.integers(2**31))))
+    _, state = cache.fill("k", SHAPE, lambda: pytest.fail("an entry present is not computed again"))
+    assert state == "hit" and sorted(p.name for p in tmp_path.iterdir()) == ["k.psf"]

@@ -1,9 +1,18 @@
 """On-disk cache of Toeplitz point-spread functions.
 
-The PSF depends only on the trajectory, the density weights and the matrix, so it is stored under a
-SHA-256 of exactly those bytes. Each entry carries its shape, dtype and a checksum of its payload; an entry
-that is truncated, corrupt or of the wrong shape is deleted and recomputed, never used. Entries are written
-to a temporary file and renamed, so a crash never leaves a half-written entry under a valid name.
+The PSF depends only on the trajectory, the density weights and the matrix, so it is stored under
+:func:`psf_key`, a SHA-256 of exactly those bytes, of the engine that computed it and of the mri-recon version.
+Entries are written to a temporary file and renamed, so a crash never leaves a half-written entry under a
+valid name.
+
+What is trusted (the format and the checks: :mod:`mri_recon.io.cache_entry`): the folder is used only when it
+belongs to this user and nobody else may write it (a new one is created with mode 0700; entries are written
+0600). An entry is read only when it is a regular file (never through a symlink, never a FIFO or device) of
+this user's that nobody else may write, exactly as large as the requested shape needs, holding the key it
+is read for and a matching SHA-256 of its header and content. Anything else is refused with a logged warning
+and the PSF is computed again (and the file under that entry's name replaced by the new entry): a file
+planted or copied under an entry's name never changes an image. A folder that others may write is not used
+at all (one warning; PSFs are computed, nothing is stored).
 
 Default folder: ``$MRI_RECON_CACHE_DIR``, else ``$XDG_CACHE_HOME/mri-recon/psf``, else
 ``~/.cache/mri-recon/psf``.
@@ -11,30 +20,38 @@ Default folder: ``$MRI_RECON_CACHE_DIR``, else ``$XDG_CACHE_HOME/mri-recon/psf``
 Size cap: ``$MRI_RECON_CACHE_MAX`` bytes (default 8 GiB). After each store, the least recently used entries
 (oldest modification time; a hit touches its entry) are removed until the folder's entries fit; an entry
 larger than the cap is not kept. ``mri-recon cache info`` and ``mri-recon cache clear`` show and empty it.
+Eviction and ``clear`` touch only the cache's own files: entries whose header checks out against their name
+and size (this format's, or an earlier version's), empty lock files of this user's named ``KEY.psf.lock``,
+and abandoned temporary files of mri-recon's own pattern; any other file in the folder stays.
 
 Concurrent processes (the workers of a batch run) share one folder safely. Readers only ever see complete
 entries (a rename is atomic, and every entry is checksummed). :meth:`PsfCache.fill` computes a missing entry
-once: the process that computes it holds an exclusive lock on ``KEY.lock`` (``fcntl.flock``; a lock is
+once: the process that computes it holds an exclusive lock on ``KEY.psf.lock`` (``fcntl.flock``; a lock is
 released by the kernel when its process dies, even by SIGKILL), and the others wait for that lock, then read
-the entry; the lock file is removed once the entry is stored (one left by a killed process is reused, and
-``clear`` removes it). Where ``flock`` does not work (some network file systems, Windows) several processes
-may compute the same entry; the last rename wins and every version is complete, so nothing is corrupted.
+the entry. Every process that held the lock and got the entry removes the lock file on its way out when it
+is still the one it locked, so none is left after a fill; only a holder that fails (an error, a kill) leaves
+it, for the next fill of that key to lock, use and remove (``clear`` removes it too). Where ``flock`` does not
+work (some network file systems, Windows) several processes may compute the same entry; the last rename wins
+and every version is complete, so nothing is corrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
 from ..errors import InvalidDataError
+from .cache_entry import (EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry,
+                          trust_problem)
 from .files import atomic_output, clean_stale
 
 try:
@@ -44,8 +61,9 @@ except ImportError:  # pragma: no cover - Windows: no lock, duplicate work possi
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"MRIRECON-PSF-1\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 DEFAULT_MAX_BYTES = 8 * 2**30
 """The cache's size cap without ``$MRI_RECON_CACHE_MAX``: 8 GiB (a 256^3 entry is about 1 GiB)."""
 
@@ -71,11 +89,13 @@ class CacheInfo:
     directory: Path
     """The folder."""
     entries: int
-    """Number of ``*.psf`` entries."""
+    """Number of the cache's own entries (``*.psf`` files whose header it verified)."""
     total_bytes: int
     """Their total size in bytes."""
     max_bytes: int
     """The size cap in bytes."""
+    problem: str | None = None
+    """Why the folder is not used (someone else's, or writable by others), or None."""
 
 
 def default_cache_dir() -> Path:
@@ -86,12 +106,14 @@ def default_cache_dir() -> Path:
 
 
 def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[int, ...],
-            engine: str = "") -> str:
-    """SHA-256 of the PSF's inputs (trajectory and weights as float32, matrix as int64) and of the engine
-    that computes it (``"exact"``, ``"nufft"``, ``"gpu"``: a cache hit gives that engine's bits)."""
+            engine: str = "", version: str = __version__) -> str:
+    """SHA-256 of the PSF's inputs (trajectory and weights as float32, matrix as int64), of the engine
+    that computes it (``"exact"``, ``"nufft"``, ``"gpu"``: a cache hit gives that engine's bits) and of the
+    mri-recon ``version`` that computes it (another version computes its own entries)."""
     digest = hashlib.sha256()
     digest.update(b"psf-v%d" % FORMAT_VERSION)
-    digest.update(b"engine:" + engine.encode())
+    digest.update(b"mri-recon:" + version.encode() + b"\0")
+    digest.update(b"engine:" + engine.encode() + b"\0")
     digest.update(np.asarray(matrix, dtype=np.int64).tobytes())
     traj = np.ascontiguousarray(np.asarray(trajectory), dtype=np.float32)
     digest.update(np.asarray(traj.shape, dtype=np.int64).tobytes())
@@ -113,45 +135,99 @@ class PsfCache:
         self.max_bytes = max_bytes_from_env() if max_bytes is None else int(max_bytes)
         if self.max_bytes < 0:
             raise InvalidDataError(f"the cache's max_bytes must be >= 0, found {self.max_bytes}")
+        self._warned: set[str] = set()
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}.psf"
+        """The entry file of ``key`` (1-128 letters, digits, ``-`` or ``_``; :func:`psf_key` gives 64 hex digits)."""
+        return self.directory / f"{check_key(key)}.psf"
+
+    def _lock_path(self, key: str) -> Path:
+        return self.directory / f"{check_key(key)}.psf.lock"
+
+    def _usable(self, create: bool = False) -> bool:
+        """Whether the folder may be used: it exists (created with mode 0700 when ``create``), belongs to this
+        user and nobody else may write it. A refused folder is logged once per cache object."""
+        if not os.path.isdir(self.directory):
+            if not create:
+                return False
+            with contextlib.suppress(OSError):
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = folder_problem(self.directory)
+        if problem is not None and problem not in self._warned:
+            self._warned.add(problem)
+            log.warning("PSF cache folder %s not used: %s; PSFs are computed and not stored (use a folder of "
+                        "your own that only you may write: chmod 700, or another --cache-dir)",
+                        ascii(str(self.directory)), problem)
+        return problem is None
 
     def load(self, key: str, shape: tuple[int, ...]) -> np.ndarray | None:
-        """The cached PSF for ``key`` with ``shape`` (read-only), or None (absent or invalid; invalid ones are
-        removed)."""
+        """The cached PSF for ``key`` with ``shape`` (read-only), or None: absent, or refused (logged as a
+        warning, and the file under the entry's name removed: the recomputed entry takes its place)."""
         path = self.path(key)
-        try:
-            blob = path.read_bytes()
-        except OSError:
+        if not self._usable():
             return None
-        array = _decode(blob, shape)
-        with contextlib.suppress(OSError):
-            if array is None:
+        try:
+            array = read_entry(path, key, tuple(shape))
+        except FileNotFoundError:
+            return None
+        except (OSError, EntryRefused) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            log.warning("PSF cache entry %s refused (%s); the PSF is computed again", ascii(str(path)), reason)
+            with contextlib.suppress(OSError):
                 path.unlink()
-            else:
-                os.utime(path)  # recently used: evicted last
+            return None
+        with contextlib.suppress(OSError, NotImplementedError):
+            os.utime(path, follow_symlinks=False)  # recently used: evicted last
         return array
 
     def store(self, key: str, psf: np.ndarray) -> Path | None:
-        """Write ``psf`` under ``key``; returns the path, or None when the folder is not writable."""
+        """Write ``psf`` under ``key`` (mode 0600); returns the path, or None when the folder is not usable or
+        not writable."""
+        path = self.path(key)
+        psf = np.ascontiguousarray(psf, dtype=np.complex64)
+        payload = memoryview(psf.reshape(-1).view(np.uint8))
+        head = header(key, psf.shape, payload)
+        if not self._usable(create=True):
+            return None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with atomic_output(self.path(key)) as tmp:
-                tmp.write_bytes(_encode(np.asarray(psf)))
+            with atomic_output(path) as tmp:
+                os.chmod(tmp, 0o600)
+                with open(os.open(tmp, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW), "wb") as f:
+                    f.write(head)
+                    f.write(payload)
         except Exception:  # noqa: BLE001 - a cache that cannot be written is not an error
             return None
         self.evict()
-        return self.path(key) if self.path(key).exists() else None
+        return path if path.exists() else None
+
+    def _open_lock(self, key: str) -> int | None:
+        """A descriptor of ``KEY.psf.lock`` (created 0600), or None when the folder or the file cannot be used."""
+        if not self._usable(create=True):
+            return None
+        try:
+            fd = os.open(self._lock_path(key), os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK, 0o600)
+        except OSError:
+            return None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or trust_problem(info, "the lock file") is not None:
+            os.close(fd)
+            return None
+        return fd
+
+    def _remove_lock_file(self, key: str, fd: int) -> None:
+        """Remove the lock file while its lock is held, when the name still refers to the file locked (a
+        newer lock file, created after this one was removed, may be held by another process)."""
+        with contextlib.suppress(OSError):
+            held, named = os.fstat(fd), os.lstat(self._lock_path(key))
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                self._lock_path(key).unlink()
 
     @contextlib.contextmanager
     def locked(self, key: str) -> Iterator[bool]:
-        """Hold the exclusive lock of ``key`` (``KEY.lock`` in the folder) for the block; yields whether the
-        lock is held (False when the folder cannot be written or the file system has no ``flock``)."""
-        fd = None
-        with contextlib.suppress(OSError):
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        """Hold the exclusive lock of ``key`` (``KEY.psf.lock`` in the folder) for the block; yields whether the
+        lock is held (False when the folder cannot be used or the file system has no ``flock``). When the block
+        ends without an error, the lock file is removed (it stays after an error, for the next one to lock)."""
+        fd = self._open_lock(key)
         held = False
         try:
             if fd is not None and fcntl is not None:
@@ -161,6 +237,8 @@ class PsfCache:
                 except OSError:
                     held = False
             yield held
+            if fd is not None:  # held, or no flock here (then nobody holds it)
+                self._remove_lock_file(key, fd)
         finally:
             if fd is not None:
                 os.close(fd)  # releases the lock
@@ -173,25 +251,22 @@ class PsfCache:
         with self.locked(key) as held:
             found = self.load(key, shape)
             if found is not None:
-                log.debug("PSF %s: read after waiting for its lock", key[:12])
+                log.debug("PSF %s: read under its lock", key[:12])
                 return found, "hit"
             if not held:
-                log.debug("PSF %s: computed without a lock (no flock here)", key[:12])
+                log.debug("PSF %s: computed without a lock", key[:12])
             psf = np.asarray(compute())
             self.store(key, psf)
-            # The entry exists now, so the lock has done its job: removed while held (a process still waiting
-            # on it reads the entry; a newcomer finds the entry before it would lock)
-            with contextlib.suppress(OSError):
-                (self.directory / f"{key}.lock").unlink()
             return psf, "miss"
 
     def _entries(self) -> list[tuple[float, int, Path]]:
-        """``(modification time, bytes, path)`` of every entry, oldest first."""
+        """``(modification time, bytes, path)`` of every entry of this cache's, oldest first."""
         found = []
-        for path in self.directory.glob("*.psf"):
-            with contextlib.suppress(OSError):
-                info = path.stat()
-                found.append((info.st_mtime, info.st_size, path))
+        with contextlib.suppress(OSError), os.scandir(self.directory) as listing:
+            for item in listing:
+                info = own_entry(Path(item.path)) if item.name.endswith(".psf") else None
+                if info is not None:
+                    found.append((info.st_mtime, info.st_size, Path(item.path)))
         return sorted(found)
 
     def evict(self) -> list[Path]:
@@ -209,43 +284,20 @@ class PsfCache:
         return removed
 
     def info(self) -> CacheInfo:
-        """The folder, its number of entries and their total size."""
+        """The folder, its number of entries and their total size, and why the folder is refused (if it is)."""
         entries = self._entries()
-        return CacheInfo(self.directory, len(entries), sum(size for _, size, _ in entries), self.max_bytes)
+        problem = folder_problem(self.directory) if os.path.exists(self.directory) else None
+        return CacheInfo(self.directory, len(entries), sum(size for _, size, _ in entries), self.max_bytes,
+                         problem)
 
     def clear(self) -> list[Path]:
-        """Remove every entry (``*.psf``), the lock files (``*.lock``) and our abandoned temporary files; other
-        files stay. Returns what was removed."""
+        """Remove the cache's own files: its entries, its abandoned lock files and its abandoned temporary
+        files; any other file stays. Returns what was removed."""
         removed = []
-        locks = [(0.0, 0, path) for path in self.directory.glob("*.lock")]
-        for _, _, path in self._entries() + locks:
+        with contextlib.suppress(OSError), os.scandir(self.directory) as listing:
+            locks = [Path(item.path) for item in listing if own_lock(Path(item.path))]
+        for path in [path for _, _, path in self._entries()] + locks:
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed.append(path)
         return removed + clean_stale(self.directory, target_name="entry.psf")
-
-
-def _encode(psf: np.ndarray) -> bytes:
-    payload = np.ascontiguousarray(psf, dtype=np.complex64).tobytes()
-    header = json.dumps({"shape": list(psf.shape), "dtype": "complex64",
-                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
-    return MAGIC + len(header).to_bytes(4, "little") + header + payload
-
-
-def _decode(blob: bytes, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The entry's array (read-only, sharing ``blob``'s memory), or None when anything does not check out."""
-    if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 4:
-        return None
-    start = len(MAGIC) + 4
-    size = int.from_bytes(blob[len(MAGIC):start], "little")
-    try:
-        header = json.loads(blob[start:start + size])
-    except ValueError:
-        return None
-    payload = memoryview(blob)[start + size:]
-    if (not isinstance(header, dict) or header.get("dtype") != "complex64"
-            or tuple(header.get("shape", ())) != tuple(shape)
-            or len(payload) != int(np.prod(shape)) * 8
-            or hashlib.sha256(payload).hexdigest() != header.get("sha256")):
-        return None
-    return np.frombuffer(payload, dtype=np.complex64).reshape(shape)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._version import __version__
 from .errors import OutputError
-from .io.files import atomic_output
+from .io.files import memory_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
 from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
 from .io.nifti import is_nifti_name
@@ -199,7 +199,7 @@ def _write_mrd(output, results: list, images: list, geometries: list, scan_path,
 def _write_hdf5(output, results: list, image: np.ndarray, layout: StackLayout, geometries: list,
                 scan_path) -> None:
     key, scan, record, first = results[0]
-    with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
+    with memory_output(output, protect=(scan_path,)) as buffer, h5py.File(buffer, "w") as f:
         f.create_dataset("image", data=image)
         f.attrs["axes"] = np.array(layout.names(scan.ndim), dtype=h5py.string_dtype())
         longest = max(len(r.residuals) for _, _, _, r in results)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InvalidDataError
-from .files import atomic_output, clean_stale
+from .files import clean_stale, write_file
 
 try:
     import fcntl
@@ -137,8 +137,7 @@ class PsfCache:
         """Write ``psf`` under ``key``; returns the path, or None when the folder is not writable."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            with atomic_output(self.path(key)) as tmp:
-                tmp.write_bytes(_encode(np.asarray(psf)))
+            write_file(self.path(key), _encode(np.asarray(psf)))
         except Exception:  # noqa: BLE001 - a cache that cannot be written is not an error
             return None
         self.evict()

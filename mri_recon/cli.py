@@ -108,8 +108,9 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Several scans: the output folder (default: beside each scan). One scan: the output file: "
-                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, else HDF5 (default: SCAN's name with "
-                   ".recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
+                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5; another extension "
+                   "is refused unless --format is given (default: SCAN's name with .recon.h5, or .recon.nii.gz / "
+                   ".recon.mrd.h5 with --format, beside it).")
 @click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd"]), default=None,
               help="Output format, overriding the one chosen by the output's extension.")
 @click.option("--complex", "complex_", is_flag=True,
@@ -173,10 +174,10 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
     settings = {k: v for k, v in click.get_current_context().params.items() if k not in ("quiet", "verbose")}
     output = output or _default_output(scan, format_)
-    chosen = output_format(output, format_)
-    values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     _check_outputs(scan, output, png)
     _check_log_json(scan, log_json, output, png)
+    chosen = output_format(output, format_)  # a name of no output format: refused before work
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
         picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}

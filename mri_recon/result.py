@@ -24,6 +24,8 @@ from .io.stack import StackLayout, stack_layout
 
 FORMATS = ("hdf5", "nifti", "mrd")
 """Output formats of :func:`write_result`."""
+HDF5_SUFFIXES = (".h5", ".hdf5")
+"""File names that choose HDF5 output (``.mrd.h5`` chooses MRD)."""
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,27 @@ class Result:
 
 
 def output_format(output: str | os.PathLike, format: str | None = None) -> str:
-    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, ``"mrd"`` for ``.mrd.h5`` / ``.mrd``, else
-    ``"hdf5"``; ``format`` overrides.
+    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, ``"mrd"`` for ``.mrd.h5`` / ``.mrd``,
+    ``"hdf5"`` for ``.h5`` / ``.hdf5`` (any case); ``format`` overrides, for any name.
 
     Raises
     ------
     OutputError
-        ``format`` is not one of :data:`FORMATS`.
+        ``format`` is not one of :data:`FORMATS`, or it is None and the name has another extension (``.png``,
+        ``.txt``, ``.npy``, ...) or none: no file of one format is written under the name of another.
     """
     if format is None:
-        return "nifti" if is_nifti_name(output) else "mrd" if is_mrd_name(output) else "hdf5"
+        if is_nifti_name(output):
+            return "nifti"
+        if is_mrd_name(output):
+            return "mrd"
+        if str(output).lower().endswith(HDF5_SUFFIXES):
+            return "hdf5"
+        suffix = Path(output).suffix
+        found = f"extension {suffix!r} is not" if suffix else "name has no extension naming"
+        raise OutputError(f"{output}: the {found} an output format: use .h5 or .hdf5 (HDF5), .nii or .nii.gz "
+                          f"(NIfTI), .mrd.h5 or .mrd (MRD images); a PNG preview is --png FILE.png; --format "
+                          f"hdf5|nifti|mrd writes that format under any name")
     if format not in FORMATS:
         raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
     return format

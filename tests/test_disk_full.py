@@ -261,3 +261,94 @@ def test_os_errors_name_their_cause(tmp_path):
     assert str(files.write_error("y", OSError(122, "Disk quota exceeded"))).startswith("disk quota exceeded writing y")
     assert str(files.write_error("z", OSError(5, "Input/output error"))) == \
         "input/output error writing z; nothing was written"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Other refusals of the system: one line each, before any work
+
+READ_ONLY = """
+import json, os, subprocess, sys
+mount, earlier, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True)
+if done.returncode != 0:
+    print(json.dumps({"skip": done.stderr.strip() or "mount failed"}))
+    sys.exit(0)
+with open(os.path.join(mount, "x.h5"), "wb") as f:
+    f.write(bytes.fromhex(earlier))
+done = subprocess.run(["mount", "-o", "remount,ro", mount], capture_output=True, text=True)
+if done.returncode != 0:
+    print(json.dumps({"skip": done.stderr.strip() or "remount failed"}))
+    sys.exit(0)
+done = subprocess.run([sys.executable, "-m", "mri_recon.cli", *args], capture_output=True, text=True, timeout=600)
+print(json.dumps({"rc": done.returncode, "stderr": done.stderr, "files": sorted(os.listdir(mount)),
+                  "earlier": open(os.path.join(mount, "x.h5"), "rb").read().hex()}))
+"""
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mri_recon.cli", *map(str, args)], capture_output=True, text=True,
+                          env=_env(), timeout=600, check=False)
+
+
+def _refused(proc: subprocess.CompletedProcess, pattern: str) -> None:
+    assert proc.returncode == 1, f"return code {proc.returncode}: {proc.stderr[-2000:]}"
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_a_path_over_path_max_is_one_line(inputs, tmp_path):
+    deep = tmp_path.joinpath(*["d" * 200] * 21) / "x.h5"
+    assert len(os.fsencode(str(deep))) > 4096
+    _refused(_cli("reconstruct", inputs["scan"], "-o", deep, *RECON),
+             rf"output path is {len(os.fsencode(str(deep)))} bytes long; the system allows at most \d+")
+    _refused(_cli("reconstruct", inputs["scan"], "-o", tmp_path / "x.h5", "--log-json", deep.with_suffix(".json"),
+                  *RECON), r"output path is \d+ bytes long")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["-o", "--png", "--log-json"])
+def test_an_output_path_that_is_a_directory_is_one_line(inputs, tmp_path, option):
+    folder = tmp_path / "x.png"  # a folder with the name of a file
+    folder.mkdir()
+    args = ["-o", folder] if option == "-o" else ["-o", tmp_path / "x.h5", option, folder]
+    _refused(_cli("reconstruct", inputs["scan"], *args, *RECON), rf"{re.escape(str(folder))}: output path is a "
+                                                                   r"directory")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.png"] and list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a folder without write permission")
+def test_a_folder_without_write_permission_is_one_line(inputs, tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    (folder / "x.h5").write_bytes(b"earlier")
+    folder.chmod(0o555)
+    try:
+        _refused(_cli("reconstruct", inputs["scan"], "-o", folder / "x.h5", *RECON),
+                 r"output folder .* is not writable \(permission denied\); nothing was written")
+    finally:
+        folder.chmod(0o755)
+    assert [p.name for p in folder.iterdir()] == ["x.h5"] and (folder / "x.h5").read_bytes() == b"earlier"
+
+
+def test_a_read_only_file_system_is_one_line(inputs, tmp_path):
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        pytest.skip("needs unshare and mount (util-linux)")
+    mount, earlier = tmp_path / "ro", os.urandom(300)
+    mount.mkdir()
+    try:
+        proc = subprocess.run([unshare, "--map-root-user", "--mount", sys.executable, "-c", READ_ONLY, str(mount),
+                               earlier.hex(), "reconstruct", inputs["scan"], "-o", str(mount / "x.h5"), *RECON],
+                              capture_output=True, text=True, env=_env(), timeout=600, check=False)
+    except OSError as exc:
+        pytest.skip(f"unshare cannot run here ({exc})")
+    if proc.returncode != 0 and not proc.stdout.strip():
+        pytest.skip(f"no private mount namespace here: {proc.stderr.strip()[:200]}")
+    result = json.loads(proc.stdout)
+    if "skip" in result:
+        pytest.skip(f"cannot mount a tmpfs: {result['skip'][:200]}")
+    _refused(subprocess.CompletedProcess([], result["rc"], "", result["stderr"]),
+             rf"{re.escape(str(mount / 'x.h5'))}: output folder .* is not writable \(read-only file system\); "
+             r"nothing was written")
+    assert result["files"] == ["x.h5"] and bytes.fromhex(result["earlier"]) == earlier

@@ -41,6 +41,8 @@ STALE_AGE_S = 24 * 3600.0
 """Age (seconds since the last write) after which any temporary file of ours is taken as abandoned."""
 NAME_MAX = 255
 """Longest file name (bytes) assumed when the file system does not say."""
+PATH_MAX = 4096
+"""Longest path (bytes, with its final NUL) the system accepts when it does not say (Linux's)."""
 _TEMP = re.compile(r"^\.mri-recon\.([0-9a-f]{8})\.([0-9]{1,10})\.([0-9a-f]{12})\.tmp$")
 _LEGACY = re.compile(r"^\.(.+)\.[a-z0-9_]{8}\.tmp$")
 CAUSES = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
@@ -58,6 +60,10 @@ def _host_token() -> str:
     except OSError:
         namespace = ""
     return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
+
+
+TEMP_NAME_MAX = 47
+"""Longest name of a temporary file (:func:`temp_name`)."""
 
 
 def temp_name() -> str:
@@ -172,6 +178,27 @@ def _name_max(folder: Path) -> int:
         return NAME_MAX
 
 
+def _path_max() -> int:
+    try:
+        return int(os.pathconf("/", "PC_PATH_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return PATH_MAX
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except OSError:  # missing, or a path the system cannot look up (too long, a loop of links)
+        return False
+
+
+def _why_not_writable(folder: Path) -> str:
+    with contextlib.suppress(OSError, AttributeError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return CAUSES[errno.EROFS]
+    return CAUSES[errno.EACCES]
+
+
 def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] | FileSet = ()) -> Path:
     """Check that ``path`` can be written without replacing a protected input (``protect``: paths, or a
     :class:`FileSet` of many); returns its folder.
@@ -181,14 +208,19 @@ def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, .
     OutputError
         ``path`` names a protected file, a directory or an existing non-regular file (a device such as
         ``/dev/null``, a FIFO, a socket), its name is longer than the file system allows, or its folder is
-        missing or not writable.
+        missing or not writable, or the path is longer than the system allows.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     length = len(os.fsencode(target.name))
     if not target.name or target.name in (".", ".."):
         raise OutputError(f"{target}: output path names no file")
-    limit = _name_max(folder) if folder.is_dir() else NAME_MAX
+    longest = _path_max() - 1  # without the final NUL
+    size = len(os.fsencode(str(target)))
+    if size > longest or len(os.fsencode(str(folder))) + 1 + TEMP_NAME_MAX > longest:
+        raise OutputError(f"{str(target)[:80]}...: output path is {size} bytes long; the system allows at most "
+                          f"{longest} (and the temporary file beside it needs {TEMP_NAME_MAX + 1} of them)")
+    limit = _name_max(folder) if _is_dir(folder) else NAME_MAX
     if length > limit:
         raise OutputError(f"{str(target)[:80]}...: output file name is {length} bytes long; the file system "
                           f"allows at most {limit}")
@@ -205,10 +237,11 @@ def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, .
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise OutputError(f"{target}: exists and is not a regular file (a device, FIFO or socket); "
                           f"mri-recon writes a new file and renames it into place: choose a file path")
-    if not folder.is_dir():
+    if not _is_dir(folder):
         raise OutputError(f"{target}: output folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
-        raise OutputError(f"{target}: output folder {folder} is not writable")
+        raise OutputError(f"{target}: output folder {folder} is not writable ({_why_not_writable(folder)}); "
+                          f"nothing was written")
     return folder
 
 

@@ -231,7 +231,7 @@ def check_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, .
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise OutputError(f"{target}: cannot be written ({exc.strerror})") from exc
+        raise write_error(target, exc) from None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise OutputError(f"{target}: output path is a directory")
     if info is not None and not stat.S_ISREG(info.st_mode):
@@ -323,10 +323,12 @@ def _flush(path: Path) -> None:
 
 
 def _write_all(path: Path, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` and flush it to the disk (a late error is met here, before any rename)."""
     view = memoryview(data).cast("B")
     with open(path, "wb", buffering=0) as f:
         while view:
             view = view[f.write(view[: 1 << 26]):]
+        os.fsync(f.fileno())
 
 
 def write_file(path: str | os.PathLike, data: bytes | memoryview, *,

@@ -115,8 +115,9 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Several scans: the output folder (default: beside each scan). One scan: the output file: "
-                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, else HDF5 (default: SCAN's name with "
-                   ".recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
+                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5; another extension "
+                   "is refused unless --format is given (default: SCAN's name with .recon.h5, or .recon.nii.gz / "
+                   ".recon.mrd.h5 with --format, beside it).")
 @click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd"]), default=None,
               help="Output format, overriding the one chosen by the output's extension.")
 @click.option("--complex", "complex_", is_flag=True,
@@ -183,10 +184,10 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     ctx = click.get_current_context()
     settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
-    chosen = output_format(output, format_)
-    values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     _check_outputs(scan, output, png)
     _check_log_json(scan, log_json, output, png)
+    chosen = output_format(output, format_)  # a name of no output format: refused before work
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
         picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}

@@ -96,6 +96,7 @@ def run_batch(params: dict[str, Any]) -> None:
                "magnitude": params["magnitude"], "cache": not params["no_cache"],
                "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),
                "solver": {k: v for k, v in solver_settings(params).items() if k not in BATCH_FIELDS}}
+    protect = _check_batch_log(params)
     bar = _ScanBar(enabled=not quiet)
     with cli_logging(verbose, quiet):
         try:
@@ -109,7 +110,7 @@ def run_batch(params: dict[str, Any]) -> None:
         if params["log_json"] is not None:
             settings = typed_settings(click.get_current_context().command, params, leave=("quiet", "verbose"))
             write_run_log(params["log_json"], {"settings": settings, **report.as_dict()},
-                          protect=tuple(params["scans"]))
+                          protect=protect)
     if not quiet:
         click.echo("\n".join(printable(line) for line in report.table().splitlines()), err=True)
     if report.failed:
@@ -117,6 +118,24 @@ def run_batch(params: dict[str, Any]) -> None:
         why = first.reason if first.reason.startswith(first.input) else f"{first.input}: {first.reason}"
         raise click.ClickException(f"{len(report.failed)} of {len(report.outcomes)} scan(s) failed (first: {why}); "
                                    f"the others are complete")
+
+
+def _check_batch_log(params: dict[str, Any]) -> tuple[Path, ...]:
+    """The files ``--log-json`` must not replace (every input, folders and patterns expanded, and every
+    output); refuses before any work a log that names one of them or cannot be written."""
+    from .batch.inputs import expand_inputs, output_paths
+    from .errors import OutputError
+    from .io.files import FileSet, check_output
+
+    inputs = [p.absolute() for p in expand_inputs(params["scans"])]
+    if params["log_json"] is None:
+        return tuple(inputs)
+    out_dir = None if params["output"] is None else Path(params["output"]).absolute()
+    outputs = output_paths(inputs, out_dir, params["format_"])
+    if params["log_json"] in FileSet(outputs):
+        raise OutputError(f"{params['log_json']}: --log-json names an output of the batch; choose another path")
+    check_output(params["log_json"], protect=FileSet(inputs))
+    return tuple(inputs)
 
 
 class _ScanBar:

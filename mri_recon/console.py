@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ._version import __version__
 from .errors import printable
-from .io.files import atomic_output
+from .io.files import write_file
 
 LOGGER = "mri_recon"
 
@@ -165,5 +165,4 @@ def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[
 def write_run_log(path: str | os.PathLike, log: Mapping[str, Any], *, protect: tuple = ()) -> None:
     """Write ``log`` as JSON to ``path`` (temporary file, renamed; ``protect`` files are never replaced)."""
     text = json.dumps(log, indent=2, default=_plain, allow_nan=True) + "\n"
-    with atomic_output(path, protect=protect) as tmp:
-        tmp.write_text(text)
+    write_file(path, text.encode(), protect=protect)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._version import __version__
 from .errors import OutputError
-from .io.files import atomic_output
+from .io.files import memory_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
 from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
 from .io.nifti import is_nifti_name
@@ -24,6 +24,8 @@ from .io.stack import StackLayout, stack_layout
 
 FORMATS = ("hdf5", "nifti", "mrd")
 """Output formats of :func:`write_result`."""
+HDF5_SUFFIXES = (".h5", ".hdf5")
+"""File names that choose HDF5 output (``.mrd.h5`` chooses MRD)."""
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,27 @@ class Result:
 
 
 def output_format(output: str | os.PathLike, format: str | None = None) -> str:
-    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, ``"mrd"`` for ``.mrd.h5`` / ``.mrd``, else
-    ``"hdf5"``; ``format`` overrides.
+    """``"nifti"`` for a name ending in ``.nii`` / ``.nii.gz``, ``"mrd"`` for ``.mrd.h5`` / ``.mrd``,
+    ``"hdf5"`` for ``.h5`` / ``.hdf5`` (any case); ``format`` overrides, for any name.
 
     Raises
     ------
     OutputError
-        ``format`` is not one of :data:`FORMATS`.
+        ``format`` is not one of :data:`FORMATS`, or it is None and the name has another extension (``.png``,
+        ``.txt``, ``.npy``, ...) or none: no file of one format is written under the name of another.
     """
     if format is None:
-        return "nifti" if is_nifti_name(output) else "mrd" if is_mrd_name(output) else "hdf5"
+        if is_nifti_name(output):
+            return "nifti"
+        if is_mrd_name(output):
+            return "mrd"
+        if str(output).lower().endswith(HDF5_SUFFIXES):
+            return "hdf5"
+        suffix = Path(output).suffix
+        found = f"extension {suffix!r} is not" if suffix else "name has no extension naming"
+        raise OutputError(f"{output}: the {found} an output format: use .h5 or .hdf5 (HDF5), .nii or .nii.gz "
+                          f"(NIfTI), .mrd.h5 or .mrd (MRD images); a PNG preview is --png FILE.png; --format "
+                          f"hdf5|nifti|mrd writes that format under any name")
     if format not in FORMATS:
         raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
     return format
@@ -207,7 +220,7 @@ def _truth_meta(image: np.ndarray, truth: np.ndarray | None, result: Result) -> 
 def _write_hdf5(output, results: list, image: np.ndarray, layout: StackLayout, geometries: list,
                 scan_path) -> None:
     key, scan, record, first = results[0]
-    with atomic_output(output, protect=(scan_path,)) as tmp, h5py.File(tmp, "w") as f:
+    with memory_output(output, protect=(scan_path,)) as buffer, h5py.File(buffer, "w") as f:
         f.create_dataset("image", data=image)
         f.attrs["axes"] = np.array(layout.names(scan.ndim), dtype=h5py.string_dtype())
         longest = max(len(r.residuals) for _, _, _, r in results)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..io.files import atomic_output
+from ..io.files import write_file
 
 SUFFIX = ".done.json"
 """Appended to an output's name to name its completion record."""
@@ -59,8 +59,7 @@ def write_record(output: str | os.PathLike, scan: str | os.PathLike, settings: M
         f"input_{k}": v for k, v in _input_state(scan).items()}, "settings": dict(settings),
         "output": Path(output).name, "files": [_file_state(f) for f in written], "outcome": dict(outcome)}
     target = record_path(output)
-    with atomic_output(target, protect=(scan,)) as tmp:
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_file(target, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), protect=(scan,))
     return target
 
 

@@ -6,11 +6,12 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from ..errors import InvalidDataError, OutputError
 from ..scan import Scan
-from .files import atomic_output, same_file
+from .files import memory_output, same_file
 from .ismrmrd import MAX_READOUT, TRAJ_UNITS, _ismrmrd, load_ismrmrd_all
 from .schema import save_scan
 from .stack import DIMENSIONS
@@ -175,8 +176,8 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
     acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
     counts = {name: max(k[name] for k, _ in pairs) + 1 for name in DIMENSIONS}
     header = _header(mr, first, fov, encoded, encoded_fov, counts, readouts)
-    with atomic_output(path) as tmp, mr.File(str(tmp), "w") as f:
-        group = f[dataset]
+    with memory_output(path) as buffer, h5py.File(buffer, "w") as f:  # as ismrmrd.File, in memory
+        group = mr.file.Folder(f)[dataset]
         group.header = header
         group.acquisitions = acquisitions
 
@@ -226,7 +227,7 @@ def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_uni
         if same_file(target, in_path):
             raise OutputError(f"{target}: output would overwrite the input file; choose another path")
     for target, (_, scan) in zip(targets, scans):
-        save_scan(target, scan)
+        save_scan(target, scan, protect=(in_path,))
     return targets
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OutputError, SchemaError
-from .files import atomic_output
+from .files import memory_output
 from .geometry import DIRECTIONS, Geometry
 
 SUFFIXES = (".mrd.h5", ".mrd")
@@ -181,9 +181,8 @@ def write_mrd_images(path: str | os.PathLike, images: Sequence[np.ndarray], geom
                for i, (image, geometry, key) in enumerate(zip(images, geometries, keys))]
     xml = minimal_header_xml(geometries[0]) if header_xml is None else header_xml
     mr = _ismrmrd()
-    with atomic_output(path, protect=protect) as tmp:
-        # mode "w": the temporary file exists (empty); the dataset is created in it
-        with mr.Dataset(str(tmp), "dataset", create_if_needed=True, mode="w") as dataset:
+    with memory_output(path, protect=protect) as buffer:  # h5py opens the in-memory file as HDF5
+        with mr.Dataset(buffer, "dataset", create_if_needed=True, mode="w") as dataset:
             dataset.write_xml_header(xml.encode() if isinstance(xml, str) else xml)
             for record in records:
                 dataset.append_image(SERIES, record)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import OutputError
-from .files import atomic_output
+from .files import write_file
 from .geometry import Geometry
 
 SUFFIXES = (".nii", ".nii.gz")
@@ -93,8 +93,16 @@ def write_nifti(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, 
     Raises
     ------
     OutputError
-        The image does not have the geometry's matrix, or the file cannot be written.
+        The image does not have the geometry's matrix, or the file cannot be written
+        (:func:`~mri_recon.io.files.write_file`).
     """
+    write_file(path, nifti_bytes(path, image, geometry, complex_=complex_, axes=axes), protect=protect)
+
+
+def nifti_bytes(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, *, complex_: bool = False,
+                axes: Sequence[str] = ()) -> bytes:
+    """The bytes of the NIfTI-1 file that :func:`write_nifti` writes to ``path`` (gzip-compressed when its name
+    ends with ``.gz``)."""
     import nibabel  # noqa: PLC0415 - imported on use: only NIfTI output needs it
 
     matrix = geometry.matrix if geometry.matrix[2] > 1 else geometry.matrix[:2]
@@ -115,5 +123,4 @@ def write_nifti(path: str | os.PathLike, image: np.ndarray, geometry: Geometry, 
     payload = nii.to_bytes()
     if str(path).lower().endswith(".gz"):
         payload = gzip.compress(payload, compresslevel=6, mtime=0)
-    with atomic_output(path, protect=protect) as tmp:
-        tmp.write_bytes(payload)
+    return payload

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from .geometry import Geometry
-from .nifti import write_nifti
+from .files import write_files
+from .nifti import nifti_bytes, write_nifti
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +97,9 @@ def write_nifti_stack(path: str | os.PathLike, image: np.ndarray, geometries: Se
         return [Path(path)]
     log.warning("%s: the %d slices are not parallel and evenly spaced; writing one NIfTI file per slice",
                 path, count)
-    written = []
+    files = []  # all written or none
     for j, geometry in enumerate(slices):
         target = slice_path(path, j, count)
-        write_nifti(target, np.take(image, j, axis=where), geometry, complex_=complex_, protect=protect,
-                    axes=others)
-        written.append(target)
-    return written
+        files.append((target, nifti_bytes(target, np.take(image, j, axis=where), geometry, complex_=complex_,
+                                          axes=others)))
+    return write_files(files, protect=protect)

@@ -25,7 +25,7 @@ import zlib
 import numpy as np
 
 from ..errors import OutputError
-from .files import atomic_output
+from .files import write_file
 
 
 def check_png_name(path: str | os.PathLike) -> None:
@@ -129,6 +129,5 @@ def write_png(path: str | os.PathLike, image: np.ndarray, *, stacked: bool = Fal
     check_png_name(path)
     pixels, what = montage(image, stacked=stacked, axis=axis)
     data = encode_png(pixels)
-    with atomic_output(path, protect=protect) as tmp:
-        tmp.write_bytes(data)
+    write_file(path, data, protect=protect)
     return what

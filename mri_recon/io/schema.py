@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .contained import check_contained
-from .files import atomic_output
+from .files import memory_output
 
 
 def _open(path: str | os.PathLike, allow_external: bool = False) -> h5py.File:
@@ -128,9 +128,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def save_scan(path: str | os.PathLike, scan: Scan) -> None:
-    """Write ``scan`` as schema v1, atomically (temporary file, then rename)."""
-    with atomic_output(path) as tmp, h5py.File(tmp, "w") as f:
+def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.PathLike, ...] = ()) -> None:
+    """Write ``scan`` as schema v1, atomically (built in memory, written to a temporary file, renamed; a file of
+    ``protect`` is never replaced)."""
+    with memory_output(path, protect=protect) as buffer, h5py.File(buffer, "w") as f:
         f.attrs["matrix"] = np.asarray(scan.matrix, dtype=np.int64)
         f.attrs["schema_version"] = SCHEMA_VERSION
         for key, value in scan.attrs.items():

@@ -43,7 +43,7 @@ from .result import Result
 from .scaling import largest, power_of_two, rescale, unit_scale
 from .scan import Scan
 from .solvers.cg import cg
-from .solvers.sparse import check_sparse, data_energy, solve_regularized
+from .solvers.sparse import check_sparse, data_energy, resolve_lam, solve_regularized
 from .validation import check_field_map_pair
 
 __all__ = ["STAGES", "SOLVER_KERNELS", "memory_plan", "plan_reconstruction", "power_of_two", "print_progress",
@@ -179,7 +179,7 @@ def _unit_basis(basis: Any) -> tuple[Any, float]:
 
 
 @blas_on_one_thread
-def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
+def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float | None = None,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
@@ -199,8 +199,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     tol
         Stop when the relative residual is at most this.
     lam
-        Dimensionless Tikhonov weight, relative to the largest diagonal entry of the normal operator
-        (``max_n sum_c |S_c(n)|^2 * sum(w)``; ``sum(w)`` without maps): see the module docstring.
+        Dimensionless weight. l2: Tikhonov's, relative to the largest diagonal entry of the normal operator
+        (``max_n sum_c |S_c(n)|^2 * sum(w)``; ``sum(w)`` without maps): see the module docstring; tv and
+        wavelet: relative to ``max |A^H W d|``. None: the regularizer's default for a scan with or without
+        weights (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`: 1e-3 for l2), recorded in ``parameters["lam"]``.
     filter_sigma
         Width in voxels of a Gaussian post-filter (:func:`mri_recon.filters.smooth`); None: no filter.
     device
@@ -247,10 +249,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     Result
         The image (complex64 ``matrix``), residuals, timings and the settings used.
     """
-    if not math.isfinite(lam):
-        raise InvalidDataError(f"lam must be a finite number, found {lam}")
-    if lam < 0:
-        raise InvalidDataError(f"lam must be >= 0, found {lam}")
+    lam = resolve_lam(regularizer, lam, weighted=scan.weights is not None)
     sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None,
                           scan.matrix)
     matrix = scan.matrix

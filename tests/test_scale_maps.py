@@ -1,6 +1,7 @@
 """Scale-free coil-map estimation: a scan without coil maps, reconstructed through ``mri_recon.reconstruct``
-with its preparation (prewhitening, Walsh or ESPIRiT maps estimated from the k-space centre), gives the
-reference image times the factor its k-space is multiplied by, for any factor in [1e-20, 1e20].
+with its preparation (prewhitening, Walsh or ESPIRiT maps estimated from the k-space centre, or per-coil
+images combined by root-sum-of-squares), gives the reference image times the factor its k-space is
+multiplied by, for any factor in [1e-20, 1e20].
 
 The k-space is multiplied with its noise samples kept (the whitened data then carry the factor into the
 estimation) or with the noise multiplied too (the whitened data are unchanged; the receiver basis, the
@@ -22,6 +23,7 @@ CASES = {
     "2d-espirit": ((32, 32), "golden", "espirit"),
     "3d-walsh": ((16, 16, 16), "kooshball", "auto"),
     "3d-espirit": ((16, 16, 16), "kooshball", "espirit"),
+    "2d-rss": ((32, 32), "golden", "rss"),  # no maps: per-coil images combined in the receiver's channels
 }
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh data every run, named in a failure's message
 
@@ -49,7 +51,7 @@ def _run(scan, case: str, device: str, **options):
     method = CASES[case][2]
     result = mri_recon.reconstruct(scan, coil_maps=method, iterations=8, tol=0.0, device=device,
                                    progress=False, **options)
-    assert result.parameters["coil_maps"] == ("walsh" if method == "auto" else method)
+    assert result.parameters["coil_maps"] == {"auto": "walsh", "rss": "none"}.get(method, method)
     return result.image
 
 

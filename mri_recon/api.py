@@ -2,8 +2,8 @@
 
 ``mri_recon.reconstruct(mri_recon.load_scan(path))`` gives the image ``mri-recon reconstruct path`` writes,
 bit for bit (same defaults: prewhitening with the scan's noise, its density weights, its coil maps or Walsh
-estimates, 30 CG iterations, ``lam = 1e-3``). ``prepare=False`` reconstructs the scan exactly as given
-(:func:`mri_recon.pipeline.reconstruct`, the solver alone).
+estimates, 30 CG iterations, the regularizer's default ``lam``: 1e-3 for l2). ``prepare=False``
+reconstructs the scan exactly as given (:func:`mri_recon.pipeline.reconstruct`, the solver alone).
 """
 
 from __future__ import annotations

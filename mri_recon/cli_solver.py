@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from .solvers.sparse import lam_help
+
 
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """Refuse NaN and infinity for a float option, naming the option (click's ranges let NaN through)."""
@@ -26,11 +28,10 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
 OPTIONS = [
     click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
                  help="Maximum CG iterations (tv, wavelet: outer iterations)."),
-    click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=1e-3, show_default=True,
-                 callback=finite,
+    click.option("--lambda", "lam", type=click.FloatRange(min=0.0), default=None, callback=finite,
                  help="Regularization weight. l2: relative to the largest diagonal entry of the normal operator "
                       "(max over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative to "
-                      "max |A^H W d|."),
+                      "max |A^H W d|. Default: the regularizer's (" + lam_help() + ")."),
     click.option("--regularizer", type=click.Choice(["l2", "tv", "wavelet"]), default="l2", show_default=True,
                  help="l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, FISTA)."),
     click.option("--inner-iterations", type=click.IntRange(1, 1000), default=None,

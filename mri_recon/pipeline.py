@@ -40,9 +40,10 @@ from .operators.toeplitz import kernel_spectrum, normal_operator
 from .planner import Plan, host_memory_available, plan
 from .progress import STAGES, Clock, Progress, print_progress, progress_callback
 from .result import Result
+from .scaling import largest, power_of_two, rescale, unit_scale
 from .scan import Scan
 from .solvers.cg import cg
-from .solvers.sparse import check_sparse, data_energy, solve_regularized
+from .solvers.sparse import check_sparse, data_energy, resolve_lam, solve_regularized
 from .validation import check_field_map_pair
 
 __all__ = ["STAGES", "SOLVER_KERNELS", "memory_plan", "plan_reconstruction", "power_of_two", "print_progress",
@@ -67,48 +68,11 @@ SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
 """The CUDA modules of the fused Toeplitz normal operator and the CG loop (every GPU reconstruction)."""
 
 
-MIN_EXPONENT, MAX_EXPONENT = -126, 127
-"""Exponents of the scale factors: their powers of two and the reciprocals are normal float32 numbers."""
-
-
-def power_of_two(value: float) -> float:
-    """The power of two nearest to ``value`` (> 0) on a log scale, within float32's normal range
-    (2^-126 .. 2^127, so that it and its reciprocal are finite float32); 1 for 0 (nothing to scale)."""
-    if not value > 0 or not math.isfinite(value):
-        return 1.0
-    return math.ldexp(1.0, min(MAX_EXPONENT, max(MIN_EXPONENT, round(math.log2(value)))))
-
-
-def _rescale(array: Any, factor: float) -> Any:
-    """``array *= factor`` for a power of two ``factor`` that float32 may not hold (up to 2^254), in steps
-    that it does; exact unless the result leaves float32's range."""
-    exponent = round(math.log2(factor))
-    with np.errstate(over="ignore"):  # an overflow is reported by the caller's finiteness check
-        while exponent:
-            step = max(MIN_EXPONENT, min(MAX_EXPONENT, exponent))
-            array *= np.float32(math.ldexp(1.0, step))
-            exponent -= step
-    return array
-
-
-def _largest(array: Any) -> float:
-    """``max |Re|, |Im|`` of a complex (or ``max |.|`` of a real) array: one reduction, one number back."""
-    xp = get_xp(array)
-    if array.dtype.kind == "c":
-        array = xp.ascontiguousarray(array)
-        array = array.view(np.float32 if array.dtype == np.complex64 else np.float64)
-    return float(xp.max(xp.abs(array)))
-
-
 def _rss_peak(maps: Any) -> float:
     """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``, without overflow or underflow (the
-    squares are taken of the maps divided by their largest component)."""
+    squares are taken of the maps divided by a power of two near their largest component)."""
     xp = get_xp(maps)
-    largest = _largest(maps)
-    if largest == 0.0:
-        return 0.0
-    scale = power_of_two(largest)
-    unit = maps * np.float32(1.0 / scale) if maps.dtype == np.complex64 else maps / scale
+    unit, scale = unit_scale(maps)
     return scale * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
 
 
@@ -189,21 +153,33 @@ def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray
     return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
 
-def _combine(x: Any, combine: str, basis: Any = None) -> Any:
-    """The image from CG's solution: itself (SENSE), the root-sum-of-squares of the per-coil images (taken
-    in the receiver's channels when ``basis`` takes the whitened channels back there), or the one image."""
+def _combine(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
+    """The image from CG's solution and the power of two it is to be multiplied by: itself (SENSE), the
+    root-sum-of-squares of the per-coil images (taken in the receiver's channels when ``basis`` takes the
+    whitened channels back there), or the one image. The basis enters divided by a power of two near its
+    largest entry (:func:`_unit_basis`), so that no square over- or underflows whatever the noise's scale."""
     xp = get_xp(x)
+    unit, scale = _unit_basis(basis)
     if combine == "rss":
         if basis is not None:
-            x = (xp.asarray(basis, dtype=np.complex64) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
-        return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64)
+            x = (xp.asarray(unit) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+        return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64), scale
     if combine == "single":
-        return x[0] * np.float32(abs(complex(np.asarray(basis).reshape(-1)[0]))) if basis is not None else x[0]
-    return x
+        return (x[0] * np.float32(abs(complex(unit.reshape(-1)[0]))) if basis is not None else x[0]), scale
+    return x, scale
+
+
+def _unit_basis(basis: Any) -> tuple[Any, float]:
+    """``(basis / s, s)`` as complex64 NumPy with ``s`` a power of two near the basis' largest entry
+    (``(None, 1.0)`` without a basis): the receiver basis scales with the noise, by any factor."""
+    if basis is None:
+        return None, 1.0
+    unit, scale = unit_scale(np.asarray(to_host(basis), dtype=np.complex128))
+    return unit.astype(np.complex64), scale
 
 
 @blas_on_one_thread
-def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float = 1e-3,
+def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float | None = None,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
@@ -223,8 +199,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     tol
         Stop when the relative residual is at most this.
     lam
-        Dimensionless Tikhonov weight, relative to the largest diagonal entry of the normal operator
-        (``max_n sum_c |S_c(n)|^2 * sum(w)``; ``sum(w)`` without maps): see the module docstring.
+        Dimensionless weight. l2: Tikhonov's, relative to the largest diagonal entry of the normal operator
+        (``max_n sum_c |S_c(n)|^2 * sum(w)``; ``sum(w)`` without maps): see the module docstring; tv and
+        wavelet: relative to ``max |A^H W d|``. None: the regularizer's default for a scan with or without
+        weights (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`: 1e-3 for l2), recorded in ``parameters["lam"]``.
     filter_sigma
         Width in voxels of a Gaussian post-filter (:func:`mri_recon.filters.smooth`); None: no filter.
     device
@@ -272,10 +250,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     Result
         The image (complex64 ``matrix``), residuals, timings and the settings used.
     """
-    if not math.isfinite(lam):
-        raise InvalidDataError(f"lam must be a finite number, found {lam}")
-    if lam < 0:
-        raise InvalidDataError(f"lam must be >= 0, found {lam}")
+    lam = resolve_lam(regularizer, lam, weighted=scan.weights is not None)
     sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, scan.weights is not None,
                           scan.matrix)
     matrix = scan.matrix
@@ -324,9 +299,10 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             trajectory = to_device(scan.trajectory, dev)
             w = to_device(weights, dev)
             maps = to_device(scan.coil_maps, dev) if sense and estimate_maps is None else None
-            data_scale = power_of_two(_largest(kspace))
+            data_scale = power_of_two(largest(kspace))
             if offres is not None:
                 offres.upload(dev)
+        basis_scale = 1.0  # estimated maps in the receiver's basis: the maps are those returned / basis_scale
         # the last trajectory's encoding and spectrum, still on this GPU (a bit-identical trajectory and weights)
         memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu and not offres else None
         kept = memo.lookup(engine.name, matrix, trajectory, w) if memo is not None else None
@@ -351,15 +327,16 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                                              weights=w if scan.weights is not None else None, device=dev)
                 maps = maps.astype(np.complex64, copy=False)
                 if maps_basis is not None:
-                    maps = _normalize_in_basis(maps, maps_basis)
-        maps_scale = 1.0
+                    maps, basis_scale = _normalize_in_basis(maps, maps_basis)
+        maps_scale = 1.0  # the maps solved with are the maps divided by maps_scale (a power of two)
         if maps is not None:
             maps_peak = _rss_peak(maps)
-            maps_scale = power_of_two(maps_peak)
             if maps_peak == 0.0:
                 raise InvalidDataError(f"{scan.source}: the coil maps are zero everywhere")
-            if maps_scale != 1.0:
-                maps = maps * np.float32(1.0 / maps_scale)
+            unit = power_of_two(maps_peak)
+            if unit != 1.0:
+                maps = maps * np.float32(1.0 / unit)
+            maps_scale = unit / basis_scale
         with clock.stage("fhd"):
             weighted = kspace * (w * np.float32(1.0 / data_scale))
             rhs = _rhs(encoding, weighted, maps, budget.coil_batch)
@@ -395,8 +372,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                     operator = normal_operator(spectrum, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
                 x, residuals = cg(operator, rhs, max_iterations=iterations, tolerance=tol, callback=clock.callback())
                 extra = {"regularizer": "l2"}
-            image = _combine(x, combine, maps_basis if not sense else None)
-            image = _rescale(image, data_scale / maps_scale)  # back to the data's units (powers of two: exact)
+            image, combine_scale = _combine(x, combine, maps_basis if not sense else None)
+            # back to the data's units (powers of two: exact)
+            image = rescale(image, data_scale * combine_scale / maps_scale)
             if not bool(get_xp(image).isfinite(image).all()):
                 raise InvalidDataError(f"{scan.source}: the image exceeds the float32 range (the k-space is near "
                                        f"float32's largest values and the coil maps are small); scale the data down")
@@ -423,14 +401,17 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                   device=str(dev), parameters=parameters, combine=combine)
 
 
-def _normalize_in_basis(maps: Any, basis: Any) -> Any:
+def _normalize_in_basis(maps: Any, basis: Any) -> tuple[Any, float]:
     """Estimated maps ``S`` (unit root-sum-of-squares in the channels they were estimated in) rescaled per
     voxel so that ``basis @ S`` has unit root-sum-of-squares: the convention of maps given in the receiver's
     channels and then whitened. ``basis`` is the ``(C, C)`` matrix taking whitened channels back to receiver
-    channels (the Cholesky factor L of the noise covariance)."""
+    channels (the Cholesky factor L of the noise covariance). Returns ``(S', s)``: the maps are ``S' / s``,
+    ``s`` a power of two near L's largest entry (L scales with the noise, which float32's squares do not
+    survive beyond about 1e+-19)."""
     xp = get_xp(maps)
+    unit, scale = _unit_basis(basis)
     flat = maps.reshape(maps.shape[0], -1)
-    receiver = xp.asarray(basis, dtype=np.complex64) @ flat
+    receiver = xp.asarray(unit) @ flat
     rss = xp.sqrt((receiver.real ** 2 + receiver.imag ** 2).sum(axis=0))
-    scale = xp.where(rss > 0, 1.0 / xp.maximum(rss, np.float32(1e-30)), 0).astype(np.float32)
-    return (flat * scale).reshape(maps.shape)
+    inverse = xp.where(rss > 0, 1.0 / xp.where(rss > 0, rss, 1), 0).astype(np.float32)
+    return (flat * inverse).reshape(maps.shape), scale

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 LAYERS = [
     {"_version", "errors"},
     {"backend"},
-    {"validation", "grid"},
+    {"validation", "grid", "scaling"},
     {"scan"},
     {"kernels"},
     {"io", "operators", "solvers", "filters"},

@@ -30,8 +30,9 @@ class ReconOptions:
 
     iterations: int = 30
     """Most CG iterations."""
-    lam: float = 1e-3
-    """Tikhonov weight relative to the normal operator's largest diagonal entry."""
+    lam: float | None = None
+    """Regularization weight (relative, see :func:`mri_recon.pipeline.reconstruct`); None: the regularizer's
+    default (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`)."""
     tol: float = 1e-6
     """CG stops at this relative residual."""
     filter_sigma: float | None = None
@@ -67,6 +68,8 @@ class ReconOptions:
             raise InvalidDataError(f"iterations must be a whole number >= 1, found {self.iterations!r}")
         for name in ("lam", "tol"):
             value = getattr(self, name)
+            if value is None and name == "lam":
+                continue
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise InvalidDataError(f"{name} must be a finite number >= 0, found {value!r}")
         if self.method not in ("auto", "exact", "nufft"):
@@ -79,8 +82,17 @@ class ReconOptions:
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (recorded in the completion record; not the device or the cache)."""
+        from ..solvers.sparse import resolve_lam  # noqa: PLC0415 - the solvers load with the reconstruction
+
         skip = ("device", "cache", "cache_dir", "allow_external")  # allow_external: read or refused, same image
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+        if self.lam is None:  # the default, as a number where it does not depend on the scan's weights (l2)
+            try:
+                regularizer = self.solver.get("regularizer", "l2")
+                used = {resolve_lam(regularizer, None, weighted) for weighted in (True, False)}
+            except InvalidDataError:  # an unknown regularizer fails when the scan is reconstructed
+                used = set()
+            out["lam"] = used.pop() if len(used) == 1 else None
         return {**out, "format": self.format or "hdf5"}
 
 

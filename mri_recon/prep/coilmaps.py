@@ -36,6 +36,7 @@ from .espirit import espirit, espirit_operator
 from .lowres import (
     _centre_adjoint,
     _device,
+    _lowres_scaled,
     calibration_region,
     cell_density_weights,
     coarse_grid,
@@ -104,14 +105,14 @@ def coil_maps_from_kspace(kspace: Any, trajectory: Any, matrix: Sequence[int], m
     dev = _device(device, kspace)
     with dev.use():
         if method == "walsh":
-            images = lowres_images(kspace, trajectory, matrix, radius=radius, weights=weights, device=dev)
+            images, _ = _lowres_scaled(kspace, trajectory, matrix, radius, 0.0, weights, dev)
             return walsh(images, kernel=kernel, solver=solver)
         ndim = len(matrix)
         width = min(calibration or (24 if ndim == 2 else 16), min(matrix))
         kernel = kernel or (6 if ndim == 2 else 5)
         # Grid the region with the window flat up to its corners, plus a margin for the gridding kernel.
         radius = min(width / 2 * math.sqrt(ndim) + 6, min(matrix) / 2)
-        images = _centre_adjoint(kspace, trajectory, coarse_grid(matrix, radius), radius,
-                                 max(radius - 4, 0.0), weights, dev)
+        images, _ = _centre_adjoint(kspace, trajectory, coarse_grid(matrix, radius), radius,
+                                    max(radius - 4, 0.0), weights, dev)
         calib = calibration_region(images, width)
         return espirit(calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)

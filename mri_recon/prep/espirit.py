@@ -11,6 +11,7 @@ import numpy as np
 
 from ..backend import get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
+from ..scaling import unit_scale
 from ..validation import validate_matrix
 from .lowres import _centre_phases, _phase_reference, dominant_eigenvectors
 
@@ -74,6 +75,8 @@ def espirit(calib: Any, matrix: Sequence[int], *, kernel: int = 6, threshold: fl
     (:func:`espirit_operator`) whose dominant eigenvector is the map and whose eigenvalue is about 1 inside
     the object. Simplifications: one set of maps (the dominant eigenvector; no soft-SENSE second set), a
     fixed relative singular-value threshold, and maps set to 0 where the eigenvalue is below ``crop``.
+    Both thresholds are relative (the eigenvalue is 1 where the maps explain the data), and the region is
+    divided by a power of two near its largest value first, so the maps do not depend on the data's scale.
     """
     xp = get_xp(calib)
     matrix = validate_matrix(matrix, "espirit")
@@ -86,6 +89,7 @@ def espirit(calib: Any, matrix: Sequence[int], *, kernel: int = 6, threshold: fl
     if not 0 < threshold < 1 or not 0 <= crop < 1:
         raise InvalidDataError(f"espirit: threshold must be in (0, 1) and crop in [0, 1), found {threshold}, "
                                f"{crop}")
+    calib = unit_scale(calib)[0]  # a power of two: the same maps for calibration data of any scale
     kernels = _kernels(calib, kernel, threshold)
     vec, val = dominant_eigenvectors(espirit_operator(kernels, matrix), solver=solver)
     maps = (vec * (val > crop)[:, None]).T.reshape(calib.shape[0], *matrix)

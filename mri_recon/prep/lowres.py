@@ -12,6 +12,7 @@ import numpy as np
 from ..backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..grid import centre_phase
+from ..scaling import rescale, unit_scale
 from ..validation import validate_matrix
 
 EIGEN_CHUNK = 1 << 19
@@ -94,15 +95,30 @@ def lowres_images(kspace: Any, trajectory: Any, matrix: Sequence[int], *, radius
     array
         complex64 ``(C, *matrix)`` on ``device`` (CuPy on a GPU).
     """
+    images, scale = _lowres_scaled(kspace, trajectory, matrix, radius, flat, weights, device, grid)
+    return rescale(images, scale)
+
+
+def _lowres_scaled(kspace: Any, trajectory: Any, matrix: Sequence[int], radius: float | None, flat: float,
+                   weights: Any, device: str | int | Device | None,
+                   grid: Sequence[int] | None = None) -> tuple[Any, float]:
+    """:func:`lowres_images` divided by a power of two: ``(images / s, s)`` (see :func:`_centre_adjoint`)."""
     matrix = validate_matrix(matrix, "lowres_images")
     radius = default_radius(matrix) if radius is None else float(radius)
     grid = coarse_grid(matrix, radius) if grid is None else validate_matrix(grid, "lowres_images grid")
-    return fourier_resize(_centre_adjoint(kspace, trajectory, grid, radius, flat, weights, device), matrix)
+    images, scale = _centre_adjoint(kspace, trajectory, grid, radius, flat, weights, device)
+    return fourier_resize(images, matrix), scale
 
 
 def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius: float, flat: float,
-                    weights: Any, device: str | int | Device | None) -> Any:
-    """``F^H`` on ``grid`` of the density-compensated, windowed samples with ``|k| < radius``."""
+                    weights: Any, device: str | int | Device | None) -> tuple[Any, float]:
+    """``F^H`` on ``grid`` of the density-compensated, windowed samples with ``|k| < radius``, divided by a
+    power of two: ``(images / s, s)``.
+
+    The central samples and their weights are each divided by a power of two near their largest value
+    before anything is multiplied or summed (``s`` is the product of the two), so float32 holds every
+    intermediate value for data of any scale and the images / s are the same, bit for bit, for data
+    multiplied by any power of two."""
     from ..operators.encoding import choose_engine  # noqa: PLC0415 - loaded when maps are estimated
 
     if not 0 <= flat < radius:
@@ -126,11 +142,14 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
                                    f"k-space centre")
         k = k[inside]
         w = cell_density_weights(k) if weights is None else to_device(weights, dev)[inside]
-        w = w * _window(r[inside], radius, flat)
-        centre = data[:, inside] * w[None, :].astype(xp.float32)
+        w, weight_scale = unit_scale(w)
+        w = w.astype(xp.float32) * _window(r[inside], radius, flat)
+        centre, data_scale = unit_scale(data[:, inside])
+        centre = centre.astype(xp.complex64) * w[None, :]
         # internal arrays, already checked: the encoding operator, not the validating public fhd
         _, engine = choose_engine(dev, problem=(grid, int(k.shape[0]), int(centre.shape[0])))
-        return engine(k.astype(xp.float32), grid, int(centre.shape[0])).H(centre.astype(xp.complex64))
+        images = engine(k.astype(xp.float32), grid, int(centre.shape[0])).H(centre.astype(xp.complex64))
+        return images, data_scale * weight_scale
 
 
 def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:
@@ -184,7 +203,9 @@ def dominant_eigenvectors(mats: Any, *, solver: str = "power", squarings: int = 
     ``solver="eigh"`` is the batched LAPACK / cuSOLVER ``eigh``. ``solver="power"`` (the default) raises
     each matrix to the power ``2**squarings`` by repeated squaring (renormalized by the trace), takes its
     largest column and refines it with one product by the matrix itself; the eigenvalue is the Rayleigh
-    quotient. It costs ``squarings`` batched C x C products, several times less than ``eigh`` on a CPU
+    quotient. Each matrix is first divided by its trace (the chunk by a power of two near its largest entry
+    before that), so no product over- or underflows float32 whatever the matrices' scale, and the solver has
+    no absolute threshold. It costs ``squarings`` batched C x C products, several times less than ``eigh`` on a CPU
     and a handful of kernel launches on a GPU; components along eigenvalues below ``lambda_1`` are damped by
     ``(lambda_2 / lambda_1) ** (2 ** squarings)``. An all-zero matrix gives a zero vector.
     """
@@ -195,29 +216,32 @@ def dominant_eigenvectors(mats: Any, *, solver: str = "power", squarings: int = 
     vec = xp.empty((n, c), dtype=xp.complex64)
     val = xp.empty(n, dtype=xp.float32)
     for start in range(0, n, EIGEN_CHUNK):
-        part = mats[start:start + EIGEN_CHUNK].astype(xp.complex64)
+        part, scale = unit_scale(mats[start:start + EIGEN_CHUNK])
+        part, trace = _unit_trace(part.astype(xp.complex64))  # eigenvectors unchanged, eigenvalues <= 1
         if solver == "eigh":
             w, v = xp.linalg.eigh(part)
-            val[start:start + EIGEN_CHUNK] = w[:, -1]
+            val[start:start + EIGEN_CHUNK] = w[:, -1] * trace * np.float32(scale)
             vec[start:start + EIGEN_CHUNK] = v[:, :, -1]
             continue
-        a = _unit_trace(part)
+        a = part
         for _ in range(squarings):
-            a = _unit_trace(a @ a)
+            a, _ = _unit_trace(a @ a)
         column = xp.argmax(xp.sum(xp.abs(a) ** 2, axis=1), axis=1)
         v = xp.take_along_axis(a, column[:, None, None], axis=2)  # (n, C, 1)
         v = part @ v
         norm = xp.sqrt(xp.sum(xp.abs(v) ** 2, axis=1, keepdims=True))
         v = v / xp.where(norm > 0, norm, 1)
         vec[start:start + EIGEN_CHUNK] = v[:, :, 0]
-        val[start:start + EIGEN_CHUNK] = xp.real(xp.sum(xp.conj(v) * (part @ v), axis=(1, 2)))
+        rayleigh = xp.real(xp.sum(xp.conj(v) * (part @ v), axis=(1, 2)))
+        val[start:start + EIGEN_CHUNK] = rayleigh * trace * np.float32(scale)
     return vec, val
 
 
-def _unit_trace(a: Any) -> Any:
+def _unit_trace(a: Any) -> tuple[Any, Any]:
+    """``(a / trace, trace)`` per matrix of ``(N, C, C)``; matrices of zero trace are left as they are."""
     xp = get_xp(a)
     trace = xp.real(xp.trace(a, axis1=1, axis2=2))
-    return a / xp.where(trace > 0, trace, 1)[:, None, None]
+    return a / xp.where(trace > 0, trace, 1)[:, None, None], trace
 
 
 def _phase_reference(maps: Any, ref: int) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..backend import get_xp
 from ..errors import InvalidDataError, SchemaError
+from ..scaling import unit_scale
 from .lowres import _box_sum, _phase_reference, _strongest, dominant_eigenvectors
 
 
@@ -16,6 +17,8 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     Per voxel, the coil covariance ``R = sum_box x x^H`` over a box of ``kernel`` voxels per axis; the map
     is its dominant eigenvector (unit norm), phase referenced to the coil with the most energy. The data
     should be prewhitened (:func:`mri_recon.prep.noise.prewhiten`), which makes the noise covariance the identity.
+    The images are divided by a power of two near their largest value first: the maps do not depend on
+    their scale.
 
     Parameters
     ----------
@@ -35,7 +38,8 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     if kernel < 1 or kernel % 2 == 0:
         raise InvalidDataError(f"walsh: kernel must be a positive odd number of voxels, found {kernel}")
     c = images.shape[0]
-    x = images.astype(xp.complex64).reshape(c, -1)
+    images = unit_scale(images)[0].astype(xp.complex64)  # a power of two: the same maps for any scale
+    x = images.reshape(c, -1)
     upper = [(i, j) for i in range(c) for j in range(i, c)]
     ii = xp.asarray([i for i, _ in upper])
     jj = xp.asarray([j for _, j in upper])

@@ -1,13 +1,16 @@
 """Memory and time planning for a reconstruction, before anything is allocated.
 
-The planner follows the pipeline stage by stage and takes the largest: F^H d (the samples in double
+The planner follows the run stage by stage and takes the largest: the preparation (prewhitening, density
+weights, coil-map estimates: :mod:`mri_recon.prep_memory`), F^H d (the samples in double
 precision, FINUFFT's oversampled complex128 fine grid per transform in flight, the complex128 images), the
 PSF (FINUFFT's fine grid of the 2x grid, about ``(2.5 N)^D * 16`` bytes, and the complex128 PSF), the
 kernel spectrum's FFT, and the CG iterations (spectrum, CG vectors and per-coil Toeplitz FFT work). It picks
 how many coils go through the Toeplitz operator at once so that the peak fits the memory available; when
 even one coil at a time does not fit it raises :class:`~mri_recon.errors.ResourceError` naming the size
-needed and the size available. Measured against max RSS on the CPU in ``docs/planner.md``
-(``scripts/bench_planner.py``). The GPU figures count the device arrays only.
+needed and the size available, the stage and what to change. The memory available on the host is the least
+of MemAvailable, the cgroup's limit and RLIMIT_AS (:func:`~mri_recon.backend.host_memory_limits`). Measured
+against tracemalloc and peak RSS on the CPU in ``docs/planner.md`` (``scripts/measure_planner.py``). The GPU
+figures count the device arrays only.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class Plan:
     available_bytes: int | None
     estimated_seconds: float
     stages: Mapping[str, int] = field(default_factory=dict)
-    """Bytes held at the peak of each stage: ``fhd``, ``psf``, ``spectrum`` (CPU only) and ``iterations``."""
+    """Bytes held at the peak of each stage: the preparation's ``prewhiten`` and ``dcf`` (CPU only) and
+    ``coil_maps`` (when maps are estimated), then ``fhd``, ``psf``, ``spectrum`` (CPU only) and ``iterations``."""
 
     @property
     def batched(self) -> bool:
@@ -143,7 +147,7 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
     if not gpu and preparation.noise_samples:
         peak, kept = prep_memory.prewhiten(c, m, preparation.noise_samples, n_vox, preparation.whitened_maps)
         stages["prewhiten"] = base + held + peak
-        held += kept
+        held += kept - (c * n_vox * COMPLEX64 if estimated and preparation.whitened_maps else 0)  # maps dropped
     if not gpu and preparation.dcf is not None:
         stages["dcf"] = base + held + prep_memory.dcf(preparation.dcf, m, matrix, preparation.extent)
     if estimated:

@@ -139,11 +139,38 @@ def measure(name: str, folder: str, baseline: int) -> dict:
             "rss_stages": resident, "rss_stage_ratios": rss_ratios, "seconds": info["seconds"]}
 
 
+def markdown(rows: list[dict]) -> str:
+    """The table of docs/planner.md: whole runs, then every stage (MiB)."""
+    mib = 2**20
+    lines = ["| case | matrix | coils | maps / dcf | samples | plan | traced | traced / plan | RSS | RSS / plan "
+             "| peak stage | time (s) |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        r = {**r, "rss_bytes": max(r["rss_stages"].values())}
+        stage = max(r["planned_stages"], key=r["planned_stages"].get)
+        prep = "/".join(str(v) for k, v in r["options"].items() if k in ("coil_maps", "dcf")) or r["coil_maps"]
+        lines.append(f"| {r['case']} | {'x'.join(map(str, r['matrix']))} | {r['coils']} | {prep} | {r['samples']} "
+                     f"| {r['plan_bytes'] / mib:.1f} | {r['traced_bytes'] / mib:.1f} "
+                     f"| {r['traced_bytes'] / r['plan_bytes']:.2f} | {r['rss_bytes'] / mib:.1f} "
+                     f"| {r['rss_bytes'] / r['plan_bytes']:.2f} | {stage} | {r['seconds']:.1f} |")
+    lines += ["", "| case | stage | plan (MiB) | traced (MiB) | traced / plan | RSS (MiB) | RSS / plan |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        for stage, planned in r["planned_stages"].items():
+            traced, rss = r["traced_stages"].get(stage, 0), r["rss_stages"].get(stage, 0)
+            lines.append(f"| {r['case']} | {stage} | {planned / mib:.1f} | {traced / mib:.1f} | {traced / planned:.2f} "
+                         f"| {rss / mib:.1f} | {rss / planned:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--markdown", default=None, help="print the tables of this JSON file and exit")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
+        return
     sys.path.insert(0, str(ROOT))
     from mri_recon.planner import human_bytes  # noqa: PLC0415 - after the path is set
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -121,6 +122,20 @@ def planned_stages(plan: dict[str, int]) -> dict[str, int]:
     return {name: value for name, value in out.items() if value}
 
 
+def finufft_grids(matrix: tuple[int, ...], coils: int, method: str) -> dict[str, int]:
+    """Bytes of FINUFFT's fine grids in the ``fhd`` and ``psf`` stages, which tracemalloc does not see (their
+    shapes are FINUFFT's own: tests/test_planner_png.py reads them from its debug output)."""
+    from mri_recon.backend import cpu_threads  # noqa: PLC0415 - after the path is set
+    from mri_recon.operators.encoding import NUFFT_EPS  # noqa: PLC0415
+    from mri_recon.operators.finufft import fine_grid_shape  # noqa: PLC0415
+
+    if method != "nufft":
+        return {}
+    big = tuple(2 * n for n in matrix)
+    return {"fhd": min(cpu_threads(), coils) * math.prod(fine_grid_shape(matrix, NUFFT_EPS)) * 16,
+            "psf": math.prod(fine_grid_shape(big, NUFFT_EPS)) * 16}
+
+
 def measure(name: str, folder: str, baseline: int) -> dict:
     matrix, kind, coils, options = CASES[name]
     path = str(Path(folder) / f"{name}.h5")
@@ -136,7 +151,8 @@ def measure(name: str, folder: str, baseline: int) -> dict:
             "method": info["method"], "coil_maps": info["coil_maps"], "plan_bytes": info["peak"],
             "traced_bytes": max(traced.values()), "rss_bytes": max(resident.values()), "planned_stages": planned,
             "traced_stages": traced, "stage_ratios": ratios,
-            "rss_stages": resident, "rss_stage_ratios": rss_ratios, "seconds": info["seconds"]}
+            "rss_stages": resident, "rss_stage_ratios": rss_ratios,
+            "finufft_grids": finufft_grids(matrix, coils, info["method"]), "seconds": info["seconds"]}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -152,11 +168,13 @@ def markdown(rows: list[dict]) -> str:
                      f"| {r['plan_bytes'] / mib:.1f} | {r['traced_bytes'] / mib:.1f} "
                      f"| {r['traced_bytes'] / r['plan_bytes']:.2f} | {r['rss_bytes'] / mib:.1f} "
                      f"| {r['rss_bytes'] / r['plan_bytes']:.2f} | {stage} | {r['seconds']:.1f} |")
-    lines += ["", "| case | stage | plan (MiB) | traced (MiB) | traced / plan | RSS (MiB) | RSS / plan |",
+    lines += ["", "| case | stage | plan (MiB) | traced (+ FINUFFT grids) | ratio | RSS (MiB) | RSS / plan |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
+        grids = r.get("finufft_grids") or finufft_grids(tuple(r["matrix"]), r["coils"], r["method"])
         for stage, planned in r["planned_stages"].items():
-            traced, rss = r["traced_stages"].get(stage, 0), r["rss_stages"].get(stage, 0)
+            traced = r["traced_stages"].get(stage, 0) + grids.get(stage, 0)
+            rss = r["rss_stages"].get(stage, 0)
             lines.append(f"| {r['case']} | {stage} | {planned / mib:.1f} | {traced / mib:.1f} | {traced / planned:.2f} "
                          f"| {rss / mib:.1f} | {rss / planned:.2f} |")
     return "\n".join(lines)
@@ -168,6 +186,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
     parser.add_argument("--markdown", default=None, help="print the tables of this JSON file and exit")
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
         return

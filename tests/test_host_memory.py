@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from mri_recon.backend import host_memory_available, host_memory_limits
 

@@ -124,3 +124,22 @@ def test_host_memory_limits_are_what_memory_plan_names(monkeypatch, tmp_path):
     with pytest.raises(ResourceError, match=r"but 1\.0 MiB is available \(the tightest limit: cgroup "
                                             r"memory\.limit_in_bytes\)"):
         mri_recon.reconstruct(scan, device="cpu", progress=False)
+
+
+@pytest.mark.gpu
+def test_gpu_plan_counts_the_coil_map_estimate_on_the_device():
+    """On a GPU the Walsh estimate runs in CuPy arrays: the pool's growth against the device plan."""
+    from mri_recon.backend import cupy_module
+    from mri_recon.prep_memory import preparation_of
+
+    pool = cupy_module().get_default_memory_pool()
+    scan = simulate_scan((256, 256), "golden", coils=8, snr=30.0, seed=int(np.random.default_rng().integers(1000)))
+    scan = scan.replace(coil_maps=None)
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    pipeline.reconstruct(scan, device="gpu", estimate_maps="walsh", iterations=2, progress=False)
+    peak = pool.total_bytes() - before
+    _, _, planned = pipeline.plan_reconstruction(scan, "gpu", "auto", 2, True,
+                                                 preparation_of(scan, estimate_maps="walsh"))
+    assert max(planned.stages, key=planned.stages.get) == "coil_maps"
+    assert abs(planned.peak_bytes - peak) <= 0.25 * peak, (planned.stages, peak)

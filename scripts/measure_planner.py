@@ -37,7 +37,7 @@ CASES = {
     "2d64-1coil": ((64, 64), "golden", 1, {}),
     "2d64-4coils-walsh": ((64, 64), "golden", 4, {"coil_maps": "walsh"}),
     "2d128-4coils-espirit": ((128, 128), "golden", 4, {"coil_maps": "espirit"}),
-    "2d128-8coils-exact": ((64, 64), "golden", 8, {"coil_maps": "file", "method": "exact"}),
+    "2d64-8coils-exact": ((64, 64), "golden", 8, {"coil_maps": "file", "method": "exact"}),
     "2d256-8coils-walsh": ((256, 256), "golden", 8, {"coil_maps": "walsh"}),
     "2d256-8coils-espirit": ((256, 256), "golden", 8, {"coil_maps": "espirit"}),
     "2d256-8coils-file": ((256, 256), "golden", 8, {"coil_maps": "file"}),

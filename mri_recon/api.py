@@ -32,7 +32,7 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
     # the memory of the whole run, preparation included, is checked before anything is prepared
     plan_prepared(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
-                           **{name: options[name] for name in ("device", "method", "iterations") if name in options})
+                  **{name: options[name] for name in ("device", "method", "iterations") if name in options})
     ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
     result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
                                   maps_basis=record.pop("maps_basis"), **options)
@@ -71,7 +71,7 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                   device: str | int | Device | None = "auto", method: str = "auto",
                   iterations: int = 30) -> tuple[Device, type[Encoding], Plan]:
-    """:func:`plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these choices will
+    """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these choices will
     prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
     :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon info`` reports."""
     maps = coil_map_method(scan, coil_maps)

@@ -130,8 +130,9 @@ def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None 
     else:
         available, what = host_memory_available(), "host memory"
         limits = host_memory_limits()
-        if available is not None and limits.get(min(limits, key=limits.get, default=""), None) == available:
-            limit = f"the tightest limit: {min(limits, key=limits.get)}"
+        tightest = min(limits, key=limits.get, default=None)
+        if tightest is not None and limits[tightest] == available:  # named when it is the one read
+            limit = f"the tightest limit: {tightest}"
     sense = scan.coil_maps is not None if sense is None else sense
     return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=sense, iterations=iterations,
                 available_bytes=available, gpu=device.is_gpu, what=what, method=method,

@@ -143,3 +143,26 @@ def test_gpu_plan_counts_the_coil_map_estimate_on_the_device():
                                                  preparation_of(scan, estimate_maps="walsh"))
     assert max(planned.stages, key=planned.stages.get) == "coil_maps"
     assert abs(planned.peak_bytes - peak) <= 0.25 * peak, (planned.stages, peak)
+
+
+def test_fhd_stage_is_within_25_percent_of_the_traced_peak_and_finufft_s_grids():
+    """File maps, several coils: F^H d is the peak. The plan once counted two more complex128 copies of the
+    samples (a phase product the FINUFFT wrapper no longer makes) and read 0.73 of the peak."""
+    from mri_recon.backend import cpu_threads
+    from mri_recon.operators.encoding import NUFFT_EPS
+    from mri_recon.operators.finufft import fine_grid_shape
+
+    matrix, coils = (192, 192), 8
+    tracemalloc.start()
+    try:
+        scan = simulate_scan(matrix, "golden", coils=coils, snr=30.0, dcf="ramp",
+                             seed=int(np.random.default_rng().integers(1000)))
+        _, engine, planned = api.plan_prepared(scan, device="cpu", iterations=1, method="nufft")
+        tracemalloc.reset_peak()
+        mri_recon.reconstruct(scan, device="cpu", iterations=1, method="nufft", progress=False)
+        traced = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    grids = min(cpu_threads(), coils) * math.prod(fine_grid_shape(matrix, NUFFT_EPS)) * 16  # not traced
+    assert max(planned.stages, key=planned.stages.get) == "fhd"
+    assert abs(planned.peak_bytes - (traced + grids)) <= 0.25 * (traced + grids), (planned.stages, traced, grids)

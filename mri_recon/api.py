@@ -12,7 +12,11 @@ from typing import Any
 
 from . import pipeline
 from .errors import InvalidDataError
-from .prep import prepare_scan
+from .backend import Device
+from .operators.encoding import Encoding
+from .planner import Plan
+from .prep import coil_map_method, prepare_scan
+from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
 
@@ -26,6 +30,9 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
     if taken:
         raise InvalidDataError(f"{' and '.join(taken)} come from the preparation (coil_maps=...); pass them to "
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
+    # the memory of the whole run, preparation included, is checked before anything is prepared
+    plan_prepared(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
+                  **{name: options[name] for name in ("device", "method", "iterations") if name in options})
     ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
     result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
                                   maps_basis=record.pop("maps_basis"), **options)
@@ -59,3 +66,16 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
         return pipeline.reconstruct(scan, **options)
     return prepare_and_reconstruct(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
                                    field_map=field_map, **options)[2]
+
+
+def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
+                  device: str | int | Device | None = "auto", method: str = "auto",
+                  iterations: int = 30) -> tuple[Device, type[Encoding], Plan]:
+    """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these choices will
+    prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
+    :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon info`` reports."""
+    maps = coil_map_method(scan, coil_maps)
+    estimate = maps if maps in ("walsh", "espirit") else None
+    preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate)
+    sense = maps in ("file", "walsh", "espirit")
+    return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)

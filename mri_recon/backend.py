@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import resource
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -124,6 +125,112 @@ def blas_on_one_thread(function: Callable[..., T]) -> Callable[..., T]:
             return function(*args, **kwargs)
 
     return wrapper
+
+
+UNLIMITED = 1 << 60
+"""Limits at or above this many bytes mean none (cgroup v1 writes 2^63 rounded down to a page)."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    """An integer file's value; None for "max", an absent file or anything else."""
+    try:
+        value = int((text or "").strip())
+    except ValueError:
+        return None
+    return value if 0 <= value < UNLIMITED else None
+
+
+def _meminfo_available(proc: str) -> int | None:
+    for line in (_read(f"{proc}/meminfo") or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _cgroup_paths(proc: str) -> tuple[str | None, str | None]:
+    """This process's cgroup v2 path and cgroup v1 memory-controller path (``/proc/self/cgroup``)."""
+    v2 = v1 = None
+    for line in (_read(f"{proc}/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "memory" in parts[1].split(","):
+            v1 = parts[2]
+    return v2, v1
+
+
+def _headroom(folder: str, path: str, limit: str, usage: str) -> int | None:
+    """The least ``limit - usage`` over the cgroup ``path`` under ``folder`` and its ancestors (a limit set on a
+    parent binds its children); the cgroup's own folder may be absent in a namespace, whose root is then read."""
+    parts = [p for p in path.strip().split("/") if p and p != ".."]
+    best = None
+    for depth in range(len(parts) + 1):
+        directory = "/".join([folder, *parts[:depth]])
+        cap, used = _number(_read(f"{directory}/{limit}")), _number(_read(f"{directory}/{usage}"))
+        if cap is not None:
+            room = max(0, cap - (used or 0))
+            best = room if best is None else min(best, room)
+    return best
+
+
+def _address_space_room(proc: str) -> int | None:
+    """``RLIMIT_AS`` (soft) minus the current virtual size (``VmSize`` of ``/proc/self/status``), or None."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0 or soft >= UNLIMITED:
+        return None
+    size = 0
+    for line in (_read(f"{proc}/self/status") or "").splitlines():
+        if line.startswith("VmSize:"):
+            try:
+                size = int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                size = 0
+    return max(0, soft - size)
+
+
+def host_memory_limits(proc: str = "/proc", sys: str = "/sys") -> dict[str, int]:
+    """Bytes this process may still allocate on the host, by the limit that sets them (absent: no such limit).
+
+    ``"MemAvailable"`` (``/proc/meminfo``: free memory and reclaimable cache), ``"cgroup memory.max"`` (cgroup
+    v2: ``memory.max - memory.current`` of this process's cgroup, found through ``/proc/self/cgroup``, and of
+    its ancestors), ``"cgroup memory.limit_in_bytes"`` (v1: ``memory.limit_in_bytes - memory.usage_in_bytes``)
+    and ``"RLIMIT_AS"`` (the address-space limit, ``ulimit -v``, minus the virtual size ``VmSize``). ``proc``
+    and ``sys`` are the roots read (tests give fake ones).
+    """
+    v2, v1 = _cgroup_paths(proc)
+    found = {
+        "MemAvailable": _meminfo_available(proc),
+        "cgroup memory.max": None if v2 is None else _headroom(f"{sys}/fs/cgroup", v2, "memory.max",
+                                                               "memory.current"),
+        "cgroup memory.limit_in_bytes": None if v1 is None else _headroom(
+            f"{sys}/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes"),
+        "RLIMIT_AS": _address_space_room(proc),
+    }
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def host_memory_available(proc: str = "/proc", sys: str = "/sys") -> int | None:
+    """The least of :func:`host_memory_limits` (None when none is known): what this process may really use."""
+    limits = host_memory_limits(proc, sys)
+    if limits:
+        return min(limits.values())
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def cupy_module():

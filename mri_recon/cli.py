@@ -318,9 +318,8 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
     from .backend import device_memory
     from .errors import ResourceError
     from .io import load_scans
-    from .pipeline import plan_reconstruction
+    from .api import plan_prepared
     from .planner import host_memory_available, human_bytes
-    from .prep import coil_map_method
 
     scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external)
     s = scans[0][1]
@@ -344,10 +343,9 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
         from .operators.offres_setup import describe_correction
 
         lines.append(f"off-res     {describe_correction(s.field_map, s.times, s.n_coils, device)}")
-    # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, --coil-maps auto
-    sense = coil_map_method(s) in ("file", "walsh", "espirit")
+    # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, the preparation's defaults
     try:
-        dev, engine, p = plan_reconstruction(s, device, "auto", iterations=30, sense=sense)
+        dev, engine, p = plan_prepared(s, device=device, iterations=30)
     except ResourceError as exc:
         lines.append(f"memory      does not fit: {exc}")
         click.echo("\n".join(lines))

@@ -37,7 +37,8 @@ from .operators.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
 from .operators.offres_setup import CORRECTIONS, plan_correction
 from .operators.toeplitz import kernel_spectrum, normal_operator
-from .planner import Plan, host_memory_available, plan
+from .planner import Plan, Preparation, host_memory_available, host_memory_limits, plan
+from .prep_memory import preparation_of
 from .progress import STAGES, Clock, Progress, print_progress, progress_callback
 from .result import Result
 from .scaling import largest, power_of_two, rescale, unit_scale
@@ -77,24 +78,34 @@ def _rss_peak(maps: Any) -> float:
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None,
-                method: str = "auto") -> Plan:
+                method: str = "auto", preparation: Preparation | None = None) -> Plan:
     """Check that the reconstruction fits the memory of ``device`` before anything is allocated.
 
-    Uses :func:`mri_recon.planner.plan` with the host's available memory (CPU) or the GPU's free memory;
-    raises :class:`~mri_recon.errors.ResourceError` naming the bytes needed and available. The plan's
-    ``coil_batch`` bounds how many coils go through the Toeplitz FFTs at once.
+    Uses :func:`mri_recon.planner.plan` with the memory this process may use on the host (the least of
+    ``MemAvailable``, its cgroup's limit and ``RLIMIT_AS``: :func:`~mri_recon.backend.host_memory_limits`) or
+    the GPU's free memory; raises :class:`~mri_recon.errors.ResourceError` naming the bytes needed and
+    available. The plan's ``coil_batch`` bounds how many coils go through the Toeplitz FFTs at once.
+    ``preparation`` (:func:`~mri_recon.prep_memory.preparation_of`) adds the preparation's stages; by default
+    the scan's arrays that the run does not use are counted as held.
     """
+    limit = None
     if device.is_gpu:
         available, what = device_memory(device)[0], f"GPU memory ({device})"
     else:
         available, what = host_memory_available(), "host memory"
+        limits = host_memory_limits()
+        tightest = min(limits, key=limits.get, default=None)
+        if tightest is not None and limits[tightest] == available:  # named when it is the one read
+            limit = f"the tightest limit: {tightest}"
     sense = scan.coil_maps is not None if sense is None else sense
     return plan(scan.matrix, scan.n_coils, scan.n_samples, sense=sense, iterations=iterations,
-                available_bytes=available, gpu=device.is_gpu, what=what, method=method)
+                available_bytes=available, gpu=device.is_gpu, what=what, method=method,
+                preparation=preparation_of(scan) if preparation is None else preparation, limit=limit)
 
 
 def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", method: str = "auto",
-                        iterations: int = 30, sense: bool | None = None) -> tuple[Device, type[Encoding], Plan]:
+                        iterations: int = 30, sense: bool | None = None,
+                        preparation: Preparation | None = None) -> tuple[Device, type[Encoding], Plan]:
     """The device, the encoding engine and the memory plan of a reconstruction of ``scan``: the one estimate
     that :func:`reconstruct` acts on and ``mri-recon info`` reports.
 
@@ -108,6 +119,9 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
         CG iterations (the time estimate scales with them).
     sense
         One image with coil maps (True) or one per coil (False); None: whether ``scan`` has maps.
+    preparation
+        What the preparation computes (:func:`~mri_recon.prep_memory.preparation_of`); None: the scan's arrays
+        only.
 
     Raises
     ------
@@ -115,7 +129,7 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
         The reconstruction does not fit the device's memory even one coil at a time.
     """
     dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
-    return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name)
+    return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
@@ -278,7 +292,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
         weights = (scan.weights.astype(np.float64) / weight_scale).astype(np.float32)
     weight_sum = float(np.sum(weights, dtype=np.float64))
-    dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense)
+    dev, engine, budget = plan_reconstruction(scan, device, method, iterations, sense,
+                                              preparation_of(scan, estimate_maps=estimate_maps))
     if scan.field_map is not None and psf is not None:
         raise InvalidDataError("a PSF applies to the model without off-resonance; with a field map leave psf=None")
     offres = None if scan.field_map is None else plan_correction(

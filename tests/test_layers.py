@@ -20,7 +20,7 @@ LAYERS = [
     {"scan"},
     {"kernels"},
     {"io", "operators", "solvers", "filters"},
-    {"planner"},
+    {"planner", "prep_memory"},
     {"prep"},
     {"sim"},
     {"result", "progress"},

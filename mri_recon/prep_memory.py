@@ -1,0 +1,196 @@
+"""Bytes the preparation of a scan holds at its peaks: prewhitening, density compensation, coil-map estimation.
+
+The planner (:mod:`mri_recon.planner`) adds these to the arrays held for the whole run. Each count follows
+the code of :mod:`mri_recon.prep` array by array (NumPy's temporaries included: an expression ``a * b + c``
+holds two results at once) and was checked against the peaks traced by ``tracemalloc`` and the peak RSS
+(``scripts/measure_planner.py``, ``docs/planner.md``). The preparation's own constants are repeated here
+(this module sits below :mod:`mri_recon.prep` and may not import it); a test checks that they agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .scan import Scan
+from .validation import trajectory_extent
+
+C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
+EIGEN_CHUNK = 1 << 19
+"""Voxels per batched eigen-solver call (:data:`mri_recon.prep.lowres.EIGEN_CHUNK`)."""
+WALSH_RADIUS = 12.0
+"""Radius of Walsh's low-resolution images in cycles per FOV, at most a quarter of the matrix
+(:func:`mri_recon.prep.lowres.default_radius`)."""
+ESPIRIT_CALIBRATION = {2: 24, 3: 16}
+ESPIRIT_KERNEL = {2: 6, 3: 5}
+"""ESPIRiT's default calibration width and kernel per dimension
+(:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
+ESPIRIT_KEPT = 1 / 3
+"""Share of the C x kernel^D calibration kernels ESPIRiT is assumed to keep (singular values above its
+threshold): the simulated scans of ``scripts/measure_planner.py`` keep 17-28%; noisier calibration data keep
+more, and their plan is low by that share of the kernels' images."""
+PIPE_MARGIN = 8 / (2 * math.pi * 0.25)
+"""Pipe-Menon's grid margin in cycles per FOV: eight kernel widths (:mod:`mri_recon.prep.dcf`)."""
+PIPE_STEP = 0.5
+"""Spacing of Pipe-Menon's uniform reference sampling (cycles per FOV)."""
+BLOB_CHUNK = 8192
+"""Samples per block of the weights' normalization (:func:`mri_recon.prep.dcf.normalize`)."""
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planner.plan`'s ``preparation``)."""
+
+    noise_samples: int = 0
+    """K of the ``(C, K)`` noise the data are prewhitened with; 0: no prewhitening."""
+    dcf: str | None = None
+    """``"ramp"`` or ``"pipe"``: density weights computed; None: none computed."""
+    extent: tuple[float, ...] = ()
+    """``max |k_d|`` of the trajectory per axis (cycles per FOV): the size of Pipe-Menon's grids."""
+    coil_maps: str | None = None
+    """``"walsh"`` or ``"espirit"``: maps estimated from the data; None: none estimated."""
+    centre_samples: int = 0
+    """Samples within the coil-map estimate's k-space radius (bounded by all samples when unknown)."""
+    whitened_maps: bool = False
+    """The scan's own coil maps are prewhitened with the data."""
+    held_bytes: int = 0
+    """The caller's arrays that the run's stages do not otherwise count (noise, ground truth, field map,
+    times, the scan's own weights), held throughout."""
+
+
+def prewhiten(c: int, m: int, k: int, n_vox: int, maps: bool) -> tuple[int, int]:
+    """``(peak, kept)``: bytes beyond the inputs at the peak of prewhitening, and the whitened copies kept
+    afterwards (the caller still holds the originals): k-space, noise and maps in complex64; the noise in
+    complex128 for its covariance, and the finiteness test's booleans when the whitened scan is validated."""
+    kept = c * m * C64 + c * k * C64 + (c * n_vox * C64 if maps else 0)
+    return kept + max(c * k * C128, 2 * c * m, 2 * c * n_vox if maps else 0), kept
+
+
+def _blob(m: int, matrix: tuple[int, ...]) -> int:
+    """The weights' normalization: a block of samples times an axis in float64 and twice complex128."""
+    return BLOB_CHUNK * max(matrix) * (C128 + C128) + 2 * m * F64
+
+
+def pipe_grid(extent: tuple[float, ...]) -> int:
+    """Voxels of Pipe-Menon's convolution grid (two margins beyond the samples' extent, even)."""
+    return math.prod(int(2 * math.ceil(r + PIPE_MARGIN)) for r in extent)
+
+
+def pipe_region(extent: tuple[float, ...]) -> int:
+    """Points of Pipe-Menon's uniform reference sampling: the box around the samples (a bound of the hull)."""
+    return math.prod(int(math.ceil((2 * r + 1) / PIPE_STEP)) + 1 for r in extent)
+
+
+def _convolution(points: int, positions: int, grid: int, d: int) -> int:
+    """One Pipe-Menon convolution: FINUFFT's type-1 of ``points`` onto ``grid`` and type-2 back at ``positions``."""
+    from .operators.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
+
+    fine = upsampfac(1e-4) ** d * grid * C128
+    adjoint = points * (d * F64 + C128) + grid * C128 + fine
+    forward = positions * (d * F64 + C128 + F64) + 2 * grid * C128 + fine
+    return max(adjoint + grid * C128, forward)
+
+
+def dcf(kind: str, m: int, matrix: tuple[int, ...], extent: tuple[float, ...]) -> int:
+    """Bytes beyond the inputs at the peak of computing ``kind`` (``"ramp"`` or ``"pipe"``) density weights."""
+    d = len(matrix)
+    k = m * d * F64  # the float64 trajectory, held throughout
+    if kind == "ramp":
+        return k + max(2 * m * d * F64 + m * F64, m * F64 + _blob(m, matrix)) + m * F32
+    extent = extent or tuple(n / 2 for n in matrix)
+    grid, region = pipe_grid(extent), pipe_region(extent)
+    unique = 3 * m * d * F64 + 3 * m * I64  # np.unique along axis 0: copies, its sort order and inverse
+    found = m * d * F64 + 2 * m * I64  # the distinct positions, inverse and counts (at most M of each)
+    sampled = 2 * region * d * F64 + m * d * F64  # the reference points (slabs and their concatenation), tree
+    iterate = max(_convolution(region, m, grid, d) + region * d * F64, _convolution(m, m, grid, d) + 3 * m * F64)
+    rest = found + grid * F64 + max(sampled, iterate, _blob(m, matrix) + 3 * m * F64)
+    return k + max(unique, rest)
+
+
+def centre_radius(method: str, matrix: tuple[int, ...]) -> float:
+    """The k-space radius (cycles per FOV) of the samples a coil-map estimate by ``method`` transforms."""
+    if method == "walsh":
+        return min(WALSH_RADIUS, min(matrix) / 4)
+    width = min(ESPIRIT_CALIBRATION[len(matrix)], min(matrix))
+    return min(width / 2 * math.sqrt(len(matrix)) + 6, min(matrix) / 2)
+
+
+def _eigen(n_vox: int, c: int) -> int:
+    """The batched eigen solver: its chunk's copy, the power iteration's three (C, C) arrays, the vectors."""
+    chunk = min(n_vox, EIGEN_CHUNK)
+    return 4 * chunk * c * c * C64 + n_vox * (c * C64 + F32)
+
+
+def _lowres(c: int, m_in: int, d: int, grid: int, workers: int) -> int:
+    """The low-resolution adjoint: the radii of every sample, the central samples weighted, their FINUFFT
+    transform (complex128 samples and images, one fine grid per transform in flight)."""
+    from .operators.encoding import NUFFT_EPS  # noqa: PLC0415
+    from .operators.finufft import upsampfac  # noqa: PLC0415
+
+    fine = int(upsampfac(NUFFT_EPS) ** d * grid) * C128
+    return (m_in * (d * F32 + 3 * F32 + I64) + 2 * c * m_in * C64 + c * m_in * C128 + m_in * d * F64
+            + c * grid * (C128 + C64) + min(workers, c) * fine)
+
+
+def walsh(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
+    """Bytes at the peak of Walsh's maps (final maps included): the low-resolution images and their copy, the
+    covariance of every coil pair (three while it is formed, four in the box sum), the (N, C, C) matrices
+    and the eigen solver."""
+    d, n_vox = len(matrix), math.prod(matrix)
+    grid = math.prod(min(n, 2 * math.ceil(2 * centre_radius("walsh", matrix))) for n in matrix)
+    pairs = c * (c + 1) // 2
+    images = c * n_vox * C64
+    cov = pairs * n_vox * C64
+    mats = n_vox * c * c * C64
+    return max(_lowres(c, m_in, d, grid, workers) + c * grid * C64, 3 * images,
+               2 * images + 4 * cov, 2 * images + 2 * cov + mats,
+               2 * images + cov + mats + _eigen(n_vox, c), 2 * images + cov + mats + 3 * images)
+
+
+def espirit(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
+    """Bytes at the peak of ESPIRiT's maps: the calibration matrix and its Gram matrix, the kernels'
+    images on a ``2 kernel`` grid (:data:`ESPIRIT_KEPT` of the C x kernel^D kernels: the number kept depends
+    on the data), the
+    (C, C, *matrix) operator (three while it is transformed) and the eigen solver."""
+    d, n_vox = len(matrix), math.prod(matrix)
+    width = min(ESPIRIT_CALIBRATION[d], min(matrix))
+    kernel = ESPIRIT_KERNEL[d]
+    grid = math.prod(min(n, 2 * math.ceil(2 * centre_radius("espirit", matrix))) for n in matrix)
+    rows, columns = (width - kernel + 1) ** d, c * kernel ** d
+    kept = min(rows, math.ceil(columns * ESPIRIT_KEPT))
+    hankel = rows * columns * (C64 + C128) + 3 * columns * columns * C128
+    images = 2 * kept * c * (2 * kernel) ** d * C128
+    operator = c * c * n_vox * C64
+    maps = c * n_vox * C64
+    return max(_lowres(c, m_in, d, grid, workers), hankel, images, 3 * operator,
+               operator + _eigen(n_vox, c), operator + n_vox * (c * C64 + F32) + 3 * maps)
+
+
+def coil_maps(method: str, matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
+    """Bytes at the peak of estimating coil maps by ``method`` (``"walsh"`` or ``"espirit"``)."""
+    return (walsh if method == "walsh" else espirit)(tuple(matrix), c, m_in, workers)
+
+
+def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,
+                   estimate_maps: str | None = None) -> Preparation:
+    """The sizes of what preparing ``scan`` computes, for the planner: prewhitening with its noise (when
+    ``prewhiten`` and it has noise), ``dcf`` (``"ramp"`` or ``"pipe"``: weights computed) and the coil maps
+    estimated by ``estimate_maps``; the scan's arrays the run keeps without counting them are ``held_bytes``."""
+    unused_maps = scan.coil_maps if estimate_maps is not None else None
+    held = sum(a.nbytes for a in (scan.noise, scan.ground_truth, scan.field_map, scan.times, scan.weights,
+                                  unused_maps) if a is not None)
+    if scan.weights is None and dcf in ("ramp", "pipe"):
+        held += scan.n_samples * 4  # the computed weights, besides the reconstruction's scaled copy
+    centre = 0
+    if estimate_maps is not None:
+        radius = centre_radius(estimate_maps, scan.matrix)
+        centre = int(np.count_nonzero(np.einsum("md,md->m", scan.trajectory, scan.trajectory) < radius ** 2))
+    whiten = prewhiten and scan.noise is not None
+    return Preparation(noise_samples=int(scan.noise.shape[1]) if whiten else 0,
+                       dcf=dcf if dcf in ("ramp", "pipe") else None,
+                       extent=tuple(float(r) for r in trajectory_extent(scan.trajectory)) if dcf == "pipe" else (),
+                       coil_maps=estimate_maps, centre_samples=centre,
+                       whitened_maps=whiten and scan.coil_maps is not None,
+                       held_bytes=int(held))

@@ -1,0 +1,218 @@
+"""The memory plan of ``mri_recon.reconstruct(scan)`` (the preparation included) against the measured peaks.
+
+Each case is simulated in one process and written to a temporary file; a fresh process reads it and runs
+``mri_recon.reconstruct(scan, device="cpu", ...)`` (prewhitening with the scan's noise, its weights or the
+density compensation asked for, its coil maps or estimated ones) with ``tracemalloc`` on. Measured:
+
+- ``traced``: the peak of the memory NumPy and Python allocate (``tracemalloc``, which NumPy reports its
+  arrays to), the loaded scan included; FINUFFT's and pocketfft's own buffers are not traced;
+- ``rss``: the process's peak RSS minus the max RSS (``os.wait4``) of a process that only imports the same
+  modules, so everything (FINUFFT's grids too, allocator and library state, tracemalloc's own bookkeeping);
+- per stage, the traced peak and the peak RSS (``VmHWM``, restarted through ``/proc/self/clear_refs``; minus
+  the imports-only RSS) between the preparation's end (``preparation``: prewhitening and density
+  weights), the pipeline's stage ends (``coil_maps``, ``fhd``, ``psf``, ``iterations``).
+
+The plan is :func:`mri_recon.api.plan_prepared` (what ``reconstruct`` checks); the plan's ``psf`` is the
+larger of its ``psf`` and ``spectrum`` stages (one stage of the pipeline), ``preparation`` the larger of
+``prewhiten`` and ``dcf``. Usage: ``python scripts/measure_planner.py [--json out.json] [--only NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERATIONS = 10
+# name: (matrix, trajectory, coils, reconstruct's options)
+CASES = {
+    "2d64-1coil": ((64, 64), "golden", 1, {}),
+    "2d64-4coils-walsh": ((64, 64), "golden", 4, {"coil_maps": "walsh"}),
+    "2d128-4coils-espirit": ((128, 128), "golden", 4, {"coil_maps": "espirit"}),
+    "2d64-8coils-exact": ((64, 64), "golden", 8, {"coil_maps": "file", "method": "exact"}),
+    "2d256-8coils-walsh": ((256, 256), "golden", 8, {"coil_maps": "walsh"}),
+    "2d256-8coils-espirit": ((256, 256), "golden", 8, {"coil_maps": "espirit"}),
+    "2d256-8coils-file": ((256, 256), "golden", 8, {"coil_maps": "file"}),
+    "2d256-1coil-pipe": ((256, 256), "golden", 1, {"dcf": "pipe"}),
+    "2d512-1coil-ramp": ((512, 512), "golden", 1, {"dcf": "ramp"}),
+    "2d512-16coils-walsh": ((512, 512), "golden", 16, {"coil_maps": "walsh"}),
+    "2d512-16coils-file": ((512, 512), "golden", 16, {"coil_maps": "file"}),
+    "3d48-1coil": ((48, 48, 48), "kooshball", 1, {}),
+    "3d48-8coils-walsh": ((48, 48, 48), "kooshball", 8, {"coil_maps": "walsh"}),
+    "3d32-8coils-espirit": ((32, 32, 32), "kooshball", 8, {"coil_maps": "espirit"}),
+    "3d64-4coils-file": ((64, 64, 64), "kooshball", 4, {"coil_maps": "file"}),
+}
+IMPORTS = ("import h5py, numpy, scipy.fft, finufft, threadpoolctl; import mri_recon, mri_recon.pipeline, mri_recon.io, "
+           "mri_recon.operators.finufft, mri_recon.prep.coilmaps, mri_recon.prep.dcf")
+MAKE = """
+import sys
+from mri_recon.io import save_scan
+from mri_recon.sim.simulate import simulate_scan
+matrix, kind, coils = eval(sys.argv[2])
+scan = simulate_scan(tuple(matrix), kind, coils=coils, snr=30.0, seed=1, dcf="ramp")
+save_scan(sys.argv[1], scan.replace(ground_truth=None, coil_maps=scan.coil_maps if coils > 1 else None))
+"""
+RUN = IMPORTS + """
+import json, sys, time, tracemalloc
+from mri_recon import api
+from mri_recon.io import load_scan
+options = json.loads(sys.argv[2])
+prep = {k: options.pop(k) for k in ("coil_maps", "dcf") if k in options}
+tracemalloc.start()
+scan = load_scan(sys.argv[1])
+dev, engine, plan = api.plan_prepared(scan, device="cpu", iterations=%d, **prep, **options)
+stages, resident = {}, {}
+def peak_rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+def reset_rss():
+    with open("/proc/self/clear_refs", "w") as f:  # "5": the peak RSS starts again from the current RSS
+        f.write("5")
+reset_rss()
+tracemalloc.reset_peak()
+def mark(name):
+    stages[name] = max(stages.get(name, 0), tracemalloc.get_traced_memory()[1])
+    resident[name] = max(resident.get(name, 0), peak_rss())
+    tracemalloc.reset_peak()
+    reset_rss()
+real_prepare = api.prepare_scan
+def prepare(*args, **kwargs):
+    out = real_prepare(*args, **kwargs)
+    mark("preparation")
+    return out
+api.prepare_scan = prepare
+names = {"upload": "coil_maps", "coil_maps": "coil_maps", "fhd": "fhd", "psf": "psf"}
+def progress(stage, iteration, total, residual):
+    if iteration is None:
+        mark(names.get(stage, "iterations"))
+start = time.perf_counter()
+result = api.reconstruct(scan, iterations=%d, tol=0.0, device="cpu", progress=progress, **prep, **options)
+seconds = time.perf_counter() - start
+mark("iterations")
+print(json.dumps({"seconds": seconds, "traced": stages, "resident": resident, "plan": dict(plan.stages),
+                  "peak": plan.peak_bytes,
+                  "samples": scan.n_samples, "method": engine.name, "coil_maps": result.parameters["coil_maps"]}))
+""" % (ITERATIONS, ITERATIONS)
+
+
+def _child(code: str, *args: str) -> tuple[int, str]:
+    """Run ``code`` in a fresh interpreter; its max RSS in bytes and its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.stdout.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"child failed with {os.waitstatus_to_exitcode(status)}")
+    return usage.ru_maxrss * 1024, out.strip()
+
+
+def planned_stages(plan: dict[str, int]) -> dict[str, int]:
+    """The plan's stages as the pipeline reports them (see the module docstring)."""
+    out = {"preparation": max(plan.get("prewhiten", 0), plan.get("dcf", 0)), "coil_maps": plan.get("coil_maps", 0),
+           "fhd": plan["fhd"], "psf": max(plan["psf"], plan.get("spectrum", 0)), "iterations": plan["iterations"]}
+    return {name: value for name, value in out.items() if value}
+
+
+def finufft_grids(matrix: tuple[int, ...], coils: int, method: str) -> dict[str, int]:
+    """Bytes of FINUFFT's fine grids in the ``fhd`` and ``psf`` stages, which tracemalloc does not see (their
+    shapes are FINUFFT's own: tests/test_planner_png.py reads them from its debug output)."""
+    from mri_recon.backend import cpu_threads  # noqa: PLC0415 - after the path is set
+    from mri_recon.operators.encoding import NUFFT_EPS  # noqa: PLC0415
+    from mri_recon.operators.finufft import fine_grid_shape  # noqa: PLC0415
+
+    if method != "nufft":
+        return {}
+    big = tuple(2 * n for n in matrix)
+    return {"fhd": min(cpu_threads(), coils) * math.prod(fine_grid_shape(matrix, NUFFT_EPS)) * 16,
+            "psf": math.prod(fine_grid_shape(big, NUFFT_EPS)) * 16}
+
+
+def measure(name: str, folder: str, baseline: int) -> dict:
+    matrix, kind, coils, options = CASES[name]
+    path = str(Path(folder) / f"{name}.h5")
+    _child(MAKE, path, repr((list(matrix), kind, coils)))
+    _, out = _child(RUN, path, json.dumps(options))  # its ru_maxrss restarts with clear_refs too: per stage
+    os.unlink(path)
+    info = json.loads(out.splitlines()[-1])
+    planned, traced = planned_stages(info["plan"]), info["traced"]
+    resident = {stage: value - baseline for stage, value in info["resident"].items()}
+    ratios = {stage: traced[stage] / planned[stage] for stage in planned if traced.get(stage)}
+    rss_ratios = {stage: resident[stage] / planned[stage] for stage in planned if resident.get(stage)}
+    return {"case": name, "matrix": list(matrix), "coils": coils, "options": options, "samples": info["samples"],
+            "method": info["method"], "coil_maps": info["coil_maps"], "plan_bytes": info["peak"],
+            "traced_bytes": max(traced.values()), "rss_bytes": max(resident.values()), "planned_stages": planned,
+            "traced_stages": traced, "stage_ratios": ratios,
+            "rss_stages": resident, "rss_stage_ratios": rss_ratios,
+            "finufft_grids": finufft_grids(matrix, coils, info["method"]), "seconds": info["seconds"]}
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table of docs/planner.md: whole runs, then every stage (MiB)."""
+    mib = 2**20
+    lines = ["| case | matrix | coils | maps / dcf | samples | plan | traced | traced / plan | RSS | RSS / plan "
+             "| peak stage | time (s) |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        r = {**r, "rss_bytes": max(r["rss_stages"].values())}
+        stage = max(r["planned_stages"], key=r["planned_stages"].get)
+        prep = "/".join(str(v) for k, v in r["options"].items() if k in ("coil_maps", "dcf")) or r["coil_maps"]
+        lines.append(f"| {r['case']} | {'x'.join(map(str, r['matrix']))} | {r['coils']} | {prep} | {r['samples']} "
+                     f"| {r['plan_bytes'] / mib:.1f} | {r['traced_bytes'] / mib:.1f} "
+                     f"| {r['traced_bytes'] / r['plan_bytes']:.2f} | {r['rss_bytes'] / mib:.1f} "
+                     f"| {r['rss_bytes'] / r['plan_bytes']:.2f} | {stage} | {r['seconds']:.1f} |")
+    lines += ["", "| case | stage | plan (MiB) | traced (+ FINUFFT grids) | ratio | RSS (MiB) | RSS / plan |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        grids = r.get("finufft_grids") or finufft_grids(tuple(r["matrix"]), r["coils"], r["method"])
+        for stage, planned in r["planned_stages"].items():
+            traced = r["traced_stages"].get(stage, 0) + grids.get(stage, 0)
+            rss = r["rss_stages"].get(stage, 0)
+            lines.append(f"| {r['case']} | {stage} | {planned / mib:.1f} | {traced / mib:.1f} | {traced / planned:.2f} "
+                         f"| {rss / mib:.1f} | {rss / planned:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--markdown", default=None, help="print the tables of this JSON file and exit")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
+        return
+    sys.path.insert(0, str(ROOT))
+    from mri_recon.planner import human_bytes  # noqa: PLC0415 - after the path is set
+
+    baseline = min(_child(IMPORTS)[0] for _ in range(3))
+    print(f"baseline (imports only): {human_bytes(baseline)}")
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name in CASES:
+            if args.only and args.only not in name:
+                continue
+            row = measure(name, folder, baseline)
+            rows.append(row)
+            worst = max(row["rss_stage_ratios"].items(), key=lambda kv: abs(kv[1] - 1))
+            print(f"{name:<22} plan {human_bytes(row['plan_bytes']):>10}  "
+                  f"traced {human_bytes(row['traced_bytes']):>10} "
+                  f"({row['traced_bytes'] / row['plan_bytes']:.2f})  rss {human_bytes(row['rss_bytes']):>10} "
+                  f"({row['rss_bytes'] / row['plan_bytes']:.2f})  farthest stage (rss) {worst[0]} {worst[1]:.2f}  "
+                  f"{row['seconds']:.1f} s", flush=True)
+    info = {"date": time.strftime("%Y-%m-%d"), "cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+            "python": platform.python_version(), "iterations": ITERATIONS, "baseline_bytes": baseline, "rows": rows}
+    if args.json:
+        Path(args.json).write_text(json.dumps(info, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import pipeline
-from .errors import InvalidDataError
 from .backend import Device
+from .errors import InvalidDataError
 from .operators.encoding import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
@@ -71,8 +71,8 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                   device: str | int | Device | None = "auto", method: str = "auto",
                   iterations: int = 30) -> tuple[Device, type[Encoding], Plan]:
-    """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these choices will
-    prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
+    """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these
+    choices will prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
     :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon info`` reports."""
     maps = coil_map_method(scan, coil_maps)
     estimate = maps if maps in ("walsh", "espirit") else None

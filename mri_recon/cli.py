@@ -315,10 +315,10 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @_friendly
 def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
+    from .api import plan_prepared
     from .backend import device_memory
     from .errors import ResourceError
     from .io import load_scans
-    from .api import plan_prepared
     from .planner import host_memory_available, human_bytes
 
     scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external)

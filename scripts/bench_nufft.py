@@ -24,7 +24,7 @@ import time
 import traceback
 
 import numpy as np
-from benchtools import cuda_timed, radial_2d
+from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
 
 from mri_recon.backend import cupy_module
 from mri_recon.operators import gpu_nufft
@@ -34,42 +34,6 @@ COILS = 8
 
 
 timed = cuda_timed
-
-
-def positions(matrix, voxels):
-    """r = (j - floor(N/2)) / N at C-order flat voxel indices (float64, (V, D))."""
-    idx = np.unravel_index(voxels, matrix)
-    return np.stack([(i - n // 2) / n for i, n in zip(idx, matrix)], axis=1)
-
-
-def exact_adjoint(data, traj, matrix, voxels, chunk=1 << 19):
-    """sum_m d[c, m] exp(+i 2 pi k_m . r) at ``voxels`` in float64 on the GPU."""
-    cupy = cupy_module()
-    r = cupy.asarray(positions(matrix, voxels))
-    out = cupy.zeros((data.shape[0], len(voxels)), dtype=cupy.complex128)
-    for m in range(0, traj.shape[0], chunk):
-        k = traj[m:m + chunk].astype(cupy.float64)
-        d = data[:, m:m + chunk].astype(cupy.complex128)
-        for v in range(0, len(voxels), 512):
-            cycles = k @ r[v:v + 512].T
-            cycles -= cupy.rint(cycles)
-            out[:, v:v + 512] += d @ cupy.exp(2j * np.pi * cycles)
-    return out
-
-
-def exact_forward(image, traj, samples, chunk=1 << 18):
-    """sum_n x[c, n] exp(-i 2 pi k_m . r_n) at sample indices ``samples`` in float64 on the GPU."""
-    cupy = cupy_module()
-    matrix = image.shape[1:]
-    flat = image.reshape(image.shape[0], -1)
-    k = traj[cupy.asarray(samples)].astype(cupy.float64)
-    out = cupy.zeros((image.shape[0], len(samples)), dtype=cupy.complex128)
-    for v in range(0, flat.shape[1], chunk):
-        r = cupy.asarray(positions(matrix, np.arange(v, min(v + chunk, flat.shape[1]))))
-        cycles = r @ k.T
-        cycles -= cupy.rint(cycles)
-        out += flat[:, v:v + chunk].astype(cupy.complex128) @ cupy.exp(-2j * np.pi * cycles)
-    return out
 
 
 def relative(out, ref) -> float:
@@ -163,7 +127,7 @@ def run_problem(results: dict, p: dict, with_sigpy: bool, sweep: list[dict]) -> 
     plan = holder.get("plan")
     if plan is None:
         return
-    ref = exact_adjoint(p["data"], p["traj"], matrix, p["voxels"])
+    ref = exact_adjoint(cupy_module(), p["data"], p["traj"], matrix, p["voxels"], chunk=1 << 19)
 
     def adjoint(coils):
         data = p["data"][:coils]
@@ -185,7 +149,7 @@ def run_problem(results: dict, p: dict, with_sigpy: bool, sweep: list[dict]) -> 
         timing = timed(lambda: plan.forward(image, out=out), runs)
         samples = np.sort(np.random.default_rng(1).choice(p["m"], size=256 if name == "3d256" else 1024,
                                                           replace=False))
-        exact = exact_forward(image, p["traj"], samples)
+        exact = exact_forward(cupy_module(), image, p["traj"], samples, chunk=1 << 18)
         return {**timing, "coils": COILS, "all_written": finite,
                 "rel_error": relative(out[:, cupy.asarray(samples)], exact)}
 
@@ -199,7 +163,8 @@ def run_problem(results: dict, p: dict, with_sigpy: bool, sweep: list[dict]) -> 
         timing = timed(lambda: gpu_nufft.psf(p["traj"], p["weights"], matrix), max(3, runs // 3), warmup=1)
         psf_plan = gpu_nufft.GpuNufft(2 * p["traj"], big)
         alone = timed(lambda: psf_plan.adjoint_real(p["weights"]), max(3, runs // 3))
-        exact = exact_adjoint(p["weights"][None].astype(cupy.complex64), 2 * p["traj"], big, voxels)
+        exact = exact_adjoint(cupy, p["weights"][None].astype(cupy.complex64), 2 * p["traj"], big, voxels,
+                              chunk=1 << 19)
         return {**timing, "transform_only_s": alone["median_s"],
                 "rel_error": relative(at(out[None], voxels), exact)}
 

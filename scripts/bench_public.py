@@ -38,7 +38,7 @@ import time
 import traceback
 
 import numpy as np
-from benchtools import radial_2d
+from benchtools import exact_adjoint, exact_forward, radial_2d
 
 import mri_recon
 from mri_recon.backend import Device, cupy_module, resolve_device, synchronize
@@ -76,37 +76,6 @@ def timed(fn, dev: Device, runs: int, warmup: int = 2) -> dict:
         synchronize(dev)
         times.append(time.perf_counter() - t0)
     return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
-
-
-def positions(matrix, voxels) -> np.ndarray:
-    """r = (j - floor(N/2)) / N at C-order flat voxel indices (float64, (V, D))."""
-    idx = np.unravel_index(voxels, matrix)
-    return np.stack([(i - n // 2) / n for i, n in zip(idx, matrix)], axis=1)
-
-
-def exact_adjoint(xp, data, traj, matrix, voxels, chunk=1 << 15):
-    """sum_m d[c, m] exp(+i 2 pi k_m . r) at ``voxels``, float64, on the arrays' device."""
-    r = xp.asarray(positions(matrix, voxels))
-    out = xp.zeros((data.shape[0], len(voxels)), dtype=np.complex128)
-    for m in range(0, traj.shape[0], chunk):
-        cycles = traj[m:m + chunk].astype(np.float64) @ r.T
-        cycles -= xp.rint(cycles)
-        out += data[:, m:m + chunk].astype(np.complex128) @ xp.exp(2j * np.pi * cycles)
-    return out
-
-
-def exact_forward(xp, image, traj, samples, chunk=1 << 15):
-    """sum_n x[c, n] exp(-i 2 pi k_m . r_n) at sample indices ``samples``, float64, on the arrays' device."""
-    matrix = image.shape[1:]
-    flat = image.reshape(image.shape[0], -1)
-    k = traj[xp.asarray(samples)].astype(np.float64)
-    out = xp.zeros((image.shape[0], len(samples)), dtype=np.complex128)
-    for v in range(0, flat.shape[1], chunk):
-        r = xp.asarray(positions(matrix, np.arange(v, min(v + chunk, flat.shape[1]))))
-        cycles = r @ k.T
-        cycles -= xp.rint(cycles)
-        out += flat[:, v:v + chunk].astype(np.complex128) @ xp.exp(-2j * np.pi * cycles)
-    return out
 
 
 def nrmse(xp, out, ref) -> float:
@@ -177,7 +146,8 @@ def sigpy_peer(p: dict, coils: int, dev: Device, runs: int) -> dict:
 
 
 def table(results: dict) -> None:
-    print("\n| problem | coils | fhd cold | fhd | forward | op.H | op | sigpy adj | sigpy fwd | op.H err | sigpy nrmse |")
+    print("\n| problem | coils | fhd cold | fhd | forward | op.H | op | sigpy adj | sigpy fwd | op.H err "
+          "| sigpy nrmse |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for key, r in results["problems"].items():
         if "error" in r:
@@ -232,11 +202,11 @@ def main(argv: list[str]) -> int:
             print(f"{name}: matrix {p['matrix']}, M = {p['m']}", flush=True)
             for coils in (1, 8):
                 key = f"{name} {coils} coil{'s' if coils > 1 else ''}"
-                section(results["problems"], key, lambda: ours(p, coils, dev, runs))
+                section(results["problems"], key, lambda p=p, coils=coils, runs=runs: ours(p, coils, dev, runs))
                 entry = results["problems"][key]
                 if with_sigpy and "error" not in entry:
                     holder: dict = {}
-                    section(holder, f"{key} sigpy", lambda: sigpy_peer(p, coils, dev, runs))
+                    section(holder, f"{key} sigpy", lambda p=p, coils=coils, runs=runs: sigpy_peer(p, coils, dev, runs))
                     entry["sigpy"] = holder[f"{key} sigpy"]
                 write(args.out, results)
             mri_recon.plan_cache_clear()

@@ -34,3 +34,38 @@ def cuda_timed(fn, runs: int, warmup: int = 2) -> dict:
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
     return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+
+
+def positions(matrix, voxels) -> np.ndarray:
+    """r = (j - floor(N/2)) / N at C-order flat voxel indices (float64, (V, D))."""
+    idx = np.unravel_index(voxels, matrix)
+    return np.stack([(i - n // 2) / n for i, n in zip(idx, matrix)], axis=1)
+
+
+def exact_adjoint(xp, data, traj, matrix, voxels, chunk=1 << 15, block=512):
+    """sum_m d[c, m] exp(+i 2 pi k_m . r) at ``voxels`` in float64, on the arrays' device (``xp``): samples
+    ``chunk`` and voxels ``block`` at a time."""
+    r = xp.asarray(positions(matrix, voxels))
+    out = xp.zeros((data.shape[0], len(voxels)), dtype=np.complex128)
+    for m in range(0, traj.shape[0], chunk):
+        k = traj[m:m + chunk].astype(np.float64)
+        d = data[:, m:m + chunk].astype(np.complex128)
+        for v in range(0, len(voxels), block):
+            cycles = k @ r[v:v + block].T
+            cycles -= xp.rint(cycles)
+            out[:, v:v + block] += d @ xp.exp(2j * np.pi * cycles)
+    return out
+
+
+def exact_forward(xp, image, traj, samples, chunk=1 << 15):
+    """sum_n x[c, n] exp(-i 2 pi k_m . r_n) at sample indices ``samples`` in float64, on the arrays' device."""
+    matrix = image.shape[1:]
+    flat = image.reshape(image.shape[0], -1)
+    k = traj[xp.asarray(samples)].astype(np.float64)
+    out = xp.zeros((image.shape[0], len(samples)), dtype=np.complex128)
+    for v in range(0, flat.shape[1], chunk):
+        r = xp.asarray(positions(matrix, np.arange(v, min(v + chunk, flat.shape[1]))))
+        cycles = r @ k.T
+        cycles -= xp.rint(cycles)
+        out += flat[:, v:v + chunk].astype(np.complex128) @ xp.exp(-2j * np.pi * cycles)
+    return out

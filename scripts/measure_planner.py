@@ -68,7 +68,7 @@ options = json.loads(sys.argv[2])
 prep = {k: options.pop(k) for k in ("coil_maps", "dcf") if k in options}
 tracemalloc.start()
 scan = load_scan(sys.argv[1])
-dev, engine, plan = api.plan_prepared(scan, device="cpu", iterations=%d, **prep, **options)
+dev, engine, plan = api.plan_prepared(scan, device="cpu", iterations={iterations}, **prep, **options)
 stages, resident = {}, {}
 def peak_rss():
     with open("/proc/self/status") as f:
@@ -94,13 +94,13 @@ def progress(stage, iteration, total, residual):
     if iteration is None:
         mark(names.get(stage, "iterations"))
 start = time.perf_counter()
-result = api.reconstruct(scan, iterations=%d, tol=0.0, device="cpu", progress=progress, **prep, **options)
+result = api.reconstruct(scan, iterations={iterations}, tol=0.0, device="cpu", progress=progress, **prep, **options)
 seconds = time.perf_counter() - start
 mark("iterations")
 print(json.dumps({"seconds": seconds, "traced": stages, "resident": resident, "plan": dict(plan.stages),
                   "peak": plan.peak_bytes,
                   "samples": scan.n_samples, "method": engine.name, "coil_maps": result.parameters["coil_maps"]}))
-""" % (ITERATIONS, ITERATIONS)
+""".replace("{iterations}", str(ITERATIONS))
 
 
 def _child(code: str, *args: str) -> tuple[int, str]:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from test_batch import FAST, make_scans
 
-from mri_recon.batch import reconstruct_many
 from mri_recon.batch import predict as predict_module
+from mri_recon.batch import reconstruct_many
 from mri_recon.batch.predict import decide, scan_seconds
 from mri_recon.batch.runner import plan_tasks
 from mri_recon.batch.task import ReconOptions

@@ -76,8 +76,8 @@ def test_a_batch_of_crafted_scans_reads_no_byte_of_another_file(tmp_path, rng):
         load_scans(scans / "s05.h5")
     out = tmp_path / "out"
     result = _run("reconstruct", scans, "-o", out, *FAST)
-    _one_line_error(result, rf"32 of 32 scan\(s\) failed \(first: .*s00.h5: dataset '/kspace' stores its data in "
-                            rf"the external file")
+    _one_line_error(result, r"32 of 32 scan\(s\) failed \(first: .*s00.h5: dataset '/kspace' stores its data in "
+                            r"the external file")
     written = [p.read_bytes() for p in out.rglob("*") if p.is_file()] if out.exists() else []
     assert written == [] or not any(data[i:i + 8] in blob for blob in written for i in range(0, 256, 8))
 

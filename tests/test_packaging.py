@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from mri_recon import __version__
 

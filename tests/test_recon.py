@@ -240,7 +240,8 @@ def test_result_shows_itself_in_notebooks(sense_scan, monkeypatch):
     result = reconstruct(scan, iterations=2, tol=0.0)
     png = result._repr_png_()
     assert png == encode_png(montage(result.image)[0])
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == tuple(scan.matrix)[::-1]  # width = axis 1
+    width_height = tuple(scan.matrix)[::-1]  # width = axis 1
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == width_height
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # matplotlib stays optional: a clear message
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(OutputError, match="Result.show needs matplotlib"):

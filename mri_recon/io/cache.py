@@ -50,8 +50,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import InvalidDataError
-from .cache_entry import (EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry,
-                          trust_problem)
+from .cache_entry import EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry, trust_problem
 from .files import atomic_output, clean_stale
 
 try:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import Geometry
 from .files import write_files
+from .geometry import Geometry
 from .nifti import nifti_bytes, write_nifti
 
 log = logging.getLogger(__name__)

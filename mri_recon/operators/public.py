@@ -13,13 +13,11 @@ the hits. To plan once explicitly, build a :class:`~mri_recon.operators.planned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-
-import contextlib
-from collections.abc import Iterator
 
 from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
 from ..errors import SchemaError

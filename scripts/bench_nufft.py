@@ -21,10 +21,10 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 
 import numpy as np
 from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
+from benchtools import section as run_section
 
 from mri_recon.backend import cupy_module
 from mri_recon.operators import gpu_nufft
@@ -48,14 +48,9 @@ def at(image, voxels):
 
 
 def section(results: dict, name: str, fn) -> None:
-    began = time.perf_counter()
-    try:
-        results[name] = fn()
-    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
-    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
-    brief = {k: v for k, v in results[name].items() if k in ("median_s", "rel_error", "error")}
-    print(f"  [{name}] {brief} ({results[name]['wall_s']} s)", flush=True)
+    """:func:`benchtools.section`, showing the median, the error or the failure."""
+    run_section(results, name, fn, lambda entry: {k: v for k, v in entry.items()
+                                                  if k in ("median_s", "rel_error", "error")})
 
 
 def make_problem(name: str, rng) -> dict:

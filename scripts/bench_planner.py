@@ -13,13 +13,17 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
+from benchtools import child_rss
+
 ROOT = Path(__file__).resolve().parents[1]
+_child = partial(child_rss, root=ROOT)
+"""Run code in a fresh interpreter with this repository on its path: its max RSS in bytes and its stdout."""
 # name: (matrix, trajectory, coils, spokes or interleaves, samples, method, coil maps)
 CASES = {
     "2d-nufft-1coil": ((1024, 1024), "golden", 1, 805, 2048, "nufft", False),
@@ -53,17 +57,7 @@ print(time.perf_counter() - start)
 """
 
 
-def _child(code: str, *args: str) -> tuple[int, str]:
-    """Run ``code`` in a fresh interpreter; its max RSS in bytes and its stdout."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.stdout.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed with {proc.returncode}")
-    return usage.ru_maxrss * 1024, out.strip()
+
 
 
 def main() -> None:

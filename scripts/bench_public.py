@@ -35,10 +35,9 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 
 import numpy as np
-from benchtools import exact_adjoint, exact_forward, radial_2d
+from benchtools import exact_adjoint, exact_forward, radial_2d, section
 
 import mri_recon
 from mri_recon.backend import Device, cupy_module, resolve_device, synchronize
@@ -83,16 +82,10 @@ def nrmse(xp, out, ref) -> float:
     return float(xp.linalg.norm(out - ref) / xp.linalg.norm(ref))
 
 
-def section(results: dict, name: str, fn) -> None:
-    began = time.perf_counter()
-    try:
-        results[name] = fn()
-    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
-    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
-    brief = {k: (f"{1e3 * v['median_s']:.3f} ms" if "median_s" in v else v) for k, v in results[name].items()
-             if isinstance(v, dict) and "median_s" in v or k == "error"}
-    print(f"  [{name}] {brief} ({results[name]['wall_s']} s)", flush=True)
+def brief(entry: dict) -> dict:
+    """The medians of a section's measurements (or its error), for its printed line."""
+    return {k: (f"{1e3 * v['median_s']:.3f} ms" if "median_s" in v else v) for k, v in entry.items()
+            if isinstance(v, dict) and "median_s" in v or k == "error"}
 
 
 def ours(p: dict, coils: int, dev: Device, runs: int) -> dict:
@@ -202,11 +195,13 @@ def main(argv: list[str]) -> int:
             print(f"{name}: matrix {p['matrix']}, M = {p['m']}", flush=True)
             for coils in (1, 8):
                 key = f"{name} {coils} coil{'s' if coils > 1 else ''}"
-                section(results["problems"], key, lambda p=p, coils=coils, runs=runs: ours(p, coils, dev, runs))
+                section(results["problems"], key, lambda p=p, coils=coils, runs=runs: ours(p, coils, dev, runs),
+                        brief)
                 entry = results["problems"][key]
                 if with_sigpy and "error" not in entry:
                     holder: dict = {}
-                    section(holder, f"{key} sigpy", lambda p=p, coils=coils, runs=runs: sigpy_peer(p, coils, dev, runs))
+                    section(holder, f"{key} sigpy",
+                            lambda p=p, coils=coils, runs=runs: sigpy_peer(p, coils, dev, runs), brief)
                     entry["sigpy"] = holder[f"{key} sigpy"]
                 write(args.out, results)
             mri_recon.plan_cache_clear()

@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import subprocess
+import sys
+import time
+import traceback
 
 import numpy as np
 
@@ -69,3 +74,29 @@ def exact_forward(xp, image, traj, samples, chunk=1 << 15):
         cycles -= xp.rint(cycles)
         out += flat[:, v:v + chunk].astype(np.complex128) @ xp.exp(-2j * np.pi * cycles)
     return out
+
+
+def section(results: dict, name: str, fn, brief) -> None:
+    """``results[name] = fn()`` with its wall time; an exception is recorded there instead of stopping the other
+    sections. Prints one line: ``brief(entry)``, the entry's fields worth showing."""
+    began = time.perf_counter()
+    try:
+        results[name] = fn()
+    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
+    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
+    print(f"  [{name}] {brief(results[name])} ({results[name]['wall_s']} s)", flush=True)
+
+
+def child_rss(code: str, *args: str, root) -> tuple[int, str]:
+    """Run ``code`` in a fresh interpreter with ``root`` on its path; its max RSS in bytes and its stdout
+    (RuntimeError when it fails)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.stdout.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"child failed with {code}")
+    return usage.ru_maxrss * 1024, out.strip()

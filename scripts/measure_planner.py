@@ -24,13 +24,17 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
+from benchtools import child_rss
+
 ROOT = Path(__file__).resolve().parents[1]
+_child = partial(child_rss, root=ROOT)
+"""Run code in a fresh interpreter with this repository on its path: its max RSS in bytes and its stdout."""
 ITERATIONS = 10
 # name: (matrix, trajectory, coils, reconstruct's options)
 CASES = {
@@ -103,16 +107,7 @@ print(json.dumps({"seconds": seconds, "traced": stages, "resident": resident, "p
 """.replace("{iterations}", str(ITERATIONS))
 
 
-def _child(code: str, *args: str) -> tuple[int, str]:
-    """Run ``code`` in a fresh interpreter; its max RSS in bytes and its stdout."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.stdout.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"child failed with {os.waitstatus_to_exitcode(status)}")
-    return usage.ru_maxrss * 1024, out.strip()
+
 
 
 def planned_stages(plan: dict[str, int]) -> dict[str, int]:

@@ -19,11 +19,14 @@ import numpy as np
 
 from ._version import __version__
 from .batch.inputs import output_name
+from .cli_bart import BART_INPUT
+from .cli_bart import bart_options as _bart
 from .cli_batch import batch_options, is_batch, run_batch
 from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
+from .units import TRAJ_UNITS
 from .validation import trajectory_extent
 
 log = logging.getLogger("mri_recon.cli")
@@ -118,8 +121,8 @@ def _varying(keys: list[dict]) -> list[str]:
                    "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5; another extension "
                    "is refused unless --format is given (default: SCAN's name with .recon.h5, or .recon.nii.gz / "
                    ".recon.mrd.h5 with --format, beside it).")
-@click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd"]), default=None,
-              help="Output format, overriding the one chosen by the output's extension.")
+@click.option("--format", "format_", type=click.Choice(["hdf5", "nifti", "mrd", "cfl", "dicom"]), default=None,
+              help="Output format, overriding the one chosen by the output's extension (dicom: -o names a folder).")
 @click.option("--complex", "complex_", is_flag=True,
               help="NIfTI: write real and imaginary parts (a last axis of size 2) instead of the magnitude. "
                    "HDF5 and MRD hold the complex image.")
@@ -141,8 +144,9 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--no-field-map", is_flag=True,
               help="Reconstruct without off-resonance correction, dropping the scan's field_map and times on "
                    "purpose (recorded as field_map_correction = ignored).")
-@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
-              show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
+@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
+              help="ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).")
+@BART_INPUT
 @_image_choice("reconstruct")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
@@ -159,8 +163,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                 dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, allow_external: bool, quiet: bool, verbose: int,
-                log_json: Path | None,
-                workers: int | None, scheduler: str | None, overwrite: bool, **solver: Any) -> None:
+                log_json: Path | None, workers: int | None, scheduler: str | None, overwrite: bool,
+                **solver: Any) -> None:
     """Reconstruct SCANS (schema-v1 HDF5 or ISMRMRD: files, folders or 'patterns*.h5') into image files.
 
     The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
@@ -172,6 +176,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     if is_batch(scans, workers, scheduler):
         return run_batch(click.get_current_context().params)
     scan = scans[0]
+    bart = _bart(scan, solver)  # BART .cfl input's --trajectory, --sensitivities, --matrix
     from .api import prepare_and_reconstruct
     from .console import ProgressBar, cli_logging, run_log, truth_summary, typed_settings, write_run_log
     from .io import load_scans
@@ -184,18 +189,18 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     ctx = click.get_current_context()
     settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
-    _check_outputs(scan, output, png)
+    _check_outputs(scan, output, png, dicom=(format_ == "dicom"))
     _check_log_json(scan, log_json, output, png)
     chosen = output_format(output, format_)  # a name of no output format: refused before work
     values = output_values(chosen, complex_=complex_, magnitude=magnitude)  # contradictions: refused before work
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
         picked = {k: v for k, v in _choice(slice_, contrast_, phase_, set_, repetition_).items() if v is not None}
-        scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external, **picked)
+        scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external, **picked, **bart)
         geometry = geometry_of(scans[0][1].matrix, scans[0][1].attrs, str(scan))  # malformed: refused before work
-        if not geometry.oriented and chosen in ("nifti", "mrd"):  # HDF5 records it in its `geometry` attribute
+        if not geometry.oriented and chosen in ("nifti", "mrd", "dicom"):  # HDF5 records it in its `geometry` attribute
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
-            placed = "affine has" if chosen == "nifti" else "image headers have position 0,"
+            placed = {"nifti": "affine has", "mrd": "image headers have position 0,"}.get(chosen, "files have")
             _log(quiet, f"warning: {scan} does not say where the image lies (no position or orientation): the "
                         f"output's {placed} identity directions (LPS) and {voxel} mm voxels"
                         + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
@@ -219,7 +224,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         finally:
             bar.close()
         written = write_result(output, results, scan, format=chosen, complex_=complex_, magnitude=magnitude)
-        what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images"}[chosen]
+        what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images",
+                "cfl": f"BART cfl, {values}", "dicom": "DICOM series, magnitude"}[chosen]
         shown = ""
         if png is not None:
             from .io.png import write_png
@@ -253,14 +259,17 @@ def _check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path |
     check_output(log_json, protect=(scan,))
 
 
-def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
+def _check_outputs(scan: Path, output: Path, png: Path | None, dicom: bool = False) -> None:
     """Fail before any work when an output cannot be written (the same checks the writers make)."""
+    from .io.dicom import check_dicom_output
     from .io.files import check_output, same_file
     from .io.png import check_png_name
 
     if png is not None and same_file(png, output):
         raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
-    for target in (output, png):
+    if dicom:
+        check_dicom_output(output, protect=(scan,))
+    for target in ((png,) if dicom else (output, png)):
         if target is not None:
             check_output(target, protect=(scan,))
     if png is not None:
@@ -309,8 +318,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
-              show_default=True, help="ISMRMRD trajectory units.")
+@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
+              help="ISMRMRD trajectory units.")
 @ALLOW_EXTERNAL
 @_friendly
 def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
@@ -363,22 +372,29 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
 @main.command()
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("output", type=click.Path(path_type=Path))
-@click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
-              show_default=True, help="Units of the ISMRMRD trajectory.")
+@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
+              help="Units of the ISMRMRD / BART trajectory.")
+@BART_INPUT
 @_image_choice("convert")
 @ALLOW_EXTERNAL
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def convert(source: Path, output: Path, traj_units: str, slice_: int | None, contrast_: int | None,
             phase_: int | None, set_: int | None, repetition_: int | None, allow_external: bool,
-            quiet: bool) -> None:
+            quiet: bool, **bart_input: Any) -> None:
     """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
-    and repetition; the indices that vary are appended to OUTPUT's name)."""
+    and repetition; the indices that vary are appended to OUTPUT's name), or a BART .cfl k-space (with
+    --trajectory) to MRD (OUTPUT .mrd.h5 / .mrd) or schema v1."""
     from .io.files import same_file
     from .io.ismrmrd_write import convert as run
 
+    bart = _bart(source, bart_input)
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
+    if bart:
+        from .io.cfl_scan import convert_cfl
+
+        run = functools.partial(convert_cfl, **bart)
     for path in run(source, output, traj_units=traj_units, allow_external=allow_external,
                     **_choice(slice_, contrast_, phase_, set_, repetition_)):
         _log(quiet, f"wrote {path}")

@@ -15,6 +15,9 @@ import numpy as np
 
 from ._version import __version__
 from .errors import OutputError
+from .io.cfl import is_cfl_name
+from .io.cfl_scan import write_cfl_images
+from .io.dicom import dicom_values, write_dicom_series
 from .io.files import memory_output
 from .io.geometry import Geometry, geometry_attrs, geometry_of
 from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
@@ -22,7 +25,7 @@ from .io.nifti import is_nifti_name
 from .io.nifti_stack import write_nifti_stack
 from .io.stack import StackLayout, stack_layout
 
-FORMATS = ("hdf5", "nifti", "mrd")
+FORMATS = ("hdf5", "nifti", "mrd", "cfl", "dicom")
 """Output formats of :func:`write_result`."""
 HDF5_SUFFIXES = (".h5", ".hdf5")
 """File names that choose HDF5 output (``.mrd.h5`` chooses MRD)."""
@@ -93,13 +96,15 @@ def output_format(output: str | os.PathLike, format: str | None = None) -> str:
             return "nifti"
         if is_mrd_name(output):
             return "mrd"
+        if is_cfl_name(output):
+            return "cfl"
         if str(output).lower().endswith(HDF5_SUFFIXES):
             return "hdf5"
         suffix = Path(output).suffix
         found = f"extension {suffix!r} is not" if suffix else "name has no extension naming"
         raise OutputError(f"{output}: the {found} an output format: use .h5 or .hdf5 (HDF5), .nii or .nii.gz "
-                          f"(NIfTI), .mrd.h5 or .mrd (MRD images); a PNG preview is --png FILE.png; --format "
-                          f"hdf5|nifti|mrd writes that format under any name")
+                          f"(NIfTI), .mrd.h5 or .mrd (MRD images), .cfl (BART); a PNG preview is --png FILE.png; "
+                          f"--format hdf5|nifti|mrd|cfl|dicom writes that format under any name (dicom: a folder)")
     if format not in FORMATS:
         raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
     return format
@@ -125,6 +130,8 @@ def output_values(format: str, *, complex_: bool = False, magnitude: bool = Fals
         return "complex"
     if format == "nifti":
         return "real and imaginary" if complex_ else "magnitude"
+    if format == "dicom":
+        return dicom_values(complex_=complex_)
     return "magnitude" if magnitude else "complex"
 
 
@@ -183,6 +190,11 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     geometries = result_geometries(results)
     if chosen == "nifti":
         return write_nifti_stack(output, image, geometries, layout.axes, complex_=complex_, protect=(scan_path,))
+    if chosen == "cfl":
+        return write_cfl_images(output, image, [k for k, _, _, _ in results], results[0][1].ndim,
+                                magnitude=magnitude, protect=(scan_path,))
+    if chosen == "dicom":
+        return write_dicom_series(output, image, geometries, results, protect=(scan_path,))
     if chosen == "mrd":
         _write_mrd(output, results, images, geometries, scan_path, magnitude=values == "magnitude")
     else:

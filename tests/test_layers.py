@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 LAYERS = [
     {"_version", "errors"},
     {"backend"},
+    {"units"},
     {"validation", "grid", "scaling"},
     {"scan"},
     {"kernels"},
@@ -28,7 +29,7 @@ LAYERS = [
     {"api"},
     {"doctor"},
     {"batch"},
-    {"cli", "cli_batch", "cli_solver", "console", "__init__", "__main__", "simulate"},
+    {"cli", "cli_bart", "cli_batch", "cli_solver", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

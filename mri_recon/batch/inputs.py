@@ -16,7 +16,7 @@ from ..errors import OutputError, ScanFileError
 
 SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd")
 """File name endings of the scan files a folder stands for."""
-_OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5"}
+_OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5", "cfl": ".cfl", "dicom": ".dcm"}
 OUTPUT_FILE_SUFFIXES = (".h5", ".hdf5", ".nii", ".nii.gz", ".mrd")
 """Endings of an output file's name: an ``-o`` ending so names one output file, not a folder of outputs."""
 
@@ -69,7 +69,7 @@ def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
     """The default output name of ``scan``: its name without ``.mrd.h5`` / ``.h5`` / ``.hdf5`` / ``.mrd``, then
     ``.recon.h5`` (``.recon.nii.gz`` for NIfTI, ``.recon.mrd.h5`` for MRD images)."""
     name = Path(scan).name
-    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
+    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd", ".cfl", ".hdr"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break

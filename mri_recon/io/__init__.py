@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InvalidDataError
 from ..scan import Scan
+from .cfl import is_cfl_name
 from .schema import is_hdf5_scan, load_schema_v1, save_scan
 
 __all__ = ["load_scan", "load_scans", "save_scan"]
@@ -27,6 +28,14 @@ def _one_image_file(path: str | os.PathLike, options: dict[str, Any]) -> None:
                                f"of an ISMRMRD file")
 
 
+def _only_image(path: str | os.PathLike, scans: list[tuple[dict, Scan]]) -> Scan:
+    """The one scan of ``scans``, or the error naming how many images a choice must leave one of."""
+    if len(scans) != 1:
+        raise InvalidDataError(f"{path}: holds {len(scans)} images; choose one (slice=, contrast=, phase=, set=, "
+                               f"repetition=) or use load_scans")
+    return scans[0][1]
+
+
 def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
                **ismrmrd_options: Any) -> list[tuple[dict, Scan]]:
     """Every image of a scan file: ``(key, Scan)`` pairs for ISMRMRD (MRD), else ``[({}, scan)]`` for schema v1.
@@ -41,6 +50,10 @@ def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
     (:class:`~mri_recon.errors.ExternalDataError`) unless ``allow_external=True``
     (:mod:`mri_recon.io.contained`). An MRD file of images (not raw acquisitions) is refused as such.
     """
+    if is_cfl_name(path):  # BART k-space: needs trajectory= (and sensitivities= or matrix=)
+        from .cfl_scan import load_cfl_scans  # noqa: PLC0415 - on use
+
+        return load_cfl_scans(path, allow_external=allow_external, **ismrmrd_options)
     found = is_hdf5_scan(path, allow_external)
     if found == "ismrmrd":
         from .ismrmrd import load_ismrmrd_all  # noqa: PLC0415 - the ismrmrd package is imported on use
@@ -58,6 +71,10 @@ def load_scan(path: str | os.PathLike, *, allow_external: bool = False, **ismrmr
     ``set``, ``repetition`` to choose the image) apply to ISMRMRD files only; a file with several images
     needs a choice that leaves one. ``allow_external`` as for :func:`load_scans`.
     """
+    if is_cfl_name(path):
+        from .cfl_scan import load_cfl_scans  # noqa: PLC0415 - on use
+
+        return _only_image(path, load_cfl_scans(path, allow_external=allow_external, **ismrmrd_options))
     found = is_hdf5_scan(path, allow_external)
     if found == "ismrmrd":
         from .ismrmrd import load_ismrmrd  # noqa: PLC0415 - the ismrmrd package is imported on use

@@ -57,18 +57,20 @@ def case(bart: str, folder: Path, lam_rel: float, iterations: int, matrix: int, 
     lam_b = float(f"{lam_rel * samples * peak / matrix**2:.6g}")
     tag = f"{lam_rel:g}_{iterations}"
     started = time.perf_counter()
-    run([bart, "pics", "-S", "-l2", "-r", repr(lam_b), "-i", str(iterations), "-t", "traj", "ksp", "sens", f"pics_{tag}"],
-        folder)
+    run([bart, "pics", "-S", "-l2", "-r", repr(lam_b), "-i", str(iterations), "-t", "traj", "ksp", "sens",
+         f"pics_{tag}"], folder)
     bart_s = time.perf_counter() - started
     started = time.perf_counter()
     run([sys.executable, "-m", "mri_recon", "reconstruct", "ksp.cfl", "--trajectory", "traj.cfl", "--sensitivities",
-         "sens.cfl", "-o", f"x_{tag}.cfl", "--lambda", repr(lam_b * matrix**2 / (samples * peak) * ours_factor), "--iterations", str(iterations), "--tol", "0",
+         "sens.cfl", "-o", f"x_{tag}.cfl", "--lambda", repr(lam_b * matrix**2 / (samples * peak) * ours_factor),
+         "--iterations", str(iterations), "--tol", "0",
          "--device", "cpu", "-q"], folder)
     ours_s = time.perf_counter() - started
     ours, theirs = image(folder / f"x_{tag}"), image(folder / f"pics_{tag}")
     said = run([bart, "nrmse", "-s", f"pics_{tag}", f"x_{tag}"], folder).strip()
     shown = run([bart, "show", "-m", f"x_{tag}"], folder).split("AoD:")[-1].split()
-    return {"bart_lambda": lam_b, "mri_recon_lambda": lam_rel * ours_factor, "iterations": iterations,
+    return {"trajectory": " ".join(run([bart, "show", "-m", "traj"], folder).split("AoD:")[-1].split()[:3]),
+            "bart_lambda": lam_b, "mri_recon_lambda": lam_rel * ours_factor, "iterations": iterations,
             "nrmse_scaled": nrmse_scaled(ours, theirs), "bart_nrmse_s": float(said.split()[0]),
             "bart_show_dims": [int(v) for v in shown], "bart_pics_s": bart_s, "mri_recon_s": ours_s}
 
@@ -80,24 +82,32 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     args = parser.parse_args()
     matrix = 128
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        run([args.bart, "traj", "-r", "-x", str(2 * matrix), "-y", "64", "traj"], folder)
-        run([args.bart, "phantom", "-k", "-s", "8", "-t", "traj", "ksp"], folder)
-        run([args.bart, "phantom", "-S", "8", "-x", str(matrix), "sens"], folder)
-        rows = [case(args.bart, folder, lam, args.iterations, matrix) for lam in (0.001, 0.01, 0.1)]
-        rows.append(case(args.bart, folder, 0.01, 30, matrix))
-        rows += [case(args.bart, folder, 0.01, args.iterations, matrix, factor) for factor in (0.5, 2.0)]
-    version = run([args.bart, "version"], Path(".")).strip()
-    record = {"bart": version, "pipeline": "bart traj -r -x 256 -y 64; bart phantom -k -s 8 -t traj ksp; "
-                                           "bart phantom -S 8 sens", "matrix": [matrix, matrix], "cases": rows}
+    pipelines = {"bart traj -r -x 256 -y 64 -o 2": ["-o", "2"], "bart traj -r -x 256 -y 64": []}
+    record = {"bart": run([args.bart, "version"], Path(".")).strip(), "matrix": [matrix, matrix], "cases": []}
+    for name, extra in pipelines.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            run([args.bart, "traj", "-r", "-x", str(2 * matrix), "-y", "64", *extra, "traj"], folder)
+            run([args.bart, "phantom", "-k", "-s", "8", "-t", "traj", "ksp"], folder)
+            run([args.bart, "phantom", "-S", "8", "-x", str(matrix), "sens"], folder)
+            run([args.bart, "phantom", "-x", str(matrix), "rho"], folder)  # BART's NUFFT against its DFT
+            run([args.bart, "nufft", "traj", "rho", "k_nufft"], folder)
+            run([args.bart, "nufft", "-s", "traj", "rho", "k_dft"], folder)
+            nufft_error = float(run([args.bart, "nrmse", "k_dft", "k_nufft"], folder).split()[0])
+            cases = [(0.01, args.iterations, 1.0), (0.1, args.iterations, 1.0), (0.01, 30, 1.0)]
+            if extra:
+                cases += [(0.01, args.iterations, 0.5), (0.01, args.iterations, 2.0)]
+            for lam, iterations, factor in cases:
+                row = case(args.bart, folder, lam, iterations, matrix, factor)
+                record["cases"].append({"pipeline": name, "bart_nufft_vs_dft_nrmse": nufft_error, **row})
     args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print("| pics -r | mri-recon --lambda | iterations | NRMSE (complex scale) | bart nrmse -s | pics s | mri-recon s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['bart_lambda']:.4g} | {r['mri_recon_lambda']:.4g} | {r['iterations']} | {r['nrmse_scaled']:.2e} "
-              f"| {r['bart_nrmse_s']:.2e} | {r['bart_pics_s']:.2f} | {r['mri_recon_s']:.2f} |")
-
+    print("| pipeline | pics -r | mri-recon --lambda | iterations | NRMSE (complex scale) | bart nrmse -s "
+          "| BART nufft vs DFT | pics s | mri-recon s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in record["cases"]:
+        print(f"| `{r['pipeline']}` | {r['bart_lambda']:.4g} | {r['mri_recon_lambda']:g} | {r['iterations']} "
+              f"| {r['nrmse_scaled']:.2e} | {r['bart_nrmse_s']:.2e} | {r['bart_nufft_vs_dft_nrmse']:.2e} "
+              f"| {r['bart_pics_s']:.1f} | {r['mri_recon_s']:.1f} |")
 
 if __name__ == "__main__":
     main()

@@ -17,16 +17,14 @@ from typing import Any
 import click
 import numpy as np
 
+from . import cli_bart
 from ._version import __version__
 from .batch.inputs import output_name
-from .cli_bart import BART_INPUT
-from .cli_bart import bart_options as _bart
 from .cli_batch import batch_options, is_batch, run_batch
 from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
-from .units import TRAJ_UNITS
 from .validation import trajectory_extent
 
 log = logging.getLogger("mri_recon.cli")
@@ -144,9 +142,7 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--no-field-map", is_flag=True,
               help="Reconstruct without off-resonance correction, dropping the scan's field_map and times on "
                    "purpose (recorded as field_map_correction = ignored).")
-@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
-              help="ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).")
-@BART_INPUT
+@cli_bart.trajectory_options("ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).")
 @_image_choice("reconstruct")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
@@ -176,7 +172,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     if is_batch(scans, workers, scheduler):
         return run_batch(click.get_current_context().params)
     scan = scans[0]
-    bart = _bart(scan, solver)  # BART .cfl input's --trajectory, --sensitivities, --matrix
+    bart = cli_bart.bart_options(scan, solver)  # BART .cfl input's --trajectory, --sensitivities, --matrix
     from .api import prepare_and_reconstruct
     from .console import ProgressBar, cli_logging, run_log, truth_summary, typed_settings, write_run_log
     from .io import load_scans
@@ -224,8 +220,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
         finally:
             bar.close()
         written = write_result(output, results, scan, format=chosen, complex_=complex_, magnitude=magnitude)
-        what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images",
-                "cfl": f"BART cfl, {values}", "dicom": "DICOM series, magnitude"}[chosen]
+        what = {"hdf5": "HDF5", "nifti": f"NIfTI, {values}", "mrd": f"MRD, {values} images"}.get(chosen, values)
         shown = ""
         if png is not None:
             from .io.png import write_png
@@ -267,11 +262,9 @@ def _check_outputs(scan: Path, output: Path, png: Path | None, dicom: bool = Fal
 
     if png is not None and same_file(png, output):
         raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
-    if dicom:
-        check_dicom_output(output, protect=(scan,))
-    for target in ((png,) if dicom else (output, png)):
+    for target, check in ((output, check_dicom_output if dicom else check_output), (png, check_output)):
         if target is not None:
-            check_output(target, protect=(scan,))
+            check(target, protect=(scan,))
     if png is not None:
         check_png_name(png)
 
@@ -318,8 +311,7 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
-              help="ISMRMRD trajectory units.")
+@cli_bart.trajectory_options("ISMRMRD trajectory units.", bart=False)
 @ALLOW_EXTERNAL
 @_friendly
 def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
@@ -372,9 +364,7 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
 @main.command()
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("output", type=click.Path(path_type=Path))
-@click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
-              help="Units of the ISMRMRD / BART trajectory.")
-@BART_INPUT
+@cli_bart.trajectory_options("Units of the ISMRMRD / BART trajectory.")
 @_image_choice("convert")
 @ALLOW_EXTERNAL
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
@@ -383,18 +373,13 @@ def convert(source: Path, output: Path, traj_units: str, slice_: int | None, con
             phase_: int | None, set_: int | None, repetition_: int | None, allow_external: bool,
             quiet: bool, **bart_input: Any) -> None:
     """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
-    and repetition; the indices that vary are appended to OUTPUT's name), or a BART .cfl k-space (with
-    --trajectory) to MRD (OUTPUT .mrd.h5 / .mrd) or schema v1."""
+    and repetition; the indices that vary are appended to OUTPUT's name), or BART .cfl k-space to MRD."""
     from .io.files import same_file
-    from .io.ismrmrd_write import convert as run
+    from .io.ismrmrd_write import convert
 
-    bart = _bart(source, bart_input)
+    run = cli_bart.converter(source, bart_input, convert)  # BART .cfl input: to MRD or schema v1
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    if bart:
-        from .io.cfl_scan import convert_cfl
-
-        run = functools.partial(convert_cfl, **bart)
     for path in run(source, output, traj_units=traj_units, allow_external=allow_external,
                     **_choice(slice_, contrast_, phase_, set_, repetition_)):
         _log(quiet, f"wrote {path}")

@@ -3,10 +3,13 @@ and ``--matrix``, turned into the keyword arguments of :func:`mri_recon.io.cfl_s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
 import click
+
+from .units import TRAJ_UNITS
 
 OPTIONS = [
     click.option("--trajectory", "bart_trajectory", type=click.Path(path_type=Path), default=None,
@@ -23,6 +26,18 @@ def BART_INPUT(func: Callable) -> Callable:  # noqa: N802 - a decorator named li
     for option in reversed(OPTIONS):
         func = option(func)
     return func
+
+
+def trajectory_options(help: str, *, bart: bool = True) -> Callable:  # noqa: A002 - click's word
+    """``--traj-units`` (:data:`~mri_recon.units.TRAJ_UNITS`) with this help, and with ``bart`` the
+    :data:`OPTIONS` of BART input."""
+
+    def decorate(func: Callable) -> Callable:
+        func = BART_INPUT(func) if bart else func
+        return click.option("--traj-units", type=click.Choice(TRAJ_UNITS), default="auto", show_default=True,
+                            help=help)(func)
+
+    return decorate
 
 
 def parse_matrix(text: str) -> tuple[int, ...]:
@@ -45,3 +60,12 @@ def bart_options(scan: Path, params: dict) -> dict:
     matrix = params.pop("bart_matrix", None)
     return cfl_options(scan, params.pop("bart_trajectory", None), params.pop("bart_sensitivities", None),
                        None if matrix is None else parse_matrix(matrix))
+
+
+def converter(source: Path, params: dict, convert: Callable) -> Callable:
+    """``convert`` (the ISMRMRD one), or for BART input :func:`mri_recon.io.cfl_scan.convert_cfl` with the
+    BART options of ``params``."""
+    from .io.cfl_scan import convert_cfl  # noqa: PLC0415 - on use
+
+    bart = bart_options(source, params)
+    return functools.partial(convert_cfl, **bart) if bart else convert

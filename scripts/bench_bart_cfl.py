@@ -2,9 +2,10 @@
 
     python scripts/bench_bart_cfl.py [--bart /work/tools/bart] [--out docs/results/bench_bart_cfl.json]
 
-BART makes the scan (``bart traj -r -x 256 -y 64``, ``bart phantom -k -s 8 -t traj ksp``, ``bart phantom -S 8
-sens``); ``mri-recon reconstruct ksp.cfl --trajectory traj.cfl --sensitivities sens.cfl -o x.cfl`` and ``bart
-pics -S -l2 -r LAMBDA -i ITER -t traj ksp sens`` reconstruct it, and the two images are compared by the NRMSE
+BART makes the scan (``bart traj -r -x 256 -y 64``, scaled by ``bart scale 0.5`` into the 128 grid or not,
+``bart phantom -k -s 8 -t traj ksp``, ``bart phantom -S 8 sens``); ``mri-recon reconstruct ksp.cfl --trajectory
+traj.cfl --sensitivities sens.cfl -o x.cfl`` and ``bart pics -S -l2 -r LAMBDA -i ITER -t traj ksp sens``
+reconstruct it, and the two images are compared by the NRMSE
 after the best complex scale, ``min_s ||b - s a|| / ||b||``, computed here and by ``bart nrmse -s`` on mri-recon's
 own ``x.cfl`` (which also checks that BART reads it; ``bart show -m`` prints its dimensions).
 
@@ -82,21 +83,24 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     args = parser.parse_args()
     matrix = 128
-    pipelines = {"bart traj -r -x 256 -y 64 -o 2": ["-o", "2"], "bart traj -r -x 256 -y 64": []}
+    pipelines = {"bart traj -r -x 256 -y 64; bart scale 0.5": True, "bart traj -r -x 256 -y 64": False}
     record = {"bart": run([args.bart, "version"], Path(".")).strip(), "matrix": [matrix, matrix], "cases": []}
-    for name, extra in pipelines.items():
+    for name, inside in pipelines.items():
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            run([args.bart, "traj", "-r", "-x", str(2 * matrix), "-y", "64", *extra, "traj"], folder)
+            run([args.bart, "traj", "-r", "-x", str(2 * matrix), "-y", "64", "traj"], folder)
+            if inside:  # 2x readout oversampling inside the grid: |k| <= matrix / 2
+                run([args.bart, "scale", "0.5", "traj", "traj"], folder)
             run([args.bart, "phantom", "-k", "-s", "8", "-t", "traj", "ksp"], folder)
             run([args.bart, "phantom", "-S", "8", "-x", str(matrix), "sens"], folder)
             run([args.bart, "phantom", "-x", str(matrix), "rho"], folder)  # BART's NUFFT against its DFT
             run([args.bart, "nufft", "traj", "rho", "k_nufft"], folder)
             run([args.bart, "nufft", "-s", "traj", "rho", "k_dft"], folder)
             nufft_error = float(run([args.bart, "nrmse", "k_dft", "k_nufft"], folder).split()[0])
-            cases = [(0.01, args.iterations, 1.0), (0.1, args.iterations, 1.0), (0.01, 30, 1.0)]
-            if extra:
-                cases += [(0.01, args.iterations, 0.5), (0.01, args.iterations, 2.0)]
+            cases = [(0.1, args.iterations, 1.0)]
+            if inside:
+                cases += [(0.01, args.iterations, 1.0), (0.1, 30, 1.0), (0.1, args.iterations, 0.5),
+                          (0.1, args.iterations, 2.0)]
             for lam, iterations, factor in cases:
                 row = case(args.bart, folder, lam, iterations, matrix, factor)
                 record["cases"].append({"pipeline": name, "bart_nufft_vs_dft_nrmse": nufft_error, **row})

@@ -162,3 +162,13 @@ def test_per_meter_is_named_for_an_ismrmrd_extent():
     with pytest.raises(TrajectoryUnitsError, match="radians"):
         detect_units(np.array([np.pi, np.pi]), encoded, "scan.h5", fov_mm)
     assert detect_units(encoded / 2, encoded, "scan.h5", fov_mm) == "cycles-per-fov"
+
+
+def test_writing_over_a_protected_input_is_refused_and_leaves_both_files(tmp_path):
+    from mri_recon.errors import OutputError
+
+    first = _random(np.random.default_rng(8), (3, 2))
+    write_cfl(tmp_path / "k", first)
+    with pytest.raises(OutputError, match="would overwrite the input"):
+        write_cfl(tmp_path / "k.cfl", np.zeros((5,), np.complex64), protect=(tmp_path / "k.cfl",))
+    np.testing.assert_array_equal(np.asarray(read_cfl(tmp_path / "k")).reshape(3, 2), first)

@@ -132,3 +132,33 @@ def test_header_fields_from_an_ismrmrd_header():
     assert fields["RepetitionTime"] == "5" and fields["EchoTime"] == "2.5" and fields["FlipAngle"] == "10"
     assert fields["ImagingFrequency"] == "123.2" and fields["ProtocolName"] == "radial"
     assert fields["PatientPosition"] == "HFS"
+
+
+def test_a_3d_image_is_one_file_per_slice_at_the_documented_positions(tmp_path):
+    from mri_recon import Scan
+    from mri_recon.io.dicom import write_dicom_series
+    from mri_recon.io.geometry import geometry_of
+
+    rng = np.random.default_rng(7)
+    a, b = np.radians(20.0), np.radians(-35.0)
+    rot = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]]) @ \
+        np.array([[1, 0, 0], [0, np.cos(b), -np.sin(b)], [0, np.sin(b), np.cos(b)]])
+    matrix, voxel, position = (9, 6, 5), np.array([1.5, 2.0, 3.25]), np.array([-4.0, 17.5, 30.0])
+    attrs = {"voxel_size_mm": voxel, "position_mm": position, "read_dir": rot[:, 0], "phase_dir": rot[:, 1],
+             "slice_dir": rot[:, 2]}
+    n = 16
+    scan = Scan(kspace=np.ones((1, n), np.complex64), trajectory=rng.uniform(-2, 2, (n, 3)).astype(np.float32),
+                matrix=matrix, attrs=attrs)
+    image = (rng.standard_normal(matrix) + 1j * rng.standard_normal(matrix)).astype(np.complex64)
+    files = write_dicom_series(tmp_path / "vol", image, [geometry_of(matrix, attrs)], [({}, scan, {}, None)])
+    assert [f.name for f in files] == [f"IM{k + 1:05d}.dcm" for k in range(5)]
+    for k, path in enumerate(files):
+        ds = pydicom.dcmread(path)
+        steps = zip((0, 0, k), matrix, voxel)
+        corner = position + sum((j - m // 2) * v * rot[:, d] for d, (j, m, v) in enumerate(steps))
+        np.testing.assert_allclose(np.array(ds.ImagePositionPatient, float), corner, atol=1e-4)
+        np.testing.assert_allclose(np.array(ds.ImageOrientationPatient, float), np.r_[rot[:, 1], rot[:, 0]],
+                                   atol=1e-8)
+        assert (ds.Rows, ds.Columns) == (9, 6) and float(ds.SpacingBetweenSlices) == 3.25
+        values = float(ds.RescaleSlope) * ds.pixel_array
+        assert np.max(np.abs(values - np.abs(image[:, :, k]))) <= 0.51 * float(ds.RescaleSlope)

@@ -311,10 +311,10 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
 @main.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@cli_bart.trajectory_options("ISMRMRD trajectory units.", bart=False)
+@cli_bart.trajectory_options("ISMRMRD / BART trajectory units.")
 @ALLOW_EXTERNAL
 @_friendly
-def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
+def info(scan: Path, device: str, traj_units: str, allow_external: bool, **bart: Any) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from .api import plan_prepared
     from .backend import device_memory
@@ -322,7 +322,7 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
     from .io import load_scans
     from .planner import host_memory_available, human_bytes
 
-    scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external)
+    scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external, **cli_bart.bart_options(scan, bart))
     s = scans[0][1]
     lines = [f"file        {scan}"]
     if len(scans) > 1:

@@ -82,3 +82,13 @@ def test_a_radian_trajectory_stops_with_the_fix(bart_files):
                   "-o", folder / "y.cfl", "--device", "cpu")
     assert result.exit_code == 1
     assert "radians" in result.output and "--traj-units radians" in result.output
+
+
+def test_info_describes_a_bart_scan(bart_files):
+    folder, *_ = bart_files
+    result = _run("info", folder / "ksp", "--trajectory", folder / "traj", "--sensitivities", folder / "sens",
+                  "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert f"matrix      [{N}, {N}] (2-D)" in result.output and f"coils       {COILS}" in result.output
+    assert f"samples     {RO * SPOKES} per coil" in result.output
+    assert f"coil_maps   complex64 ({COILS}, {N}, {N})" in result.output

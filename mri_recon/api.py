@@ -22,7 +22,8 @@ from .scan import Scan
 
 
 def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                            field_map: str = "correct", **options: Any) -> tuple[Scan, dict[str, Any], Result]:
+                            field_map: str = "correct", gradient_delay="none",
+                            **options: Any) -> tuple[Scan, dict[str, Any], Result]:
     """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with these
     choices, then :func:`mri_recon.pipeline.reconstruct` with ``options`` and the coil-map estimation and
     receiver basis the preparation asks for."""
@@ -33,14 +34,15 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
     # the memory of the whole run, preparation included, is checked before anything is prepared
     plan_prepared(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
                   **{name: options[name] for name in ("device", "method", "iterations") if name in options})
-    ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
+    ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map,
+                                 gradient_delay=gradient_delay)
     result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
                                   maps_basis=record.pop("maps_basis"), **options)
     return ready, record, result
 
 
 def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf: str = "auto",
-                coil_maps: str = "auto", field_map: str = "correct", **options: Any) -> Result:
+                coil_maps: str = "auto", field_map: str = "correct", gradient_delay="none", **options: Any) -> Result:
     """Reconstruct ``scan`` as the CLI does.
 
     Parameters
@@ -50,8 +52,9 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
     prepare
         True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (the choices
         below, see :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
-    prewhiten, dcf, coil_maps, field_map
-        The preparation's choices (CLI: ``--no-prewhiten``, ``--dcf``, ``--coil-maps``, ``--no-field-map``).
+    prewhiten, dcf, coil_maps, field_map, gradient_delay
+        The preparation's choices (CLI: ``--no-prewhiten``, ``--dcf``, ``--coil-maps``, ``--no-field-map``,
+        ``--gradient-delay``).
     options
         The solver's settings, :func:`mri_recon.pipeline.reconstruct`: ``iterations``, ``lam``, ``tol``,
         ``device``, ``method``, ``filter_sigma``, ``progress``, ``psf_cache``, ...
@@ -65,7 +68,7 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
     if not prepare:
         return pipeline.reconstruct(scan, **options)
     return prepare_and_reconstruct(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
-                                   field_map=field_map, **options)[2]
+                                   field_map=field_map, gradient_delay=gradient_delay, **options)[2]
 
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",

@@ -145,7 +145,7 @@ def radial_readouts(trajectory, samples: int) -> Readouts:
     ramp = np.arange(samples, dtype=np.float64)[None, :, None]
     off = np.linalg.norm(lines - (lines[:, :1] + ramp * steps[:, None]), axis=2).max(axis=1)
     if np.any(off > _LINEAR_TOL * size + 1e-5):
-        raise InvalidDataError("the readouts are not straight, evenly spaced lines (not a radial trajectory)")
+        raise InvalidDataError("the readouts are not straight, evenly spaced lines")
     partition = None
     kind = "radial" if k.shape[1] == 2 else "kooshball"
     start = lines[:, 0].copy()

@@ -57,7 +57,7 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
     not radial or has too few spokes.
     """
     scans = [scans] if not isinstance(scans, (list, tuple)) else list(scans)
-    rows, rhs, spokes, plane = [], [], 0, None
+    groups, spokes, plane = [], 0, 2
     for scan in scans:
         readouts = radial_readouts(scan.trajectory, readout_length(scan))
         plane = readouts.plane
@@ -65,14 +65,20 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
             if len(chosen) < MIN_SPOKES[readouts.kind]:
                 raise InvalidDataError(f"RING needs at least {MIN_SPOKES[readouts.kind]} spokes for a "
                                        f"{readouts.kind} scan, found {len(chosen)}")
-            series = _fourier(scan.kspace, readouts, chosen)
-            pairs = _pairs(readouts.steps[chosen], partners, window)
+            groups.append((scan.kspace, readouts, chosen, _fourier(scan.kspace, readouts, chosen)))
+            spokes += len(chosen)
+    found = None
+    for _ in range(3 if plane == 3 else 1):  # 3D: twice more, pairing the spokes whose lines the last estimate has meet
+        rows, rhs = [], []
+        for _, readouts, chosen, series in groups:
+            steps = readouts.steps[chosen]
+            pairs = _pairs(steps, partners, window, None if found is None else found.tensor)
             offsets = _offsets(series, pairs, readouts.samples, radius)
-            a, b = _equations(readouts.steps[chosen][:, :plane], pairs, offsets)
+            a, b = _equations(steps[:, :plane], pairs, offsets)
             rows.append(a)
             rhs.append(b)
-            spokes += len(chosen)
-    return _solve(np.concatenate(rows), np.concatenate(rhs), plane, spokes)
+        found = _solve(np.concatenate(rows), np.concatenate(rhs), plane, spokes)
+    return found
 
 
 def _groups(readouts: Readouts, max_spokes: int) -> list[np.ndarray]:
@@ -101,17 +107,27 @@ def _fourier(kspace, readouts: Readouts, chosen: np.ndarray) -> np.ndarray:
     return series * (np.abs(u)[None, :] <= reach[:, None])[:, None, :]
 
 
-def _pairs(steps: np.ndarray, partners: int, window: int | None) -> np.ndarray:
-    """``(P, 2)`` pairs: every spoke with its ``partners`` most nearly orthogonal spokes, each pair once."""
+def _pairs(steps: np.ndarray, partners: int, window: int | None, tensor: np.ndarray | None = None) -> np.ndarray:
+    """``(P, 2)`` pairs: every spoke with its ``partners`` most nearly orthogonal spokes, each pair once.
+
+    With a first estimate ``tensor`` (3D), the partners are instead those at least 60 degrees away whose
+    delayed lines come closest to meeting (the gap ``S (u - v)`` across both spokes' plane)."""
     n = steps / np.linalg.norm(steps, axis=1, keepdims=True)
     closeness = np.abs(n @ n.T)
     np.fill_diagonal(closeness, np.inf)
     if window is not None:
         index = np.arange(len(n))
         closeness[np.abs(index[:, None] - index[None, :]) > window] = np.inf
-    best = np.argsort(closeness, axis=1, kind="stable")[:, :partners]
+    score = closeness
+    if tensor is not None:
+        normal = np.cross(n[:, None, :], n[None, :, :])
+        normal /= np.maximum(np.linalg.norm(normal, axis=2, keepdims=True), 1e-12)
+        moved = n @ tensor.T  # S n of each spoke, samples
+        gap = np.abs(np.einsum("ijd,id->ij", normal, moved) - np.einsum("ijd,jd->ij", normal, moved))
+        score = np.where(closeness < 0.5, gap, np.inf)
+    best = np.argsort(score, axis=1, kind="stable")[:, :partners]
     pairs = np.stack([np.repeat(np.arange(len(n)), best.shape[1]), best.ravel()], axis=1)
-    pairs = pairs[np.isfinite(closeness[pairs[:, 0], pairs[:, 1]]) & (closeness[pairs[:, 0], pairs[:, 1]] < 0.9)]
+    pairs = pairs[np.isfinite(score[pairs[:, 0], pairs[:, 1]]) & (closeness[pairs[:, 0], pairs[:, 1]] < 0.9)]
     return np.unique(np.sort(pairs, axis=1), axis=0)
 
 

@@ -1,0 +1,50 @@
+"""--gradient-delay on the command line: the estimate in the HDF5 output and the JSON log, one-line refusals."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+from click.testing import CliRunner
+
+from mri_recon.cli import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_simulate_and_reconstruct_record_the_estimate(tmp_path):
+    scan = tmp_path / "scan.h5"
+    done = _run("simulate", scan, "--matrix", "48", "--coils", "4", "--spokes", "80", "--gradient-delay", "0.6,-0.3",
+                "--quiet")
+    assert done.exit_code == 0, done.output
+    with h5py.File(scan) as f:
+        assert np.allclose(f.attrs["gradient_delay_samples"], [0.6, -0.3, 0.0])
+    out, log = tmp_path / "out.h5", tmp_path / "run.json"
+    done = _run("reconstruct", scan, "-o", out, "--device", "cpu", "--gradient-delay", "auto", "--log-json", log,
+                "--iterations", "5", "--quiet")
+    assert done.exit_code == 0, done.output
+    with h5py.File(out) as f:
+        assert f.attrs["gradient_delay"] == "ring"
+        assert np.max(np.abs(f.attrs["gradient_delay_samples"] - [0.6, -0.3, 0.0])) < 0.02
+        assert "RING estimate from 80 spokes" in f.attrs["gradient_delay_note"]
+    record = json.loads(log.read_text())
+    assert record["settings"]["gradient_delay"] == "auto"
+    preparation = record["images"][0]["preparation"]
+    assert preparation["gradient_delay"] == "ring" and preparation["gradient_delay_spokes"] == 80
+    assert np.max(np.abs(np.subtract(preparation["gradient_delay_samples"], [0.6, -0.3, 0.0]))) < 0.02
+
+
+def test_bad_values_and_non_radial_scans_end_in_one_line(tmp_path):
+    spiral = tmp_path / "spiral.h5"
+    assert _run("simulate", spiral, "--matrix", "32", "--coils", "2", "--trajectory", "spiral", "-q").exit_code == 0
+    for bad in ("1,2,3,4", "x,1", "fast"):
+        done = _run("reconstruct", spiral, "-o", tmp_path / "o.h5", "--gradient-delay", bad)
+        assert done.exit_code == 2 and "X,Y[,Z]" in done.output and "Traceback" not in done.output
+    done = _run("reconstruct", spiral, "-o", tmp_path / "o.h5", "--device", "cpu", "--gradient-delay", "ring")
+    assert done.exit_code == 1 and "RING estimates radial scans only" in done.output
+    assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()
+    done = _run("simulate", tmp_path / "s.h5", "--trajectory", "spiral", "--gradient-delay", "1,1")
+    assert done.exit_code == 1 and "radial trajectories" in done.output

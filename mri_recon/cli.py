@@ -20,8 +20,8 @@ import numpy as np
 from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
+from .cli_solver import SIMULATE_DELAY, solver_options, solver_settings
 from .cli_solver import finite as _finite
-from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .validation import trajectory_extent
@@ -66,21 +66,6 @@ def _parse_matrix(text: str) -> tuple[int, ...]:
     if not values:
         raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}")
     return values
-
-
-def _gradient_delay(ctx, param, value):
-    """``--gradient-delay``: checked before any work (the library parses it again)."""
-    from .prep.delay import parse_gradient_delay
-
-    if value is None:
-        return None
-    try:
-        choice, _ = parse_gradient_delay(value)
-    except MriReconError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if param.name == "gradient_delay" and ctx.info_name == "simulate" and choice != "given":
-        raise click.BadParameter(f"simulate takes delays X,Y[,Z] in samples, found {value!r}")
-    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -158,9 +143,6 @@ def _varying(keys: list[dict]) -> list[str]:
                    "purpose (recorded as field_map_correction = ignored).")
 @click.option("--traj-units", type=click.Choice(["auto", "cycles-per-fov", "normalized"]), default="auto",
               show_default=True, help="ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).")
-@click.option("--gradient-delay", default="none", show_default=True, callback=_gradient_delay,
-              help="Radial scans: auto (RING estimate when the scan is radial with enough spokes), ring (estimate, "
-                   "or fail), none, or X,Y[,Z] delays in samples; the trajectory is corrected before anything else.")
 @_image_choice("reconstruct")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the point-spread-function cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
@@ -174,8 +156,7 @@ def _varying(keys: list[dict]) -> list[str]:
 @_friendly
 def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 device: str, png: Path | None, png_axis: int, coil_maps: str,
-                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, gradient_delay: str,
-                slice_: int | None,
+                dcf: str, no_prewhiten: bool, no_field_map: bool, traj_units: str, slice_: int | None,
                 contrast_: int | None, phase_: int | None, set_: int | None, repetition_: int | None,
                 no_cache: bool, cache_dir: Path | None, allow_external: bool, quiet: bool, verbose: int,
                 log_json: Path | None,
@@ -189,8 +170,6 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     skipped), on a Dask cluster with --workers or --scheduler.
     """
     if is_batch(scans, workers, scheduler):
-        if gradient_delay != "none":
-            raise click.UsageError("--gradient-delay applies to one scan at a time, not yet to batches")
         return run_batch(click.get_current_context().params)
     scan = scans[0]
     from .api import prepare_and_reconstruct
@@ -234,8 +213,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
                          loaded.n_coils, loaded.n_samples, dev)
                 ready, record, result = prepare_and_reconstruct(
                     loaded, prewhiten=not no_prewhiten, dcf=dcf, coil_maps=coil_maps,
-                    field_map="ignore" if no_field_map else "correct", gradient_delay=gradient_delay, device=dev,
-                    progress=bar, psf_cache=cache,
+                    field_map="ignore" if no_field_map else "correct", device=dev, progress=bar, psf_cache=cache,
                     **solver_settings(solver))
                 results.append((key, ready, record, result))
         finally:
@@ -309,14 +287,12 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
                    "gets field_map and times.")
 @click.option("--readout-ms", type=click.FloatRange(min=0.0, min_open=True), default=16.0, show_default=True,
               callback=_finite, help="Duration of each readout (spoke or interleaf) for the sample times.")
-@click.option("--gradient-delay", default=None, callback=_gradient_delay,
-              help="Radial kinds: X,Y (kooshball X,Y,Z) delays in samples; the data are those of the delayed "
-                   "positions, the file's trajectory the nominal one.")
+@SIMULATE_DELAY
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @_friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
-             readout_ms: float, gradient_delay: str | None, quiet: bool) -> None:
+             readout_ms: float, gradient_delay: tuple | None, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
     from .io import save_scan
     from .sim.simulate import simulate_scan
@@ -326,8 +302,7 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
                          interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
-                         field_map_peak=field_map, readout_ms=readout_ms,
-                         gradient_delay=None if gradient_delay is None else gradient_delay.split(","))
+                         field_map_peak=field_map, readout_ms=readout_ms, gradient_delay=gradient_delay)
     save_scan(output, scan)
     _log(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")
 

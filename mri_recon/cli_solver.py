@@ -25,6 +25,25 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
     return value
 
 
+def gradient_delay(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--gradient-delay``: checked before any work (``simulate``: delays only)."""
+    from .errors import MriReconError  # noqa: PLC0415
+    from .prep.delay import parse_gradient_delay  # noqa: PLC0415
+
+    try:
+        choice = value if value is None else parse_gradient_delay(value)[0]
+    except MriReconError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if ctx.info_name == "simulate" and choice not in (None, "given"):
+        raise click.BadParameter(f"simulate takes delays X,Y[,Z] in samples, found {value!r}")
+    return value if ctx.info_name != "simulate" or value is None else tuple(value.split(","))
+
+
+SIMULATE_DELAY = click.option(
+    "--gradient-delay", default=None, callback=gradient_delay,
+    help="Radial kinds: X,Y (kooshball X,Y,Z) delays in samples; the data are those of the delayed positions, "
+         "the file's trajectory the nominal one.")
+
 OPTIONS = [
     click.option("--iterations", type=click.IntRange(1, 10000), default=30, show_default=True,
                  help="Maximum CG iterations (tv, wavelet: outer iterations)."),
@@ -54,11 +73,15 @@ OPTIONS = [
     click.option("--method", type=click.Choice(["auto", "exact", "nufft"]), default="auto", show_default=True,
                  help="F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster "
                       "one on a GPU by a cost model; FINUFFT on the CPU). The output records the engine used."),
+    click.option("--gradient-delay", default="none", show_default=True, callback=gradient_delay,
+                 help="Radial scans: auto (RING estimate when the scan is radial with enough spokes), ring "
+                      "(estimate, or fail), none, or X,Y[,Z] delays in samples; the trajectory is corrected first."),
 ]
 
 SETTINGS = ("iterations", "lam", "regularizer", "inner_iterations", "rho", "anisotropic", "solver", "tol",
-            "filter_sigma", "field_map_correction", "segments", "method")
-"""The parameter names of :data:`OPTIONS`, as :func:`mri_recon.pipeline.reconstruct` takes them."""
+            "filter_sigma", "field_map_correction", "segments", "method", "gradient_delay")
+"""The parameter names of :data:`OPTIONS`, as :func:`mri_recon.pipeline.reconstruct` takes them
+(``gradient_delay``: as :func:`mri_recon.api.prepare_and_reconstruct` takes it, before the solver)."""
 
 
 def solver_options(func: Callable) -> Callable:

@@ -48,3 +48,18 @@ def test_bad_values_and_non_radial_scans_end_in_one_line(tmp_path):
     assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()
     done = _run("simulate", tmp_path / "s.h5", "--trajectory", "spiral", "--gradient-delay", "1,1")
     assert done.exit_code == 1 and "radial trajectories" in done.output
+
+
+def test_a_batch_applies_the_delay_to_every_scan(tmp_path):
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for seed in (1, 2):
+        assert _run("simulate", folder / f"s{seed}.h5", "--matrix", "32", "--coils", "2", "--spokes", "40",
+                    "--seed", seed, "--gradient-delay", "0.5,0.2", "-q").exit_code == 0
+    done = _run("reconstruct", folder, "-o", tmp_path / "out", "--device", "cpu", "--iterations", "3",
+                "--gradient-delay", "0.5,0.2", "--quiet")
+    assert done.exit_code == 0, done.output
+    for seed in (1, 2):
+        with h5py.File(tmp_path / "out" / f"s{seed}.recon.h5") as f:
+            assert f.attrs["gradient_delay"] == "given"
+            assert np.allclose(f.attrs["gradient_delay_samples"], [0.5, 0.2, 0.0])

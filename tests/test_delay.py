@@ -174,3 +174,21 @@ def test_readout_length_without_attributes():
     bare = scan.replace(attrs={})
     assert delay.readout_length(bare) == 48
     assert delay.radial_readouts(bare.trajectory, 48).kind == "radial"
+
+
+def test_centre_out_spokes_are_refused_by_ring_and_left_alone_by_auto():
+    scan = simulate_scan((32, 32), "golden", coils=2, spokes=40)
+    k = scan.trajectory.reshape(40, 64, 2)[:, 32:].reshape(-1, 2)  # the second half of every spoke
+    half = scan.replace(trajectory=k, kspace=scan.kspace.reshape(2, 40, 64)[:, :, 32:].reshape(2, -1),
+                        weights=None, attrs={**scan.attrs, "samples": 32})
+    with pytest.raises(InvalidDataError, match="centre-out"):
+        prepare_scan(half, gradient_delay="ring")
+    ready, record = prepare_scan(half, gradient_delay="auto")
+    assert np.array_equal(ready.trajectory, half.trajectory) and "centre-out" in record["gradient_delay_note"]
+
+
+def test_pairs_within_a_window_of_a_golden_angle_stream(rng):
+    values = _random_delay(rng)
+    scan = simulate_scan((48, 48), "golden", coils=4, spokes=120, seed=8, gradient_delay=values)
+    found = estimate_delay(scan, window=8)  # golden angle: a spoke within 4 readouts is 5 degrees from orthogonal
+    assert np.max(np.abs(np.subtract(found.parameters, values))) < 0.02, (values, found.parameters)

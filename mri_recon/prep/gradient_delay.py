@@ -49,7 +49,13 @@ def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], di
                 f"fewer than the {MIN_SPOKES[kind]} RING needs; no gradient-delay correction")
         log.info("%s", note)
         return scans, {"gradient_delay": "none", "gradient_delay_note": note}
-    found = estimate_delay(scans)
+    try:
+        found = estimate_delay(scans)
+    except InvalidDataError as exc:
+        if choice != "auto":
+            raise
+        log.info("auto: %s; no gradient-delay correction", exc)
+        return scans, {"gradient_delay": "none", "gradient_delay_note": f"auto: {exc}; no gradient-delay correction"}
     note = (f"{'auto: ' if choice == 'auto' else ''}RING estimate from {found.spokes} spokes ({found.pairs} "
             f"pairs, {kind}{', ' + str(len(scans)) + ' frames' if len(scans) > 1 else ''}): "
             f"{_listed(found.parameters)} samples (+- {_listed(found.std)}), residual {found.rms:.2g}; applied")

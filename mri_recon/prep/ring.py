@@ -61,6 +61,10 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
     for scan in scans:
         readouts = radial_readouts(scan.trajectory, readout_length(scan))
         plane = readouts.plane
+        margin = radius + 2
+        if np.any(readouts.centre < margin) or np.any(readouts.centre > readouts.samples - 1 - margin):
+            raise InvalidDataError(f"RING needs spokes through the centre with k = 0 at least {margin:g} samples "
+                                   f"from either end; these readouts start or end at the centre (centre-out)")
         for chosen in _groups(readouts, max_spokes):
             if len(chosen) < MIN_SPOKES[readouts.kind]:
                 raise InvalidDataError(f"RING needs at least {MIN_SPOKES[readouts.kind]} spokes for a "

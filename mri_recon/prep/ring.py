@@ -98,15 +98,15 @@ def _groups(readouts: Readouts, max_spokes: int) -> list[np.ndarray]:
 
 
 def _fourier(kspace, readouts: Readouts, chosen: np.ndarray) -> np.ndarray:
-    """``(R, C, S)`` coefficients p[u] with ``y(c + a) = sum_u p[u] exp(2 pi i u a / S)`` (u = -S/2..),
+    """``(R, C, S)`` complex64 coefficients p[u] with ``y(c + a) = sum_u p[u] exp(2 pi i u a / S)`` (u = -S/2..),
     zero beyond the field of view plus 20 %."""
     samples = readouts.samples
     data = np.asarray(kspace).reshape(kspace.shape[0], readouts.count, samples)[:, chosen]
-    data = np.transpose(data, (1, 0, 2)).astype(np.complex128)
+    data = np.transpose(data, (1, 0, 2)).astype(np.complex64)
     u = np.arange(samples) - samples // 2
-    spectrum = np.fft.fftshift(np.fft.fft(data, axis=2), axes=2) / samples
+    spectrum = np.fft.fftshift(np.fft.fft(data, axis=2), axes=2) / np.float32(samples)
     centre = readouts.centre[chosen]
-    series = spectrum * np.exp(2j * np.pi * u[None, None, :] * centre[:, None, None] / samples)
+    series = spectrum * np.exp(2j * np.pi * u[None, None, :] * centre[:, None, None] / samples).astype(np.complex64)
     reach = 0.6 * np.abs(readouts.steps[chosen]).sum(axis=1) * samples  # |u| of the object, +20 %
     return series * (np.abs(u)[None, :] <= reach[:, None])[:, None, :]
 
@@ -123,11 +123,10 @@ def _pairs(steps: np.ndarray, partners: int, window: int | None, tensor: np.ndar
         index = np.arange(len(n))
         closeness[np.abs(index[:, None] - index[None, :]) > window] = np.inf
     score = closeness
-    if tensor is not None:
-        normal = np.cross(n[:, None, :], n[None, :, :])
-        normal /= np.maximum(np.linalg.norm(normal, axis=2, keepdims=True), 1e-12)
+    if tensor is not None:  # gap = (n_i x n_j) . (S n_i - S n_j) / |n_i x n_j|, as triple products
         moved = n @ tensor.T  # S n of each spoke, samples
-        gap = np.abs(np.einsum("ijd,id->ij", normal, moved) - np.einsum("ijd,jd->ij", normal, moved))
+        triple = np.cross(moved, n) @ n.T - n @ np.cross(n, moved).T
+        gap = np.abs(triple) / np.sqrt(np.clip(1 - np.minimum(closeness, 1) ** 2, 1e-12, None))
         score = np.where(closeness < 0.5, gap, np.inf)
     best = np.argsort(score, axis=1, kind="stable")[:, :partners]
     pairs = np.stack([np.repeat(np.arange(len(n)), best.shape[1]), best.ravel()], axis=1)
@@ -141,23 +140,25 @@ def _values(series: np.ndarray, offsets: np.ndarray, samples: int, derivative: b
     phase = np.exp(2j * np.pi * u[None, :] * offsets[:, None] / samples)
     if derivative:
         phase = phase * (2j * np.pi * u[None, :] / samples)
-    return np.einsum("pcu,pu->pc", series, phase)
+    return np.einsum("pcu,pu->pc", series, phase.astype(series.dtype))
 
 
 def _offsets(series: np.ndarray, pairs: np.ndarray, samples: int, radius: float) -> np.ndarray:
     """``(P, 2)`` offsets (samples) where each pair's data agree best: grid search, then Gauss-Newton."""
     grid = np.arange(-radius, radius + _GRID / 2, _GRID)
     u = np.arange(samples) - samples // 2
-    table = np.einsum("rcu,ug->rcg", series, np.exp(2j * np.pi * u[:, None] * grid[None, :] / samples))
+    shifts = np.exp(2j * np.pi * u[:, None] * grid[None, :] / samples).astype(series.dtype)
+    table = np.einsum("rcu,ug->rcg", series, shifts)
     power = np.sum(np.abs(table) ** 2, axis=1)  # (R, G)
     first, second = pairs[:, 0], pairs[:, 1]
     cross = np.einsum("pcg,pch->pgh", np.conj(table[first]), table[second]).real
     misfit = power[first][:, :, None] + power[second][:, None, :] - 2 * cross
     flat = np.argmin(misfit.reshape(len(pairs), -1), axis=1)
     a, b = grid[flat // len(grid)], grid[flat % len(grid)]
+    one, other = series[first], series[second]
     for _ in range(8):
-        ya, yb = _values(series[first], a, samples), _values(series[second], b, samples)
-        da, db = _values(series[first], a, samples, True), _values(series[second], b, samples, True)
+        ya, yb = _values(one, a, samples), _values(other, b, samples)
+        da, db = _values(one, a, samples, True), _values(other, b, samples, True)
         r = ya - yb
         jac = np.stack([da, -db], axis=2)  # (P, C, 2)
         normal = np.einsum("pci,pcj->pij", np.conj(jac), jac).real + 1e-12 * np.eye(2)

@@ -24,8 +24,9 @@ import numpy as np
 from ..errors import InvalidDataError
 from .delay import Readouts, parameters_of, radial_readouts, readout_length, tensor_of
 
-MIN_SPOKES = {"radial": 16, "stack-of-stars": 16, "kooshball": 64}
-"""Spokes (per partition for a stack of stars) RING needs: below these the estimate is not trusted."""
+MIN_SPOKES = {"radial": 8, "stack-of-stars": 8, "kooshball": 64}
+"""Spokes (per partition for a stack of stars) RING needs: below these the estimate is not trusted (2D:
+6 golden-angle spokes still give 0.01 samples at SNR 3, docs/gradient_delay.md)."""
 _PARTITIONS = 3
 _GRID = 0.125
 

@@ -192,3 +192,24 @@ def test_pairs_within_a_window_of_a_golden_angle_stream(rng):
     scan = simulate_scan((48, 48), "golden", coils=4, spokes=120, seed=8, gradient_delay=values)
     found = estimate_delay(scan, window=8)  # golden angle: a spoke within 4 readouts is 5 degrees from orthogonal
     assert np.max(np.abs(np.subtract(found.parameters, values))) < 0.02, (values, found.parameters)
+
+
+def test_a_bart_style_trajectory_with_k0_between_samples(rng):
+    """BART's ``traj -r`` puts k = 0 half a sample off sample S/2; the estimate does not depend on it."""
+    values = _random_delay(rng)
+    n, spokes, samples = 48, 60, 96
+    theta = trajectories.spoke_angles(spokes, golden=True)
+    direction = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+    radius = (np.arange(samples) + 0.5 - samples / 2) / 2.0
+    nominal = (radius[None, :, None] * direction[:, None, :]).reshape(-1, 2)
+    true = nominal + np.repeat(direction @ delay.tensor_of(values, 2).T / 2.0, samples, axis=0)
+    scan = mri_recon.Scan(kspace=phantom.coil_kspace(true, (n, n), 4), trajectory=nominal, matrix=(n, n))
+    found = estimate_delay(scan)  # readouts found from the trajectory alone (no attributes)
+    assert np.max(np.abs(np.subtract(found.parameters, values))) < 0.02, (values, found.parameters)
+
+
+def test_an_anisotropic_matrix(rng):
+    values = _random_delay(rng)
+    scan = simulate_scan((64, 40), "golden", coils=4, seed=9, gradient_delay=values)
+    found = estimate_delay(scan)
+    assert np.max(np.abs(np.subtract(found.parameters, values))) < 0.02, (values, found.parameters)

@@ -58,10 +58,14 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
     not radial or has too few spokes.
     """
     scans = [scans] if not isinstance(scans, (list, tuple)) else list(scans)
-    groups, spokes, plane = [], 0, 2
+    if not scans:
+        raise InvalidDataError("a gradient-delay estimate needs at least one scan, found none")
+    groups, spokes, kinds = [], 0, set()
     for scan in scans:
         readouts = radial_readouts(scan.trajectory, readout_length(scan))
-        plane = readouts.plane
+        kinds.add(readouts.kind)
+        if len(kinds) > 1:
+            raise InvalidDataError(f"one gradient-delay estimate needs scans of one kind, found {sorted(kinds)}")
         margin = radius + 2
         if np.any(readouts.centre < margin) or np.any(readouts.centre > readouts.samples - 1 - margin):
             raise InvalidDataError(f"RING needs spokes through the centre with k = 0 at least {margin:g} samples "
@@ -70,12 +74,12 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
             if len(chosen) < MIN_SPOKES[readouts.kind]:
                 raise InvalidDataError(f"RING needs at least {MIN_SPOKES[readouts.kind]} spokes for a "
                                        f"{readouts.kind} scan, found {len(chosen)}")
-            groups.append((scan.kspace, readouts, chosen, _fourier(scan.kspace, readouts, chosen)))
+            groups.append((readouts, chosen, _fourier(scan.kspace, readouts, chosen)))
             spokes += len(chosen)
-    found = None
-    for _ in range(3 if plane == 3 else 1):  # 3D: twice more, pairing the spokes whose lines the last estimate has meet
+    plane, found = groups[0][0].plane, None
+    for _ in range(3 if plane == 3 else 1):  # 3D: twice more, pairing spokes whose lines the last fit says meet
         rows, rhs = [], []
-        for _, readouts, chosen, series in groups:
+        for readouts, chosen, series in groups:
             steps = readouts.steps[chosen]
             pairs = _pairs(steps, partners, window, None if found is None else found.tensor)
             offsets = _offsets(series, pairs, readouts.samples, radius)

@@ -5,7 +5,9 @@ functions they share live in ``*.cuh`` headers here, found through ``-I`` of thi
 headers is part of the options, so CuPy's on-disk cache never serves a kernel built with an older header).
 Every configuration the launchers build is listed in :mod:`mri_recon.kernels.registry`. Sizes known
 at compile time are passed as ``-D`` options (never by editing the source text). Modules are memoized per
-(file, options, device); :func:`prefetch` builds a list of them on threads ahead of use.
+(file, options, device); :func:`prefetch` builds a list of them on threads ahead of use. A module is loaded
+from the precompiled bundle (:mod:`mri_recon.kernels.bundle`, docs/kernels.md) when it holds a verified binary
+of this source and these options for the device, and compiled with NVRTC otherwise.
 :func:`upload_constant` is the single way to fill ``__constant__`` memory: it checks that the data fits
 the symbol (and so the 64 KB constant bank) before copying on the current stream, which keeps uploads
 ordered with the launches that read them.
@@ -79,6 +81,11 @@ def _build(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int
     if cupy is None:
         raise KernelError("CuPy is not installed: GPU kernels are unavailable")
     with cupy.cuda.Device(device_index):
+        from . import bundle  # noqa: PLC0415 - it imports this module
+
+        module = bundle.load(cupy, filename, dict(frozen), device_index)
+        if module is not None:
+            return module
         try:
             module = cupy.RawModule(code=source(filename), options=options(dict(frozen)) + include_options())
             module.compile()

@@ -41,9 +41,9 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def plan(files: set[str] | None = None) -> list[tuple[str, dict[str, int], str]]:
-    """Every ``(file, defines, target)`` to build: the registry (restricted to ``files``) times the targets."""
-    return [(f, d, t) for f, d in registry.configurations() if files is None or f in files for t in kb.TARGETS]
+def plan(files: set[str] | None = None, targets: tuple[str, ...] = kb.TARGETS) -> list[tuple[str, dict[str, int], str]]:
+    """Every ``(file, defines, target)`` to build: the registry (restricted to ``files``) times ``targets``."""
+    return [(f, d, t) for f, d in registry.configurations() if files is None or f in files for t in targets]
 
 
 def compile_one(filename: str, defines: dict[str, int], target: str) -> bytes:
@@ -77,12 +77,13 @@ def _reusable(old: kb.Bundle, entry: dict) -> bytes | None:
     return (old.directory / previous["binary"]).read_bytes()
 
 
-def build(out: Path, files: set[str] | None = None, jobs: int | None = None) -> dict:
-    """Write the bundle of ``plan(files)`` to ``out`` (atomically: a sibling folder, then renamed); return the
-    manifest."""
+def build(out: Path, files: set[str] | None = None, jobs: int | None = None,
+          targets: tuple[str, ...] = kb.TARGETS) -> dict:
+    """Write the bundle of ``plan(files, targets)`` to ``out`` (atomically: a sibling folder, then renamed);
+    return the manifest."""
     nvrtc = nvrtc_version()
     old = kb.Bundle(out)
-    entries = [entry_for(f, d, t, nvrtc) for f, d, t in plan(files)]
+    entries = [entry_for(f, d, t, nvrtc) for f, d, t in plan(files, targets)]
 
     def make(entry: dict) -> tuple[dict, bytes]:
         kept = _reusable(old, entry)
@@ -100,7 +101,7 @@ def build(out: Path, files: set[str] | None = None, jobs: int | None = None) -> 
     staging.mkdir(parents=True)
     for entry, packed in built:
         (staging / entry["binary"]).write_bytes(packed)
-    manifest = {"format": kb.FORMAT, "nvrtc": nvrtc, "targets": list(kb.TARGETS),
+    manifest = {"format": kb.FORMAT, "nvrtc": nvrtc, "targets": list(targets),
                 "entries": sorted((entry for entry, _ in built), key=lambda e: e["key"])}
     (staging / kb.MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
     shutil.rmtree(out, ignore_errors=True)

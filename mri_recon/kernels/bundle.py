@@ -128,13 +128,13 @@ class Bundle:
         path = self.directory / MANIFEST
         try:
             manifest = json.loads(path.read_text())
-            if manifest.get("format") != FORMAT:
-                raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT}")
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                raise ValueError(f"not a manifest of format {FORMAT}")
             self.nvrtc = str(manifest["nvrtc"])
             self.entries = {str(e["key"]): e for e in manifest["entries"]}
         except FileNotFoundError:
             log.debug("no precompiled kernels at %s", self.directory)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.debug("precompiled kernels at %s not used: unreadable manifest (%s)", self.directory, exc)
             self.entries = {}
 

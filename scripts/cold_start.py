@@ -1,13 +1,16 @@
-"""The first GPU reconstruction in a fresh environment against a warm one (CLI, new process each run).
+"""The first GPU reconstruction in a fresh environment, with and without the precompiled kernels, against a warm one.
 
-Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold": CuPy's kernel
-cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has); "warm": the same
-folders again, filled by the cold run (median of ``--repeats`` runs); "after doctor": empty folders, then
-``mri-recon doctor`` once, then one reconstruction. The kernels compiled by the cold run are counted from
+Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold_bundle": CuPy's
+kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has) and mri-recon's
+modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md); "cold_nvrtc": the same
+with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the data go up); "warm": the
+bundle run's folders again, now filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty
+folders, ``mri-recon doctor`` once, then one reconstruction. The kernels each cold run compiled are counted from
 CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
-kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels).
+kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels). Without
+``--scan`` the issue's 2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
 
-Usage: python scripts/cold_start.py OUT.json --scan SCAN.h5 [--method auto|exact|nufft ...] [--repeats N]
+Usage: python scripts/cold_start.py OUT.json [--scan SCAN.h5] [--method auto|exact|nufft ...] [--repeats N]
        [--doctor]
 """
 
@@ -46,19 +49,23 @@ def count_kernels(cache_dir: Path) -> dict:
 
 
 def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> dict:
-    def env_for(tag: str) -> tuple[dict[str, str], Path]:
+    def env_for(tag: str, precompiled: str = "1") -> tuple[dict[str, str], Path]:
         folder = work / f"{method}-{tag}"
         env = dict(os.environ, CUPY_CACHE_DIR=str(folder / "cupy"), MRI_RECON_CACHE_DIR=str(folder / "psf"),
-                   CUPY_CACHE_SAVE_CUDA_SOURCE="1")
+                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled)
         return env, folder
 
     args = ["reconstruct", scan, "--method", method, "-q", "-o"]
-    env, folder = env_for("fresh")
+    env_nvrtc, folder_nvrtc = env_for("nvrtc", "0")
+    cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc)
+    env, folder = env_for("bundle")
     cold = run_cli([*args, str(folder / "cold.h5")], env)
     kernels = count_kernels(folder / "cupy")
     warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env) for i in range(repeats)]
-    result = {"method": method, "cold_s": cold, "warm_median_s": statistics.median(warm), "warm_s": warm,
-              "cold_minus_warm_s": cold - statistics.median(warm), "compiled": kernels}
+    median = statistics.median(warm)
+    result = {"method": method, "cold_bundle_s": cold, "cold_nvrtc_s": cold_nvrtc, "warm_median_s": median,
+              "warm_s": warm, "cold_bundle_minus_warm_s": cold - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
+              "compiled_bundle": kernels, "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
     if doctor:
         env, folder = env_for("doctor")
         result["doctor_s"] = run_cli(["doctor"], env)
@@ -69,15 +76,40 @@ def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> d
             "mri_recon_modules": after["mri_recon_modules"] - before["mri_recon_modules"],
             "cupy_kernels": after["cupy_kernels"] - before["cupy_kernels"],
             "cupy_names": sorted(set(after["cupy_names"]) - set(before["cupy_names"]))}
-        result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - result["warm_median_s"]
-    print(json.dumps({k: v for k, v in result.items() if k != "warm_s"}), flush=True)
+        result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - median
+    print(json.dumps({k: v for k, v in result.items() if k not in ("warm_s", "compiled_bundle", "compiled_nvrtc")}),
+          flush=True)
     return result
+
+
+def bundle_info(cupy) -> dict:
+    """What the installed bundle holds and whether it serves this device (the toeplitz.cu module as a probe)."""
+    from mri_recon.kernels import bundle as kb
+
+    installed = kb.installed()
+    capability = int(cupy.cuda.Device(0).compute_capability)
+    driver = int(cupy.cuda.runtime.driverGetVersion())
+    probe = installed.binary("toeplitz.cu", {}, capability, driver)
+    return {"entries": len(installed.entries), "nvrtc": installed.nvrtc, "capability": capability, "driver": driver,
+            "compressed_bytes": sum((installed.directory / e["binary"]).stat().st_size
+                                    for e in installed.entries.values()),
+            "serves_this_device": probe[0] if probe else None}
+
+
+def simulate(work: Path) -> str:
+    """The issue's 2D problem: 256^2, 8 coils, 512 spokes x 512 samples (262,144 samples per coil)."""
+    path = work / "scan_256.h5"
+    done = subprocess.run([sys.executable, "-m", "mri_recon.cli", "simulate", str(path), "--matrix", "256",
+                           "--coils", "8", "--spokes", "512", "--samples", "512", "-q"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"simulate failed: {done.stderr.strip()[-400:]}")
+    return str(path)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
-    parser.add_argument("--scan", required=True)
+    parser.add_argument("--scan", default=None, help="default: simulate the 2D problem (256^2, 8 coils)")
     parser.add_argument("--method", action="append", choices=("auto", "exact", "nufft"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--doctor", action="store_true", help="also time `doctor` and the first run after it")
@@ -86,13 +118,15 @@ def main() -> int:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        scan = args.scan or simulate(Path(tmp))
         for method in args.method or ["auto"]:
-            results.append(measure(args.scan, method, args.repeats, args.doctor, Path(tmp)))
+            results.append(measure(scan, method, args.repeats, args.doctor, Path(tmp)))
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     Path(args.out).write_text(json.dumps({
         "benchmark": "cold start", "device": name, "date": time.strftime("%Y-%m-%d"), "cupy": cupy.__version__,
-        "python": platform.python_version(), "scan": args.scan, "cpus": os.cpu_count(), "runs": results}, indent=1))
+        "python": platform.python_version(), "scan": args.scan or "simulated 256^2, 8 coils, 512 x 512 radial",
+        "cpus": os.cpu_count(), "bundle": bundle_info(cupy), "runs": results}, indent=1))
     return 0
 
 

@@ -7,7 +7,8 @@ with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads whi
 bundle run's folders again, now filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty
 folders, ``mri-recon doctor`` once, then one reconstruction. The kernels each cold run compiled are counted from
 CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
-kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels). Without
+kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels), and the seconds
+each run spent compiling (or loading from CuPy's cache) are summed by kind (``compile_time``). Without
 ``--scan`` the issue's 2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
 
 Usage: python scripts/cold_start.py OUT.json [--scan SCAN.h5] [--method auto|exact|nufft ...] [--repeats N]
@@ -28,13 +29,43 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def run_cli(args: list[str], env: dict[str, str]) -> float:
+TIMED_CLI = r"""
+import atexit, json, os, sys, threading, time
+from cupy.cuda import compiler
+real, lock = compiler._compile_with_cache_cuda, threading.Lock()
+spent = {"mri_recon": [0.0, 0], "cupy": [0.0, 0]}
+def timed(source, *args, **kwargs):
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mri_recon.cli", *args], env=env, capture_output=True, text=True)
+    try:
+        return real(source, *args, **kwargs)
+    finally:
+        with lock:
+            entry = spent["mri_recon" if "mri_recon_" in source else "cupy"]
+            entry[0] += time.perf_counter() - start
+            entry[1] += 1
+compiler._compile_with_cache_cuda = timed
+atexit.register(lambda: open(os.environ["COLD_START_TIMES"], "w").write(json.dumps(spent)))
+sys.argv[0] = "mri-recon"
+from mri_recon.cli import main
+main()
+"""
+"""``mri-recon`` with the seconds spent in CuPy's compile-or-load-from-cache call counted (summed over threads:
+mri-recon's modules build on several at once; CuPy's own kernels one after the other on the main thread)."""
+
+
+def run_cli(args: list[str], env: dict[str, str], times: dict | None = None) -> float:
+    """Seconds of one ``mri-recon ARGS`` process; ``times`` receives the compile seconds and calls by kind."""
+    record = Path(env.get("CUPY_CACHE_DIR", tempfile.gettempdir())).parent / f"times-{time.monotonic_ns()}.json"
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", TIMED_CLI, *args], env=dict(env, COLD_START_TIMES=str(record)),
+                          capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"mri-recon {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    if times is not None and record.is_file():
+        spent = json.loads(record.read_text())
+        times.update({f"{kind}_compile_s": round(value[0], 3) for kind, value in spent.items()})
+        times.update({f"{kind}_compile_calls": value[1] for kind, value in spent.items()})
     return seconds
 
 
@@ -57,17 +88,21 @@ def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> d
 
     args = ["reconstruct", scan, "--method", method, "-q", "-o"]
     env_nvrtc, folder_nvrtc = env_for("nvrtc", "0")
-    cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc)
+    folder_nvrtc.mkdir(parents=True, exist_ok=True)
+    times = {"cold_nvrtc": {}, "cold_bundle": {}, "warm": {}}
+    cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc, times["cold_nvrtc"])
     env, folder = env_for("bundle")
-    cold = run_cli([*args, str(folder / "cold.h5")], env)
+    folder.mkdir(parents=True, exist_ok=True)
+    cold = run_cli([*args, str(folder / "cold.h5")], env, times["cold_bundle"])
     kernels = count_kernels(folder / "cupy")
-    warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env) for i in range(repeats)]
+    warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env, times["warm"]) for i in range(repeats)]
     median = statistics.median(warm)
     result = {"method": method, "cold_bundle_s": cold, "cold_nvrtc_s": cold_nvrtc, "warm_median_s": median,
               "warm_s": warm, "cold_bundle_minus_warm_s": cold - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
-              "compiled_bundle": kernels, "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
+              "compile_time": times, "compiled_bundle": kernels, "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
     if doctor:
         env, folder = env_for("doctor")
+        folder.mkdir(parents=True, exist_ok=True)
         result["doctor_s"] = run_cli(["doctor"], env)
         before = count_kernels(folder / "cupy")
         result["after_doctor_s"] = run_cli([*args, str(folder / "first.h5")], env)

@@ -131,7 +131,8 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
 
     A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
-    where the module is used (or from the returned futures)."""
+    where the module is used (or from the returned futures). The first prefetch of a process and device also
+    queues the CuPy kernels a reconstruction needs (:mod:`mri_recon.kernels.cupy_kernels`)."""
     index = 0 if device is None else device.index
     futures = []
     for filename, defines in configs:
@@ -140,6 +141,11 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
             built = _BUILT.get(key)
         # built or being built: nothing to submit (a warm process pays no thread hand-off)
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
+    cupy = cupy_module()
+    if cupy is not None:  # then CuPy's own kernels, once per process and device (kernels/cupy_kernels.py)
+        from .cupy_kernels import prefetch_cupy  # noqa: PLC0415 - it imports this module
+
+        prefetch_cupy(cupy, index, _compile_pool())
     return futures
 
 

@@ -21,51 +21,20 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from ..backend import Device, cupy_module
 from ..errors import KernelError
+from . import bundle
+from .cupy_kernels import prefetch_cupy
+from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source
 
-KERNEL_DIR = Path(__file__).resolve().parent
+__all__ = ["BASE_OPTIONS", "CONSTANT_BYTES", "KERNEL_DIR", "compile_ptx", "get_kernel", "get_module", "header_files",
+           "include_options", "kernel_files", "options", "prefetch", "source", "symbol_bytes", "upload_constant"]
+
 CONSTANT_BYTES = 65536  # size of the __constant__ bank every CUDA device has
-BASE_OPTIONS = ("--std=c++17",)
-
-
-def kernel_files() -> list[Path]:
-    """Every ``.cu`` file shipped with the package."""
-    return sorted(KERNEL_DIR.glob("*.cu"))
-
-
-def header_files() -> list[Path]:
-    """Every ``.cuh`` header shipped with the package (included by the ``.cu`` files)."""
-    return sorted(KERNEL_DIR.glob("*.cuh"))
-
-
-@functools.cache
-def source(filename: str) -> str:
-    """The text of ``filename`` in the kernel folder."""
-    path = KERNEL_DIR / filename
-    if not path.is_file():
-        raise KernelError(f"kernel source {filename!r} not found in {KERNEL_DIR}")
-    return path.read_text()
-
-
-def options(defines: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """NVRTC options: the base options plus ``-DNAME=VALUE`` for each define, in sorted order."""
-    items = sorted((defines or {}).items())
-    return BASE_OPTIONS + tuple(f"-D{name}={int(value)}" for name, value in items)
-
-
-def include_options() -> tuple[str, ...]:
-    """``-I`` of the kernel folder and ``-DMRI_RECON_HEADERS=<crc32 of every header>`` (the cache key)."""
-    crc = 0
-    for path in header_files():
-        crc = zlib.crc32(path.name.encode() + b"\0" + source(path.name).encode(), crc)
-    return (f"-I{KERNEL_DIR}", f"-DMRI_RECON_HEADERS={crc}")
 
 
 def _freeze(defines: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
@@ -81,8 +50,6 @@ def _build(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int
     if cupy is None:
         raise KernelError("CuPy is not installed: GPU kernels are unavailable")
     with cupy.cuda.Device(device_index):
-        from . import bundle  # noqa: PLC0415 - it imports this module
-
         module = bundle.load(cupy, filename, dict(frozen), device_index)
         if module is not None:
             return module
@@ -143,8 +110,6 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
     cupy = cupy_module()
     if cupy is not None:  # then CuPy's own kernels, once per process and device (kernels/cupy_kernels.py)
-        from .cupy_kernels import prefetch_cupy  # noqa: PLC0415 - it imports this module
-
         prefetch_cupy(cupy, index, _compile_pool())
     return futures
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import KERNEL_DIR, include_options, options
+from .sources import KERNEL_DIR, include_options, options
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
-from . import KERNEL_DIR
+from .sources import KERNEL_DIR
 
 log = logging.getLogger(__name__)
 

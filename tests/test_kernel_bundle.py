@@ -147,9 +147,15 @@ def test_a_binary_path_outside_the_bundle_is_refused(copy):
     assert kb.Bundle(copy).binary("cg.cu", {}, 90, DRIVER) is None
 
 
-@pytest.mark.parametrize("driver", [12080, 14000])
-def test_another_cuda_major_version_is_refused(built, driver):
+@pytest.mark.parametrize("driver", [12080, 11080])
+def test_an_older_cuda_major_version_is_refused(built, driver):
     assert kb.Bundle(built[0]).binary("cg.cu", {}, 90, driver) is None
+    assert kb.Bundle(built[0]).binary("cg.cu", {}, 130, driver) is None
+
+
+def test_a_later_driver_loads_the_binaries(built):
+    assert kb.Bundle(built[0]).binary("cg.cu", {}, 90, 14000)[0] == "sm_90"
+    assert kb.Bundle(built[0]).binary("cg.cu", {}, 130, 14000)[0] == "compute_120"
 
 
 def test_ptx_needs_a_driver_as_new_as_its_nvrtc(built):
@@ -172,6 +178,14 @@ def test_an_unreadable_manifest_means_no_bundle(tmp_path, text):
     assert kb.Bundle(tmp_path).entries == {}
     assert kb.Bundle(tmp_path).binary("cg.cu", {}, 90, DRIVER) is None
     assert kb.Bundle(tmp_path / "absent").binary("cg.cu", {}, 90, DRIVER) is None
+
+
+def test_an_include_with_a_comment_is_expanded_too(tmp_path, monkeypatch):
+    header = "#pragma once\n#define A 1\n"
+    (tmp_path / "a.cuh").write_text(header)
+    (tmp_path / "b.cu").write_text('#include "a.cuh"  // the A\n  #  include "a.cuh"\n#include <cuda_fp16.h>\nint b;\n')
+    monkeypatch.setattr(kb, "KERNEL_DIR", tmp_path)
+    assert kb.expanded_source("b.cu") == f"{header}\n{header}\n#include <cuda_fp16.h>\nint b;\n"
 
 
 def test_the_source_hash_covers_every_included_header(tmp_path, monkeypatch):

@@ -13,7 +13,8 @@ A binary is used only when all of these hold, otherwise the loader compiles with
   can run: a CUBIN of the device's major architecture and a minor one not above the device's (CUDA's binary
   compatibility: ``sm_80`` runs on 8.0, 8.6 and 8.9, never on 9.0), or else PTX of an architecture not above the
   device's (the driver translates it);
-- the driver's CUDA major version is the one that built the binary, and for PTX the driver is at least as new;
+- the driver's CUDA major version is at least the one that built the binary, and for PTX the driver is at least
+  as new as that NVRTC;
 - the decompressed file's SHA-256 is the one recorded.
 """
 
@@ -47,7 +48,7 @@ PTX of the newest for what comes after."""
 CUPY_FLAGS = ("-ftz=true", "--device-as-default-execution-space")
 """What ``cupy.RawModule(code=...)`` adds to our options (CuPy 14): a bundled binary is built with them too, so
 that it computes what the NVRTC path computes, bit for bit."""
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[^\n]*$', re.MULTILINE)
 
 
 def expanded_source(filename: str, _seen: tuple[str, ...] = ()) -> str:
@@ -111,11 +112,13 @@ def targets_for(capability: int, available: tuple[str, ...] = TARGETS) -> list[s
 
 def driver_accepts(target: str, nvrtc: str, driver_version: int) -> bool:
     """Whether a driver reporting ``driver_version`` (``cudaDriverGetVersion``: 13020 is 13.2) loads a binary
-    of ``target`` built by NVRTC ``nvrtc`` ("13.5"): the same CUDA major version; for PTX, no older driver."""
+    of ``target`` built by NVRTC ``nvrtc`` ("13.5"): a CUBIN needs a driver of that CUDA major version or a
+    later one (minor-version compatibility within the major, backward compatibility across); PTX a driver at
+    least as new as the NVRTC (an older one cannot translate a newer PTX ISA)."""
     major, minor = (int(part) for part in nvrtc.split(".")[:2])
-    if driver_version // 1000 != major:
-        return False
-    return not target.startswith("compute_") or driver_version >= major * 1000 + minor * 10
+    if target.startswith("compute_"):
+        return driver_version >= major * 1000 + minor * 10
+    return driver_version // 1000 >= major
 
 
 class Bundle:

@@ -20,6 +20,7 @@ A binary is used only when all of these hold, otherwise the loader compiles with
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -190,7 +191,6 @@ def installed() -> Bundle:
     return Bundle(BUNDLE_DIR)
 
 
-
 _UNPACKED: list[Path] = []
 _UNPACKED_LOCK = threading.Lock()
 
@@ -200,8 +200,6 @@ def _unpacked_dir() -> Path:
     removed at exit."""
     with _UNPACKED_LOCK:
         if not _UNPACKED:
-            import atexit
-
             folder = Path(tempfile.mkdtemp(prefix="mri-recon-kernels-"))
             atexit.register(shutil.rmtree, folder, True)
             _UNPACKED.append(folder)

@@ -21,6 +21,7 @@ from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 FILES = {"fhd.cu", "forward.cu", "cg.cu", "toeplitz.cu"}
+LOAD = kb.load
 
 
 def _script():
@@ -49,10 +50,9 @@ def _use(monkeypatch, directory, switch):
     """Load from the bundle at ``directory`` (``switch`` "1") or compile with NVRTC ("0"), with no module or plan
     kept from before; returns the list that records, per module of FILES built, whether the bundle served it."""
     served: list[bool] = []
-    real = kb.load
 
     def spy(cupy, filename, defines, device_index):
-        module = real(cupy, filename, defines, device_index)
+        module = LOAD(cupy, filename, defines, device_index)
         if filename in FILES:
             served.append(module is not None)
         return module

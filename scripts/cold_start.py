@@ -1,11 +1,13 @@
 """The first GPU reconstruction in a fresh environment, with and without the precompiled kernels, against a warm one.
 
 Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold_bundle": CuPy's
-kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has) and mri-recon's
-modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md); "cold_nvrtc": the same
-with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the data go up); "warm": the
-bundle run's folders again, now filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty
-folders, ``mri-recon doctor`` once, then one reconstruction. The kernels each cold run compiled are counted from
+kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has), mri-recon's
+modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md) and CuPy's own kernels
+are requested ahead from ``kernels/cupy_kernels.json``; "cold_bundle_only": the same with
+``MRI_RECON_CUPY_PREFETCH=0``; "cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC,
+on threads while the data go up, CuPy's kernels on first use); "warm": the bundle run's folders again, now
+filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty folders, ``mri-recon doctor`` once,
+then one reconstruction. The kernels each cold run compiled are counted from
 CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
 kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels), and the seconds
 each run spent compiling (or loading from CuPy's cache) are summed by kind (``compile_time``). Without
@@ -80,29 +82,33 @@ def count_kernels(cache_dir: Path) -> dict:
 
 
 def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> dict:
-    def env_for(tag: str, precompiled: str = "1") -> tuple[dict[str, str], Path]:
+    def env_for(tag: str, precompiled: str = "1", cupy_prefetch: str = "1") -> tuple[dict[str, str], Path]:
         folder = work / f"{method}-{tag}"
         env = dict(os.environ, CUPY_CACHE_DIR=str(folder / "cupy"), MRI_RECON_CACHE_DIR=str(folder / "psf"),
-                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled)
+                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled,
+                   MRI_RECON_CUPY_PREFETCH=cupy_prefetch)
+        folder.mkdir(parents=True, exist_ok=True)
         return env, folder
 
     args = ["reconstruct", scan, "--method", method, "-q", "-o"]
     env_nvrtc, folder_nvrtc = env_for("nvrtc", "0")
-    folder_nvrtc.mkdir(parents=True, exist_ok=True)
-    times = {"cold_nvrtc": {}, "cold_bundle": {}, "warm": {}}
+    times = {"cold_nvrtc": {}, "cold_bundle_only": {}, "cold_bundle": {}, "warm": {}}
     cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc, times["cold_nvrtc"])
+    env_only, folder_only = env_for("bundle-only", "1", "0")
+    cold_only = run_cli([*args, str(folder_only / "cold.h5")], env_only, times["cold_bundle_only"])
     env, folder = env_for("bundle")
-    folder.mkdir(parents=True, exist_ok=True)
     cold = run_cli([*args, str(folder / "cold.h5")], env, times["cold_bundle"])
     kernels = count_kernels(folder / "cupy")
     warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env, times["warm"]) for i in range(repeats)]
     median = statistics.median(warm)
-    result = {"method": method, "cold_bundle_s": cold, "cold_nvrtc_s": cold_nvrtc, "warm_median_s": median,
-              "warm_s": warm, "cold_bundle_minus_warm_s": cold - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
-              "compile_time": times, "compiled_bundle": kernels, "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
+    result = {"method": method, "cold_bundle_s": cold, "cold_bundle_only_s": cold_only, "cold_nvrtc_s": cold_nvrtc,
+              "warm_median_s": median, "warm_s": warm, "cold_bundle_minus_warm_s": cold - median,
+              "cold_bundle_only_minus_warm_s": cold_only - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
+              "compile_time": times, "compiled_bundle": kernels,
+              "compiled_bundle_only": count_kernels(folder_only / "cupy"),
+              "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
     if doctor:
         env, folder = env_for("doctor")
-        folder.mkdir(parents=True, exist_ok=True)
         result["doctor_s"] = run_cli(["doctor"], env)
         before = count_kernels(folder / "cupy")
         result["after_doctor_s"] = run_cli([*args, str(folder / "first.h5")], env)
@@ -112,8 +118,7 @@ def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> d
             "cupy_kernels": after["cupy_kernels"] - before["cupy_kernels"],
             "cupy_names": sorted(set(after["cupy_names"]) - set(before["cupy_names"]))}
         result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - median
-    print(json.dumps({k: v for k, v in result.items() if k not in ("warm_s", "compiled_bundle", "compiled_nvrtc")}),
-          flush=True)
+    print(json.dumps({k: v for k, v in result.items() if not k.startswith(("warm_s", "compiled"))}), flush=True)
     return result
 
 
@@ -128,7 +133,15 @@ def bundle_info(cupy) -> dict:
     return {"entries": len(installed.entries), "nvrtc": installed.nvrtc, "capability": capability, "driver": driver,
             "compressed_bytes": sum((installed.directory / e["binary"]).stat().st_size
                                     for e in installed.entries.values()),
-            "serves_this_device": probe[0] if probe else None}
+            "serves_this_device": probe[0] if probe else None, "cupy_record": cupy_record()}
+
+
+def cupy_record() -> dict:
+    """The recorded CuPy kernel requests (kernels/cupy_kernels.json): how many, for which CuPy version."""
+    from mri_recon.kernels import cupy_kernels
+
+    version, requests = cupy_kernels.recorded()
+    return {"requests": len(requests), "cupy": version}
 
 
 def simulate(work: Path) -> str:

@@ -85,6 +85,7 @@ def record(tmp_path, monkeypatch):
     monkeypatch.setattr(ck, "_STARTED", set())
     monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
     monkeypatch.delenv("MRI_RECON_PRECOMPILED", raising=False)
+    monkeypatch.delenv(ck.ENV_SWITCH, raising=False)
     ck.recorded.cache_clear()
     yield path
     ck.recorded.cache_clear()
@@ -113,11 +114,13 @@ def test_a_record_is_replayed_once_per_device_with_this_installations_options(mo
     assert len(fake.calls) == 4
 
 
-@pytest.mark.parametrize("setting", ["other-cupy", "switched-off", "in-memory-cache", "no-record"])
+@pytest.mark.parametrize("setting", ["other-cupy", "switched-off", "prefetch-off", "in-memory-cache", "no-record"])
 def test_a_record_is_not_replayed(monkeypatch, record, setting):
     fake = FakeCompiler()
     if setting == "switched-off":
         monkeypatch.setenv("MRI_RECON_PRECOMPILED", "0")
+    elif setting == "prefetch-off":
+        monkeypatch.setenv(ck.ENV_SWITCH, "0")
     elif setting == "in-memory-cache":
         monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
     elif setting == "no-record":

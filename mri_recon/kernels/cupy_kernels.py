@@ -14,8 +14,9 @@ operation, CuPy finds the binary there instead of compiling. Nothing is loaded t
 built: a request is only a faster way to ask CuPy for what it will ask for anyway, and one whose source differs
 from what this CuPy generates is a cache entry never read.
 
-The list is used only with the CuPy version that recorded it, with CuPy's disk cache on, and while
-``MRI_RECON_PRECOMPILED`` is not ``0``; any error is logged at DEBUG and ignored (CuPy compiles on use as before).
+The list is used only with the CuPy version that recorded it, with CuPy's disk cache on, and while neither
+``MRI_RECON_PRECOMPILED`` nor ``MRI_RECON_CUPY_PREFETCH`` is ``0``; any error is logged at DEBUG and ignored
+(CuPy compiles on use as before).
 This uses CuPy's private ``cupy.cuda.compiler._compile_module_with_cache`` and
 ``cupy._core.core.assemble_cupy_compiler_options``; a CuPy without them simply gets no prefetch.
 """
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 RECORD_FILE = KERNEL_DIR / "cupy_kernels.json"
 FORMAT = 1
+ENV_SWITCH = "MRI_RECON_CUPY_PREFETCH"
+"""``0`` turns this prefetch off alone (``MRI_RECON_PRECOMPILED=0`` turns it off with the bundle)."""
 ARGUMENTS = ("extra_source", "backend", "enable_cooperative_groups", "name_expressions", "jitify")
 """Arguments of CuPy's compile call kept with each request (``arch`` is the device's, ``log_stream`` none)."""
 _STARTED: set[int] = set()
@@ -127,7 +130,8 @@ def prefetch_cupy(cupy, device_index: int, pool, record: Path = RECORD_FILE) -> 
     """Submit every recorded request to ``pool`` once per process and device (see the module's docstring);
     the futures of this call (none when it is not the first, or the record does not apply)."""
     version, requests = recorded(record)
-    if not requests or os.environ.get("MRI_RECON_PRECOMPILED", "1").strip() == "0":
+    switched_off = any(os.environ.get(name, "1").strip() == "0" for name in ("MRI_RECON_PRECOMPILED", ENV_SWITCH))
+    if not requests or switched_off:
         return []
     if version != getattr(cupy, "__version__", None):
         log.debug("CuPy kernel record of CuPy %s not used with CuPy %s", version, getattr(cupy, "__version__", "?"))

@@ -185,10 +185,17 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip() != "0"
 
 
-@functools.cache
+_INSTALLED: list[Bundle] = []
+_INSTALLED_LOCK = threading.Lock()
+
+
 def installed() -> Bundle:
-    """The bundle shipped with this installation (empty when none was built)."""
-    return Bundle(BUNDLE_DIR)
+    """The bundle shipped with this installation (empty when none was built), its manifest read once even when
+    the prefetch's threads all ask at the same moment."""
+    with _INSTALLED_LOCK:
+        if not _INSTALLED:
+            _INSTALLED.append(Bundle(BUNDLE_DIR))
+        return _INSTALLED[0]
 
 
 _UNPACKED: list[Path] = []

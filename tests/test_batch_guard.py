@@ -15,9 +15,9 @@ from mri_recon.batch import predict as predict_module
 from mri_recon.batch import reconstruct_many
 from mri_recon.batch.predict import decide, scan_seconds
 from mri_recon.batch.runner import plan_tasks
-from mri_recon.settings import ReconSettings
 from mri_recon.cli import main
 from mri_recon.errors import DeviceError, InvalidDataError, OutputError
+from mri_recon.settings import ReconSettings
 
 distributed = pytest.importorskip("distributed")
 

@@ -43,12 +43,13 @@ from ..errors import OutputError, SchemaError
 from .files import memory_output
 from .geometry import DIRECTIONS, Geometry
 from .outputs import ImageStack, OutputFormat, nrmse_vs_truth
+from .stack import DIMENSIONS
 
 SUFFIXES = (".mrd.h5", ".mrd")
 """File names that choose MRD output."""
 SERIES = "image_0"
 """The image series (group inside the dataset) the records go to."""
-INDICES = ("average", "slice", "contrast", "phase", "repetition", "set")
+INDICES = ("average", *DIMENSIONS)
 """Stack-key names copied into the image header's fields of the same name."""
 
 

@@ -188,9 +188,11 @@ class ReconSettings:
         return {name: getattr(self, name) for name in FIELDS if option_of(name).section == "prepare"}
 
     def reader_keywords(self) -> dict[str, Any]:
-        """The keywords of :func:`mri_recon.io.load_scans`: the trajectory units, the image choice and
-        ``allow_external``."""
-        return {"traj_units": self.traj_units, "allow_external": self.allow_external, **self.choice}
+        """The keywords of :func:`mri_recon.io.load_scans`: the ``input`` options (the image choice as its
+        indices: ``slice=``, ...) and ``allow_external``."""
+        given = {name: getattr(self, name) for name in FIELDS if option_of(name).section == "input"}
+        choice = given.pop("choice")
+        return {**given, **choice, "allow_external": self.allow_external}
 
     def record(self) -> dict[str, Any]:
         """What the output depends on (a batch's completion record; not the device or the cache): every

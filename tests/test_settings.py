@@ -162,3 +162,24 @@ def test_an_input_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch)
     monkeypatch.setattr(readers, "INPUTS", (npz, *readers.INPUTS))
     assert np.array_equal(mri_recon.load_scan(path).kspace, scan.kspace)
     assert ".npz" in readers.scan_suffixes() and mri_recon.load_scans(scan_file)[0][1].matrix == scan.matrix
+
+
+def test_reconstruct_file_reads_the_chosen_images(tmp_path):
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
+
+    scans = [({"slice": s}, simulate_scan((16, 16), "golden", coils=1, spokes=10, seed=s)) for s in (0, 1, 2)]
+    path = tmp_path / "three.mrd.h5"
+    write_ismrmrd(path, [(key, scan.replace(coil_maps=None, ground_truth=None)) for key, scan in scans])
+    settings = ReconSettings(iterations=2, device="cpu", cache=False, choice={"slice": 1})
+    done = api.reconstruct_file(path, tmp_path / "one.h5", settings)
+    assert [key["slice"] for key, *_ in done.results] == [1]
+    every = api.reconstruct_file(path, None, settings.replace(choice={}), keys=[{**done.results[0][0]}])
+    assert np.array_equal(every.results[0][3].image, done.results[0][3].image) and every.written == []
+    with pytest.raises(InvalidDataError, match="a schema-v1 file holds one image; slice=1 chooses"):
+        api.reconstruct_file(_schema_file(tmp_path), None, settings)
+
+
+def _schema_file(tmp_path):
+    path = tmp_path / "schema.h5"
+    mri_recon.save_scan(path, simulate_scan((16, 16), "golden", coils=1, spokes=10, seed=4))
+    return path

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..sim.simulate import DCFS, KINDS
 from .common import QUIET, friendly, say
 from .options import finite
 
@@ -26,7 +27,7 @@ def parse_matrix(text: str) -> tuple[int, ...]:
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--matrix", default="128", show_default=True,
               help="N, NxM or NxMxK (one number: square for 2D kinds, cube for 3D kinds).")
-@click.option("--trajectory", type=click.Choice(["radial", "golden", "spiral", "kooshball", "stack-of-stars"]),
+@click.option("--trajectory", type=click.Choice(list(KINDS)),
               default="golden", show_default=True)
 @click.option("--coils", type=click.IntRange(1, 128), default=8, show_default=True)
 @click.option("--snr", type=click.FloatRange(min=0.0, min_open=True), default=30.0, show_default=True,
@@ -34,7 +35,7 @@ def parse_matrix(text: str) -> tuple[int, ...]:
 @click.option("--spokes", type=click.IntRange(min=1), default=None, help="Spokes (radial kinds).")
 @click.option("--interleaves", type=click.IntRange(min=1), default=None, help="Interleaves (spiral).")
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="Samples per spoke/interleaf.")
-@click.option("--dcf", type=click.Choice(["pipe", "ramp", "none"]), default="pipe", show_default=True,
+@click.option("--dcf", type=click.Choice([d or "none" for d in DCFS]), default="pipe", show_default=True,
               help="Density compensation stored as 'weights'.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--field-map", "field_map", type=click.FloatRange(min=0.0), default=None, callback=finite,

@@ -42,7 +42,8 @@ def test_bad_values_and_non_radial_scans_end_in_one_line(tmp_path):
     assert _run("simulate", spiral, "--matrix", "32", "--coils", "2", "--trajectory", "spiral", "-q").exit_code == 0
     for bad in ("1,2,3,4", "x,1", "fast"):
         done = _run("reconstruct", spiral, "-o", tmp_path / "o.h5", "--gradient-delay", bad)
-        assert done.exit_code == 2 and "X,Y[,Z]" in done.output and "Traceback" not in done.output
+        assert done.exit_code == 1 and "X,Y[,Z]" in done.output and "Traceback" not in done.output
+        assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()
     done = _run("reconstruct", spiral, "-o", tmp_path / "o.h5", "--device", "cpu", "--gradient-delay", "ring")
     assert done.exit_code == 1 and "RING estimates radial scans only" in done.output
     assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()

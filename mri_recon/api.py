@@ -26,6 +26,7 @@ from .io.writers import write_result
 from .operators.encoding import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
+from .prep.gradient_delay import shared_gradient_delay
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
@@ -192,11 +193,14 @@ def reconstruct_file(source: str | os.PathLike, output: str | os.PathLike | None
     if on_load is not None:
         on_load(images)
     cache = PsfCache(settings.cache_dir) if settings.cache else None
+    images, delays = shared_gradient_delay(images, settings.gradient_delay)  # one estimate for all the images
+    settings = settings.replace(gradient_delay="none") if delays else settings
     results = []
     for index, (key, scan) in enumerate(images):
         if on_image is not None:
             on_image(index, key, scan)
-        results.append((key, *prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=cache)))
+        ready, record, result = prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=cache)
+        results.append((key, ready, {**delays, **record}, result))
     if on_done is not None:
         on_done(results)
     written = [] if output is None else write_images(output, results, source, settings)

@@ -6,6 +6,7 @@ import json
 
 import h5py
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from mri_recon.cli import main
@@ -64,3 +65,22 @@ def test_a_batch_applies_the_delay_to_every_scan(tmp_path):
         with h5py.File(tmp_path / "out" / f"s{seed}.recon.h5") as f:
             assert f.attrs["gradient_delay"] == "given"
             assert np.allclose(f.attrs["gradient_delay_samples"], [0.5, 0.2, 0.0])
+
+
+def test_the_frames_of_an_mrd_file_share_one_estimate(tmp_path):
+    pytest.importorskip("ismrmrd")
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
+    from mri_recon.sim.simulate import simulate_scan
+
+    frames = [({"repetition": r}, simulate_scan((32, 32), "golden", coils=2, spokes=30, seed=r,
+                                               gradient_delay=(0.7, -0.4))) for r in range(3)]
+    path, log = tmp_path / "frames.mrd.h5", tmp_path / "run.json"
+    write_ismrmrd(path, frames)
+    done = _run("reconstruct", path, "-o", tmp_path / "out.h5", "--device", "cpu", "--iterations", "3", "--quiet",
+                "--gradient-delay", "ring", "--log-json", log)
+    assert done.exit_code == 0, done.output
+    images = json.loads(log.read_text())["images"]
+    assert len(images) == 3 and len({json.dumps(i["preparation"]["gradient_delay_samples"]) for i in images}) == 1
+    preparation = images[0]["preparation"]
+    assert preparation["gradient_delay_spokes"] == 90 and "3 frames" in preparation["gradient_delay_note"]
+    assert np.max(np.abs(np.subtract(preparation["gradient_delay_samples"], [0.7, -0.4, 0.0]))) < 0.02

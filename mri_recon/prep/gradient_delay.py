@@ -88,3 +88,14 @@ def _applied(scans: list[Scan], readouts: list, tensor: np.ndarray, how: str, no
 
 def _listed(values) -> str:
     return "(" + ", ".join(f"{float(v):.4f}" for v in values) + ")"
+
+
+def shared_gradient_delay(images: list, gradient_delay="none") -> tuple[list, dict[str, Any]]:
+    """``(images, record)`` for the ``(key, scan)`` images of one file (slices, repetitions, phases: frames):
+    one estimate from all of them, applied to each (:func:`correct_gradient_delay`). One image, or
+    ``"none"``: the images as they are and ``{}`` (:func:`~mri_recon.prep.prepare_scan` corrects one alone)."""
+    if len(images) < 2 or parse_gradient_delay(gradient_delay)[0] == "none":
+        return images, {}
+    scans, record = correct_gradient_delay([scan for _, scan in images], gradient_delay)
+    return [(key, scan) for (key, _), scan in zip(images, scans)], record
+

@@ -1,6 +1,7 @@
 """Getting a scan ready for :func:`mri_recon.reconstruct`: prewhitening, density compensation, coil maps.
 
-The order matters and is fixed here: prewhiten first (maps and data must live in the whitened coil basis),
+The order matters and is fixed here: the gradient-delay correction of the trajectory before anything uses it
+(:mod:`mri_recon.prep.gradient_delay`), prewhiten (maps and data must live in the whitened coil basis),
 then choose the density weights (the coil-map estimate uses them), then the coil maps.
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 from . import pipeline
 from .backend import Device
 from .errors import InvalidDataError
-from .operators.encoding import Encoding
+from .operators.engines.encoding import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
 from .prep_memory import preparation_of

@@ -340,7 +340,7 @@ def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {printable(s.attrs['traj_units'])}")
     if s.field_map is not None and s.times is not None:
-        from .operators.offres_setup import describe_correction
+        from .operators.offres.setup import describe_correction
 
         lines.append(f"off-res     {describe_correction(s.field_map, s.times, s.n_coils, device)}")
     # the estimate reconstruct acts on, with its defaults: method auto, 30 iterations, the preparation's defaults

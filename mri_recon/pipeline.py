@@ -33,10 +33,10 @@ from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
 from .kernels import prefetch
 from .operators.base import Sense
-from .operators.encoding import Encoding, choose_engine
+from .operators.engines.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
-from .operators.offres_setup import CORRECTIONS, plan_correction
-from .operators.toeplitz import kernel_spectrum, normal_operator
+from .operators.normal.toeplitz import kernel_spectrum, normal_operator
+from .operators.offres.setup import CORRECTIONS, plan_correction
 from .planner import Plan, Preparation, host_memory_available, host_memory_limits, plan
 from .prep_memory import preparation_of
 from .progress import STAGES, Clock, Progress, print_progress, progress_callback
@@ -255,7 +255,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         scan with a bit-identical trajectory and weights reuses them (``parameters["psf"] == "memory"``).
     field_map_correction, segments
         With a ``field_map`` (and ``times``) in the scan: ``"exact"``, ``"segmented"`` (L = ``segments``, None:
-        chosen for interpolation error <= 1e-3) or ``"auto"`` (:mod:`mri_recon.operators.offres_setup`).
+        chosen for interpolation error <= 1e-3) or ``"auto"`` (:mod:`mri_recon.operators.offres.setup`).
         ``Result.parameters["field_map_correction"]`` records ``"exact"``, ``"time-segmented (L=..)"`` or
         ``"none"``. Not with ``regularizer="tv" | "wavelet"``.
 

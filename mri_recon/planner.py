@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from . import prep_memory
 from .backend import cpu_threads, host_memory_available, host_memory_limits
 from .errors import ResourceError
-from .operators.encoding import NUFFT_EPS
+from .operators.engines.encoding import NUFFT_EPS
 from .prep_memory import Preparation
 
 __all__ = ["Plan", "Preparation", "host_memory_available", "host_memory_limits", "human_bytes", "plan"]
@@ -84,7 +84,7 @@ NUFFT_MAX_GROUP = 8
 def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, method: str,
                 workers: int) -> dict[str, int]:
     """Bytes held at the peak of each CPU stage before the CG iterations (inputs included)."""
-    from .operators.finufft import fine_grid_shape  # noqa: PLC0415 - numpy only; keeps this module light
+    from .operators.engines.finufft import fine_grid_shape  # noqa: PLC0415 - numpy only; keeps this module light
 
     d, m, c = len(matrix), n_samples, n_coils
     n_vox = math.prod(matrix)
@@ -111,8 +111,8 @@ def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense:
 
 def _gpu_nufft_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, fixed: int) -> dict[str, int]:
     """Bytes at the peak of the GPU NUFFT's F^H d and PSF stages, on top of the ``fixed`` arrays."""
-    from .operators.encoding import GPU_NUFFT_EPS  # noqa: PLC0415 - plain Python; keeps this module light
-    from .operators.nufft_params import nufft_params  # noqa: PLC0415
+    from .operators.engines.encoding import GPU_NUFFT_EPS  # noqa: PLC0415 - plain Python; keeps this module light
+    from .operators.engines.nufft_params import nufft_params  # noqa: PLC0415
 
     d, m, c = len(matrix), n_samples, n_coils
     big = tuple(2 * n for n in matrix)
@@ -173,7 +173,7 @@ def _seconds(matrix: tuple[int, ...], n_coils: int, n_samples: int, iterations: 
     grid2 = n_vox * 2 ** len(matrix)
     fft_work = iterations * n_coils * grid2 * max(1.0, math.log2(grid2))
     if gpu and method == "gpu-nufft":
-        from .operators.cost import nufft_seconds  # noqa: PLC0415
+        from .operators.engines.cost import nufft_seconds  # noqa: PLC0415
 
         return nufft_seconds(tuple(matrix), n_samples, n_coils) + fft_work * GPU_FFT_S
     if gpu:

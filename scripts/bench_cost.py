@@ -2,7 +2,7 @@
 
 For each problem (matrix, samples, coils) it times what a reconstruction pays: F^H d of every coil and the
 Toeplitz PSF, once with the exact kernels and once with the GPU NUFFT (a fresh plan each time: its sort is
-part of the price). It then fits the constants of :mod:`mri_recon.operators.cost` by least squares, and
+part of the price). It then fits the constants of :mod:`mri_recon.operators.engines.cost` by least squares, and
 reports for every problem the measured and predicted times and whether the model picks the faster engine.
 Usage: python scripts/bench_cost.py OUT.json
 """
@@ -20,8 +20,8 @@ import numpy as np
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module
-from mri_recon.operators import cost
-from mri_recon.operators.encoding import GpuExactEncoding, GpuNufftEncoding
+from mri_recon.operators.engines import cost
+from mri_recon.operators.engines.encoding import GpuExactEncoding, GpuNufftEncoding
 from mri_recon.sim.trajectories import kooshball, radial
 
 
@@ -79,7 +79,7 @@ def measure(matrix, kind, fraction, coils, cupy, rng) -> dict:
 
 
 def features(row: dict) -> tuple[list[float], list[float]]:
-    """Linear features of the two models (see mri_recon.operators.cost)."""
+    """Linear features of the two models (see mri_recon.operators.engines.cost)."""
     matrix, m, c = tuple(row["matrix"]), row["samples"], row["coils"]
     n, dim = math.prod(matrix), len(matrix)
     groups = -(-c // cost.MAX_GROUP)

@@ -27,9 +27,9 @@ from benchtools import cuda_timed, radial_2d
 from mri_recon.backend import cupy_module
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels.configs import fhd_defines
-from mri_recon.operators import gpu_exact as gpu_fhd
 from mri_recon.operators import gpu_ladder as ladder
-from mri_recon.operators.gpu_layout import fixed_point_turns
+from mri_recon.operators.engines import gpu_exact as gpu_fhd
+from mri_recon.operators.engines.gpu_layout import fixed_point_turns
 
 CEILING = 132 * 8 * 1.98e9
 """H200 special-function-unit bound of direct F^H d, one coil: 132 SMs x 8 sin+cos pairs/clock x 1.98 GHz."""

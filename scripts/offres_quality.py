@@ -27,9 +27,9 @@ import numpy as np
 
 import mri_recon
 from mri_recon.backend import resolve_device, to_device, to_host
-from mri_recon.operators import time_segments as ts
-from mri_recon.operators.encoding import choose_engine
-from mri_recon.operators.offres import OffresEncoding
+from mri_recon.operators.engines.encoding import choose_engine
+from mri_recon.operators.offres import time_segments as ts
+from mri_recon.operators.offres.model import OffresEncoding
 
 
 def nrmse(image, truth) -> float:

@@ -17,9 +17,11 @@ import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import ResourceError
 from mri_recon.kernels import KERNEL_DIR
-from mri_recon.operators import gpu_segments, gpu_toeplitz, offres_setup, time_segments
-from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
-from mri_recon.operators.time_segments import SegmentedNormal, segment_phases, segment_times
+from mri_recon.operators.normal import gpu_toeplitz
+from mri_recon.operators.offres import gpu_segments, time_segments
+from mri_recon.operators.offres import setup as offres_setup
+from mri_recon.operators.offres.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
+from mri_recon.operators.offres.time_segments import SegmentedNormal, segment_phases, segment_times
 
 MATRICES = [(16, 16), (13, 7), (6, 5, 4), (5, 7, 3)]
 MATRIX_IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd"]
@@ -157,7 +159,7 @@ def test_segment_batch_counts_the_fused_work(monkeypatch):
 @pytest.mark.parametrize("segments", [1, 2, 7, 10])
 @pytest.mark.parametrize("coil_batch", [None, 2], ids=["all-coils", "two-of-three"])
 def test_fused_operator_matches_the_segmented_normal(rng, matrix, segments, coil_batch):
-    from mri_recon.operators.gpu_segments import FusedSegmentedNormal
+    from mri_recon.operators.offres.gpu_segments import FusedSegmentedNormal
 
     cupy = cupy_module()
     spectra, phases, maps, x = _problem(rng, matrix, segments, 3)
@@ -182,7 +184,7 @@ def test_fused_operator_matches_the_segmented_normal(rng, matrix, segments, coil
 def test_fused_operator_takes_only_what_it_can():
     """No maps (one image per coil), or more segments than the kernels hold: the unfused operator."""
     from mri_recon.errors import SchemaError
-    from mri_recon.operators.gpu_segments import FusedSegmentedNormal
+    from mri_recon.operators.offres.gpu_segments import FusedSegmentedNormal
 
     cupy = cupy_module()
     rng = np.random.default_rng(3)
@@ -226,7 +228,7 @@ def test_fused_cg_graph_replay_equals_eager_launches(rng, coil_batch):
 @pytest.mark.parametrize("segments", [None, 1, 3], ids=["auto", "one", "three"])
 @pytest.mark.parametrize("method", ["nufft", "exact"])
 def test_reconstruction_with_the_fused_operator_equals_the_unfused(monkeypatch, segments, method):
-    from mri_recon.operators import gpu_segments
+    from mri_recon.operators.offres import gpu_segments
 
     scan = mri_recon.simulate_scan((40, 40), "spiral", coils=4, snr=None, field_map_peak=150, readout_ms=16)
     options = {"iterations": 12, "tol": 0.0, "lam": 1e-3, "progress": False, "device": "gpu", "method": method,

@@ -22,9 +22,9 @@ from mri_recon.kernels.configs import (
     seed_defines,
     segments_defines,
 )
-from mri_recon.operators import gpu_layout
-from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS
-from mri_recon.operators.time_segments import MAX_SEGMENTS
+from mri_recon.operators.engines import gpu_layout
+from mri_recon.operators.offres.gpu_segments import MAX_FUSED_SEGMENTS
+from mri_recon.operators.offres.time_segments import MAX_SEGMENTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 
@@ -82,15 +82,16 @@ def _kernel_literals(module: str) -> set[str]:
 
 def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
-    for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
-                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py",
-                   "operators/gpu_offres.py", "operators/gpu_offres_tc.py", "operators/gpu_segments.py"):
+    for module in ("operators/engines/gpu_exact.py", "operators/gpu_ladder.py", "operators/normal/gpu_toeplitz.py",
+                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/engines/gpu_nufft.py",
+                   "operators/offres/gpu_offres.py", "operators/offres/gpu_offres_tc.py",
+                   "operators/offres/gpu_segments.py"):
         assert _kernel_literals(module) <= files, module
 
 
 def test_registry_file_is_what_the_launchers_build():
     from mri_recon.filters.gpu import compile_configurations as filter_configurations
-    from mri_recon.operators.gpu_nufft import compile_configurations as nufft_configurations
+    from mri_recon.operators.engines.gpu_nufft import compile_configurations as nufft_configurations
 
     built = registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
     assert registry.configurations() == built, "run: python scripts/update_kernel_registry.py"
@@ -118,7 +119,7 @@ def test_kernels_layer_does_not_import_upwards():
 
 
 def test_production_launcher_does_not_import_the_ladder():
-    tree = ast.parse((PACKAGE / "operators" / "gpu_exact.py").read_text())
+    tree = ast.parse((PACKAGE / "operators" / "engines" / "gpu_exact.py").read_text())
     names = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
              for alias in node.names}
     modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -128,7 +129,7 @@ def test_production_launcher_does_not_import_the_ladder():
 @pytest.mark.parametrize("dim", [2, 3])
 def test_what_a_reconstruction_prefetches_is_in_the_registry(dim):
     from mri_recon.kernels.registry import contains
-    from mri_recon.operators.encoding import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
+    from mri_recon.operators.engines.encoding import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
     from mri_recon.pipeline import SOLVER_KERNELS
 
     assert FinufftEncoding.kernel_configs(dim, 8) == []
@@ -150,7 +151,7 @@ def test_segment_tiers_cover_every_segment_count():
 
 
 def test_segmented_reconstruction_prefetches_registered_modules():
-    from mri_recon.operators.offres_setup import OffresCorrection
+    from mri_recon.operators.offres.setup import OffresCorrection
 
     for count in range(1, MAX_SEGMENTS + 1):
         plan = OffresCorrection("segmented", count, 0.0, None, None)

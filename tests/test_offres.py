@@ -11,11 +11,11 @@ from helpers import relative
 
 import mri_recon
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.operators import time_segments as ts
-from mri_recon.operators.encoding import FinufftEncoding, NudftEncoding
-from mri_recon.operators.nudft import nudft_forward
-from mri_recon.operators.offres import EncodingNormal, OffresEncoding, offres_adjoint, offres_forward
-from mri_recon.operators.offres_setup import plan_correction
+from mri_recon.operators.engines.encoding import FinufftEncoding, NudftEncoding
+from mri_recon.operators.engines.nudft import nudft_forward
+from mri_recon.operators.offres import time_segments as ts
+from mri_recon.operators.offres.model import EncodingNormal, OffresEncoding, offres_adjoint, offres_forward
+from mri_recon.operators.offres.setup import plan_correction
 from mri_recon.sim import offres as sim_offres
 
 

@@ -9,7 +9,7 @@ from mri_recon import operators
 from mri_recon.backend import CPU, Device, cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 from mri_recon.operators import fhd, forward, psf, resolve
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 CASES = [((16, 16), 1.0), ((15, 17), 1.0), ((8, 10, 6), 1.0), ((7, 6, 5), 1.0), ((12, 9), 2.0)]
 IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd", "2d-2x-nyquist"]

@@ -12,8 +12,8 @@ import pytest
 import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 from mri_recon.operators.memo import ENTRIES_VARIABLE
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
 
 CASES = [((16, 12), 1), ((16, 12), 3), ((7, 6, 5), 2)]
 IDS = ["2d-1coil", "2d-3coils", "3d-odd-2coils"]

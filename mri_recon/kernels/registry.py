@@ -8,11 +8,11 @@ when a ``.cu`` file of this folder is missing from it. ``python scripts/update_k
 rewrites the file from the launchers.
 
 Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
-correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
+correction, :mod:`mri_recon.operators.offres.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
 three times: one phasor per voxel-sample (``FHD_RECUR = 0``) and the time recurrence (``FHD_RECUR = 1``) with
 either accumulation (``FHD_ROTATE = 0, 1``: the launcher's ``rotate``); ``offres_tc.cu`` (F^H d on the tensor
 cores) with one and two column tiles. ``segments.cu`` (the fused time-segmented normal operator,
-:mod:`mri_recon.operators.gpu_segments`) for every ``SEG_MAX`` tier, which covers 1..64 segments.
+:mod:`mri_recon.operators.offres.gpu_segments`) for every ``SEG_MAX`` tier, which covers 1..64 segments.
 """
 
 from __future__ import annotations

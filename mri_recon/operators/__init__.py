@@ -19,11 +19,11 @@
 from __future__ import annotations
 
 from .base import Identity, LinearOperator, Multiply, Scale, Sense
-from .encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
+from .engines.encoding import Encoding, FinufftEncoding, GpuExactEncoding, NudftEncoding, choose_engine
 from .finite_difference import FiniteDifference
 from .memo import PlanCacheInfo, plan_cache_clear, plan_cache_info
-from .offres import OffresEncoding
-from .offres_public import fhd_offres, forward_offres
+from .offres.model import OffresEncoding
+from .offres.public import fhd_offres, forward_offres
 from .planned import EncodingOperator, PlannedNormal
 from .public import fhd, forward, psf, resolve
 from .wavelet import Wavelet

@@ -4,12 +4,12 @@ F^H d climbs the ladder of the FHD kernel of *Programming Massively Parallel Pro
 the seed's four rungs (``kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
 array-of-structures chunks; one coil per launch, voxel coordinates read as float32 from
 :func:`mri_recon.grid.voxel_axes`), then four configurations of the production kernel
-(:func:`mri_recon.operators.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
+(:func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
 one constant-memory record), ``mirror`` (one phase serves r and -r), ``multi`` (several voxels per thread)
 and ``recur`` (their phases by the angle-addition recurrence; the production default). F has three:
 ``naive`` (global memory, the reference rung of ``kernels/forward.cu``), ``tiled`` and ``recur``.
 
-:mod:`mri_recon.operators.gpu_exact` never imports this module.
+:mod:`mri_recon.operators.engines.gpu_exact` never imports this module.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..errors import InvalidDataError
 from ..grid import voxel_axes
 from ..kernels import get_module, upload_constant
 from ..kernels.configs import forward_defines, seed_defines
-from . import gpu_exact
+from .engines import gpu_exact
 
 VARIANTS = ("naive", "registers", "constant", "aos", "packed", "mirror", "multi", "recur")
 """The rungs of the F^H d ladder, slowest first; ``"best"`` names :data:`BEST`."""
@@ -40,7 +40,7 @@ FAST_RUNGS = {"packed": {"paired": False, "multi": False, "recur": False},
               "mirror": {"paired": True, "multi": False, "recur": False},
               "multi": {"paired": True, "multi": True, "recur": False},
               "recur": {"paired": True, "multi": True, "recur": True}}
-"""The options of :func:`mri_recon.operators.gpu_exact.fhd_gpu` that make each of the fast rungs."""
+"""The options of :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu` that make each of the fast rungs."""
 SEED_BLOCK = 256
 """Threads per block of the seed rungs."""
 
@@ -64,7 +64,7 @@ def fhd_ladder(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, variant
     Parameters
     ----------
     kspace, trajectory, matrix
-        As for :func:`mri_recon.operators.gpu_exact.fhd_gpu`.
+        As for :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`.
     variant
         A rung of :data:`VARIANTS`, or ``"best"``.
     chunk
@@ -88,7 +88,7 @@ def fhd_ladder(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, variant
 def forward_ladder(image: Any, trajectory: Any, *, variant: str = "best", chunk: int | None = None,
                    block: int | None = None) -> Any:
     """F x by one forward kernel of :data:`FORWARD_VARIANTS` (or ``"best"``); arguments and result as for
-    :func:`mri_recon.operators.gpu_exact.forward_gpu` (``chunk`` is ignored by ``naive``)."""
+    :func:`mri_recon.operators.engines.gpu_exact.forward_gpu` (``chunk`` is ignored by ``naive``)."""
     name = _variant(variant, FORWARD_VARIANTS, FORWARD_BEST, "forward")
     if name != "naive":
         return gpu_exact.forward_gpu(image, trajectory, recur=name == "recur", chunk=chunk, block=block)

@@ -27,10 +27,10 @@ from ..backend import Device, to_device
 from ..errors import InvalidDataError, SchemaError
 from ..validation import check_any_array, check_trajectory, positive_int, validate_matrix
 from .base import Adjoint, LinearOperator
-from .encoding import choose_engine
+from .engines.encoding import choose_engine
 from .memo import UseGuard
+from .normal.toeplitz import kernel_spectrum, normal_operator
 from .public import owned, returned_like
-from .toeplitz import kernel_spectrum, normal_operator
 
 NAME = "EncodingOperator"
 
@@ -108,7 +108,7 @@ class EncodingOperator(LinearOperator):
     def normal(self, weights: Any = None, maps: Any = None, lam: float = 0.0,
                coil_batch: int | None = None) -> PlannedNormal:
         """The normal operator ``x -> F^H W F x + lam x`` as the solver applies it: a convolution with the
-        Toeplitz kernel of these weights on the 2x grid (:mod:`mri_recon.operators.toeplitz`; with CuPy maps
+        Toeplitz kernel of these weights on the 2x grid (:mod:`mri_recon.operators.normal.toeplitz`; with CuPy maps
         the fused GPU operator), exact up to float32 rounding, no sample touched per application.
 
         Parameters

@@ -1,8 +1,8 @@
 """The public functions F^H d, F x and the Toeplitz PSF: thin wrappers around the encoding operators.
 
 They validate their inputs (once, here at the boundary), choose the device and the engine
-(:func:`mri_recon.operators.encoding.choose_engine`), move the data there, apply the operator of
-:mod:`mri_recon.operators.encoding` and give back the type they were given: NumPy in, NumPy out; CuPy in,
+(:func:`mri_recon.operators.engines.encoding.choose_engine`), move the data there, apply the operator of
+:mod:`mri_recon.operators.engines.encoding` and give back the type they were given: NumPy in, NumPy out; CuPy in,
 CuPy out. The reconstruction pipeline builds the operators itself and skips this layer.
 
 Plans are kept between calls (:class:`mri_recon.operators.memo.PlanCache`, a small LRU per device): a call
@@ -22,7 +22,7 @@ import numpy as np
 from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
 from ..errors import SchemaError
 from ..validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
-from .encoding import Encoding, choose_engine
+from .engines.encoding import Encoding, choose_engine
 from .memo import plan_cache, trajectory_key
 
 

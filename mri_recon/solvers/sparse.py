@@ -19,7 +19,7 @@ from typing import Any
 from ..backend import get_xp
 from ..errors import InvalidDataError
 from ..operators import finite_difference as fd
-from ..operators.toeplitz import normal_operator
+from ..operators.normal.toeplitz import normal_operator
 from ..operators.wavelet import Wavelet
 from .admm import Callback, Sparsity, admm
 from .cg import inner
@@ -108,7 +108,7 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
     Parameters
     ----------
     spectrum, maps, coil_batch
-        As for :func:`mri_recon.operators.toeplitz.normal_operator` (maps None: ``rhs`` has a batch axis).
+        As for :func:`mri_recon.operators.normal.toeplitz.normal_operator` (maps None: ``rhs`` has a batch axis).
     rhs
         ``A^H W d``: ``matrix``, or ``(C, *matrix)`` without maps.
     lam, rho

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, is_gpu_array, resolve_device
-from ..errors import InvalidDataError
+from ...backend import Device, is_gpu_array, resolve_device
+from ...errors import InvalidDataError
+from ..base import LinearOperator
 from . import finufft, nudft
-from .base import LinearOperator
 
 METHODS = ("auto", "exact", "nufft")
 NUFFT_EPS = 1e-7
@@ -156,7 +156,7 @@ class GpuExactEncoding(Encoding):
 
     @classmethod
     def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
-        from ..kernels.configs import adjoint_defines, psf_defines  # noqa: PLC0415 - GPU engines only
+        from ...kernels.configs import adjoint_defines, psf_defines  # noqa: PLC0415 - GPU engines only
         from .gpu_layout import coil_groups  # noqa: PLC0415
 
         sizes = sorted({size for _, size in coil_groups(coils)})
@@ -244,7 +244,7 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
     method
         ``"exact"``: exact sums (the GPU kernels on a GPU, the NumPy oracle on the CPU); ``"nufft"``: the
         GPU NUFFT on a GPU, FINUFFT on the CPU; ``"auto"``: FINUFFT on the CPU and, on a GPU, whichever of
-        the exact kernels and the GPU NUFFT :func:`mri_recon.operators.cost.fastest_gpu_engine` predicts
+        the exact kernels and the GPU NUFFT :func:`mri_recon.operators.engines.cost.fastest_gpu_engine` predicts
         faster for ``problem`` (the exact kernels when no problem is given).
     like
         An input array, consulted by ``device="auto"``.

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
-from ..errors import InvalidDataError
-from .base import LinearOperator, SenseNormal
-from .toeplitz import _cropped_ifft, _padded_fft, kernel_spectra
+from ...backend import get_xp
+from ...errors import InvalidDataError
+from ..base import LinearOperator, SenseNormal
+from ..normal.toeplitz import _cropped_ifft, _padded_fft, kernel_spectra
 
 DEFAULT_TOL = 1e-3
 """Default bound on :func:`interpolation_error` when L is chosen automatically."""
@@ -322,7 +322,7 @@ class TimeSegmentedEncoding(LinearOperator):
     Parameters
     ----------
     base
-        A plain encoding (:class:`~mri_recon.operators.encoding.Encoding`) of the trajectory and matrix.
+        A plain encoding (:class:`~mri_recon.operators.engines.encoding.Encoding`) of the trajectory and matrix.
     b
         complex ``(M, L)`` interpolators (:func:`interpolators`), on the base's device.
     phases
@@ -425,8 +425,8 @@ class SegmentedNormal(SenseNormal):
 def segmented_normal(spectra: dict[tuple[int, int], Any], phases: Any, *, coil_maps: Any = None, lam: float = 0.0,
                      coil_batch: int | None = None) -> LinearOperator:
     """The CG operator of the time-segmented encoding (:class:`SegmentedNormal`'s arguments): on a GPU with coil
-    maps and at most :data:`~mri_recon.operators.gpu_segments.MAX_FUSED_SEGMENTS` segments the fused
-    :class:`~mri_recon.operators.gpu_segments.FusedSegmentedNormal` (which writes into a given array, for
+    maps and at most :data:`~mri_recon.operators.offres.gpu_segments.MAX_FUSED_SEGMENTS` segments the fused
+    :class:`~mri_recon.operators.offres.gpu_segments.FusedSegmentedNormal` (which writes into a given array, for
     CUDA-graph CG), otherwise :class:`SegmentedNormal` (NumPy, or CuPy without maps: one image per coil)."""
     if fused_normal(coil_maps, int(phases.shape[0])):
         from .gpu_segments import FusedSegmentedNormal  # noqa: PLC0415 - GPU only
@@ -437,7 +437,7 @@ def segmented_normal(spectra: dict[tuple[int, int], Any], phases: Any, *, coil_m
 
 def fused_normal(coil_maps: Any, segments: int) -> bool:
     """Whether :func:`segmented_normal` gives the fused GPU operator: CuPy coil maps and L at most
-    :data:`~mri_recon.operators.gpu_segments.MAX_FUSED_SEGMENTS`."""
+    :data:`~mri_recon.operators.offres.gpu_segments.MAX_FUSED_SEGMENTS`."""
     from .gpu_segments import MAX_FUSED_SEGMENTS  # noqa: PLC0415 - the GPU module only when asked
 
     return coil_maps is not None and get_xp(coil_maps) is not np and 1 <= int(segments) <= MAX_FUSED_SEGMENTS

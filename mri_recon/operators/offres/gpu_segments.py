@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module, get_xp
-from ..errors import SchemaError
-from ..kernels import get_kernel
-from ..kernels.configs import SEGMENT_TIERS, segments_defines
-from .gpu_fft import fft_plan
-from .gpu_toeplitz import BLOCK, GridNormal
+from ...backend import cupy_module, get_xp
+from ...errors import SchemaError
+from ...kernels import get_kernel
+from ...kernels.configs import SEGMENT_TIERS, segments_defines
+from ..gpu.fft import fft_plan
+from ..normal.gpu_toeplitz import BLOCK, GridNormal
 
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""

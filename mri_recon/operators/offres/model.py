@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
-from ..errors import SchemaError
-from ..grid import voxel_positions
-from .base import LinearOperator, SenseNormal
-from .nudft import DEFAULT_CHUNK_BYTES, _blocks
+from ...backend import get_xp
+from ...errors import SchemaError
+from ...grid import voxel_positions
+from ..base import LinearOperator, SenseNormal
+from ..engines.nudft import DEFAULT_CHUNK_BYTES, _blocks
 
 
 def _phases(k: np.ndarray, r: np.ndarray, t: np.ndarray, f: np.ndarray, sign: float) -> np.ndarray:

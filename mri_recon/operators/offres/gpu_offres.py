@@ -1,7 +1,7 @@
 """F and F^H with off-resonance on the GPU by exact direct summation (``fhd.cu`` with ``FHD_OFFRES`` 1 and
 ``forward.cu`` with ``FWD_OFFRES`` 1).
 
-Model (:mod:`mri_recon.operators.offres`): ``d_m = sum_n x_n exp(-i 2 pi (k_m . r_n + f_n t_m))`` with the
+Model (:mod:`mri_recon.operators.offres.model`): ``d_m = sum_n x_n exp(-i 2 pi (k_m . r_n + f_n t_m))`` with the
 field map f in Hz and the sample times t in s; ``F^H d = sum_m d_m exp(+i 2 pi (k_m . r_n + f_n t_m))``.
 The whole phase is in fixed-point turns: the trajectory part as in :mod:`.gpu_exact`, ``f_n t_m`` from the
 integers ``F_n = round(2^16 f_n)`` and ``tau_m = round(2^32 (t_m - t_c))`` (:func:`fixed_point_offres`; their
@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, get_xp
-from ..errors import InvalidDataError, SchemaError
-from ..grid import centre as grid_centre
-from ..kernels import get_module
-from ..kernels.configs import (
+from ...backend import Device, cupy_module, get_xp
+from ...errors import InvalidDataError, SchemaError
+from ...grid import centre as grid_centre
+from ...kernels import get_module
+from ...kernels.configs import (
     OFFRES_RESEED,
     TC_MIN_COILS,
     fhd_record_words,
     offres_adjoint_defines,
     offres_forward_defines,
 )
-from .gpu_exact import (
+from ..engines.gpu_exact import (
     DEFAULT_BLOCK,
     THREADS_PER_SM,
     _empty,
@@ -46,7 +46,7 @@ from .gpu_exact import (
     adjoint_inputs,
     forward_inputs,
 )
-from .gpu_layout import coil_groups, fixed_point_turns
+from ..engines.gpu_layout import coil_groups, fixed_point_turns
 from .gpu_offres_tc import fhd_offres_tc, tc_groups, tensor_cores_available
 
 
@@ -288,7 +288,7 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     times
         CuPy float32 ``(M,)``: sample times in s.
     chunk, block
-        As for :func:`mri_recon.operators.gpu_exact.fhd_gpu`.
+        As for :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`.
     prepared
         :func:`prepare_offres` of ``field_map`` and ``times``, or None.
     recur

@@ -12,7 +12,7 @@ its mirror at -r (``paired``), each thread owns several voxels along the last ax
 phases come from the angle-addition recurrence on the FMA pipe (``recur``). The defaults are the fastest
 configuration; the others exist for the optimization ladder of :mod:`mri_recon.operators.gpu_ladder`
 (benchmarks and tests). The kernels' header comments hold the mathematics and the record layouts; the
-host-side layout lives in :mod:`mri_recon.operators.gpu_layout` and the ``-D`` options in
+host-side layout lives in :mod:`mri_recon.operators.engines.gpu_layout` and the ``-D`` options in
 :mod:`mri_recon.kernels.configs`.
 """
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, gpu_available
-from ..errors import DeviceError, InvalidDataError, ResourceError, SchemaError
-from ..kernels import get_module, upload_constant
-from ..kernels.configs import (
+from ...backend import Device, cupy_module, gpu_available
+from ...errors import DeviceError, InvalidDataError, ResourceError, SchemaError
+from ...kernels import get_module, upload_constant
+from ...kernels.configs import (
     FORWARD_RUN,
     adjoint_defines,
     fhd_accumulators,
@@ -35,7 +35,7 @@ from ..kernels.configs import (
     forward_defines,
     psf_defines,
 )
-from ..validation import validate_matrix
+from ...validation import validate_matrix
 from .gpu_layout import coil_groups, fixed_point_turns, forward_runs, grid_slices, line_list, line_positions
 
 DEFAULT_ROW = 64

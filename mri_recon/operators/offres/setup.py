@@ -4,7 +4,7 @@ and the encoding and CG operator of that choice.
 ``correction``:
 
 - ``"exact"``: every CG iteration applies the exact encoding with the field map and its adjoint
-  (:class:`~mri_recon.operators.offres.OffresEncoding`; the IMPATIENT approach, Stone et al. 2008): the
+  (:class:`~mri_recon.operators.offres.model.OffresEncoding`; the IMPATIENT approach, Stone et al. 2008): the
   CUDA kernels on a GPU, the float64 sum on the CPU (slow: 2 M N phases per coil batch and iteration).
 - ``"segmented"``: time segmentation with L segments (:mod:`.time_segments`): L plain encodings of the
   chosen engine, and the normal operator as L (L + 1) / 2 Toeplitz kernels, 2 L FFTs on the 2x grid per coil
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
-from ..errors import InvalidDataError, ResourceError
-from ..kernels.configs import segments_defines
+from ...backend import Device, device_memory, is_gpu_array, resolve_device, to_device
+from ...errors import InvalidDataError, ResourceError
+from ...kernels.configs import segments_defines
 from . import time_segments
 from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .gpu_segments import MAX_FUSED_SEGMENTS
-from .offres import EncodingNormal, OffresEncoding
+from .model import EncodingNormal, OffresEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
 EXACT_PAIRS_PER_S = {"gpu": 3.8e12, "cpu": 1e8}

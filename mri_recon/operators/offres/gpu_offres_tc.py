@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
-from ..errors import KernelError
-from ..kernels import get_module
-from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles
-from .gpu_exact import _empty, _sm_count
-from .gpu_layout import grid_slices
+from ...backend import Device, cupy_module
+from ...errors import KernelError
+from ...kernels import get_module
+from ...kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles
+from ..engines.gpu_exact import _empty, _sm_count
+from ..engines.gpu_layout import grid_slices
 
 MIN_CAPABILITY = 80
 """Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` m16n8k16 with half operands and float32
@@ -106,7 +106,7 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
     (complex64 ``(C, M)``) into ``out`` (complex64 ``(C, voxels)``), on the tensor cores.
 
     ``kfix``, ``taus`` and ``fixed`` are the fixed-point trajectory, times and field map
-    (:func:`mri_recon.operators.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
+    (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
     ``mtiles`` 16-voxel tiles per warp (1..4; None: the default), ``slices`` sample slices (1..65535, the grid's
     rows; None: :func:`slice_count`). Raises :class:`KernelError` for either out of range or a GPU without the
     tensor cores the kernel needs.

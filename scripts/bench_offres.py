@@ -182,7 +182,7 @@ def sweep_problem(n: int, spokes: int, samples: int) -> tuple:
     traj = radial_2d(n, spokes, samples)
     times = sim_offres.readout_times(len(traj), samples, 16e-3)
     prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
-    return matrix, traj, prepared, fixed_point_turns(cupy.asarray(traj), matrix), gpu_exact._device()
+    return matrix, traj, prepared, fixed_point_turns(cupy.asarray(traj), matrix), gpu_exact.current_device()
 
 
 def recur_sweep(n: int, spokes: int, samples: int) -> dict:
@@ -202,8 +202,8 @@ def recur_sweep(n: int, spokes: int, samples: int) -> dict:
                 defines = fhd_defines(2, coils, vox, True, offres=True, rotate=rotate)
 
                 def fn(defines=defines, records=records, coils=coils):
-                    out = gpu_exact._empty((coils, n * n), cupy.complex64)
-                    gpu_exact._fhd_launch(out, records, matrix, defines, True, 0, None, None, device,
+                    out = gpu_exact.empty((coils, n * n), cupy.complex64)
+                    gpu_exact.fhd_launch(out, records, matrix, defines, True, 0, None, None, device,
                                           field_map=prepared.fixed, steps=prepared.runs.steps)
                     return out
 

@@ -38,15 +38,12 @@ from ...kernels.configs import (
 from ..engines.gpu_exact import (
     DEFAULT_BLOCK,
     THREADS_PER_SM,
-    _empty,
-    _fhd_launch,
-    _gpu_array,
-    _launch_size,
-    _sm_count,
     adjoint_inputs,
+    fhd_launch,
     forward_inputs,
 )
 from ..engines.gpu_layout import coil_groups, fixed_point_turns
+from ..gpu.launch import check_gpu_array, empty, launch_size, sm_count
 from .gpu_offres_tc import fhd_offres_tc, tc_groups, tensor_cores_available
 
 
@@ -54,8 +51,8 @@ def _offres_inputs(field_map: Any, times: Any, matrix: tuple[int, ...], n_sample
                    device: Device) -> tuple[Any, Any]:
     """Checked float32 ``field_map`` (flattened, C order) and ``times`` on ``device``."""
     cupy = cupy_module()
-    _gpu_array("field_map", field_map, device, "f", len(matrix))
-    _gpu_array("times", times, device, "f", 1)
+    check_gpu_array("field_map", field_map, device, "f", len(matrix))
+    check_gpu_array("times", times, device, "f", 1)
     if tuple(field_map.shape) != tuple(matrix):
         raise SchemaError(f"field_map must have the image's shape {tuple(matrix)}, found {tuple(field_map.shape)}")
     if tuple(times.shape) != (n_samples,):
@@ -314,7 +311,7 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     prepared = prepared or prepare_offres(*_offres_inputs(field_map, times, matrix, data.shape[1], device))
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
-    out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
+    out = empty((n_coils, math.prod(matrix)), cupy_module().complex64)
     tensor = tensor_request(tensor, recur, rotate, chunk, block)
     for start, size, tensor_cores in coil_launches(n_coils, device, tensor):
         group = data[start:start + size]
@@ -322,11 +319,11 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
             fhd_offres_tc(out[start:start + size], group, kfix, prepared.taus, prepared.fixed, matrix, device)
         elif uses_recurrence(prepared, recur):
             runs = prepared.runs
-            _fhd_launch(out, adjoint_records(kfix, prepared.taus, group, runs.flags), matrix,
+            fhd_launch(out, adjoint_records(kfix, prepared.taus, group, runs.flags), matrix,
                         offres_adjoint_defines(len(matrix), size, True, rotate), True, start, chunk, block, device,
                         field_map=prepared.fixed, steps=runs.steps)
         else:
-            _fhd_launch(out, adjoint_records(kfix, prepared.taus, group), matrix,
+            fhd_launch(out, adjoint_records(kfix, prepared.taus, group), matrix,
                         offres_adjoint_defines(len(matrix), size), False, start, chunk, block, device,
                         field_map=prepared.fixed)
     out *= prepared.shift
@@ -393,18 +390,18 @@ def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, 
     flat = flat * prepared.shift.conj()
     cupy = cupy_module()
     n_coils, n_voxels = flat.shape
-    threads = _launch_size(block, DEFAULT_BLOCK, 256, "block (threads per block)")
+    threads = launch_size(block, DEFAULT_BLOCK, 256, "block (threads per block)")
     kfix = fixed_point_turns(trajectory, matrix)
     blocks = -(-n_samples // threads)
     if chunk is None:
-        slices = max(1, min(-(-_sm_count(device.index) * THREADS_PER_SM // (blocks * threads)), n_voxels))
+        slices = max(1, min(-(-sm_count(device.index) * THREADS_PER_SM // (blocks * threads)), n_voxels))
         per_slice = -(-n_voxels // slices)
     else:
-        per_slice = _launch_size(chunk, 1, 2**31 - 1, "chunk (voxels per slice)")
+        per_slice = launch_size(chunk, 1, 2**31 - 1, "chunk (voxels per slice)")
     per_slice = max(per_slice, -(-n_voxels // 65535))
     slices = -(-n_voxels // per_slice)
     headers = cupy.asarray(voxel_headers(matrix))
-    out = _empty((slices, n_coils, n_samples), cupy.complex64)
+    out = empty((slices, n_coils, n_samples), cupy.complex64)
     for start, size in coil_groups(n_coils):
         defines = offres_forward_defines(len(matrix), size)
         kernel = get_module("forward.cu", defines, device).get_function("mri_recon_forward_offres")

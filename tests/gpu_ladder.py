@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
-from ..errors import InvalidDataError
-from ..grid import voxel_axes
-from ..kernels import get_module, upload_constant
-from ..kernels.configs import forward_defines, seed_defines
-from .engines import gpu_exact
+from mri_recon.backend import Device, cupy_module
+from mri_recon.errors import InvalidDataError
+from mri_recon.grid import voxel_axes
+from mri_recon.kernels import get_module, upload_constant
+from mri_recon.kernels.configs import forward_defines, seed_defines
+from mri_recon.operators.engines import gpu_exact
 
 VARIANTS = ("naive", "registers", "constant", "aos", "packed", "mirror", "multi", "recur")
 """The rungs of the F^H d ladder, slowest first; ``"best"`` names :data:`BEST`."""
@@ -93,7 +93,7 @@ def forward_ladder(image: Any, trajectory: Any, *, variant: str = "best", chunk:
     if name != "naive":
         return gpu_exact.forward_gpu(image, trajectory, recur=name == "recur", chunk=chunk, block=block)
     flat, matrix, device = gpu_exact.forward_inputs(image, trajectory)
-    threads = gpu_exact._launch_size(block, gpu_exact.DEFAULT_BLOCK, 256, "block (threads per block)")
+    threads = gpu_exact.launch_size(block, gpu_exact.DEFAULT_BLOCK, 256, "block (threads per block)")
     return _forward_naive(flat, trajectory, matrix, threads, device)
 
 
@@ -124,15 +124,15 @@ def _fhd_seed(data: Any, trajectory: Any, matrix: tuple[int, ...], rung: int, ch
     nvox = math.prod(matrix)
     n_coils, n_samples = data.shape
     capacity = defines.get("FHD_CHUNK", n_samples)
-    size = gpu_exact._launch_size(chunk, capacity, capacity if rung >= 2 else 2**31 - 1,
+    size = gpu_exact.launch_size(chunk, capacity, capacity if rung >= 2 else 2**31 - 1,
                                   "chunk (samples per launch)")
-    threads = gpu_exact._launch_size(block, SEED_BLOCK, 1024, "block (threads per block)")
+    threads = gpu_exact.launch_size(block, SEED_BLOCK, 1024, "block (threads per block)")
     grid = (-(-nvox // threads), 1, 1)
     axes = _axes(matrix, device.index)
     k, columns = _columns(trajectory, dim)
-    out = gpu_exact._empty((n_coils, nvox), cupy.complex64)
+    out = gpu_exact.empty((n_coils, nvox), cupy.complex64)
     parts = out.view(cupy.float32).reshape(n_coils, nvox, 2)
-    re_out, im_out = gpu_exact._empty((nvox,), cupy.float32), gpu_exact._empty((nvox,), cupy.float32)
+    re_out, im_out = gpu_exact.empty((nvox,), cupy.float32), gpu_exact.empty((nvox,), cupy.float32)
     for coil in range(n_coils):
         re_in = cupy.ascontiguousarray(data[coil].real)
         im_in = cupy.ascontiguousarray(data[coil].imag)
@@ -164,7 +164,7 @@ def _forward_naive(flat: Any, trajectory: Any, matrix: tuple[int, ...], threads:
     k, columns = _columns(trajectory, dim)
     n_coils, nvox = flat.shape
     n_samples = k.shape[0]
-    out = gpu_exact._empty((n_coils, n_samples), cupy.complex64)
+    out = gpu_exact.empty((n_coils, n_samples), cupy.complex64)
     for coil in range(n_coils):
         kernel((-(-n_samples // threads), 1, 1), (threads, 1, 1),
                (*columns, *axes, flat[coil], out[coil], np.int32(n_samples), np.int32(nvox)))

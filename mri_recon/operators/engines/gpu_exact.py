@@ -11,7 +11,7 @@ constant-memory record, so one phase serves every coil of a group; one phase als
 its mirror at -r (``paired``), each thread owns several voxels along the last axis (``multi``), and their
 phases come from the angle-addition recurrence on the FMA pipe (``recur``). The defaults are the fastest
 configuration; the others exist for the optimization ladder of ``tests/gpu_ladder.py``
-(benchmarks and tests: tests/gpu_ladder.py). The kernels' header comments hold the mathematics and the record layouts; the
+(benchmarks and tests). The kernels' header comments hold the mathematics and the record layouts; the
 host-side layout lives in :mod:`mri_recon.operators.engines.gpu_layout` and the ``-D`` options in
 :mod:`mri_recon.kernels.configs`.
 """

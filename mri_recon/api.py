@@ -13,9 +13,10 @@ from typing import Any
 from . import pipeline
 from .backend import Device
 from .errors import InvalidDataError
-from .operators.engines.encoding import Encoding
+from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
+from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
@@ -34,8 +35,8 @@ def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "a
     plan_prepared(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
                   **{name: options[name] for name in ("device", "method", "iterations") if name in options})
     ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
-    result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
-                                  maps_basis=record.pop("maps_basis"), **options)
+    maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
+    result = pipeline.reconstruct(ready, estimate_maps=maps.method, maps_basis=maps.basis, **options)
     return ready, record, result
 
 

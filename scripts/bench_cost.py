@@ -20,8 +20,7 @@ import numpy as np
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module
-from mri_recon.operators.engines import cost
-from mri_recon.operators.engines.encoding import GpuExactEncoding, GpuNufftEncoding
+from mri_recon.operators.engines import GpuExactEncoding, GpuNufftEncoding, cost, fastest
 from mri_recon.sim.trajectories import kooshball, radial
 
 
@@ -111,7 +110,7 @@ def main(argv: list[str]) -> int:
         row["predicted_exact_s"] = cost.exact_seconds(tuple(matrix), row["samples"], coils)
         row["predicted_nufft_s"] = cost.nufft_seconds(tuple(matrix), row["samples"], coils)
         row["faster"] = "gpu" if row["exact_s"] <= row["nufft_s"] else "gpu-nufft"
-        row["chosen"] = cost.fastest_gpu_engine(tuple(matrix), row["samples"], coils)
+        row["chosen"] = fastest("gpu", tuple(matrix), row["samples"], coils).name
         rows.append(row)
         print(f"{str(matrix):<16} M {row['samples']:>8} C {coils}  exact {row['exact_s'] * 1e3:9.3f} ms "
               f"(model {row['predicted_exact_s'] * 1e3:9.3f})  nufft {row['nufft_s'] * 1e3:8.3f} ms "

@@ -129,7 +129,7 @@ def test_production_launcher_does_not_import_the_ladder():
 @pytest.mark.parametrize("dim", [2, 3])
 def test_what_a_reconstruction_prefetches_is_in_the_registry(dim):
     from mri_recon.kernels.registry import contains
-    from mri_recon.operators.engines.encoding import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
+    from mri_recon.operators.engines import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
     from mri_recon.pipeline import SOLVER_KERNELS
 
     assert FinufftEncoding.kernel_configs(dim, 8) == []

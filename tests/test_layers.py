@@ -24,6 +24,7 @@ LAYERS = [
     {"prep"},
     {"sim"},
     {"result", "progress"},
+    {"stages"},
     {"pipeline"},
     {"api"},
     {"doctor"},

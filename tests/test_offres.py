@@ -11,8 +11,9 @@ from helpers import relative
 
 import mri_recon
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.operators.engines.encoding import FinufftEncoding, NudftEncoding
+from mri_recon.operators.engines import FinufftEncoding, NudftEncoding
 from mri_recon.operators.engines.nudft import nudft_forward
+from mri_recon.operators.offres import segmented as seg
 from mri_recon.operators.offres import time_segments as ts
 from mri_recon.operators.offres.model import EncodingNormal, OffresEncoding, offres_adjoint, offres_forward
 from mri_recon.operators.offres.setup import plan_correction
@@ -79,7 +80,7 @@ def _adjoint_gap(op, rng):
 def _segmented(k, f, t, matrix, coils, segments, base=FinufftEncoding):
     b, tau, error = ts.interpolators(f, t, segments)
     phases = np.exp(-2j * np.pi * f[None].astype(np.float64) * tau.reshape(-1, *([1] * len(matrix))))
-    return ts.TimeSegmentedEncoding(base(k, matrix, coils), b.astype(np.complex64), phases.astype(np.complex64)), error
+    return seg.TimeSegmentedEncoding(base(k, matrix, coils), b.astype(np.complex64), phases.astype(np.complex64)), error
 
 
 def test_operators_are_adjoint(rng):
@@ -133,8 +134,8 @@ def test_normal_operators_match_their_encodings(rng):
     maps = (rng.standard_normal((3, *matrix)) + 1j * rng.standard_normal((3, *matrix))).astype(np.complex64)
     x = (rng.standard_normal(matrix) + 1j * rng.standard_normal(matrix)).astype(np.complex64)
     segmented, _ = _segmented(k, f, t, matrix, 1, 4)
-    spectra = ts.segment_spectra(segmented, w)
-    toeplitz = ts.SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.3)
+    spectra = seg.segment_spectra(segmented, w)
+    toeplitz = seg.SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.3)
     a = segmented.batched(3)
     direct = (np.conj(maps) * a.H(a(maps * x) * w)).sum(axis=0) + 0.3 * x
     assert relative(toeplitz(x), direct) < 1e-5
@@ -142,8 +143,11 @@ def test_normal_operators_match_their_encodings(rng):
     normal = EncodingNormal(exact, w, coil_maps=maps, lam=0.3, coil_batch=2)
     e = exact.batched(3)
     assert relative(normal(x), (np.conj(maps) * e.H(e(maps * x) * w)).sum(axis=0) + 0.3 * x) < 1e-5
+    # the same operators through the encoding protocol (Encoding.normal)
+    assert relative(segmented.normal(w, maps, 0.3)(x), direct) < 1e-5
+    assert relative(exact.normal(w, maps, 0.3, coil_batch=2)(x), normal(x)) == 0.0
     # without maps: one image per coil, solved independently
-    per_coil = ts.SegmentedNormal(spectra, segmented.phases, coil_batch=1)
+    per_coil = seg.SegmentedNormal(spectra, segmented.phases, coil_batch=1)
     stack = maps
     assert relative(per_coil(stack), a.H(a(stack) * w)) < 1e-5
 

@@ -151,7 +151,7 @@ def test_gpu_operators_adjointness(rng, matrix):
 @pytest.mark.parametrize("matrix", [(32, 30), (17, 16, 15)], ids=["2d", "3d-odd"])
 def test_gpu_nufft_engine_adjointness_and_accuracy(rng, matrix):
     from mri_recon.operators import GpuExactEncoding
-    from mri_recon.operators.engines.encoding import GpuNufftEncoding
+    from mri_recon.operators.engines import GpuNufftEncoding
 
     cupy = cupy_module()
     k = cupy.asarray(trajectory(rng, matrix, 2000))

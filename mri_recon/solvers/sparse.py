@@ -14,6 +14,7 @@ leading batch axis (per-coil images without maps) are regularized image by image
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ..backend import get_xp
@@ -102,7 +103,8 @@ def _gram(x: Any, ndim: int) -> Any:
 def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: float, rho: float,
                  iterations: int, inner_iterations: int, data_energy: float, coil_batch: int | None = None,
                  anisotropic: bool = False, solver: str | None = None, callback: Callback | None = None,
-                 check_every: int = 10) -> tuple[Any, tuple[float, ...], str]:
+                 check_every: int = 10, normal: Callable[[float], Any] | None = None
+                 ) -> tuple[Any, tuple[float, ...], str]:
     """Minimize ``||W^(1/2) (A x - d)||^2 + lam R(x)`` (``R`` named by ``regularizer``).
 
     Parameters
@@ -121,6 +123,9 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         TV only: ``sum_a |D_a x|`` instead of ``sum ||D x||_2``.
     solver
         ``"admm"`` or (wavelets) ``"fista"``; None: :func:`default_solver`.
+    normal
+        ``lam -> A^H W A + lam I`` (the engine's Toeplitz operator on this spectrum and these maps:
+        ``Encoding.toeplitz_normal``); None: :func:`~mri_recon.operators.normal.toeplitz.normal_operator`.
 
     Returns
     -------
@@ -131,18 +136,20 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         raise InvalidDataError(f"regularizer must be 'tv' or 'wavelet' here, found {regularizer!r}")
     solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
+    if normal is None:
+        def normal(lam: float) -> Any:
+            return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
     sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), ndim, anisotropic=anisotropic)
     if solver == "fista":
         from .fista import fista  # noqa: PLC0415 - loaded on use
 
-        normal = normal_operator(spectrum, coil_maps=maps, lam=0.0, coil_batch=coil_batch)
-        x, history = fista(normal, rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
+        x, history = fista(normal(0.0), rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
                            callback=callback, check_every=check_every)
         return x, history, solver
     if regularizer == "wavelet":  # Psi^H Psi = I: the x-update operator is N + rho I
-        operator = normal_operator(spectrum, coil_maps=maps, lam=rho, coil_batch=coil_batch)
+        operator = normal(rho)
     else:
-        operator = fd.TvNormal(normal_operator(spectrum, coil_maps=maps, lam=0.0, coil_batch=coil_batch), rho, ndim)
+        operator = fd.TvNormal(normal(0.0), rho, ndim)
     x, history = admm(operator, rhs, sparsity, lam=lam, rho=rho, iterations=iterations,
                       inner_iterations=inner_iterations, data_energy=data_energy, callback=callback,
                       check_every=check_every)
@@ -207,8 +214,8 @@ def data_energy(kspace: Any, weighted: Any, data_scale: float) -> float:
 
 def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: float, energy: float,
                       iterations: int, coil_batch: int | None, callback: Callback | None, *, regularizer: str,
-                      rho: float, inner_iterations: int, anisotropic: bool,
-                      solver: str) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+                      rho: float, inner_iterations: int, anisotropic: bool, solver: str,
+                      normal: Callable[[float], Any] | None = None) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
     """The pipeline's regularized solve with dimensionless weights: ``lam_abs = lam * max|A^H W d|`` and
     ``rho_abs = rho * peak`` (``peak``: the normal operator's largest diagonal entry).
 
@@ -220,7 +227,7 @@ def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: floa
     x, history, used = solve_sparse(spectrum, maps, rhs, regularizer=regularizer, lam=lam_abs, rho=rho * peak,
                                     iterations=iterations, inner_iterations=inner_iterations, data_energy=energy,
                                     coil_batch=coil_batch, anisotropic=anisotropic, solver=solver,
-                                    callback=callback)
+                                    callback=callback, normal=normal)
     record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if used == "admm" else None,
               "inner_iterations": inner_iterations if used == "admm" else None,
               "anisotropic": anisotropic if regularizer == "tv" else None, "objective": float(history[-1])}

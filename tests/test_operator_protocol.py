@@ -171,13 +171,13 @@ def _offres_operators(rng, matrix, xp=np):
     """The off-resonance encodings (exact and time-segmented) and their normal operators on ``xp`` arrays."""
     from mri_recon.operators import OffresEncoding
     from mri_recon.operators.offres.model import EncodingNormal
-    from mri_recon.operators.offres.time_segments import (
+    from mri_recon.operators.offres.segmented import (
         SegmentedNormal,
         TimeSegmentedEncoding,
-        interpolators,
         segment_spectra,
         segmented_normal,
     )
+    from mri_recon.operators.offres.time_segments import interpolators
 
     k = trajectory(rng, matrix, 80)
     f = (80 * rng.standard_normal(matrix)).astype(np.float32)
@@ -193,7 +193,8 @@ def _offres_operators(rng, matrix, xp=np):
     spectra = segment_spectra(segmented, w)
     normals = [EncodingNormal(exact, w, coil_maps=maps, lam=0.1),
                SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.1),
-               segmented_normal(spectra, segmented.phases, coil_maps=maps, lam=0.1, coil_batch=1)]  # fused on a GPU
+               segmented_normal(spectra, segmented.phases, coil_maps=maps, lam=0.1, coil_batch=1),  # fused on a GPU
+               exact.normal(w, maps, 0.1), segmented.normal(w, maps, 0.1, coil_batch=1)]  # through the protocol
     return exact, segmented, normals
 
 

@@ -5,7 +5,10 @@ the kernel spectrum of ``A^H W A`` (maps applied on the fly), the right-hand sid
 ``d^H W d``. ``R`` is
 
 - ``"tv"``: isotropic total variation ``sum_i ||(D x)_i||_2`` over the image axes (anisotropic: ``sum |D_a x|``);
-- ``"wavelet"``: ``||Psi x||_1`` with ``Psi`` the orthogonal ``db4`` transform (every coefficient).
+- ``"wavelet"``: ``||Psi x||_1`` with ``Psi`` the orthogonal ``db4`` transform (every coefficient);
+
+each an object of the registry :mod:`.regularizers` (one module each), which states its transform, its
+solvers and its default lambda.
 
 Solvers: ADMM (:mod:`.admm`) for both, FISTA (:mod:`.fista`) for wavelets (the default there). Images with a
 leading batch axis (per-coil images without maps) are regularized image by image.
@@ -19,17 +22,18 @@ from typing import Any
 
 from ..backend import get_xp
 from ..errors import InvalidDataError
-from ..operators import finite_difference as fd
 from ..operators.normal.toeplitz import normal_operator
-from ..operators.wavelet import Wavelet
 from .admm import Callback, Sparsity, admm
 from .cg import inner
+from .regularizers import names, registry
+from .regularizers import regularizer as find
 
-REGULARIZERS = ("l2", "tv", "wavelet")
-SOLVERS = {"tv": ("admm",), "wavelet": ("admm", "fista")}
+REGULARIZERS = names()
+"""Every regularizer's name (:mod:`.regularizers`)."""
+SOLVERS = {r.name: r.solvers for r in registry().values() if r.sparse}
+"""The solvers of each sparse regularizer."""
 
-LAM_DEFAULTS = {"l2": {True: 1e-3, False: 1e-3}, "tv": {True: 3e-2, False: 3e-3},
-                "wavelet": {True: 5e-3, False: 5e-3}}
+LAM_DEFAULTS = {r.name: r.lam_default for r in registry().values()}
 """The ``lam`` of each regularizer when none is given (``lam=None``; CLI: no ``--lambda``), for a scan with
 density weights (True) and without (False). ``l2``: relative to the normal operator's peak, 1e-3 as it always
 was. ``tv`` and ``wavelet``: relative to ``max |A^H W d|``, the lambda of lowest NRMSE on 4x undersampled
@@ -49,10 +53,9 @@ def resolve_lam(regularizer: str, lam: float | None, weighted: bool = True) -> f
     InvalidDataError
         An unknown regularizer, or a lambda that is not a finite number >= 0.
     """
-    if regularizer not in REGULARIZERS:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
+    chosen = find(regularizer)
     if lam is None:
-        return LAM_DEFAULTS[regularizer][bool(weighted)]
+        return chosen.lam_default[bool(weighted)]
     if not math.isfinite(lam):
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
@@ -72,32 +75,22 @@ def lam_help() -> str:
 
 
 def default_solver(regularizer: str) -> str:
-    """The solver used when none is named: ADMM for TV, FISTA for wavelets, whose proximal map is exact and
-    which reached the optimum far sooner per normal-operator product (docs/compressed_sensing.md)."""
-    return "fista" if regularizer == "wavelet" else "admm"
+    """The solver used when none is named (the regularizer's ``default_solver``): ADMM for TV, FISTA for
+    wavelets, whose proximal map is exact and which reached the optimum far sooner per normal-operator product
+    (docs/compressed_sensing.md)."""
+    return find(regularizer).default_solver
 
 
 def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *, anisotropic: bool = False,
-                wavelet_order: int = 4) -> tuple[Sparsity, Wavelet | None]:
-    """The :class:`~.admm.Sparsity` of ``regularizer`` for images of ``shape`` (``ndim`` image axes), and
-    the wavelet operator (None for TV)."""
-    if regularizer == "tv":
-        return Sparsity(forward=lambda x: fd.gradient(x, ndim),
-                        adjoint_rhs=lambda b, q, rho: fd.adjoint_rhs(b, q, rho, ndim),
-                        gram=lambda x: _gram(x, ndim),
-                        groups=0 if anisotropic else ndim, shape=(ndim, *shape)), None
-    if regularizer == "wavelet":
-        psi = Wavelet(shape, ndim, order=wavelet_order)
-        return Sparsity(forward=psi.apply, adjoint_rhs=lambda b, q, rho: b + rho * psi.H(q),
-                        gram=lambda x: x, groups=0, shape=shape), psi
-    raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
-
-
-def _gram(x: Any, ndim: int) -> Any:
-    """``D^H D x``."""
-    out = get_xp(x).zeros_like(x)
-    fd.laplacian_add(x, out, 1.0, ndim)
-    return out
+                wavelet_order: int = 4) -> tuple[Sparsity, Any]:
+    """The :class:`~.admm.Sparsity` of ``regularizer`` for images of ``shape`` (``ndim`` image axes), and its
+    orthogonal transform (None for TV): :meth:`.regularizers.Regularizer.sparsity`."""
+    chosen = find(regularizer)
+    if not chosen.sparse:
+        raise InvalidDataError(f"regularizer must be one of {', '.join(SOLVERS)} here, found {regularizer!r}")
+    if chosen.orthogonal:
+        return chosen.sparsity(shape, ndim, anisotropic=anisotropic, order=wavelet_order)
+    return chosen.sparsity(shape, ndim, anisotropic=anisotropic)
 
 
 def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: float, rho: float,
@@ -133,7 +126,7 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         The solution, the relative objective at the checks and the solver used.
     """
     if regularizer not in SOLVERS:
-        raise InvalidDataError(f"regularizer must be 'tv' or 'wavelet' here, found {regularizer!r}")
+        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, SOLVERS))} here, found {regularizer!r}")
     solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
     if normal is None:
@@ -146,10 +139,7 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         x, history = fista(normal(0.0), rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
                            callback=callback, check_every=check_every)
         return x, history, solver
-    if regularizer == "wavelet":  # Psi^H Psi = I: the x-update operator is N + rho I
-        operator = normal(rho)
-    else:
-        operator = fd.TvNormal(normal(0.0), rho, ndim)
+    operator = find(regularizer).x_update(normal, rho, ndim)  # orthogonal K (Psi^H Psi = I): N + rho I
     x, history = admm(operator, rhs, sparsity, lam=lam, rho=rho, iterations=iterations,
                       inner_iterations=inner_iterations, data_energy=data_energy, callback=callback,
                       check_every=check_every)
@@ -163,7 +153,7 @@ def _check_solver(regularizer: str, solver: str | None, anisotropic: bool) -> st
     if solver not in SOLVERS[regularizer]:
         raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
                                f"found {solver!r}")
-    if anisotropic and regularizer != "tv":
+    if anisotropic and not find(regularizer).anisotropic:
         raise InvalidDataError("anisotropic applies to total variation only")
     return solver
 
@@ -182,9 +172,8 @@ def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | No
     CG), else the keyword arguments of :func:`solve_regularized`. ``rho`` and ``inner_iterations`` None:
     :data:`ADMM_DEFAULTS` for a scan with (``weighted``) or without density weights. With ``matrix``, a
     wavelet regularizer is refused here (before any work) when the matrix has no wavelet level."""
-    if regularizer not in REGULARIZERS:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
-    if regularizer == "l2":
+    chosen = find(regularizer)
+    if not chosen.sparse:
         if anisotropic or solver not in (None, "cg") or rho is not None or inner_iterations is not None:
             raise InvalidDataError("rho, inner_iterations, anisotropic and solver apply to the tv and wavelet "
                                    "regularizers, not l2")
@@ -199,8 +188,8 @@ def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | No
     if inner_iterations is not None and solver != "admm":
         raise InvalidDataError(f"inner_iterations are ADMM's CG steps; {regularizer} runs {solver} (choose solver "
                                f"'admm' to set them)")
-    if regularizer == "wavelet" and matrix is not None:
-        Wavelet(tuple(matrix), len(matrix))  # refuses a matrix without a wavelet level
+    if matrix is not None:
+        chosen.check(tuple(matrix))  # e.g. a wavelet regularizer refuses a matrix without a wavelet level
     auto_rho, auto_inner = ADMM_DEFAULTS[bool(weighted)]
     return {"regularizer": regularizer, "rho": auto_rho if rho is None else float(rho),
             "inner_iterations": auto_inner if inner_iterations is None else int(inner_iterations),
@@ -230,5 +219,5 @@ def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: floa
                                     callback=callback, normal=normal)
     record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if used == "admm" else None,
               "inner_iterations": inner_iterations if used == "admm" else None,
-              "anisotropic": anisotropic if regularizer == "tv" else None, "objective": float(history[-1])}
+              "anisotropic": anisotropic if find(regularizer).anisotropic else None, "objective": float(history[-1])}
     return x, history, record

@@ -121,7 +121,7 @@ def test_gpu_reconstruction_matches_the_cpu(correction, method):
 def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     from mri_recon.kernels.configs import fhd_record_words
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
-    from mri_recon.operators.offres.gpu_offres import (
+    from mri_recon.operators.offres.gpu_offres_layout import (
         adjoint_records,
         centre_phase,
         fixed_point_offres,
@@ -160,7 +160,7 @@ def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
 
 
 def test_fixed_point_limits_are_refused():
-    from mri_recon.operators.offres.gpu_offres import fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
 
     f = np.zeros((4, 4), np.float32)
     with pytest.raises(InvalidDataError, match="the sample times span 1.5 s; the exact GPU off-resonance kernels"):

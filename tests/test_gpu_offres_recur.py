@@ -21,7 +21,7 @@ from mri_recon.kernels.configs import (
 )
 from mri_recon.operators.engines import gpu_layout as layout
 from mri_recon.operators.offres import gpu_offres
-from mri_recon.operators.offres.gpu_offres import (
+from mri_recon.operators.offres.gpu_offres_layout import (
     RUN_SAMPLES,
     STEP_TOLERANCE_TURNS,
     adjoint_records,

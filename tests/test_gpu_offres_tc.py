@@ -60,7 +60,7 @@ def emulate_warps(records, fixed, matrix, coils, scales):
     2t + 8, 2t + 9) and its B fragments (coil 4 j + g / 2 at the same samples: real or imaginary part by g's
     parity), both split into halves; the 16 x 8 x 16 products are assembled from the 32 lanes' registers and
     multiplied in float64; the accumulator is read back lane by lane as the kernel writes it, times 1 / s_c."""
-    from mri_recon.operators.offres.gpu_offres import voxel_headers
+    from mri_recon.operators.offres.gpu_offres_layout import voxel_headers
 
     q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)
     n_voxels, tiles = q.shape[0], (coils + 3) // 4
@@ -107,7 +107,7 @@ def emulate_warps(records, fixed, matrix, coils, scales):
                          ids=["2d-3coils", "3d-6coils", "2d-1coil"])
 def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
-    from mri_recon.operators.offres.gpu_offres import centre_phase, fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import centre_phase, fixed_point_offres
 
     k, f, t, d = _problem(rng, matrix, coils, samples, peak=400.0, readout=30e-3)
     fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
@@ -125,7 +125,7 @@ def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
 
 def record_phasors(records, fixed, matrix):
     """cos and sin (float64, ``(N, M)``) of the kernel's fixed-point phase of every voxel and record."""
-    from mri_recon.operators.offres.gpu_offres import voxel_headers
+    from mri_recon.operators.offres.gpu_offres_layout import voxel_headers
 
     q = voxel_headers(matrix).astype(np.int64)
     kr = (records[:, :3].astype(np.int64) @ q.T) & 0xFFFFFFFF  # (M, N) mod 2^32
@@ -154,7 +154,7 @@ def test_a_scale_per_coil_keeps_a_weak_coil_exact_on_k_space_of_high_dynamic_ran
     """Coils 100x apart on k-space falling 1e5 from its centre: with each coil scaled by its own power of two
     the weak coil meets 2e-5 against the same phasors in float64; one scale for both does not."""
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
-    from mri_recon.operators.offres.gpu_offres import fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
 
     matrix, samples = (16, 16), 20000
     k, f, t, d = _problem(rng, matrix, 2, samples)
@@ -283,7 +283,7 @@ def poisoned(monkeypatch):
 def test_record_kernel_matches_the_layout(rng, poisoned, dim, coils, start, size):
     from mri_recon.backend import Device
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
-    from mri_recon.operators.offres.gpu_offres import fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
     from mri_recon.operators.offres.gpu_offres_tc import pack_samples, sample_scale
 
     matrix = (6, 5, 4)[:dim]
@@ -311,7 +311,7 @@ CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 2, 1), ((7, 1), 9, 130), 
 def test_tensor_core_kernel_against_the_oracle(rng, poisoned, case, mtiles, slices):
     from mri_recon.backend import Device
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
-    from mri_recon.operators.offres.gpu_offres import centre_phase, fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import centre_phase, fixed_point_offres
     from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
 
     cupy = cupy_module()

@@ -106,7 +106,7 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
     (complex64 ``(C, M)``) into ``out`` (complex64 ``(C, voxels)``), on the tensor cores.
 
     ``kfix``, ``taus`` and ``fixed`` are the fixed-point trajectory, times and field map
-    (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
+    (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`, :func:`.gpu_offres_layout.fixed_point_offres`);
     ``mtiles`` 16-voxel tiles per warp (1..4; None: the default), ``slices`` sample slices (1..65535, the grid's
     rows; None: :func:`slice_count`). Raises :class:`KernelError` for either out of range or a GPU without the
     tensor cores the kernel needs.

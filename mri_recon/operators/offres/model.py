@@ -126,7 +126,7 @@ class OffresEncoding(Encoding):
         self.key = f"offres-{self.name}-{self.device_kind}"
         self._prepared = None
         if self.gpu:  # the kernels' fixed-point field map and times, once (checks their range here)
-            from .gpu_offres import prepare_offres  # noqa: PLC0415 - needs CuPy
+            from .gpu_offres_layout import prepare_offres  # noqa: PLC0415 - needs CuPy
 
             self._prepared = prepare_offres(field_map, times)
 

@@ -33,7 +33,7 @@ from ...errors import InvalidDataError
 from ...kernels.configs import segments_defines
 from ..engines import cost
 from . import time_segments
-from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
+from .gpu_offres_layout import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .gpu_segments import MAX_FUSED_SEGMENTS
 from .model import OffresEncoding
 from .segmented import TimeSegmentedEncoding

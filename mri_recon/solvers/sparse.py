@@ -81,16 +81,18 @@ def default_solver(regularizer: str) -> str:
     return find(regularizer).default_solver
 
 
-def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *, anisotropic: bool = False,
-                wavelet_order: int = 4) -> tuple[Sparsity, Any]:
+def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *,
+                anisotropic: bool = False) -> tuple[Sparsity, Any]:
     """The :class:`~.admm.Sparsity` of ``regularizer`` for images of ``shape`` (``ndim`` image axes), and its
     orthogonal transform (None for TV): :meth:`.regularizers.Regularizer.sparsity`."""
     chosen = find(regularizer)
     if not chosen.sparse:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(SOLVERS)} here, found {regularizer!r}")
-    if chosen.orthogonal:
-        return chosen.sparsity(shape, ndim, anisotropic=anisotropic, order=wavelet_order)
+        raise InvalidDataError(f"regularizer must be one of {', '.join(_sparse_names())} here, found {regularizer!r}")
     return chosen.sparsity(shape, ndim, anisotropic=anisotropic)
+
+
+def _sparse_names() -> list[str]:
+    return [r.name for r in registry().values() if r.sparse]
 
 
 def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: float, rho: float,
@@ -125,8 +127,9 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
     x, history, solver
         The solution, the relative objective at the checks and the solver used.
     """
-    if regularizer not in SOLVERS:
-        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, SOLVERS))} here, found {regularizer!r}")
+    if regularizer not in _sparse_names():
+        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, _sparse_names()))} here, found "
+                               f"{regularizer!r}")
     solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
     if normal is None:
@@ -150,9 +153,9 @@ def _check_solver(regularizer: str, solver: str | None, anisotropic: bool) -> st
     """The solver of a tv or wavelet regularizer (None: :func:`default_solver`), refused when it or
     ``anisotropic`` does not apply."""
     solver = solver or default_solver(regularizer)
-    if solver not in SOLVERS[regularizer]:
-        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
-                               f"found {solver!r}")
+    solvers = find(regularizer).solvers
+    if solver not in solvers:
+        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(solvers)}, found {solver!r}")
     if anisotropic and not find(regularizer).anisotropic:
         raise InvalidDataError("anisotropic applies to total variation only")
     return solver

@@ -23,9 +23,8 @@ class WaveletL1(Regularizer):
     def check(self, matrix: tuple[int, ...]) -> None:
         Wavelet(tuple(matrix), len(matrix))  # refuses a matrix without a wavelet level
 
-    def sparsity(self, shape: tuple[int, ...], ndim: int, *, anisotropic: bool = False,
-                 order: int = ORDER) -> tuple[Sparsity, Any]:
-        psi = Wavelet(shape, ndim, order=order)
+    def sparsity(self, shape: tuple[int, ...], ndim: int, *, anisotropic: bool = False) -> tuple[Sparsity, Any]:
+        psi = Wavelet(shape, ndim, order=ORDER)
         return Sparsity(forward=psi.apply, adjoint_rhs=lambda b, q, rho: b + rho * psi.H(q),
                         gram=lambda x: x, groups=0, shape=shape), psi
 

@@ -1,7 +1,7 @@
 """The optimization ladder of the GPU F^H d (and F) kernels, for benchmarks and tests; off the production path.
 
 F^H d climbs the ladder of the FHD kernel of *Programming Massively Parallel Processors* (chapter 17):
-the seed's four rungs (``kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
+the seed's four rungs (``tests/kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
 array-of-structures chunks; one coil per launch, voxel coordinates read as float32 from
 :func:`mri_recon.grid.voxel_axes`), then four configurations of the production kernel
 (:func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,8 @@ import numpy as np
 from mri_recon.backend import Device, cupy_module
 from mri_recon.errors import InvalidDataError
 from mri_recon.grid import voxel_axes
-from mri_recon.kernels import get_module, upload_constant
-from mri_recon.kernels.configs import forward_defines, seed_defines
+from mri_recon.kernels import CONSTANT_BYTES, get_module, upload_constant
+from mri_recon.kernels.configs import forward_defines
 from mri_recon.operators.engines import gpu_exact
 
 VARIANTS = ("naive", "registers", "constant", "aos", "packed", "mirror", "multi", "recur")
@@ -43,6 +44,19 @@ FAST_RUNGS = {"packed": {"paired": False, "multi": False, "recur": False},
 """The options of :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu` that make each of the fast rungs."""
 SEED_BLOCK = 256
 """Threads per block of the seed rungs."""
+
+SEED_SOURCE = str(Path(__file__).resolve().parent / "kernels" / "fhd_seed.cu")
+"""The seed kernel of the ladder (test and benchmark code, not shipped)."""
+SEED_RUNGS = 4
+"""Rungs of ``fhd_seed.cu`` (naive, registers, constant, aos)."""
+
+
+def seed_defines(dim: int, rung: int) -> dict[str, int]:
+    """The ``-D`` options of ``fhd_seed.cu`` for one rung of the textbook ladder (0 naive .. 3 aos)."""
+    defines = {"FHD_DIM": dim, "FHD_RUNG": rung}
+    if rung >= 2:
+        defines["FHD_CHUNK"] = CONSTANT_BYTES // (4 * dim)
+    return defines
 
 
 def _variant(variant: str, names: tuple[str, ...], best: str, what: str) -> str:
@@ -119,7 +133,7 @@ def _fhd_seed(data: Any, trajectory: Any, matrix: tuple[int, ...], rung: int, ch
     cupy = cupy_module()
     dim = len(matrix)
     defines = seed_defines(dim, rung)
-    module = get_module("fhd_seed.cu", defines, device)
+    module = get_module(SEED_SOURCE, defines, device)
     kernel = module.get_function(SEED_KERNELS[rung])
     nvox = math.prod(matrix)
     n_coils, n_samples = data.shape

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from gpu_ladder import SEED_SOURCE
 
 from mri_recon.errors import KernelError
 from mri_recon.kernels import KERNEL_DIR, header_files, include_options, kernel_files, registry, source
@@ -19,7 +20,6 @@ from mri_recon.kernels.configs import (
     offres_forward_defines,
     offres_tc_defines,
     psf_defines,
-    seed_defines,
     segments_defines,
 )
 from mri_recon.operators.engines import gpu_layout
@@ -48,14 +48,14 @@ def test_configurations_are_unique():
 
 
 def launcher_configurations():
-    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_ladder, gpu_toeplitz, gpu_segments (every L
-    time segmentation can choose) and cg can build."""
+    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_toeplitz, gpu_segments (every L time
+    segmentation can choose) and cg can build (the ladder's seed kernel lives with the tests:
+    tests/kernels/fhd_seed.cu, compiled by tests/test_kernels_compile.py)."""
     sizes = {size for n in range(1, 5 * MAX_GROUP + 2) for _, size in gpu_layout.coil_groups(n)}
     assert sizes == set(range(1, MAX_GROUP + 1))
     configs = [("toeplitz.cu", {}), ("cg.cu", {})]
     configs += [("segments.cu", segments_defines(count)) for count in range(1, MAX_SEGMENTS + 1)]
     for dim in (2, 3):
-        configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(4)]
         configs += [("fhd.cu", psf_defines(dim)), ("forward.cu", forward_defines(dim, None, None))]
         for coils in sizes:
             for multi, recur in ((False, False), (True, False), (True, True)):  # recur needs multi
@@ -82,11 +82,12 @@ def _kernel_literals(module: str) -> set[str]:
 
 def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
-    for module in ("operators/engines/gpu_exact.py", "../tests/gpu_ladder.py", "operators/normal/gpu_toeplitz.py",
+    for module in ("operators/engines/gpu_exact.py", "operators/normal/gpu_toeplitz.py",
                    "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/engines/gpu_nufft.py",
                    "operators/offres/gpu_offres.py", "operators/offres/gpu_offres_tc.py",
                    "operators/offres/gpu_segments.py"):
         assert _kernel_literals(module) <= files, module
+    assert _kernel_literals("../tests/gpu_ladder.py") <= files | {"fhd_seed.cu"}  # its seed: tests/kernels
 
 
 def test_registry_file_is_what_the_launchers_build():
@@ -102,8 +103,9 @@ def test_headers_are_found_and_shipped():
     assert [p.name for p in header_files()] == ["mri_recon_grid.cuh", "mri_recon_phase.cuh"]
     options = include_options()
     assert options[0] == f"-I{KERNEL_DIR}" and options[1].startswith("-DMRI_RECON_HEADERS=")
-    for name in ("fhd.cu", "forward.cu", "fhd_seed.cu", "offres_tc.cu"):
+    for name in ("fhd.cu", "forward.cu", SEED_SOURCE, "offres_tc.cu"):
         assert '#include "mri_recon_phase.cuh"' in source(name)
+    assert not (KERNEL_DIR / "fhd_seed.cu").exists()  # test and benchmark code is not shipped
     for name in ("toeplitz.cu", "segments.cu"):
         assert '#include "mri_recon_grid.cuh"' in source(name)
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()

@@ -289,3 +289,22 @@ def test_a_field_map_with_tv_or_wavelets_is_refused():
         with pytest.raises(InvalidDataError, match=f"off-resonance correction runs with the l2 regularizer only, "
                                                    f"not {regularizer}"):
             solve(scan, iterations=2, device="cpu", regularizer=regularizer)
+
+
+def test_offres_engines_build_their_own_normal_operators_only(rng):
+    """Neither off-resonance engine has one Toeplitz PSF: asking for it, or passing a spectrum, is refused."""
+    matrix = (8, 6)
+    k, f, t, *_ = problem(rng, matrix, 1, 60)
+    w = np.ones(60, dtype=np.float32)
+    segmented, _ = _segmented(k, f, t, matrix, 1, 3)
+    exact = OffresEncoding(k, f, t, 1)
+    assert (exact.name, exact.device_kind, exact.caches_psf) == ("exact", "cpu", False)
+    assert (segmented.name, segmented.device_kind, segmented.key) == ("nufft", "cpu", "nufft-cpu")
+    with pytest.raises(InvalidDataError, match="exact off-resonance encoding has no Toeplitz PSF"):
+        exact.psf(w)
+    with pytest.raises(InvalidDataError, match="exact off-resonance encoding has no Toeplitz spectrum"):
+        exact.normal(w, spectrum=np.zeros((16, 12), np.complex64))
+    with pytest.raises(InvalidDataError, match="has L \\(L \\+ 1\\) / 2 segment PSFs, not one PSF"):
+        segmented.psf(w)
+    with pytest.raises(InvalidDataError, match="computes its own segment spectra"):
+        segmented.normal(w, spectrum=np.zeros((16, 12), np.complex64))

@@ -113,6 +113,23 @@ def test_gpu_engines_by_method(monkeypatch):
     assert choose("auto", "nufft")[1] is GpuNufftEncoding
 
 
+def test_the_registry_reads_the_engines():
+    keys = [e.key for e in registry.engines()]
+    assert keys == ["exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu"] and len(set(keys)) == len(keys)
+    assert registry.engine("auto", "cpu") is operators.FinufftEncoding  # the oracle is picked by name only
+    assert registry.engine("exact", "cpu") is operators.NudftEncoding
+    assert registry.engine("gpu", "gpu") is GpuExactEncoding and registry.engine("gpu-nufft", "gpu") is GpuNufftEncoding
+    assert registry.engine("nufft-gpu", "cpu") is GpuNufftEncoding  # a key names one engine on any device
+    assert not GpuNufftEncoding.caches_psf and GpuExactEncoding.caches_psf
+    with pytest.raises(ValueError, match="unknown method 'fast': expected one of auto, exact, exact-cpu"):
+        registry.engine("fast", "cpu")
+    with pytest.raises(InvalidDataError, match="no encoding engine serves 1-D images on the gpu"):
+        registry.fastest("gpu", (8,), 10, 1)
+    # the time model the chooser reads is the one the planner's estimate adds the CG iterations to
+    matrix, samples, coils = (64, 64), 20000, 4
+    assert GpuExactEncoding.run_seconds(matrix, samples, coils, 0) == GpuExactEncoding.seconds(matrix, samples, coils)
+
+
 def test_input_errors(rng):
     matrix, m = (12, 10), 50
     k = random_trajectory(rng, matrix, m)

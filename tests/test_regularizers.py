@@ -17,7 +17,15 @@ import mri_recon
 from mri_recon.errors import InvalidDataError
 from mri_recon.operators import Scale
 from mri_recon.solvers import regularizers
-from mri_recon.solvers.sparse import LAM_DEFAULTS, REGULARIZERS, SOLVERS, check_sparse, resolve_lam, solve_sparse
+from mri_recon.solvers.sparse import (
+    LAM_DEFAULTS,
+    REGULARIZERS,
+    SOLVERS,
+    check_sparse,
+    resolve_lam,
+    solve_sparse,
+    sparsity_of,
+)
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 EXAMPLE = "# mri_recon/solvers/regularizers/l1.py"
@@ -30,6 +38,8 @@ def test_the_registry_lists_the_shipped_regularizers():
     assert regularizers.regularizer("wavelet").default_solver == "fista"
     with pytest.raises(InvalidDataError, match="regularizer must be one of l2, tv, wavelet, found 'l1'"):
         regularizers.regularizer("l1")
+    with pytest.raises(InvalidDataError, match="regularizer must be one of tv, wavelet here, found 'l2'"):
+        sparsity_of("l2", (8, 8), 2)
 
 
 @pytest.fixture

@@ -24,8 +24,6 @@ from .encoding import Encoding
 ENGINE_MODULES = ("cpu", "gpu")
 """The modules of this folder whose ``ENGINES`` tuples make the registry, in order of preference (on a tie of
 predicted times the first wins)."""
-METHODS = ("auto", "exact", "nufft")
-"""What a user asks for: an engine's name, or ``"auto"``."""
 ALIASES = {"gpu": "exact", "gpu-nufft": "nufft"}
 """Old engine names, accepted as input where engine names were accepted (the memory planner): the GPU's
 exact sums were called ``"gpu"`` and its NUFFT ``"gpu-nufft"``."""
@@ -38,6 +36,10 @@ def engines() -> tuple[type[Encoding], ...]:
     for name in ENGINE_MODULES:
         found += importlib.import_module(f"{__package__}.{name}").ENGINES
     return tuple(found)
+
+
+METHODS = ("auto", *dict.fromkeys(e.name for e in engines()))
+"""What a user asks for: ``"auto"`` or an engine's name (``"exact"``, ``"nufft"``), from the registry."""
 
 
 def engine(method: str, device_kind: str) -> type[Encoding]:
@@ -88,7 +90,8 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
         ``(matrix, samples, coils)`` of the work to do, for ``method="auto"``.
     """
     if method not in METHODS:
-        raise InvalidDataError(f"unknown method {method!r}: expected 'auto', 'exact' or 'nufft'")
+        listed = [repr(m) for m in METHODS]
+        raise InvalidDataError(f"unknown method {method!r}: expected {', '.join(listed[:-1])} or {listed[-1]}")
     auto = device is None or (isinstance(device, str) and device == "auto")
     if auto and is_gpu_array(like):
         dev = resolve_device(int(like.device.id))

@@ -16,7 +16,7 @@ import mri_recon
 import mri_recon.kernels as kernels
 from mri_recon.backend import cupy_module
 from mri_recon.kernels import bundle as kb
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]

@@ -156,19 +156,23 @@ def _capture_backend():
     return Capture()
 
 
+def arch_options(arch: str) -> tuple[str, str]:
+    """CuPy's ``_get_arch_for_options_for_nvrtc(arch)`` as CuPy 14 computes it, without its per-device memo
+    (which asks the driver for the current device)."""
+    from cupy.cuda import compiler
+
+    if not compiler._use_ptx and int(arch) <= int(compiler._get_max_compute_capability()):
+        return f"-arch=sm_{arch}", "cubin"
+    return f"-arch=compute_{arch}", "ptx"
+
+
 @contextlib.contextmanager
 def cupy_without_device():
     """CuPy's compiler set up to compile for an explicit architecture with no GPU: the capture backend, and
-    CuPy's choice of ``-arch`` (memoized per device, which asks the driver) computed as CuPy computes it."""
+    :func:`arch_options` for CuPy's choice of ``-arch``."""
     from cupy.cuda import compiler
 
     real_backend, real_arch = compiler._kernel_cache_backend, compiler._get_arch_for_options_for_nvrtc
-
-    def arch_options(arch=None):
-        if not compiler._use_ptx and int(arch) <= int(compiler._get_max_compute_capability()):
-            return f"-arch=sm_{arch}", "cubin"
-        return f"-arch=compute_{arch}", "ptx"
-
     compiler._set_kernel_cache_backend(_capture_backend())
     compiler._get_arch_for_options_for_nvrtc = arch_options
     try:

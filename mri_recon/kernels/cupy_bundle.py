@@ -234,7 +234,7 @@ def install_arch(arch: str, target_dir: Path, directory: Path = CUPY_DIR,
     return written
 
 
-def install(cupy, device_index: int) -> list[str]:
+def install(cupy, device_index: int, directory: Path | None = None, record: Path | None = None) -> list[str]:
     """Once per process, cache folder and device: :func:`install_arch` for the architecture CuPy compiles for on
     device ``device_index``, into CuPy's cache folder (nothing when switched off or the cache is not on disk);
     any error is logged at DEBUG (CuPy then compiles on use, as without the bundle)."""
@@ -252,7 +252,8 @@ def install(cupy, device_index: int) -> list[str]:
                 return []
             _INSTALLED.add(key)
         with cupy.cuda.Device(device_index):
-            return install_arch(str(compiler._get_arch()), target_dir)
+            return install_arch(str(compiler._get_arch()), target_dir, directory or CUPY_DIR,
+                                record or cupy_kernels.RECORD_FILE)
     except Exception as exc:  # noqa: BLE001 - a failed installation costs nothing: CuPy compiles on use
         log.debug("precompiled CuPy kernels not installed: %s", exc)
         return []

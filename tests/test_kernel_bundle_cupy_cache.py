@@ -234,3 +234,23 @@ def test_installation_is_switched_off(bundle, record, cupy_cache, monkeypatch, s
         monkeypatch.setenv(setting, "1" if setting == "CUPY_CACHE_IN_MEMORY" else "0")
     assert cb.install(FakeCupy, 0, bundle, record) == []
     assert not cupy_cache.exists() or not any(cupy_cache.iterdir())
+
+
+def test_the_cubin_does_not_depend_on_where_cupy_is_installed(record, tmp_path):
+    """The template drops CuPy's install path from the options: the same request compiled with CuPy's headers
+    reached through another path (a link) gives the same CUBIN, under another CuPy file name."""
+    root = cb.cupy_include_root()
+    (tmp_path / "elsewhere").symlink_to(root, target_is_directory=True)
+    request = ck.recorded(record)[1][0]
+    moved = [o.replace(root, str(tmp_path / "elsewhere")) for o in assemble(tuple(request["options"]))]
+    results = []
+    with build_kernels.cupy_without_device() as comp:
+        for options in (tuple(assemble(tuple(request["options"]))), tuple(moved)):
+            try:
+                comp._compile_with_cache_cuda(request["source"], options, "90", request.get("extra_source"))
+            except build_kernels._Captured as captured:
+                results.append((captured.name, captured.payload))
+    assert len(results) == 2 and results[0][0] != results[1][0]
+    assert results[0][1] == results[1][1]
+    assert cb.template(tuple(moved) + ("-ftz=true",), str(tmp_path / "elsewhere")) == \
+        cb.template(cb.cupy_options(assemble, request), root)

@@ -98,13 +98,10 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
 
     A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
-    where the module is used (or from the returned futures). The first prefetch of a process and device first
+    where the module is used (or from the returned futures). The first prefetch of a process and device then
     copies the precompiled CuPy kernels of the bundle into CuPy's kernel cache
     (:mod:`mri_recon.kernels.cupy_bundle`), so that CuPy loads them instead of compiling."""
     index = 0 if device is None else device.index
-    cupy = cupy_module()
-    if cupy is not None:  # CuPy's own kernels into its cache, once per process and device (kernels/cupy_bundle.py)
-        install_cupy_kernels(cupy, index)
     futures = []
     for filename, defines in configs:
         key = (filename, _freeze(defines), index)
@@ -112,6 +109,9 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
             built = _BUILT.get(key)
         # built or being built: nothing to submit (a warm process pays no thread hand-off)
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
+    cupy = cupy_module()
+    if cupy is not None:  # CuPy's own kernels into its cache, once per process and device (kernels/cupy_bundle.py)
+        install_cupy_kernels(cupy, index)
     return futures
 
 

@@ -254,3 +254,11 @@ def test_the_cubin_does_not_depend_on_where_cupy_is_installed(record, tmp_path):
     assert results[0][1] == results[1][1]
     assert cb.template(tuple(moved) + ("-ftz=true",), str(tmp_path / "elsewhere")) == \
         cb.template(cb.cupy_options(assemble, request), root)
+
+
+def test_rebuilding_mri_recons_modules_keeps_cupys_kernels(built, tmp_path):
+    out = tmp_path / "bundle"
+    shutil.copytree(built[0], out / "cupy")
+    build_kernels.build(out, {"prox.cu"}, jobs=1, targets=("sm_90",))
+    assert (out / "cupy" / cb.MANIFEST).read_bytes() == (built[0] / cb.MANIFEST).read_bytes()
+    assert (out / "manifest.json").is_file()

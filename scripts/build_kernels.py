@@ -217,19 +217,18 @@ def build_cupy(out: Path, record: Path = cupy_kernels.RECORD_FILE, archs: tuple[
     root = cb.cupy_include_root()
     with cupy_without_device() as compiler, ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         built = list(pool.map(lambda item: compile_cupy(compiler, assemble, requests[item[0]], item[1]), chosen))
-        entries, bases = [], set()
+        entries, bases = [], {}
         for (index, arch), (name, data, base) in zip(chosen, built):
             request = requests[index]
-            bases.add(cb.sha256(base))
+            if bases.setdefault(arch, cb.sha256(base)) != cb.sha256(base):
+                raise SystemExit(f"NVRTC reported different builds for different options (sm_{arch})")
             entries.append({"request": index, "arch": arch, "name": name, "file": f"sm_{arch}/{name}",
                             "sha256": cb.sha256(data), "bytes": len(data), "source_sha256": cb.source_sha256(request),
                             "options": cb.template(cb.cupy_options(assemble, request), root),
                             "target": list(compiler._get_arch_for_options_for_nvrtc(arch))})
         manifest = {"format": cb.FORMAT, "cupy": cupy.__version__, "nvrtc": cb.nvrtc_version(compiler),
-                    "cupy_cache_key": compiler._get_cupy_cache_key(), "nvrtc_build": bases.pop(), "archs": list(archs),
+                    "cupy_cache_key": compiler._get_cupy_cache_key(), "nvrtc_build": bases, "archs": list(archs),
                     "entries": sorted(entries, key=lambda e: e["file"])}
-    if bases:
-        raise SystemExit("NVRTC reported different builds for different options")
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

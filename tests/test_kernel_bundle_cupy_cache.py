@@ -147,7 +147,8 @@ def test_a_tampered_file_is_not_installed(bundle, record, tmp_path):
 
 @pytest.mark.parametrize("field", ["cupy", "nvrtc", "cupy_cache_key", "nvrtc_build"])
 def test_a_bundle_of_another_cupy_or_nvrtc_is_not_installed(bundle, record, tmp_path, field):
-    _rewrite(bundle, lambda m: m.update({field: "12.0" if field != "cupy" else "13.0.0"}))
+    other = {"cupy": "13.0.0", "nvrtc_build": {"90": hashlib.sha256(b"another NVRTC").hexdigest()}}
+    _rewrite(bundle, lambda m: m.update({field: other.get(field, "12.0")}))
     assert cb.install_arch("90", tmp_path / "cache", bundle, record) == []
 
 

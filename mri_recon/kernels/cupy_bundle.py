@@ -15,8 +15,9 @@ into CuPy's cache folder under it only when everything the binary depends on is 
 
 - ``MRI_RECON_PRECOMPILED`` and ``MRI_RECON_CUPY_BUNDLE`` are not ``0``, CuPy's disk cache is on (its default
   disk backend, no ``CUPY_CACHE_IN_MEMORY``, no ``CUPY_CUDA_COMPILE_WITH_DEBUG``);
-- the CuPy version, ``CUPY_CACHE_KEY``, the NVRTC version and its build id (the hash of that empty PTX's header)
-  are the build's, and the entry's architecture and target (``-arch=sm_90``) are what CuPy uses for this device;
+- the CuPy version, ``CUPY_CACHE_KEY``, the NVRTC version and its build id (the hash of that empty PTX's header,
+  per architecture: NVRTC 13 names another NVVM for ``sm_100`` and later) are the build's, and the entry's
+  architecture and target (``-arch=sm_90``) are what CuPy uses for this device;
 - the options are the build's once CuPy's include folder is written ``{cupy}`` (its content is covered by the
   CuPy version and ``CUPY_CACHE_KEY``) and every other include folder (CUDA's) is replaced by a SHA-256 of the
   headers at its top level (a CUDA of another release has other headers, and then nothing is installed);
@@ -188,7 +189,7 @@ def _matches(compiler, assemble, manifest: dict, entry: dict, request: dict, arc
     if list(compiler._get_arch_for_options_for_nvrtc(arch)) != entry.get("target"):
         return _refused("CuPy compiles another target here", entry)
     name, base = cupy_name(compiler, request, options, arch)
-    if sha256(base) != manifest.get("nvrtc_build"):
+    if sha256(base) != (manifest.get("nvrtc_build") or {}).get(arch):
         return _refused("built by another NVRTC build", entry)
     return name
 
@@ -202,10 +203,13 @@ def install_arch(arch: str, target_dir: Path, directory: Path = CUPY_DIR,
     from cupy.cuda import compiler
 
     manifest = read_manifest(directory)
-    version, requests = cupy_kernels.recorded(record)
+    if manifest is None:
+        return []
+    version, requests = cupy_kernels.recorded(record)  # 9 MB of JSON: read only when there is a bundle
     this = {"cupy": cupy.__version__, "nvrtc": nvrtc_version(compiler),
             "cupy_cache_key": compiler._get_cupy_cache_key()}
-    if manifest is None or version != this["cupy"]:
+    if version != this["cupy"]:
+        log.debug("CuPy kernel record of CuPy %s not used with CuPy %s", version, this["cupy"])
         return []
     foreign = {k: manifest.get(k) for k, v in this.items() if manifest.get(k) != v}
     if foreign:

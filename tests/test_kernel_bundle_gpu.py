@@ -170,6 +170,7 @@ def test_installed_cupy_kernels_are_not_compiled_again(tmp_path):
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "cupy"), "reconstruct", str(scan), "--device", "gpu",
                     "--method", "auto", "-q", "-o", str(tmp_path / "out.h5")], env=env, check=True, timeout=300)
     installed = {p.name for p in cache.iterdir()} & {e["name"] for e in manifest["entries"]}
-    compiled = {p.read_text() for p in cache.rglob("*.cu") if "mri_recon_" not in p.read_text()}
-    assert installed and not (compiled & {r["source"] for r in requests})
-    assert cold_start.count_kernels(cache)["cupy_kernels"] == len(compiled)
+    counted = cold_start.count_kernels(cache)
+    assert len(installed) == len(requests), f"{len(installed)} of {len(requests)} installed"
+    # the record covers this scan (record_cupy_kernels.py reconstructs it): CuPy compiles nothing of its own
+    assert counted["cupy_kernels"] == 0, counted["cupy_names"]

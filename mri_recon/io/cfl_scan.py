@@ -28,12 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SchemaError, printable
+from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
 from ..units import check_units, suspect_units, to_cycles_per_fov, wrong_units_error
 from ..validation import trajectory_extent, validate_matrix
-from .cfl import COIL_DIM, DIM_NAMES, DIMS, MAPS_DIM, STACK_DIMS, cfl_pair, read_cfl, trimmed, write_cfl
+from .cfl import COIL_DIM, DIM_NAMES, DIMS, MAPS_DIM, STACK_DIMS, cfl_pair, is_cfl_name, read_cfl, trimmed, write_cfl
 from .files import FileSet
+from .inputs import InputFormat, Probe
+from .outputs import ImageStack, OutputFormat
 from .stack import DIMENSIONS, select, stack_layout
 
 IMAGINARY_TOL = 1e-6
@@ -47,6 +49,25 @@ def _refuse_other_dims(source: str, what: str, dims: Sequence[int], allowed: Seq
         named = ", ".join(f"{d} ({DIM_NAMES[d]}) = {dims[d]}" for d in bad)
         raise SchemaError(f"{source}: BART {what} has dimension {named}; mri-recon reads "
                           f"{', '.join(f'{d} ({DIM_NAMES[d]})' for d in allowed)} of it")
+
+
+def parse_matrix(value: str | Sequence[int]) -> tuple[int, ...]:
+    """The image size ``"128x96"`` / ``"64,64,32"`` / ``(128, 96)`` as 2 or 3 sizes (``matrix=``, ``--matrix``).
+
+    Raises
+    ------
+    InvalidDataError
+        Anything else (the sizes themselves are checked with the scan, :func:`mri_recon.validation.validate_matrix`).
+    """
+    parts = value.replace("x", ",").split(",") if isinstance(value, str) else value
+    try:
+        sizes = tuple(int(p) for p in parts if not isinstance(p, str) or p.strip())
+        whole = isinstance(value, str) or all(int(p) == p for p in parts)
+    except (TypeError, ValueError):
+        sizes, whole = (), False
+    if not whole or len(sizes) not in (2, 3):
+        raise InvalidDataError(f"matrix must be NxM or NxMxK (BART input's image size), found {value!r}")
+    return sizes
 
 
 def _matrix(source: str, sens_dims: Sequence[int] | None, matrix: Sequence[int] | None) -> tuple[int, ...]:
@@ -114,7 +135,7 @@ def _coil_maps(source: str, sens: np.ndarray, coils: int, matrix: tuple[int, ...
 
 
 def load_cfl_scans(path: str | os.PathLike, *, trajectory: str | os.PathLike | None = None,
-                   sensitivities: str | os.PathLike | None = None, matrix: Sequence[int] | None = None,
+                   sensitivities: str | os.PathLike | None = None, matrix: str | Sequence[int] | None = None,
                    traj_units: str = "auto", allow_external: bool = False,
                    **chosen: int | None) -> list[tuple[dict, Scan]]:
     """Every image of a BART k-space file as ``(key, Scan)`` pairs (see the module docstring).
@@ -128,7 +149,7 @@ def load_cfl_scans(path: str | os.PathLike, *, trajectory: str | os.PathLike | N
     sensitivities
         Coil sensitivities (optional); they give the matrix.
     matrix
-        The image size, when no sensitivities give it (2 or 3 sizes).
+        The image size, when no sensitivities give it (2 or 3 sizes, or ``"NxM[xK]"``: :func:`parse_matrix`).
     traj_units
         ``"auto"`` / ``"cycles-per-fov"`` (BART's units), ``"normalized"`` or ``"radians"``; ``"auto"``
         refuses a trajectory that looks like radians, 1/m or normalized units, naming the fix.
@@ -161,7 +182,7 @@ def load_cfl_scans(path: str | os.PathLike, *, trajectory: str | os.PathLike | N
                           f"{list(trimmed(tdims))}; the k-space {list(trimmed(kdims))} needs "
                           f"(3, {kdims[1]}, {kdims[2]})")
     _refuse_other_dims(source, "trajectory", tdims, (0, 1, 2, *STACK_DIMS.values()))
-    shape = _matrix(source, None if sens is None else sens.shape, matrix)
+    shape = _matrix(source, None if sens is None else sens.shape, None if matrix is None else parse_matrix(matrix))
     maps = None if sens is None else _coil_maps(printable(cfl_pair(sensitivities)[1]), sens, kdims[COIL_DIM], shape)
     images = _images(kdims, tdims, source)
     keep = select([key for key, _, _ in images], source, **chosen)
@@ -201,28 +222,6 @@ def write_cfl_images(path: str | os.PathLike, image: np.ndarray, keys: Sequence[
     return write_cfl(path, data, protect=protect)
 
 
-def cfl_options(scan: str | os.PathLike, trajectory: str | os.PathLike | None = None,
-                sensitivities: str | os.PathLike | None = None, matrix: Sequence[int] | None = None) -> dict:
-    """The keyword arguments of :func:`load_cfl_scans` for ``scan`` (none for another format).
-
-    Raises
-    ------
-    SchemaError
-        ``trajectory``, ``sensitivities`` or ``matrix`` given for a scan that is not a BART file: they
-        would be ignored.
-    """
-    from .cfl import is_cfl_name  # noqa: PLC0415 - beside its one use
-
-    given = {"trajectory": trajectory, "sensitivities": sensitivities, "matrix": matrix}
-    if is_cfl_name(scan):
-        return {name: value for name, value in given.items() if value is not None}
-    named = [f"--{name}" for name, value in given.items() if value is not None]
-    if named:
-        raise SchemaError(f"{printable(scan)}: {', '.join(named)} apply to BART .cfl k-space; this scan is HDF5 "
-                          f"(its file holds the trajectory, maps and matrix)")
-    return {}
-
-
 def convert_cfl(source: str | os.PathLike, output: str | os.PathLike, **options: Any) -> list:
     """Convert a BART k-space (``options``: those of :func:`load_cfl_scans`) to MRD raw data (``output``
     ending ``.mrd.h5`` / ``.mrd``: every image in one file, through
@@ -247,3 +246,36 @@ def convert_cfl(source: str | os.PathLike, output: str | os.PathLike, **options:
         raise SchemaError(f"{printable(output)}: {len(scans)} images ({len(scans)} along BART's TE / TIME / SLICE "
                           f"dimensions) go to one MRD file (.mrd.h5), or choose one (--slice, --repetition, ...)")
     return [output]
+
+
+def _load_one(probe: Probe, **options: Any) -> Scan:
+    scans = load_cfl_scans(probe.path, allow_external=probe.allow_external, **options)
+    if len(scans) != 1:
+        raise InvalidDataError(f"{printable(probe.path)}: holds {len(scans)} images; choose one (slice=, contrast=, "
+                               f"phase=, set=, repetition=) or use load_scans")
+    return scans[0][1]
+
+
+INPUT = InputFormat("cfl", (".cfl",), lambda probe: is_cfl_name(probe.path),
+                    lambda probe, **options: load_cfl_scans(probe.path, allow_external=probe.allow_external,
+                                                            **options),
+                    _load_one, options=("trajectory", "sensitivities", "matrix"), title="BART .cfl k-space")
+"""BART k-space input (``ksp.cfl``, ``ksp.hdr`` or the stem ``ksp``), with its own reader options."""
+
+
+def cfl_values(complex_: bool, magnitude: bool) -> str:
+    del complex_
+    return "magnitude" if magnitude else "complex"
+
+
+def write_cfl_output(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = False,
+                     magnitude: bool = False, protect: tuple = ()) -> list:
+    """The :class:`~mri_recon.io.outputs.OutputFormat` writer: :func:`write_cfl_images` of the stack."""
+    del complex_
+    return write_cfl_images(output, stack.image, stack.keys, stack.results[0][1].ndim, magnitude=magnitude,
+                            protect=protect)
+
+
+FORMAT = OutputFormat("cfl", "BART", (".cfl",), ".cfl", write_cfl_output, values=cfl_values,
+                      shown="{label} cfl, {values}")
+"""BART output: the image (or stack) as ``OUT.cfl`` / ``OUT.hdr`` (complex, or the magnitude with ``--magnitude``)."""

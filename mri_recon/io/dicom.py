@@ -39,6 +39,7 @@ from .._version import __version__
 from ..errors import OutputError, printable
 from .files import FileSet, check_space, temp_name, write_error
 from .geometry import LPS_TO_RAS, Geometry
+from .outputs import ImageStack, OutputFormat
 from .stack import DIMENSIONS
 
 MR_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.4"
@@ -259,3 +260,16 @@ def _replace_folder(staging: Path, target: Path, parent: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def write_dicom_output(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = False,
+                       magnitude: bool = False, protect: tuple = ()) -> list[Path]:
+    """The :class:`~mri_recon.io.outputs.OutputFormat` writer: :func:`write_dicom_series` of the stack."""
+    del complex_, magnitude
+    return write_dicom_series(output, stack.image, stack.geometries, list(stack.results), protect=protect)
+
+
+FORMAT = OutputFormat("dicom", "DICOM", (), ".dcm", write_dicom_output,
+                      values=lambda complex_, magnitude: dicom_values(complex_=complex_), shown="{label}, {values}",
+                      placed="files have", check=check_dicom_output, folder=True)
+"""DICOM output: ``--format dicom``, ``-o`` naming the series folder."""

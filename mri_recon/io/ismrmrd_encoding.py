@@ -16,7 +16,7 @@ from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 from ..units import TRAJ_UNITS, check_units, suspect_units, unit_factor, wrong_units_error
 from ..validation import trajectory_extent
 
-__all__ = ["TRAJ_UNITS", "detect_units", "encoding_space", "scale_trajectory"]
+__all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "encoding_space", "one_line", "scale_trajectory"]
 
 SPACES = ("recon", "encoded")
 """Which header space the image is reconstructed on."""

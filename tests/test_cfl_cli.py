@@ -92,3 +92,52 @@ def test_info_describes_a_bart_scan(bart_files):
     assert f"matrix      [{N}, {N}] (2-D)" in result.output and f"coils       {COILS}" in result.output
     assert f"samples     {RO * SPOKES} per coil" in result.output
     assert f"coil_maps   complex64 ({COILS}, {N}, {N})" in result.output
+
+
+def test_a_batch_honours_the_bart_options(bart_files):
+    folder, *_ = bart_files
+    (folder / "again.cfl").write_bytes((folder / "ksp.cfl").read_bytes())
+    (folder / "again.hdr").write_bytes((folder / "ksp.hdr").read_bytes())
+    bart = ["--trajectory", folder / "traj.cfl", "--sensitivities", folder / "sens.cfl"]
+    fast = ["--iterations", 5, "--device", "cpu", "--method", "exact", "--no-cache", "-q"]
+    single = _run("reconstruct", folder / "ksp.cfl", *bart, "-o", folder / "one.cfl", *fast)
+    assert single.exit_code == 0, single.output
+    batch = _run("reconstruct", folder / "ksp.cfl", folder / "again.cfl", *bart, "-o", folder / "out", "--format",
+                 "cfl", *fast)
+    assert batch.exit_code == 0, batch.output
+    one = np.asarray(read_cfl(folder / "one.cfl"))
+    for name in ("ksp", "again"):
+        np.testing.assert_array_equal(np.asarray(read_cfl(folder / "out" / f"{name}.recon.cfl")), one)
+
+
+def test_bart_options_for_an_hdf5_scan_are_refused_everywhere(bart_files, tmp_path):
+    from mri_recon.errors import InvalidDataError
+
+    scan = mri_recon.simulate_scan((16, 16), "golden", coils=1, spokes=8)
+    mri_recon.save_scan(tmp_path / "s.h5", scan)
+    with pytest.raises(InvalidDataError, match=r"--sensitivities apply to BART .cfl k-space \(sensitivities=\)"):
+        mri_recon.load_scans(tmp_path / "s.h5", sensitivities=bart_files[0] / "sens.cfl")
+    assert np.array_equal(mri_recon.load_scan(tmp_path / "s.h5", matrix=None).kspace, scan.kspace)
+    for command in ("info", "convert"):
+        extra = [tmp_path / "t.h5"] if command == "convert" else []
+        result = _run(command, tmp_path / "s.h5", *extra, "--matrix", "16x16")
+        assert result.exit_code == 1 and "--matrix apply to BART .cfl k-space" in result.output, result.output
+    assert not (tmp_path / "t.h5").exists()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("12x12", (12, 12)), ("8,6,4", (8, 6, 4)), ((5, 7), (5, 7)),
+                                                 ([3, 4, 5], (3, 4, 5))])
+def test_the_matrix_setting_takes_text_or_sizes(value, expected):
+    from mri_recon.settings import ReconSettings
+
+    settings = ReconSettings(matrix=value)
+    assert settings.matrix == expected and settings.reader_keywords()["matrix"] == expected
+
+
+@pytest.mark.parametrize("value", ["12", "12xa", "1x2x3x4", (2.5, 3), "", ()])
+def test_a_malformed_matrix_setting_is_refused(value):
+    from mri_recon.errors import InvalidDataError
+    from mri_recon.settings import ReconSettings
+
+    with pytest.raises(InvalidDataError, match="matrix must be NxM or NxMxK"):
+        ReconSettings(matrix=value)

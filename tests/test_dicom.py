@@ -162,3 +162,21 @@ def test_a_3d_image_is_one_file_per_slice_at_the_documented_positions(tmp_path):
         assert (ds.Rows, ds.Columns) == (9, 6) and float(ds.SpacingBetweenSlices) == 3.25
         values = float(ds.RescaleSlope) * ds.pixel_array
         assert np.max(np.abs(values - np.abs(image[:, :, k]))) <= 0.51 * float(ds.RescaleSlope)
+
+
+def test_a_dicom_batch_is_complete_on_its_second_run(tmp_path):
+    from mri_recon import save_scan, simulate_scan
+
+    for name in ("a", "b"):
+        save_scan(tmp_path / f"{name}.h5", simulate_scan((16, 16), "golden", coils=2, spokes=12))
+    args = ["reconstruct", tmp_path / "a.h5", tmp_path / "b.h5", "-o", tmp_path / "out", "--format", "dicom",
+            "--device", "cpu", "--iterations", "2", "--no-cache"]
+    first = _run(*args)
+    assert first.exit_code == 0, first.output
+    written = {n: (tmp_path / "out" / f"{n}.recon.dcm" / "IM00001.dcm").read_bytes() for n in ("a", "b")}
+    second = _run(*args)
+    assert second.exit_code == 0 and "2 skipped (complete)" in second.output, second.output
+    (tmp_path / "out" / "a.recon.dcm" / "IM00001.dcm").write_bytes(b"changed")
+    third = _run(*args)
+    assert third.exit_code == 0 and "1 done, 1 skipped" in third.output, third.output
+    assert (tmp_path / "out" / "a.recon.dcm" / "IM00001.dcm").read_bytes()[:132] == written["a"][:132]

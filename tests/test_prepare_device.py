@@ -3,6 +3,8 @@ the CuPy path against both (prepared arrays and final images)."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from helpers import relative
@@ -145,8 +147,12 @@ def test_whitening_overflow_is_refused():
         prepare_scan(big)
 
 
-def test_device_scan_describes_itself():
-    ready, _ = prepare_on_device(_scan(7), CPU, dcf="ramp")
+def test_device_scan_describes_itself_and_pickles_as_a_host_scan():
+    scan = _scan(7)
+    ready, _ = prepare_on_device(scan, CPU, dcf="ramp")
+    back = pickle.loads(pickle.dumps(ready))
+    assert isinstance(back, Scan) and back == ready.to_scan()
+    assert relative(back.weights, prepare_scan(scan, dcf="ramp")[0].weights) <= 1e-6
     assert isinstance(ready, DeviceScan) and "coils=3" in repr(ready) and "on cpu" in repr(ready)
     assert ready.ndim == 2 and ready.n_samples == ready.trajectory.shape[0]
 

@@ -76,12 +76,21 @@ class DeviceScan:
         return (f"DeviceScan(matrix={list(self.matrix)}, coils={self.n_coils}, samples={self.n_samples}, "
                 f"on {'gpu' if get_xp(self.kspace) is not np else 'cpu'}, source={self.source!r})")
 
+    def __reduce__(self):
+        """Pickled (a Dask batch ships prepared scans to the task that writes them) as the host
+        :class:`~mri_recon.scan.Scan`: a process without the GPU can read it back."""
+        return _scan_from_fields, (self.to_scan(),)
+
     def to_scan(self) -> Scan:
         """The same scan on the host, as a validated :class:`~mri_recon.scan.Scan`."""
         arrays = {name: None if getattr(self, name) is None else to_host(getattr(self, name))
                   for name in ("kspace", "trajectory", "weights", "coil_maps")}
         return Scan(matrix=self.matrix, field_map=self.field_map, times=self.times, noise=self.noise,
                     ground_truth=self.ground_truth, attrs=dict(self.attrs), source=self.source, **arrays)
+
+
+def _scan_from_fields(scan: Scan) -> Scan:
+    return scan
 
 
 def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:

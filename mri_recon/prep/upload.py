@@ -60,10 +60,9 @@ def upload_columns(host: np.ndarray, device: Device, transform: Transform | None
 
 
 def upload(host: np.ndarray, device: Device, chunk_bytes: int = CHUNK_BYTES) -> Any:
-    """A C-contiguous host array of any shape on ``device``, through :func:`upload_columns`."""
+    """A host array of any shape on ``device``, through :func:`upload_columns` as one row."""
     host = np.ascontiguousarray(host)
-    flat = host.reshape(host.shape[0] if host.ndim > 1 else 1, -1)
-    return upload_columns(flat, device, None, chunk_bytes).reshape(host.shape)
+    return upload_columns(host.reshape(1, -1), device, None, chunk_bytes).reshape(host.shape)
 
 
 def _upload_pinned(host: np.ndarray, device: Device, transform: Transform | None, chunks: list[slice]) -> Any:

@@ -14,7 +14,9 @@ Reported per case (medians after one warm-up): ``whole`` (wall of the call, devi
 1 - (stages + prep on the device) / whole (the device preparation counted as GPU time, its host part
 included: a lower bound). The images of the two preparations are compared (relative L2) and against the
 ground truth (NRMSE). Also: the k-space upload through pinned chunks against one pageable copy.
-Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all]
+``--sweep`` adds the host share (same bounds) for matrices 64^2 to 512^2 and 64^3, 128^3 with 1 to 64 coils
+(random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table.
+Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
 """
 
 from __future__ import annotations
@@ -121,11 +123,62 @@ def run(name: str, scan: Scan, repeats: int) -> dict:
     return out
 
 
+SWEEP = [((64, 64), 1), ((64, 64), 8), ((64, 64), 64), ((256, 256), 1), ((256, 256), 8), ((256, 256), 32),
+         ((256, 256), 64), ((512, 512), 8), ((512, 512), 64), ((64, 64, 64), 1), ((64, 64, 64), 8),
+         ((64, 64, 64), 32), ((128, 128, 128), 8)]
+
+
+def synthetic(matrix: tuple[int, ...], coils: int, seed: int = 0) -> Scan:
+    """A scan of the sweep: golden-angle radial (2D, N spokes of 2N samples) or kooshball (3D, pi/2 (N/2)^2
+    spokes of 2N samples), random k-space (only the time is measured), the phantom's coil maps, ramp weights
+    left to the preparation, correlated noise."""
+    import math
+
+    from mri_recon.sim.phantom import coil_maps
+    from mri_recon.sim.trajectories import kooshball, radial
+
+    rng = np.random.default_rng(seed)
+    n = matrix[0]
+    traj = radial(matrix, n, 2 * n, golden=True) if len(matrix) == 2 else kooshball(
+        matrix, math.ceil(math.pi / 2 * (n // 2) ** 2))
+    shape = (coils, len(traj))
+    kspace = (rng.standard_normal(shape, dtype=np.float32) + 1j * rng.standard_normal(shape, dtype=np.float32))
+    scan = Scan(kspace=kspace.astype(np.complex64), trajectory=traj, matrix=matrix, coil_maps=coil_maps(matrix, coils))
+    return with_noise(scan, seed)
+
+
+def sweep_row(scan: Scan, dev, repeats: int) -> dict:
+    def sync():
+        synchronize(dev)
+
+    whole, outs = median_of(lambda: mri_recon.reconstruct(scan, device=dev, dcf="ramp", **SETTINGS), repeats, sync)
+    prep, _ = median_of(lambda: prepare_on_device(scan, dev, dcf="ramp"), repeats, sync)
+    stages = statistics.median(sum(r.timings.values()) for r in outs)
+    return {"matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples, "whole_s": whole,
+            "stages_s": stages, "prep_s": prep, "host_share": 1 - stages / whole,
+            "host_share_low": 1 - (stages + prep) / whole}
+
+
+def sweep(repeats: int) -> list[dict]:
+    """Host share of the whole call (file maps, ramp weights computed, prewhitened) over matrices and coils."""
+    dev = resolve_device("gpu")
+    rows = []
+    print("| matrix | coils | whole (ms) | GPU stages (ms) | prep on device (ms) | host share |")
+    print("|---|---|---|---|---|---|")
+    for matrix, coils in SWEEP:
+        row = sweep_row(synthetic(matrix, coils), dev, repeats)
+        rows.append(row)
+        print(f"| {'x'.join(map(str, matrix))} | {coils} | {row['whole_s'] * 1e3:.1f} | {row['stages_s'] * 1e3:.1f} "
+              f"| {row['prep_s'] * 1e3:.1f} | {row['host_share_low']:.0%}..{row['host_share']:.0%} |", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--problem", choices=("2d", "3d128", "all"), default="all")
+    parser.add_argument("--problem", choices=("2d", "3d128", "all", "none"), default="all")
+    parser.add_argument("--sweep", action="store_true", help="also the host share over matrices and coil counts")
     args = parser.parse_args()
     cupy = cupy_module()
     if cupy is None:
@@ -135,9 +188,11 @@ def main() -> None:
         results.append(run("2d256", with_noise(bench_recon.problem()), args.repeats))
     if args.problem in ("3d128", "all"):
         results.append(run("3d128", with_noise(bench_recon.problem_3d(128)), max(3, args.repeats // 2)))
+    table = sweep(max(3, args.repeats // 2)) if args.sweep else []
     props = cupy.cuda.runtime.getDeviceProperties(0)
     report = {"device": props["name"].decode(), "cupy": cupy.__version__, "mri_recon": mri_recon.__version__,
-              "python": platform.python_version(), "settings": SETTINGS, "results": results}
+              "python": platform.python_version(), "settings": SETTINGS, "results": results,
+              "sweep": table}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
 

@@ -30,12 +30,13 @@ def blob_spectrum(k: Any, matrix: tuple[int, ...]) -> Any:
     reach = np.minimum(8 / (2 * np.pi * width), np.asarray(matrix) / 2)
     near = xp.nonzero(xp.all(xp.abs(k) <= xp.asarray(reach), axis=1))[0]
     rows = max(8192, BLOB_BYTES // (16 * max(matrix)))
-    axes = [(xp.asarray(axis_positions(n)), s) for n, s in zip(matrix, width)]
+    axes = [xp.asarray(axis_positions(n)) for n in matrix]
+    gaussians = [xp.exp(-(r**2) / (2 * s**2)).astype(np.complex128) for r, s in zip(axes, width)]
     for start in range(0, len(near), rows):
         part = near[start:start + rows]
         spectrum = xp.ones(len(part), dtype=np.complex128)
-        for d, (r, s) in enumerate(axes):
-            spectrum *= xp.exp(-2j * np.pi * xp.outer(k[part, d], r)) @ xp.exp(-(r**2) / (2 * s**2))
+        for d, (r, g) in enumerate(zip(axes, gaussians)):
+            spectrum *= xp.exp(-2j * np.pi * xp.outer(k[part, d], r)) @ g
         out[part] = spectrum.real
     return out
 

@@ -11,7 +11,7 @@ from helpers import relative
 
 from mri_recon import pipeline
 from mri_recon.api import prepare_and_reconstruct
-from mri_recon.backend import CPU, cupy_module, resolve_device, to_host
+from mri_recon.backend import CPU, Device, cupy_module, resolve_device, to_host
 from mri_recon.errors import InvalidDataError, SchemaError
 from mri_recon.prep import dcf as dcf_module
 from mri_recon.prep import prepare_scan, upload
@@ -78,6 +78,61 @@ def test_chunked_whitening_equals_the_whole(monkeypatch, columns):
     assert relative(upload.upload(data, CPU, chunk_bytes=40), data) == 0.0
     with pytest.raises(ValueError, match="takes a 2-D array"):
         upload.upload_columns(data[0], CPU)
+
+
+class _Settable(np.ndarray):
+    """A host array with CuPy's ``set`` (a copy from a host array of the same shape and dtype)."""
+
+    def set(self, arr, stream=None):
+        assert stream is not None and self.flags.c_contiguous and arr.shape == self.shape and arr.dtype == self.dtype
+        self[...] = arr
+
+
+class _FakeCuda:
+    """The parts of ``cupy.cuda`` the pinned upload uses, on the host: the staging logic (two buffers, the
+    last chunk shorter, the events) runs without a GPU."""
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False):
+            self.recorded = False
+
+        def record(self, stream):
+            self.recorded = True
+
+        def synchronize(self):
+            assert self.recorded
+
+    @staticmethod
+    def get_current_stream():
+        return object()
+
+    @staticmethod
+    def alloc_pinned_memory(nbytes):
+        return bytearray(nbytes)
+
+
+@pytest.mark.parametrize("columns", [1, 5, 6, 13])
+def test_pinned_staging_logic_on_the_host(monkeypatch, columns):
+    fake = type("FakeCupy", (), {"cuda": _FakeCuda})
+    monkeypatch.setattr(upload, "cupy_module", lambda: fake)
+    monkeypatch.setattr(upload, "_empty", lambda shape, dtype: np.full(shape, np.nan, dtype).view(_Settable))
+    rng = np.random.default_rng(columns)
+    data = (rng.standard_normal((3, columns)) + 1j * rng.standard_normal((3, columns))).astype(np.complex64)
+    w = (np.eye(3) + 0.5 * rng.standard_normal((3, 3))).astype(np.complex64)
+    gpu = Device(0)  # the fake CUDA stands in for its GPU
+    out = upload.upload_columns(data, gpu, lambda x: w @ x, chunk_bytes=3 * 8 * 2)
+    assert relative(np.asarray(out), w.astype(np.complex128) @ data) <= 1e-6
+    np.testing.assert_array_equal(np.asarray(upload.upload(data, gpu, chunk_bytes=24)), data)
 
 
 @pytest.mark.parametrize("trajectory", ["radial", "kooshball"])

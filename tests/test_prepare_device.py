@@ -157,6 +157,15 @@ def test_numpy_twin_prepares_as_prepare_scan(choices):
     assert ready.to_scan().kspace.dtype == np.complex64
 
 
+def test_numpy_twin_corrects_gradient_delays_as_prepare_scan():
+    scan = simulate_scan((32, 32), "radial", coils=2, snr=30.0, seed=8)
+    delays = tuple(np.random.default_rng(8).uniform(-0.5, 0.5, 2))
+    ready, record = prepare_on_device(scan, CPU, gradient_delay=delays, dcf="ramp")
+    ref, ref_record = prepare_scan(scan, gradient_delay=delays, dcf="ramp")
+    assert relative(ready.trajectory, scan.trajectory) > 1e-4  # corrected
+    _compare(ready, record, ref, ref_record, 1e-6)
+
+
 @pytest.mark.parametrize("choices", CHOICES[:4], ids=IDS[:4])
 def test_images_from_the_numpy_twin_match_the_host_preparation(choices):
     scan = _scan(4)

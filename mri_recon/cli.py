@@ -20,6 +20,8 @@ import numpy as np
 from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
+from .cli_serve import is_pipe, run_pipe
+from .cli_serve import register as register_serve
 from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
@@ -169,6 +171,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     folder or a pattern run as a batch (one output each in -o OUTDIR, failures reported, complete outputs
     skipped), on a Dask cluster with --workers or --scheduler.
     """
+    if is_pipe(scans):  # reconstruct - -o -: the MRD stream on stdin and stdout (cli_serve)
+        return run_pipe(click.get_current_context())
     if is_batch(scans, workers, scheduler):
         return run_batch(click.get_current_context().params)
     scan = scans[0]
@@ -443,6 +447,9 @@ def cache_clear(cache_dir: Path | None) -> None:
     store = PsfCache(cache_dir)
     removed = store.clear()
     click.echo(f"removed {len(removed)} file(s) from {store.directory}")
+
+
+register_serve(main)  # mri-recon serve and send (cli_serve)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,7 @@ from .io.mrd_image import is_mrd_name, read_header_xml, write_mrd_images
 from .io.nifti import is_nifti_name
 from .io.nifti_stack import write_nifti_stack
 from .io.stack import StackLayout, stack_layout
+from .scan import Scan
 
 FORMATS = ("hdf5", "nifti", "mrd")
 """Output formats of :func:`write_result`."""
@@ -202,11 +203,17 @@ def _write_mrd(output, results: list, images: list, geometries: list, scan_path,
     header = None
     if scan.attrs.get("source_format") == "ismrmrd":
         header = read_header_xml(scan.source or scan_path, str(scan.attrs.get("ismrmrd_dataset", "dataset")))
-    meta = [{"mri_recon_version": __version__, "iterations": r.iterations, "final_residual": f"{r.residuals[-1]:.3e}",
-             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine,
-             **_truth_meta(image, s.ground_truth, r)} for image, (_, s, _, r) in zip(images, results)]
+    meta = [image_meta(image, s, r) for image, (_, s, _, r) in zip(images, results)]
     write_mrd_images(output, images, geometries, [k for k, _, _, _ in results], header_xml=header,
                      magnitude=magnitude, meta=meta, protect=(scan_path,))
+
+
+def image_meta(image: np.ndarray, scan: Scan, result: Result) -> dict[str, Any]:
+    """The meta attributes of an image's MRD record (version, iterations, residual, engine, device, combine and
+    the NRMSE against a ground truth): the file output's and the MRD server's."""
+    return {"mri_recon_version": __version__, "iterations": result.iterations,
+            "final_residual": f"{result.residuals[-1]:.3e}", "engine": result.parameters.get("method"),
+            "device": result.device, "combine": result.combine, **_truth_meta(image, scan.ground_truth, result)}
 
 
 def _truth_meta(image: np.ndarray, truth: np.ndarray | None, result: Result) -> dict[str, str]:

@@ -28,7 +28,8 @@ LAYERS = [
     {"api"},
     {"doctor"},
     {"batch"},
-    {"cli", "cli_batch", "cli_solver", "console", "__init__", "__main__", "simulate"},
+    {"server"},
+    {"cli", "cli_batch", "cli_serve", "cli_solver", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -49,11 +49,12 @@ def settings_from_params(params: Mapping[str, Any]) -> ReconSettings:
         use_cache=not params["no_cache"])
 
 
-def configurator(options: list[click.Parameter], base: Mapping[str, Any]) -> Configure:
-    """Settings from config messages: ``base`` (the server's), then each message's choices, parsed by
-    ``options`` (refusals become :class:`ConfigError` with click's message)."""
+def configurator(options: list[click.Parameter], base: Mapping[str, Any] | None = None) -> Configure:
+    """Settings from config messages: ``base`` (the server's parameters; by default the options' defaults),
+    then each message's choices, parsed by ``options`` (refusals become :class:`ConfigError` with click's
+    message)."""
     command = click.Command("config", params=options, add_help_option=False)
-    defaults = {p.name: base[p.name] for p in options}
+    defaults = {p.name: base[p.name] for p in options} if base is not None else None
 
     def configure(configs: Sequence[tuple[str, str]]) -> ReconSettings:
         words = config_arguments(configs)
@@ -68,20 +69,22 @@ def configurator(options: list[click.Parameter], base: Mapping[str, Any]) -> Con
 
 @contextlib.contextmanager
 def server_logging(verbose: int, quiet: bool) -> Iterator[None]:
-    """The library's log on stderr with timestamps: INFO (connections, images, latencies) unless ``quiet``."""
-    logger = logging.getLogger("mri_recon")
-    level = logging.ERROR if quiet else (logging.DEBUG if verbose else logging.INFO)
+    """The log on stderr with timestamps: the server's INFO (connections, images, latencies) and the library's
+    warnings; ``verbose`` 1 adds the library's INFO (stages, timings), 2 DEBUG; ``quiet`` errors only."""
+    logger, server = logging.getLogger("mri_recon"), logging.getLogger("mri_recon.server")
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.setLevel(level)
-    previous = logger.level
+    previous = logger.level, server.level
     logger.addHandler(handler)
     logger.setLevel(level)
+    server.setLevel(logging.ERROR if quiet else min(level, logging.INFO))
     try:
         yield
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(previous)
+        logger.setLevel(previous[0])
+        server.setLevel(previous[1])
 
 
 def _reconstructor(device: str, no_cache: bool, cache_dir: Path | None):
@@ -126,10 +129,10 @@ def serve_command(options: list[click.Parameter]) -> click.Command:
                   help="Connections served at once (more are answered 'server busy').")
     @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="PSF cache folder.")
     @click.option("-q", "--quiet", is_flag=True, help="Log errors only.")
-    @click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")
+    @click.option("-v", "--verbose", count=True, help="-v: the pipeline's stages and timings too; -vv debug.")
     @_friendly
     def serve(host: str, port: int, device: str, max_message_bytes: int, max_scan_bytes: int, idle_timeout: float,
-              max_clients: int, cache_dir: Path | None, quiet: bool, verbose: bool, **settings: Any) -> None:
+              max_clients: int, cache_dir: Path | None, quiet: bool, verbose: int, **settings: Any) -> None:
         """Serve MRD streaming connections: config, XML header, noise and data in; MRD images and CLOSE out.
 
         The reconstruction options (--iterations, --regularizer, --coil-maps, ...) are reconstruct's and set

@@ -22,6 +22,7 @@ from ..errors import InvalidDataError, MriReconError, printable
 from ..io.files import memory_output
 from ..io.schema import is_hdf5_scan
 from .protocol import DEFAULT_LIMITS, Limits, MessageID, MessageWriter, ProtocolError, read_message
+from .recon import HDF5_LOCK
 from .session import TRIGGERS, flag_mask, group_key
 
 
@@ -53,10 +54,10 @@ def read_scan(path: str | os.PathLike) -> tuple[bytes, list[Any]]:
         raise InvalidDataError(printable(f"{path}: not an ISMRMRD raw-data file (expected a dataset with 'xml' "
                                          f"and acquisitions 'data')"))
     mr = _ismrmrd()
-    with mr.File(str(path), "r") as f:
+    with HDF5_LOCK, mr.File(str(path), "r") as f:
         name = "dataset" if "dataset" in f.keys() else next(iter(f.keys()))
         acquisitions = list(f[name].acquisitions)
-    with h5py.File(path, "r") as f:
+    with HDF5_LOCK, h5py.File(path, "r") as f:
         xml = f[name]["xml"][0]
     return (xml.encode() if isinstance(xml, str) else bytes(xml)), acquisitions
 
@@ -154,7 +155,7 @@ def write_images(path: str | os.PathLike, xml: bytes, images: Sequence[Any],
     if not images:
         raise MriReconError(f"{path}: the server returned no images; nothing was written")
     mr = _ismrmrd()
-    with memory_output(path, protect=protect) as buffer:
+    with memory_output(path, protect=protect) as buffer, HDF5_LOCK:
         with mr.Dataset(buffer, "dataset", create_if_needed=True, mode="w") as dataset:
             dataset.write_xml_header(xml)
             for image in images:

@@ -38,6 +38,9 @@ from .config import ReconSettings
 
 log = logging.getLogger(__name__)
 _CPU_LOCK = threading.Lock()
+HDF5_LOCK = threading.Lock()
+"""Held around the HDF5 reads and writes of server threads: the ``ismrmrd`` package's files (h5py's ``stdio``
+driver, records of variable length) crash the process when threads read them at once."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,9 @@ class Reconstructor:
         """The group's scans as :func:`mri_recon.load_scans` reads them from a file of these acquisitions."""
         path = self._path()
         try:
-            write_raw(path, header_xml, acquisitions)
-            return load_scans(path, traj_units=settings.traj_units)
+            with HDF5_LOCK:
+                write_raw(path, header_xml, acquisitions)
+                return load_scans(path, traj_units=settings.traj_units)
         finally:
             path.unlink(missing_ok=True)
 

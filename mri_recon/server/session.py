@@ -194,6 +194,8 @@ class Session:
     def _finish(self) -> None:
         if self.header is None:
             raise ProtocolError("CLOSE before the XML header: no scan was sent")
+        if not self.groups:
+            raise ProtocolError("CLOSE without imaging acquisitions: nothing to reconstruct")
         arrival = time.perf_counter()
         for key in sorted(self.pending):
             self._reconstruct(key, arrival)
@@ -205,6 +207,11 @@ class Session:
     def _disconnected(self, why: str) -> str:
         held = sum(len(v) for v in self.groups.values()) + len(self.noise)
         log.warning("%s: %s; %d acquisition(s) dropped", self.name, why, held)
+        try:  # a peer that only closed its sending side still reads the answer
+            self.writer.send(f"ERROR    {why}; nothing more is reconstructed")
+            self.writer.close()
+        except OSError:
+            pass
         return "disconnected"
 
     def _refuse(self, why: str) -> str:

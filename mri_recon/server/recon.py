@@ -30,6 +30,7 @@ import numpy as np
 
 from ..api import prepare_and_reconstruct
 from ..backend import Device
+from ..errors import MriReconError
 from ..io import load_scans
 from ..io.mrd_image import mrd_image
 from ..pipeline import gpu_lock
@@ -113,6 +114,8 @@ class Reconstructor:
             with HDF5_LOCK:
                 write_raw(path, header_xml, acquisitions)
                 return load_scans(path, traj_units=settings.traj_units)
+        except MriReconError as exc:  # the message names the stream, not the spool file
+            raise type(exc)(str(exc).replace(str(path), "the stream")) from None
         finally:
             path.unlink(missing_ok=True)
 

@@ -146,9 +146,19 @@ class Server:
                 self.endings[ending] = self.endings.get(ending, 0) + 1
 
 
-def _close(conn: Any) -> None:
+def _close(conn: Any, drain_bytes: int = 2 ** 24, drain_seconds: float = 1.0) -> None:
+    """Close a connection so that its peer reads what it was sent: stop sending, then read and drop what the
+    peer still sends (up to ``drain_bytes`` or ``drain_seconds`` per read) before closing; closing with unread
+    input would reset the connection and could discard the answer in flight."""
     try:
-        conn.shutdown(socket.SHUT_RDWR)
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(drain_seconds)
+        left = drain_bytes
+        while left > 0:
+            chunk = conn.recv(min(left, 2 ** 16))
+            if not chunk:
+                break
+            left -= len(chunk)
     except OSError:
         pass
     conn.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,7 @@ import numpy as np
 from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
-from .cli_serve import is_pipe, run_pipe
-from .cli_serve import register as register_serve
+from .cli_serve import is_pipe, register_serve, run_pipe
 from .cli_solver import finite as _finite
 from .cli_solver import solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
@@ -171,10 +169,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     folder or a pattern run as a batch (one output each in -o OUTDIR, failures reported, complete outputs
     skipped), on a Dask cluster with --workers or --scheduler.
     """
-    if is_pipe(scans):  # reconstruct - -o -: the MRD stream on stdin and stdout (cli_serve)
-        return run_pipe(click.get_current_context())
-    if is_batch(scans, workers, scheduler):
-        return run_batch(click.get_current_context().params)
+    if is_pipe(scans) or is_batch(scans, workers, scheduler):  # pipe mode (reconstruct - -o -) or a batch
+        return run_pipe() if is_pipe(scans) else run_batch(click.get_current_context().params)
     scan = scans[0]
     from .api import prepare_and_reconstruct
     from .console import ProgressBar, cli_logging, run_log, truth_summary, typed_settings, write_run_log
@@ -450,7 +446,5 @@ def cache_clear(cache_dir: Path | None) -> None:
 
 
 register_serve(main)  # mri-recon serve and send (cli_serve)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+if __name__ == "__main__":  # pragma: no cover - click's main exits itself
+    main()

@@ -209,12 +209,14 @@ def is_pipe(scans: Sequence[Path]) -> bool:
     return len(scans) == 1 and str(scans[0]) == "-"
 
 
-def run_pipe(ctx: click.Context) -> None:
-    """``mri-recon reconstruct - -o -``: read the MRD stream on stdin, write the images' stream on stdout (the
-    process's file descriptor 1 points at stderr meanwhile, so nothing else reaches the stream)."""
+def run_pipe() -> None:
+    """``mri-recon reconstruct - -o -`` (the current click context): read the MRD stream on stdin, write the
+    images' stream on stdout (the process's file descriptor 1 points at stderr meanwhile, so nothing else
+    reaches the stream)."""
     from .server.protocol import MessageWriter
     from .server.session import Session
 
+    ctx = click.get_current_context()
     params = ctx.params
     options = shared_options(ctx.command)
     given = [p.opts[0] for p in ctx.command.params if p.name not in _PIPE_OPTIONS | {o.name for o in options}
@@ -240,7 +242,7 @@ def run_pipe(ctx: click.Context) -> None:
                                    f" (see the log above); {session.images_sent} image(s) written")
 
 
-def register(main: click.Group) -> None:
+def register_serve(main: click.Group) -> None:
     """Add ``serve`` and ``send`` to the ``mri-recon`` group (``serve`` takes ``reconstruct``'s options)."""
     main.add_command(serve_command(shared_options(main.commands["reconstruct"])))
     main.add_command(send)

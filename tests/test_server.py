@@ -7,6 +7,7 @@ import io
 import socket
 import threading
 
+import ismrmrd
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -60,6 +61,33 @@ def test_config_preset_and_json_settings(server, files):
     _, both = send_scan(scans[1], *server.address, settings='{"preset": "magnitude", "coil-maps": "rss"}')
     assert both.images[0].data.dtype == np.float32
     assert_same_images(both.images, reference(scans[1], tmp, "--magnitude", "--coil-maps", "rss"))
+
+
+def test_text_and_waveforms_from_the_client_are_ignored(server, files):
+    tmp, scans = files
+    xml, acquisitions = read_scan(scans[1])
+    wave = ismrmrd.Waveform.from_array(np.arange(12, dtype=np.uint32).reshape(2, 6))
+    stream = io.BytesIO()
+    writer = MessageWriter(stream)
+    for message in (ismrmrd.serialization.ConfigFile("default"), ismrmrd.xsd.CreateFromDocument(xml),
+                    '{"parameters": {"config": "invertcontrast"}}', wave, *acquisitions):
+        writer.send(message)  # the header re-serialized by ismrmrd, as its ProtocolSerializer sends one
+    writer.close()
+    with _connect(server) as conn:
+        conn.sendall(stream.getvalue())
+        reply = _reply_of(conn)
+    assert reply.closed and not reply.texts
+    assert_same_images(reply.images, reference(scans[1], tmp))
+
+
+def test_send_says_when_no_server_listens(files):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = CliRunner().invoke(main, ["send", str(files[1][1]), "--port", str(port), "-o",
+                                       str(files[0] / "none.mrd.h5")])
+    assert result.exit_code == 1 and f"cannot connect to 127.0.0.1:{port}" in result.output
+    assert not (files[0] / "none.mrd.h5").exists()
 
 
 @pytest.mark.parametrize(("config", "settings", "expected"), [
@@ -155,8 +183,8 @@ def test_stop_finishes_the_running_scan(files):
         out.flush()
         srv.stop()
         threading.Event().wait(0.3)
-        with pytest.raises(OSError):  # no longer accepting
-            socket.create_connection(srv.address, timeout=2).recv(1)
+        with pytest.raises(ConnectionRefusedError):  # no longer accepting
+            socket.create_connection(srv.address, timeout=2)
         out.write(MessageID.CLOSE.to_bytes(2, "little"))
         out.flush()
         reply = _reply_of(conn)

@@ -60,6 +60,7 @@ class Server:
                         "authentication or encryption", printable(host))
         self._socket = socket.create_server((host, port), reuse_port=False)
         self._socket.settimeout(0.2)
+        self._address = self._socket.getsockname()[:2]
         self._stop = threading.Event()
         self._threads: set[threading.Thread] = set()
         self._lock = threading.Lock()
@@ -69,7 +70,7 @@ class Server:
     @property
     def address(self) -> tuple[str, int]:
         """The bound ``(host, port)``."""
-        return self._socket.getsockname()[:2]
+        return self._address
 
     def serve_forever(self) -> None:
         """Accept connections until :meth:`stop`; then wait for the running ones to finish."""
@@ -85,10 +86,23 @@ class Server:
                     self._stop.wait(0.2)
                     continue
                 self._start(conn, f"{peer[0]}:{peer[1]}")
+            self._accept_waiting()
         finally:
             self._socket.close()
             self.wait()
             log.info("MRD server stopped after %d connection(s)", self.served)
+
+    def _accept_waiting(self) -> None:
+        """Serve the connections that reached the listening queue before the stop (closing the socket would
+        reset them)."""
+        self._socket.setblocking(False)
+        while True:
+            try:
+                conn, peer = self._socket.accept()
+            except OSError:  # BlockingIOError: the queue is empty
+                return
+            conn.setblocking(True)
+            self._start(conn, f"{peer[0]}:{peer[1]}")
 
     def stop(self) -> None:
         """Stop accepting; :meth:`serve_forever` returns once the running connections are done."""

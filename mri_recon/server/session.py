@@ -175,10 +175,10 @@ class Session:
         self.pending.discard(key)
         self.sent_groups.add(key)
         shown = describe_key(dict(zip(DIMENSIONS, key)))
-        try:
+        try:  # no socket in here: an OSError is the spool file's (a full disk, ...)
             scans = self.recon.load(self.header, self.noise + self.groups[key], self.settings)
             done = self.recon.reconstruct(scans, self.settings)
-        except MriReconError as exc:
+        except (MriReconError, OSError) as exc:
             self.writer.send(f"ERROR    {shown}: {printable(exc)}")
             log.error("%s: group %s not reconstructed: %s", self.name, shown, printable(exc))
             return

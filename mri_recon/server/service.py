@@ -141,23 +141,40 @@ class Server:
 
     def _serve(self, conn: socket.socket, name: str) -> None:
         log.info("%s: connected", name)
-        ending = "error"
+        ending, done = "error", threading.Event()
         try:
-            conn.settimeout(self.idle_timeout)
-            with conn.makefile("rb") as reader, conn.makefile("wb") as out:
-                session = Session(reader, MessageWriter(out), self.recon, self.configure, limits=self.limits,
-                                  name=name)
+            conn.settimeout(self.idle_timeout)  # bounds each send; the session times the waits for input
+            with conn.makefile("wb") as out:
+                session = Session(SocketInput(conn, done), MessageWriter(out), self.recon, self.configure,
+                                  limits=self.limits, idle_timeout=self.idle_timeout, name=name)
                 ending = session.run()
         except OSError as exc:
             log.warning("%s: connection lost (%s)", name, exc)
         except Exception:  # a bug must not take the server down: logged with its traceback
             log.exception("%s: internal error; connection closed", name)
         finally:
+            done.set()
             _close(conn)
             with self._lock:
                 self._threads.discard(threading.current_thread())
                 self.served += 1
                 self.endings[ending] = self.endings.get(ending, 0) + 1
+
+
+class SocketInput:
+    """A socket's input as a stream for :func:`~mri_recon.server.protocol.read_message`: ``read(n)`` returns
+    what ``recv`` gives (at most 1 MiB at a time), waiting through the socket's timeouts until ``done``."""
+
+    def __init__(self, conn: socket.socket, done: threading.Event) -> None:
+        self._conn, self._done = conn, done
+
+    def read(self, n: int) -> bytes:
+        while not self._done.is_set():
+            try:
+                return self._conn.recv(min(n, 2 ** 20))
+            except TimeoutError:
+                continue
+        return b""
 
 
 def _close(conn: Any, drain_bytes: int = 2 ** 24, drain_seconds: float = 1.0) -> None:
@@ -173,6 +190,7 @@ def _close(conn: Any, drain_bytes: int = 2 ** 24, drain_seconds: float = 1.0) ->
             if not chunk:
                 break
             left -= len(chunk)
+        conn.shutdown(socket.SHUT_RDWR)  # wakes the session's reading thread
     except OSError:
         pass
     conn.close()

@@ -26,7 +26,8 @@ from typing import Any, BinaryIO
 from ..errors import MriReconError, printable
 from ..io.stack import DIMENSIONS
 from .config import ReconSettings
-from .protocol import DEFAULT_LIMITS, Limits, MessageID, MessageWriter, ProtocolError, TruncatedError, read_message
+from .inbox import Inbox
+from .protocol import DEFAULT_LIMITS, Limits, Message, MessageID, MessageWriter, ProtocolError, TruncatedError
 from .recon import Reconstructor, describe_key, image_records
 
 log = logging.getLogger(__name__)
@@ -76,14 +77,17 @@ class Session:
         Settings from config messages (:data:`Configure`).
     limits
         Message and scan size limits.
+    idle_timeout
+        Seconds the session may wait for a message (``None``: no limit); time spent reconstructing is not
+        counted.
     name
         The peer, for the log.
     """
 
     def __init__(self, reader: BinaryIO, writer: MessageWriter, recon: Reconstructor, configure: Configure, *,
-                 limits: Limits = DEFAULT_LIMITS, name: str = "client") -> None:
+                 limits: Limits = DEFAULT_LIMITS, idle_timeout: float | None = None, name: str = "client") -> None:
         self.reader, self.writer, self.recon, self.configure = reader, writer, recon, configure
-        self.limits, self.name = limits, name
+        self.limits, self.idle_timeout, self.name = limits, idle_timeout, name
         self.configs: list[tuple[str, str]] = []
         self.header: bytes | None = None
         self.settings: ReconSettings | None = None
@@ -91,7 +95,6 @@ class Session:
         self.groups: dict[tuple[int, ...], list[Any]] = {}
         self.pending: set[tuple[int, ...]] = set()
         self.sent_groups: set[tuple[int, ...]] = set()
-        self.held_bytes = 0
         self.images_sent = 0
         self.latencies_ms: list[float] = []
         self._trigger = flag_mask(TRIGGERS)
@@ -99,15 +102,16 @@ class Session:
 
     def run(self) -> str:
         """Serve the connection; returns how it ended: ``"closed"``, ``"disconnected"`` or ``"error"``."""
+        inbox = Inbox(self.reader, self.limits, self.name)  # reads on while groups are reconstructed
         try:
             while True:
-                message = read_message(self.reader, self.limits)
+                message, arrived = inbox.get(self.idle_timeout)
                 if message is None:
                     return self._disconnected("the connection ended without CLOSE")
                 if message.id == MessageID.CLOSE:
                     self._finish()
                     return "closed"
-                self._handle(message)
+                self._handle(message, arrived)
         except TruncatedError as exc:
             return self._disconnected(str(exc))
         except (ProtocolError, MriReconError) as exc:
@@ -127,7 +131,7 @@ class Session:
 
     # -- messages --------------------------------------------------------------------------------------
 
-    def _handle(self, message) -> None:
+    def _handle(self, message: Message, arrived: float) -> None:
         kind = message.id
         if kind in (MessageID.CONFIG_FILE, MessageID.CONFIG_TEXT):
             if self.header is not None:
@@ -141,20 +145,15 @@ class Session:
             self.header = message.payload
             log.info("%s: header received, %d config message(s)", self.name, len(self.configs))
         elif kind == MessageID.ACQUISITION:
-            self._acquisition(message.payload)
+            self._acquisition(message.payload, arrived)
         elif kind == MessageID.TEXT:
             log.info("%s: text from the client: %s", self.name, printable(message.payload[:200]))
         elif kind == MessageID.WAVEFORM:
             log.debug("%s: waveform ignored", self.name)
 
-    def _acquisition(self, acq: Any) -> None:
+    def _acquisition(self, acq: Any, arrived: float) -> None:
         if self.header is None:
             raise ProtocolError("an acquisition before the XML header; send config (optional), HEADER, then data")
-        size = acq.data.nbytes + acq.traj.nbytes
-        if self.held_bytes + size > self.limits.max_scan_bytes:
-            raise ProtocolError(f"the scan's acquisitions exceed {self.limits.max_scan_bytes} bytes "
-                                f"(--max-scan-bytes)")
-        self.held_bytes += size
         if acq.flags & self._noise_flag:
             if self.groups:
                 raise ProtocolError("a noise acquisition after imaging data; noise scans come first")
@@ -167,7 +166,7 @@ class Session:
         self.groups.setdefault(key, []).append(acq)
         self.pending.add(key)
         if acq.flags & self._trigger and key not in self.sent_groups:
-            self._reconstruct(key, time.perf_counter())
+            self._reconstruct(key, arrived)
 
     # -- reconstruction -----------------------------------------------------------------------------
 

@@ -75,8 +75,9 @@ def running_server(**options):
     options.setdefault("idle_timeout", 10.0)
     recon = Reconstructor(resolve_device("cpu"), None)
     limits = options.pop("limits", Limits())
-    server = Server(recon, configurator(shared_options(main.commands["reconstruct"])), "127.0.0.1", 0,
-                    limits=limits, **options)
+    host = options.pop("host", "127.0.0.1")
+    server = Server(recon, configurator(shared_options(main.commands["reconstruct"])), host, 0, limits=limits,
+                    **options)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:

@@ -4,6 +4,7 @@ messages, several clients at once, a client that leaves mid-scan, idle and busy 
 from __future__ import annotations
 
 import io
+import logging
 import socket
 import threading
 
@@ -16,6 +17,7 @@ from server_helpers import assert_same_images, image_of, make_scan, read_images,
 from mri_recon.cli import main
 from mri_recon.server.client import Reply, config_messages, read_scan, receive, send_scan, stream_scan
 from mri_recon.server.protocol import MessageID, MessageWriter
+from mri_recon.server.service import is_loopback
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +170,17 @@ def test_idle_client_is_closed_and_extra_clients_are_told_busy(files):
         assert quiet.closed and "idle timeout" in quiet.errors[0]
         _, reply = send_scan(files[1][1], *srv.address)
         assert len(reply.images) == 1
+
+
+def test_listening_beyond_loopback_is_warned_about(caplog):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("scanner.example")
+    with running_server() as srv:
+        assert srv.address[0] == "127.0.0.1"
+    assert "reachable beyond this machine" not in caplog.text
+    with caplog.at_level(logging.WARNING, "mri_recon.server"), running_server(host="0.0.0.0"):
+        pass
+    assert "listening on 0.0.0.0: reachable beyond this machine" in caplog.text
 
 
 def test_stop_finishes_the_running_scan(files):

@@ -73,7 +73,7 @@ def image_of(record) -> np.ndarray:
 def running_server(**options):
     """A loopback server on a free port, served by a thread; stopped (and its connections awaited) after."""
     options.setdefault("idle_timeout", 10.0)
-    recon = Reconstructor(resolve_device("cpu"), None)
+    recon = Reconstructor(resolve_device(options.pop("device", "cpu")), None)
     limits = options.pop("limits", Limits())
     host = options.pop("host", "127.0.0.1")
     server = Server(recon, configurator(shared_options(main.commands["reconstruct"])), host, 0, limits=limits,

@@ -15,6 +15,10 @@ from typing import Any, BinaryIO
 from .protocol import Limits, Message, MessageID, ProtocolError, read_message
 
 
+class IdleTimeout(TimeoutError):
+    """Nothing arrived within the idle timeout."""
+
+
 class Inbox:
     """Reads ``reader`` into a queue until CLOSE, the stream's end or an error (handed on by :meth:`get`).
 
@@ -50,7 +54,7 @@ class Inbox:
 
         Raises
         ------
-        TimeoutError
+        IdleTimeout
             Nothing arrived within ``timeout`` seconds of waiting.
         Exception
             What the reading raised (:class:`ProtocolError`, :class:`TruncatedError`, ``OSError``, ...).
@@ -59,7 +63,7 @@ class Inbox:
             item: Any
             item, arrived = self._queue.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError(f"no message within {timeout:g} s") from None
+            raise IdleTimeout(f"no message within {timeout:g} s") from None
         if isinstance(item, Exception):
             raise item
         return item, arrived

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from ..errors import MriReconError, printable
 from ..io.stack import DIMENSIONS
 from .config import ReconSettings
-from .inbox import Inbox
+from .inbox import IdleTimeout, Inbox
 from .protocol import DEFAULT_LIMITS, Limits, Message, MessageID, MessageWriter, ProtocolError, TruncatedError
 from .recon import Reconstructor, describe_key, image_records
 
@@ -109,15 +109,15 @@ class Session:
                 if message is None:
                     return self._disconnected("the connection ended without CLOSE")
                 if message.id == MessageID.CLOSE:
-                    self._finish()
+                    self._finish(arrived)
                     return "closed"
                 self._handle(message, arrived)
         except TruncatedError as exc:
             return self._disconnected(str(exc))
         except (ProtocolError, MriReconError) as exc:
             return self._refuse(printable(exc))
-        except TimeoutError:
-            return self._refuse("no message within the idle timeout; closing the connection")
+        except IdleTimeout as exc:
+            return self._refuse(f"{exc} (the idle timeout); closing the connection")
         except (ConnectionError, OSError) as exc:
             return self._disconnected(f"connection lost ({exc})")
         except MemoryError:
@@ -190,14 +190,13 @@ class Session:
                      "reconstruction %.1f ms)", self.name, self.images_sent, shown, latency,
                      1e3 * done.waited_s, 1e3 * done.seconds)
 
-    def _finish(self) -> None:
+    def _finish(self, arrived: float) -> None:
         if self.header is None:
             raise ProtocolError("CLOSE before the XML header: no scan was sent")
         if not self.groups:
             raise ProtocolError("CLOSE without imaging acquisitions: nothing to reconstruct")
-        arrival = time.perf_counter()
-        for key in sorted(self.pending):
-            self._reconstruct(key, arrival)
+        for key in sorted(self.pending):  # groups without a trigger flag, or with data after their image
+            self._reconstruct(key, arrived)
         self.writer.close()
         log.info("%s: done, %d image(s) sent", self.name, self.images_sent)
 

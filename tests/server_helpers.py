@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from mri_recon.backend import resolve_device
 from mri_recon.cli import main
-from mri_recon.cli_serve import configurator, shared_options
 from mri_recon.io.ismrmrd_write import write_ismrmrd
-from mri_recon.server import Limits, Reconstructor, Server
+from mri_recon.server import Limits, Reconstructor, Server, configurator
+from mri_recon.settings import ReconSettings
 from mri_recon.sim.simulate import simulate_scan
 
 
@@ -76,8 +76,7 @@ def running_server(**options):
     recon = Reconstructor(resolve_device(options.pop("device", "cpu")), None)
     limits = options.pop("limits", Limits())
     host = options.pop("host", "127.0.0.1")
-    server = Server(recon, configurator(shared_options(main.commands["reconstruct"])), host, 0, limits=limits,
-                    **options)
+    server = Server(recon, configurator(ReconSettings()), host, 0, limits=limits, **options)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:

@@ -23,13 +23,13 @@ LAYERS = [
     {"planner", "prep_memory"},
     {"prep"},
     {"sim"},
-    {"result", "progress"},
+    {"result", "progress", "settings"},
     {"pipeline"},
     {"api"},
     {"doctor"},
     {"batch"},
     {"server"},
-    {"cli", "cli_batch", "cli_serve", "cli_solver", "console", "__init__", "__main__", "simulate"},
+    {"cli", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

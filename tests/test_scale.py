@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from mri_recon.backend import cupy_module
+from mri_recon.io.outputs import nrmse_vs_truth
 from mri_recon.pipeline import power_of_two, reconstruct
 from mri_recon.prep import prepare_scan
-from mri_recon.result import nrmse_vs_truth
 from mri_recon.sim.simulate import simulate_scan
 from mri_recon.solvers.cg import cg, inner
 

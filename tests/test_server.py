@@ -16,8 +16,10 @@ from server_helpers import assert_same_images, image_of, make_scan, read_images,
 
 from mri_recon.cli import main
 from mri_recon.server.client import Reply, config_messages, read_scan, receive, send_scan, stream_scan
+from mri_recon.server.config import ALLOWED, configured
 from mri_recon.server.protocol import MessageID, MessageWriter
 from mri_recon.server.service import is_loopback
+from mri_recon.settings import ReconSettings
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +96,33 @@ def test_send_says_when_no_server_listens(files):
 
 @pytest.mark.parametrize(("config", "settings", "expected"), [
     ("invertcontrast", None, "unknown config 'invertcontrast'"),
-    (None, '{"cache_dir": "/etc"}', "unknown setting 'cache_dir'"),
-    (None, '{"device": "gpu"}', "unknown setting 'device'"),
-    (None, '{"iterations": 0}', "0 is not in the range"),
-    (None, '{"regularizer": "l7"}', "'l7' is not one of"),
+    (None, '{"cache_dir": "/etc"}', "unexpected keyword argument 'cache_dir'; valid: magnitude, iterations, lambda"),
+    (None, '{"device": "gpu"}', "unexpected keyword argument 'device'; valid: magnitude, iterations, lambda"),
+    (None, '{"iters": 5}', "unexpected keyword argument 'iters' (did you mean 'iterations'?)"),
+    (None, '{"iterations": 0}', "iterations must be a whole number >= 1 and <= 10000, found 0"),
+    (None, '{"regularizer": "l7"}', "regularizer must be one of l2, tv, wavelet, found 'l7'"),
     (None, '{"iterations": [1, 2]}', "expected a number, text or true/false"),
     (None, "<gadgetron/>", "CONFIG_TEXT is not JSON"),
-], ids=["preset", "path", "device", "range", "choice", "type", "xml"])
+], ids=["preset", "path", "device", "misspelled", "range", "choice", "type", "xml"])
 def test_config_refused_with_its_reason(server, files, config, settings, expected):
     _, reply = send_scan(files[1][1], *server.address, config=config, settings=settings)
     assert not reply.images and reply.closed
     assert len(reply.errors) == 1 and expected in reply.errors[0], reply.errors
+
+
+def test_client_settings_change_the_servers_own_in_order():
+    base = ReconSettings(prewhiten=False, iterations=12, device="cpu", cache_dir="/srv/cache")
+    got = configured(base, [("file", "tv"), ("text", '{"no_prewhiten": false, "no-field-map": true, "lambda": 0.02}'),
+                            ("text", '{"regularizer": "wavelet", "preset": "fast"}')])
+    assert got == base.replace(prewhiten=True, field_map="ignore", lam=0.02, regularizer="wavelet", iterations=10)
+    assert configured(base, []) == base
+
+
+def test_client_names_are_the_options_of_reconstruct_and_serve():
+    for command in ("reconstruct", "serve"):
+        options = {o for p in main.commands[command].params for o in p.opts}
+        assert {"--" + name.replace("_", "-") for name in ALLOWED} <= options
+    assert not {"device", "cache_dir", "format", "complex", "allow_external_data", "slice"} & set(ALLOWED)
 
 
 def test_concurrent_clients_get_their_own_images(server, files):

@@ -3,10 +3,11 @@
 The received XML header (verbatim), noise acquisitions and the group's acquisitions are written as an
 ISMRMRD file in a private spool folder (the ``ismrmrd`` package's record layout, as in a scanner's file),
 read back by :func:`mri_recon.load_scans`, prepared and reconstructed by
-:func:`mri_recon.api.prepare_and_reconstruct` with the settings ``reconstruct`` would use, and turned into MRD
-image records by :func:`mri_recon.io.mrd_image.mrd_image` with the file output's meta
-(:func:`mri_recon.result.image_meta`). The file is removed as soon as it is read. The reader and the
-pipeline are thus those of a file on disk, which is what makes the images equal bit for bit.
+:func:`mri_recon.api.prepare_and_reconstruct` with the connection's :class:`~mri_recon.settings.ReconSettings`
+(as :func:`mri_recon.api.reconstruct_file` does for ``reconstruct``), and turned into MRD image records by
+:func:`mri_recon.io.mrd_image.mrd_image` with the file output's meta (:func:`mri_recon.io.mrd_image.image_meta`).
+The file is removed as soon as it is read. The reader and the pipeline are thus those of a file on disk,
+which is what makes the images equal bit for bit.
 
 Reconstructions take turns on one device: a GPU through :func:`mri_recon.pipeline.gpu_lock`, the CPU
 through one lock of this process (several at once would only share the cores).
@@ -32,10 +33,10 @@ from ..api import prepare_and_reconstruct
 from ..backend import Device
 from ..errors import MriReconError
 from ..io import load_scans
-from ..io.mrd_image import mrd_image
+from ..io.mrd_image import image_meta, mrd_image
+from ..io.outputs import result_geometries
 from ..pipeline import gpu_lock
-from ..result import image_meta, result_geometries
-from .config import ReconSettings
+from ..settings import ReconSettings
 
 log = logging.getLogger(__name__)
 _CPU_LOCK = threading.Lock()
@@ -113,7 +114,7 @@ class Reconstructor:
         try:
             with HDF5_LOCK:
                 write_raw(path, header_xml, acquisitions)
-                return load_scans(path, traj_units=settings.traj_units)
+                return load_scans(path, **settings.reader_keywords())
         except MriReconError as exc:  # the message names the stream, not the spool file
             raise type(exc)(str(exc).replace(str(path), "the stream")) from None
         finally:
@@ -122,13 +123,13 @@ class Reconstructor:
     def reconstruct(self, scans: list[tuple[dict, Any]], settings: ReconSettings) -> Reconstructed:
         """Prepare and reconstruct each scan as ``mri-recon reconstruct`` does, holding the device's lock."""
         queued = time.perf_counter()
-        cache = self.psf_cache if settings.use_cache else None
+        cache = self.psf_cache if settings.cache else None
         with device_lock(self.device):
             started = time.perf_counter()
             results = []
             for key, scan in scans:
-                ready, record, result = prepare_and_reconstruct(scan, **settings.prepare, device=self.device,
-                                                                psf_cache=cache, **settings.solver)
+                ready, record, result = prepare_and_reconstruct(scan, settings, device=self.device,
+                                                                psf_cache=cache)
                 results.append((key, ready, record, result))
         return Reconstructed(results, started - queued, time.perf_counter() - started)
 

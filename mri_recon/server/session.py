@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from ..errors import MriReconError, printable
 from ..io.stack import DIMENSIONS
-from .config import ReconSettings
+from ..settings import ReconSettings
 from .inbox import IdleTimeout, Inbox
 from .protocol import DEFAULT_LIMITS, Limits, Message, MessageID, MessageWriter, ProtocolError, TruncatedError
 from .recon import Reconstructor, describe_key, image_records

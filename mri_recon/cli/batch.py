@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from .cli_solver import solver_settings
-from .errors import printable
+from ..errors import printable
+from .options import settings_from
 
 log = logging.getLogger("mri_recon.cli")
 
@@ -69,14 +69,10 @@ def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None
         return False
 
 
-BATCH_FIELDS = ("iterations", "lam", "tol", "filter_sigma", "method")
-"""Solver settings that are fields of :class:`~mri_recon.batch.task.ReconOptions` themselves."""
-
-
 def run_batch(params: dict[str, Any]) -> None:
     """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
-    from .batch import reconstruct_many
-    from .console import cli_logging, typed_settings, write_run_log
+    from ..batch import reconstruct_many
+    from ..console import cli_logging, typed_settings, write_run_log
 
     quiet, verbose = params["quiet"], params["verbose"]
     if quiet and verbose:
@@ -85,18 +81,8 @@ def run_batch(params: dict[str, Any]) -> None:
         raise click.UsageError("--png writes one preview and applies to one scan, not to a batch")
     if params["workers"] is not None and params["scheduler"] is not None:
         raise click.UsageError("--workers starts a local cluster and --scheduler uses another; give one")
-    choice = {k: params[f"{k}_"] for k in ("slice", "contrast", "phase", "set", "repetition")
-              if params[f"{k}_"] is not None}
-    options = {"iterations": params["iterations"], "lam": params["lam"], "tol": params["tol"],
-               "filter_sigma": params["filter_sigma"], "method": params["method"], "device": params["device"],
-               "coil_maps": params["coil_maps"], "dcf": params["dcf"], "prewhiten": not params["no_prewhiten"],
-               "field_map": "ignore" if params["no_field_map"] else "correct", "traj_units": params["traj_units"],
-               "allow_external": params["allow_external"],
-               "choice": choice, "format": params["format_"], "complex_": params["complex_"],
-               "magnitude": params["magnitude"], "cache": not params["no_cache"],
-               "cache_dir": None if params["cache_dir"] is None else str(params["cache_dir"]),
-               "solver": {k: v for k, v in solver_settings(params).items() if k not in BATCH_FIELDS}}
-    protect = _check_batch_log(params)
+    settings = settings_from(params)
+    protect = _check_batch_log(params, settings.format)
     bar = _ScanBar(enabled=not quiet)
     with cli_logging(verbose, quiet):
         try:
@@ -104,7 +90,7 @@ def run_batch(params: dict[str, Any]) -> None:
             report = reconstruct_many(params["scans"], params["output"], workers=params["workers"],
                                       scheduler=params["scheduler"], tls=tls if any(tls.values()) else None,
                                       dashboard=params["dashboard"], overwrite=params["overwrite"],
-                                      progress=bar, **options)
+                                      progress=bar, **settings.keywords())
         finally:
             bar.close()
         if params["log_json"] is not None:
@@ -120,18 +106,18 @@ def run_batch(params: dict[str, Any]) -> None:
                                    f"the others are complete")
 
 
-def _check_batch_log(params: dict[str, Any]) -> tuple[Path, ...]:
+def _check_batch_log(params: dict[str, Any], format: str | None) -> tuple[Path, ...]:
     """The files ``--log-json`` must not replace (every input, folders and patterns expanded, and every
     output); refuses before any work a log that names one of them or cannot be written."""
-    from .batch.inputs import expand_inputs, output_paths
-    from .errors import OutputError
-    from .io.files import FileSet, check_output
+    from ..batch.inputs import expand_inputs, output_paths
+    from ..errors import OutputError
+    from ..io.files import FileSet, check_output
 
     inputs = [p.absolute() for p in expand_inputs(params["scans"])]
     if params["log_json"] is None:
         return tuple(inputs)
     out_dir = None if params["output"] is None else Path(params["output"]).absolute()
-    outputs = output_paths(inputs, out_dir, params["format_"])
+    outputs = output_paths(inputs, out_dir, format)
     if params["log_json"] in FileSet(outputs):
         raise OutputError(f"{params['log_json']}: --log-json names an output of the batch; choose another path")
     check_output(params["log_json"], protect=FileSet(inputs))
@@ -148,7 +134,7 @@ class _ScanBar:
     def __call__(self, event: str, value: Any) -> None:
         from tqdm import tqdm
 
-        from .console import bar_shown
+        from ..console import bar_shown
 
         if event == "cluster":
             message = value.kind + (f"; Dask dashboard: {value.dashboard}" if value.dashboard else "")

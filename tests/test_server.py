@@ -96,8 +96,8 @@ def test_send_says_when_no_server_listens(files):
 
 @pytest.mark.parametrize(("config", "settings", "expected"), [
     ("invertcontrast", None, "unknown config 'invertcontrast'"),
-    (None, '{"cache_dir": "/etc"}', "unexpected keyword argument 'cache_dir'; valid: magnitude, iterations, lambda"),
-    (None, '{"device": "gpu"}', "unexpected keyword argument 'device'; valid: magnitude, iterations, lambda"),
+    (None, '{"cache_dir": "/etc"}', "unexpected keyword argument 'cache_dir'; valid: iterations, lambda, regularizer"),
+    (None, '{"device": "gpu"}', "unexpected keyword argument 'device'; valid: iterations, lambda, regularizer"),
     (None, '{"iters": 5}', "unexpected keyword argument 'iters' (did you mean 'iterations'?)"),
     (None, '{"iterations": 0}', "iterations must be a whole number >= 1 and <= 10000, found 0"),
     (None, '{"regularizer": "l7"}', "regularizer must be one of l2, tv, wavelet, found 'l7'"),

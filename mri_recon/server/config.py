@@ -26,8 +26,8 @@ class ConfigError(MriReconError):
     """A config message that names no preset, is not a JSON object of known settings, or sets a bad value."""
 
 
-CLIENT_FIELDS = tuple(name for name in FIELDS if option_of(name).section in ("solve", "prepare")
-                      or name in ("traj_units", "magnitude", "cache"))
+CLIENT_FIELDS = (*(name for section in ("solve", "prepare") for name in FIELDS if option_of(name).section == section),
+                 "traj_units", "magnitude", "cache")
 """The fields of :class:`~mri_recon.settings.ReconSettings` a client may choose: the solver's and the
 preparation's, the trajectory units, magnitude images and the PSF cache's use (not ``device``, the paths,
 the output format, the image choice or ``allow_external``: those are the server's)."""

@@ -101,6 +101,8 @@ def _streams(xml: bytes, acquisitions: list) -> dict[str, tuple[bytes, str]]:
         "config text json list": (_sized(2, b"[1, 2]") + head, "not an object"),
         "config unknown setting": (_sized(2, b'{"png": "/tmp/x.png"}') + head, "unexpected keyword argument 'png'"),
         "config bad value": (_sized(2, b'{"iterations": -1}') + head, "iterations must be a whole number >= 1"),
+        "config text value too long": (_sized(2, b'{"method": "' + b"x" * 300 + b'"}') + head,
+                                       "text of 300 characters"),
         "config bad preset in json": (_sized(2, b'{"preset": "nope"}') + head, "unknown config 'nope'"),
         "config file unknown": (_config_file(b"default.xml") + head, "unknown config 'default.xml'"),
         "config file not utf8": (_config_file(b"\xff\xfe") + head, "not UTF-8"),

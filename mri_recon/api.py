@@ -26,6 +26,7 @@ from .io.writers import write_result
 from .operators.encoding import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
+from .prep.gradient_delay import shared_gradient_delay
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
@@ -89,7 +90,7 @@ def reconstruct(scan: Scan, *, prepare: bool = True, iterations: int = 30, lam: 
                 anisotropic: bool = False, solver: str | None = None, tol: float = 1e-6,
                 filter_sigma: float | None = None, field_map_correction: str = "auto", segments: int | None = None,
                 method: str = "auto", device: str | int | Device | None = "auto", coil_maps: str = "auto",
-                dcf: str = "auto", prewhiten: bool = True, field_map: str = "correct",
+                dcf: str = "auto", prewhiten: bool = True, field_map: str = "correct", gradient_delay: Any = "none",
                 progress: Progress | bool | None = None, psf_cache: PsfCache | None = None, psf: Any = None,
                 estimate_maps: str | None = None, maps_basis: Any = None) -> Result:
     """Reconstruct ``scan`` as the CLI does.
@@ -105,8 +106,9 @@ def reconstruct(scan: Scan, *, prepare: bool = True, iterations: int = 30, lam: 
 field_map_correction, segments, method, device
         The solver's settings (:class:`~mri_recon.settings.ReconSettings`, whose fields say each one's type,
         choices, range and default; :func:`mri_recon.pipeline.reconstruct` says what they do).
-    coil_maps, dcf, prewhiten, field_map
-        The preparation's choices (CLI: ``--coil-maps``, ``--dcf``, ``--no-prewhiten``, ``--no-field-map``).
+    coil_maps, dcf, prewhiten, field_map, gradient_delay
+        The preparation's choices (CLI: ``--coil-maps``, ``--dcf``, ``--no-prewhiten``, ``--no-field-map``,
+        ``--gradient-delay``).
     progress, psf_cache, psf
         A progress callback, a :class:`~mri_recon.io.cache.PsfCache`, a PSF computed before
         (:func:`mri_recon.pipeline.reconstruct`).
@@ -191,11 +193,14 @@ def reconstruct_file(source: str | os.PathLike, output: str | os.PathLike | None
     if on_load is not None:
         on_load(images)
     cache = PsfCache(settings.cache_dir) if settings.cache else None
+    images, delays = shared_gradient_delay(images, settings.gradient_delay)  # one estimate for all the images
+    settings = settings.replace(gradient_delay="none") if delays else settings
     results = []
     for index, (key, scan) in enumerate(images):
         if on_image is not None:
             on_image(index, key, scan)
-        results.append((key, *prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=cache)))
+        ready, record, result = prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=cache)
+        results.append((key, ready, {**delays, **record}, result))
     if on_done is not None:
         on_done(results)
     written = [] if output is None else write_images(output, results, source, settings)

@@ -31,6 +31,7 @@ from .io.writers import FORMATS
 from .operators.encoding import METHODS
 from .operators.offres_setup import CORRECTIONS
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
+from .prep.delay import parse_gradient_delay
 from .solvers.sparse import REGULARIZERS, SOLVERS, lam_help
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class Option:
     recorded: bool = True
     """The output depends on it (a batch's completion record holds it)."""
     show_default: bool = True
+    check: Any = None
+    """A function that refuses a bad value (raising :class:`~mri_recon.errors.InvalidDataError`), in place of
+    the checks of :attr:`kind` (a value of several forms, e.g. ``gradient_delay``)."""
 
 
 def option(default: Any, help: str, kind: type, section: str, **spec: Any) -> Any:
@@ -137,6 +141,12 @@ class ReconSettings:
                             "and times on purpose (recorded as field_map_correction = ignored).", str, "prepare",
                             choices=("correct", "ignore"), flag="--no-field-map", flag_value="ignore")
     """``"correct"`` or ``"ignore"`` (drop the scan's field map on purpose)."""
+    gradient_delay: Any = option("none", "Radial scans: auto (RING estimate when the scan is radial with enough "
+                                 "spokes), ring (estimate, or fail), none, or X,Y[,Z] delays in samples; the "
+                                 "trajectory is corrected before anything else.", str, "prepare",
+                                 check=parse_gradient_delay)
+    """``"none"``, ``"auto"``, ``"ring"`` or delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples
+    (:mod:`mri_recon.prep.gradient_delay`)."""
     traj_units: str = option("auto", "ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).", str,
                              "input", choices=TRAJ_UNITS)
     choice: dict = option({}, "ISMRMRD: {verb} only the images with this {name} index (default: every {name}).",
@@ -252,6 +262,9 @@ def _bounds(spec: Option) -> str:
 def check_value(name: str, spec: Option, value: Any) -> None:
     """Refuse a value of the wrong type, outside the choices or the range (one line naming the option)."""
     if value is None and spec.optional or spec.kind is object:
+        return
+    if spec.check is not None:
+        spec.check(value)
         return
     if spec.kind is bool:
         if not isinstance(value, (bool, np.bool_)):

@@ -23,6 +23,20 @@ def parse_matrix(text: str) -> tuple[int, ...]:
     return values
 
 
+def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
+    """``--gradient-delay X,Y[,Z]`` as numbers (auto, ring, none are reconstruct's)."""
+    from ..errors import InvalidDataError
+    from ..prep.delay import parse_gradient_delay
+
+    try:
+        choice, numbers = parse_gradient_delay(value) if value is not None else (None, None)
+    except InvalidDataError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
+    if choice not in (None, "given"):
+        raise click.BadParameter(f"simulate takes delays X,Y[,Z] in samples, found {value!r}", param=param)
+    return numbers
+
+
 @click.command()
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--matrix", default="128", show_default=True,
@@ -43,11 +57,14 @@ def parse_matrix(text: str) -> tuple[int, ...]:
                    "gets field_map and times.")
 @click.option("--readout-ms", type=click.FloatRange(min=0.0, min_open=True), default=16.0, show_default=True,
               callback=finite, help="Duration of each readout (spoke or interleaf) for the sample times.")
+@click.option("--gradient-delay", default=None, callback=delays,
+              help="Radial kinds: X,Y (kooshball X,Y,Z) delays in samples; the data are those of the delayed "
+                   "positions, the file's trajectory the nominal one.")
 @QUIET
 @friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
-             readout_ms: float, quiet: bool) -> None:
+             readout_ms: float, gradient_delay: tuple | None, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
     from ..io import save_scan
     from ..sim.simulate import simulate_scan
@@ -57,6 +74,6 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
                          interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
-                         field_map_peak=field_map, readout_ms=readout_ms)
+                         field_map_peak=field_map, readout_ms=readout_ms, gradient_delay=gradient_delay)
     save_scan(output, scan)
     say(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")

@@ -1,6 +1,7 @@
 """Getting a scan ready for :func:`mri_recon.reconstruct`: prewhitening, density compensation, coil maps.
 
-The order matters and is fixed here: prewhiten first (maps and data must live in the whitened coil basis),
+The order matters and is fixed here: the gradient-delay correction of the trajectory before anything uses it
+(:mod:`mri_recon.prep.gradient_delay`), prewhiten (maps and data must live in the whitened coil basis),
 then choose the density weights (the coil-map estimate uses them), then the coil maps.
 """
 
@@ -23,7 +24,7 @@ FIELD_MAP_CHOICES = ("correct", "ignore")
 
 @blas_on_one_thread
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                 field_map: str = "correct") -> tuple[Scan, dict[str, Any]]:
+                 field_map: str = "correct", gradient_delay="none") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
@@ -48,6 +49,9 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         off-resonance; one without the other raises :class:`~mri_recon.errors.InvalidDataError`.
         ``"ignore"``: drop both on purpose (recorded as ``record["field_map"] = "ignored"`` and, through the
         scan's attributes, as the reconstruction's ``field_map_correction = "ignored"``).
+    gradient_delay
+        ``"none"`` (default), ``"auto"``, ``"ring"`` or delays ``(X, Y[, Z])`` in samples: the trajectory
+        corrected first (:func:`mri_recon.prep.gradient_delay.correct_gradient_delay`, its record entries).
 
     Raises
     ------
@@ -64,7 +68,10 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
                                f"{', '.join(COIL_MAP_CHOICES)}")
     if field_map not in FIELD_MAP_CHOICES:
         raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
-    record: dict[str, Any] = {"prewhitened": False}
+    from .gradient_delay import correct_gradient_delay
+
+    (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
+    record: dict[str, Any] = {"prewhitened": False, **delays}
     basis = None
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)

@@ -110,6 +110,17 @@ def test_config_refused_with_its_reason(server, files, config, settings, expecte
     assert len(reply.errors) == 1 and expected in reply.errors[0], reply.errors
 
 
+def test_gradient_delay_given_or_estimated_per_image_group(server, files):
+    tmp, scans = files
+    _, given = send_scan(scans[0], *server.address, settings='{"gradient_delay": "0.5,-0.3"}')
+    assert_same_images(given.images, reference(scans[0], tmp, "--gradient-delay", "0.5,-0.3"))
+    _, estimated = send_scan(scans[0], *server.address, settings='{"gradient-delay": "ring"}')
+    assert len(estimated.images) == 2 and not estimated.errors
+    for s, image in enumerate(estimated.images):  # each group's own estimate: the file's image s alone
+        (want,) = reference(scans[0], tmp, "--gradient-delay", "ring", "--slice", str(s))
+        assert image.slice == want.slice == s and image.data.tobytes() == want.data.tobytes()
+
+
 def test_client_settings_change_the_servers_own_in_order():
     base = ReconSettings(prewhiten=False, iterations=12, device="cpu", cache_dir="/srv/cache")
     got = configured(base, [("file", "tv"), ("text", '{"no_prewhiten": false, "no-field-map": true, "lambda": 0.02}'),

@@ -23,10 +23,11 @@ from .backend import Device
 from .errors import InvalidDataError
 from .io import load_scans
 from .io.writers import write_result
-from .operators.encoding import Encoding
+from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
 from .prep.gradient_delay import shared_gradient_delay
+from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
@@ -78,9 +79,9 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps,
                   device=settings.device, method=settings.method, iterations=settings.iterations)
     ready, record = prepare_scan(scan, **settings.prepare_keywords())
-    result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
-                                  maps_basis=record.pop("maps_basis"), progress=progress, psf_cache=psf_cache,
-                                  psf=psf, **settings.solver_keywords())
+    maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
+    result = pipeline.reconstruct(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
+                                  psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
     return ready, record, result
 
 

@@ -28,8 +28,8 @@ from .errors import InvalidDataError
 from .io.ismrmrd_encoding import TRAJ_UNITS
 from .io.stack import DIMENSIONS
 from .io.writers import FORMATS
-from .operators.encoding import METHODS
-from .operators.offres_setup import CORRECTIONS
+from .operators.engines import METHODS
+from .operators.offres.setup import CORRECTIONS
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .prep.delay import parse_gradient_delay
 from .solvers.sparse import REGULARIZERS, SOLVERS, lam_help

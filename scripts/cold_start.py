@@ -3,13 +3,15 @@
 Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold_bundle": CuPy's
 kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has), mri-recon's
 modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md) and CuPy's own kernels
-are requested ahead from ``kernels/cupy_kernels.json``; "cold_bundle_only": the same with
-``MRI_RECON_CUPY_PREFETCH=0``; "cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC,
-on threads while the data go up, CuPy's kernels on first use); "warm": the bundle run's folders again, now
+from the bundle's CuPy part (``bundle/cupy``, copied into the empty CuPy cache by ``kernels.prefetch``);
+"cold_bundle_only": the same with ``MRI_RECON_CUPY_BUNDLE=0`` (CuPy compiles its own kernels on first use);
+"cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the data go
+up, CuPy's kernels on first use); "warm": the bundle run's folders again, now
 filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty folders, ``mri-recon doctor`` once,
 then one reconstruction. The kernels each cold run compiled are counted from
 CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
-kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels), and the seconds
+kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels; a kernel
+installed from the bundle has no source beside it, so it is counted as a binary, not as compiled), and the seconds
 each run spent compiling (or loading from CuPy's cache) are summed by kind (``compile_time``). Without
 ``--scan`` the issue's 2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
 
@@ -82,11 +84,11 @@ def count_kernels(cache_dir: Path) -> dict:
 
 
 def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> dict:
-    def env_for(tag: str, precompiled: str = "1", cupy_prefetch: str = "1") -> tuple[dict[str, str], Path]:
+    def env_for(tag: str, precompiled: str = "1", cupy_bundle: str = "1") -> tuple[dict[str, str], Path]:
         folder = work / f"{method}-{tag}"
         env = dict(os.environ, CUPY_CACHE_DIR=str(folder / "cupy"), MRI_RECON_CACHE_DIR=str(folder / "psf"),
                    CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled,
-                   MRI_RECON_CUPY_PREFETCH=cupy_prefetch)
+                   MRI_RECON_CUPY_BUNDLE=cupy_bundle)
         folder.mkdir(parents=True, exist_ok=True)
         return env, folder
 
@@ -133,15 +135,22 @@ def bundle_info(cupy) -> dict:
     return {"entries": len(installed.entries), "nvrtc": installed.nvrtc, "capability": capability, "driver": driver,
             "compressed_bytes": sum((installed.directory / e["binary"]).stat().st_size
                                     for e in installed.entries.values()),
-            "serves_this_device": probe[0] if probe else None, "cupy_record": cupy_record()}
+            "serves_this_device": probe[0] if probe else None, "cupy_record": cupy_record(cupy)}
 
 
-def cupy_record() -> dict:
-    """The recorded CuPy kernel requests (kernels/cupy_kernels.json): how many, for which CuPy version."""
-    from mri_recon.kernels import cupy_kernels
+def cupy_record(cupy) -> dict:
+    """The recorded CuPy kernel requests (kernels/cupy_kernels.json) and the bundle's CuPy part: how many, for
+    which CuPy and NVRTC, and how many entries of the architecture CuPy compiles for on this device."""
+    from cupy.cuda import compiler
+
+    from mri_recon.kernels import cupy_bundle, cupy_kernels
 
     version, requests = cupy_kernels.recorded()
-    return {"requests": len(requests), "cupy": version}
+    manifest = cupy_bundle.read_manifest(cupy_bundle.CUPY_DIR) or {}
+    arch = str(compiler._get_arch())
+    return {"requests": len(requests), "cupy": version, "bundle_cupy": manifest.get("cupy"),
+            "bundle_nvrtc": manifest.get("nvrtc"), "this_nvrtc": cupy_bundle.nvrtc_version(compiler),
+            "arch": arch, "bundle_entries_for_arch": sum(e.get("arch") == arch for e in manifest.get("entries", []))}
 
 
 def simulate(work: Path) -> str:

@@ -16,7 +16,7 @@ import mri_recon
 import mri_recon.kernels as kernels
 from mri_recon.backend import cupy_module
 from mri_recon.kernels import bundle as kb
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,3 +139,38 @@ def test_a_reconstruction_loads_its_modules_from_the_bundle(device_bundle, monke
         images[switch] = np.asarray(result.image)
         assert served and all(served) == (switch == "1"), served
     assert relative(images["1"], images["0"]) < 1e-5
+
+
+def test_installed_cupy_kernels_are_not_compiled_again(tmp_path):
+    """CuPy's kernels built into a bundle for this device, a reconstruction in a fresh process with an empty
+    CUPY_CACHE_DIR: the bundle's entries are installed and NVRTC compiles none of the recorded kernels (counted
+    as scripts/cold_start.py counts: CUPY_CACHE_SAVE_CUDA_SOURCE keeps the source of each kernel CuPy compiles)."""
+    from mri_recon.kernels import cupy_bundle as cb
+    from mri_recon.kernels import cupy_kernels as ck
+
+    cupy = cupy_module()
+    version, requests = ck.recorded()
+    arch = str(cupy.cuda.compiler._get_arch())
+    if version != cupy.__version__ or arch not in cb.ARCHS:
+        pytest.skip(f"the record is of CuPy {version} / no bundle for sm_{arch}")
+    manifest = _script().build_cupy(tmp_path / "cupy", archs=(arch,))
+    spec = importlib.util.spec_from_file_location("cold_start", ROOT / "scripts" / "cold_start.py")
+    cold_start = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cold_start)
+    cache, scan = tmp_path / "cache", tmp_path / "scan.h5"
+    env = dict(os.environ, CUPY_CACHE_DIR=str(cache), CUPY_CACHE_SAVE_CUDA_SOURCE="1",
+               MRI_RECON_CACHE_DIR=str(tmp_path / "psf"), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
+                   "PYTHONPATH", "")]))
+    for name in ("MRI_RECON_PRECOMPILED", cb.ENV_SWITCH, "CUPY_CACHE_IN_MEMORY"):
+        env.pop(name, None)
+    subprocess.run([sys.executable, "-m", "mri_recon.cli", "simulate", str(scan), "--matrix", "64", "--coils", "1",
+                    "-q"], env=env, check=True, timeout=300)
+    code = ("import sys\nfrom pathlib import Path\nimport mri_recon.kernels.cupy_bundle as cb\n"
+            "cb.CUPY_DIR = Path(sys.argv[1])\nfrom mri_recon.cli import main\nmain(sys.argv[2:])\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "cupy"), "reconstruct", str(scan), "--device", "gpu",
+                    "--method", "auto", "-q", "-o", str(tmp_path / "out.h5")], env=env, check=True, timeout=300)
+    installed = {p.name for p in cache.iterdir()} & {e["name"] for e in manifest["entries"]}
+    counted = cold_start.count_kernels(cache)
+    assert len(installed) == len(requests), f"{len(installed)} of {len(requests)} installed"
+    # the record covers this scan (record_cupy_kernels.py reconstructs it): CuPy compiles nothing of its own
+    assert counted["cupy_kernels"] == 0, counted["cupy_names"]

@@ -46,10 +46,8 @@ def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
     if not matrix or not shape or any(n < 1 for n in matrix):
         return None
     coils, samples = (1, shape[0]) if len(shape) == 1 else (shape[0], math.prod(shape[1:]))
-    method = ("gpu-nufft" if task.settings.method == "nufft" else "gpu") if gpu else \
-        ("exact" if task.settings.method == "exact" else "auto")
     estimate = plan(matrix, coils, samples, sense=True, iterations=task.settings.iterations, available_bytes=None,
-                    gpu=gpu, method=method)
+                    gpu=gpu, method=task.settings.method)  # the engine of that name on that device
     return estimate.estimated_seconds
 
 

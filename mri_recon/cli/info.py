@@ -38,7 +38,7 @@ def scan_lines(path: Path, scans: list, device: str) -> list[str]:
     if "traj_units" in s.attrs:
         lines.append(f"traj units  {printable(s.attrs['traj_units'])}")
     if s.field_map is not None and s.times is not None:
-        from ..operators.offres_setup import describe_correction
+        from ..operators.offres.setup import describe_correction
 
         lines.append(f"off-res     {describe_correction(s.field_map, s.times, s.n_coils, device)}")
     return lines

@@ -28,7 +28,7 @@ from typing import Any
 from ..backend import Device, cupy_module
 from ..errors import KernelError
 from . import bundle
-from .cupy_kernels import prefetch_cupy
+from .cupy_bundle import install as install_cupy_kernels
 from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source
 
 __all__ = ["BASE_OPTIONS", "CONSTANT_BYTES", "KERNEL_DIR", "compile_ptx", "get_kernel", "get_module", "header_files",
@@ -98,8 +98,9 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
 
     A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
-    where the module is used (or from the returned futures). The first prefetch of a process and device also
-    queues the CuPy kernels a reconstruction needs (:mod:`mri_recon.kernels.cupy_kernels`)."""
+    where the module is used (or from the returned futures). The first prefetch of a process and device then
+    copies the precompiled CuPy kernels of the bundle into CuPy's kernel cache
+    (:mod:`mri_recon.kernels.cupy_bundle`), so that CuPy loads them instead of compiling."""
     index = 0 if device is None else device.index
     futures = []
     for filename, defines in configs:
@@ -109,8 +110,8 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
         # built or being built: nothing to submit (a warm process pays no thread hand-off)
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
     cupy = cupy_module()
-    if cupy is not None:  # then CuPy's own kernels, once per process and device (kernels/cupy_kernels.py)
-        prefetch_cupy(cupy, index, _compile_pool())
+    if cupy is not None:  # CuPy's own kernels into its cache, once per process and device (kernels/cupy_bundle.py)
+        install_cupy_kernels(cupy, index)
     return futures
 
 

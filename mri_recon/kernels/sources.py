@@ -27,8 +27,9 @@ def header_files() -> list[Path]:
 
 @functools.cache
 def source(filename: str) -> str:
-    """The text of ``filename`` in the kernel folder."""
-    path = KERNEL_DIR / filename
+    """The text of ``filename`` in the kernel folder, or of the ``.cu`` file at an absolute path (kernels of
+    the tests and benchmarks, which are not shipped; they may include the package's headers)."""
+    path = Path(filename) if Path(filename).is_absolute() else KERNEL_DIR / filename
     if not path.is_file():
         raise KernelError(f"kernel source {filename!r} not found in {KERNEL_DIR}")
     return path.read_text()

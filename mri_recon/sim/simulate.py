@@ -178,21 +178,28 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     rng = np.random.default_rng(int(seed))
     sampled, sizes = _delayed(k, trajectory, gradient_delay, sizes)
     clean = phantom.coil_kspace(sampled, matrix, coils)
-    fmap = times = None
-    if field_map_peak is not None:
-        from . import offres  # noqa: PLC0415 - loaded on use
-
-        peak = float(field_map_peak)
-        if not (math.isfinite(peak) and peak >= 0):
-            raise InvalidDataError(f"field_map_peak must be a non-negative number of Hz, found {field_map_peak!r}")
-        times = offres.readout_times(len(k), sizes["samples"], float(readout_ms) * 1e-3)
-        fmap = offres.field_map(matrix, peak)
-        if peak > 0:
-            clean = (clean + offres.perturbation(sampled, matrix, coils, peak, times)).astype(np.complex64)
-        sizes.update(field_map_peak_hz=peak, readout_ms=float(readout_ms))
+    clean, fmap, times = _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes)
     kspace, sigma = phantom.add_noise(clean, snr_value, rng, signal=phantom.cartesian_signal(maps * truth))
     noise = phantom.noise_samples(coils, NOISE_SAMPLES, sigma, rng) if sigma > 0 else None
     attrs = {"trajectory_kind": trajectory, "snr": snr_value, "seed": int(seed), "noise_std": float(sigma),
              "dcf": dcf or "none", "coils": coils, "phantom": "shepp-logan (modified, Toft)", **sizes}
     return Scan(kspace=kspace, trajectory=k, matrix=matrix, weights=weights, coil_maps=maps, noise=noise,
                 ground_truth=truth, field_map=fmap, times=times, attrs=attrs, source="simulate_scan")
+
+
+def _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes):
+    """``(k-space, field map, times)``: the k-space with the off-resonance of a field of peak
+    ``field_map_peak`` Hz (None: none, and no field map); the trajectory sizes updated."""
+    if field_map_peak is None:
+        return clean, None, None
+    from . import offres  # noqa: PLC0415 - loaded on use
+
+    peak = float(field_map_peak)
+    if not (math.isfinite(peak) and peak >= 0):
+        raise InvalidDataError(f"field_map_peak must be a non-negative number of Hz, found {field_map_peak!r}")
+    times = offres.readout_times(len(sampled), sizes["samples"], float(readout_ms) * 1e-3)
+    fmap = offres.field_map(matrix, peak)
+    if peak > 0:
+        clean = (clean + offres.perturbation(sampled, matrix, coils, peak, times)).astype(np.complex64)
+    sizes.update(field_map_peak_hz=peak, readout_ms=float(readout_ms))
+    return clean, fmap, times

@@ -12,7 +12,7 @@ import functools
 import math
 from typing import Any
 
-from ..backend import cupy_module
+from ...backend import cupy_module
 
 CACHE_LIMIT = 2**28
 """Largest grid (bytes of complex64) whose plan is kept between uses."""

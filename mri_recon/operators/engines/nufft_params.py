@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidDataError, SchemaError
+from ...errors import InvalidDataError, SchemaError
 
 SIGMA = 2.0
 """Oversampling factor of the fine grid (the only one implemented; 1.25 would need other beta rules)."""

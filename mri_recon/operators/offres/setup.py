@@ -4,7 +4,7 @@ and the encoding and CG operator of that choice.
 ``correction``:
 
 - ``"exact"``: every CG iteration applies the exact encoding with the field map and its adjoint
-  (:class:`~mri_recon.operators.offres.OffresEncoding`; the IMPATIENT approach, Stone et al. 2008): the
+  (:class:`~mri_recon.operators.offres.model.OffresEncoding`; the IMPATIENT approach, Stone et al. 2008): the
   CUDA kernels on a GPU, the float64 sum on the CPU (slow: 2 M N phases per coil batch and iteration).
 - ``"segmented"``: time segmentation with L segments (:mod:`.time_segments`): L plain encodings of the
   chosen engine, and the normal operator as L (L + 1) / 2 Toeplitz kernels, 2 L FFTs on the 2x grid per coil
@@ -13,8 +13,10 @@ and the encoding and CG operator of that choice.
   serves the search and the interpolators.
 - ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
 
-The cost constants were measured: the CPU's on 2 cores (docs/offres.md), the GPU's on an H200
-(scripts/bench_offres.py, docs/benchmarks.md).
+The cost constants (:mod:`mri_recon.operators.engines.cost`: ``OFFRES_EXACT_PAIRS_PER_S``,
+``SEGMENT_FFT_POINTS_PER_S``, ``SEGMENT_PSF_POINTS_PER_S``) were measured: the CPU's on 2 cores
+(docs/offres.md), the GPU's on an H200 (scripts/bench_offres.py, docs/benchmarks.md). The encodings of the
+choice are engines of the encoding protocol, and each builds its own normal operator (``encoding.normal``).
 """
 
 from __future__ import annotations
@@ -26,43 +28,27 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, device_memory, is_gpu_array, resolve_device, to_device
-from ..errors import InvalidDataError, ResourceError
-from ..kernels.configs import segments_defines
+from ...backend import Device, resolve_device, to_device
+from ...errors import InvalidDataError
+from ...kernels.configs import segments_defines
+from ..engines import cost
 from . import time_segments
-from .gpu_offres import MAX_FIELD_HZ, MAX_TIME_SPAN_S
+from .gpu_offres_layout import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .gpu_segments import MAX_FUSED_SEGMENTS
-from .offres import EncodingNormal, OffresEncoding
+from .model import OffresEncoding
+from .segmented import TimeSegmentedEncoding
 
 CORRECTIONS = ("auto", "exact", "segmented")
-EXACT_PAIRS_PER_S = {"gpu": 3.8e12, "cpu": 1e8}
-"""Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H). CPU: measured, 8 coils
-x 16,384 voxels x 77,296 samples in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x
-65,536 voxels x 309,120 samples, the right-hand side and 30 CG iterations (31 x 2 transforms: F^H on the tensor
-cores at 5.1e12, F at 3.0e12) in 2.63 s. One rate for every coil count: with 1 or 2 coils the transforms run at
-about 1.2e12 and 1.8e12 (F^H in fhd.cu, F), so exact correction is predicted up to 3.2x too fast there; it stays
-the slower choice by far (docs/offres.md: 93x the uncorrected time against the segments' 2-3x)."""
-FFT_POINTS_PER_S = {"gpu": 1.4e11, "cpu": 1.2e8}
-"""2x-grid points per second of the segmented operator's work per coil, counted as ``2 L + L^2 / 4`` grids
-(FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU: measured on an H200,
-0.67 ms per application of the fused operator (``kernels/segments.cu``) at 256^2, 8 coils, L = 10
-(scripts/profile_segments.py)."""
-PSF_POINTS_PER_S = {"gpu": 4.1e9, "cpu": 1e7}
-"""Samples plus 2x-grid points per second of one segment PSF through the plain engine. CPU: measured, 55 PSFs
-of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an H200, 55 PSFs of 309,120 samples on 512^2 with
-their spectra in 7.6 ms (GPU NUFFT)."""
-
-
 def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,
                       iterations: int, gpu: bool) -> float:
     """Predicted time of the right-hand side, the set-up and ``iterations`` CG iterations."""
     kind = "gpu" if gpu else "cpu"
     voxels = math.prod(matrix)
     if correction == "exact":
-        return (iterations + 1) * 2 * coils * voxels * n_samples / EXACT_PAIRS_PER_S[kind]
+        return (iterations + 1) * 2 * coils * voxels * n_samples / cost.OFFRES_EXACT_PAIRS_PER_S[kind]
     big = voxels * 2 ** len(matrix)
-    per_iteration = coils * (2 * segments + segments ** 2 / 4) * big / FFT_POINTS_PER_S[kind]
-    setup = segments * (segments + 1) / 2 * (n_samples + big) / PSF_POINTS_PER_S[kind]
+    per_iteration = coils * (2 * segments + segments ** 2 / 4) * big / cost.SEGMENT_FFT_POINTS_PER_S[kind]
+    setup = segments * (segments + 1) / 2 * (n_samples + big) / cost.SEGMENT_PSF_POINTS_PER_S[kind]
     return iterations * per_iteration + setup
 
 
@@ -123,37 +109,7 @@ class OffresCorrection:
         """The encoding with off-resonance for the plain engine ``base``."""
         if self.kind == "exact":
             return OffresEncoding(base.trajectory, self.field_map, self.times, base.ishape[0])
-        return time_segments.TimeSegmentedEncoding(base, self.b, self.phases)
-
-    def normal(self, encoding: Any, weights: Any, *, coil_maps: Any, lam: float, coil_batch: int) -> Any:
-        """The CG operator ``A^H W A + lam I`` (with maps: summed over coils)."""
-        if self.kind == "exact":
-            return EncodingNormal(encoding, weights, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)
-        coil_batch = self._segment_batch(weights, coil_batch, time_segments.fused_normal(coil_maps, self.segments))
-        spectra = time_segments.segment_spectra(encoding, weights)
-        return time_segments.segmented_normal(spectra, self.phases, coil_maps=coil_maps, lam=lam,
-                                              coil_batch=coil_batch)
-
-    def _segment_batch(self, weights: Any, coil_batch: int, fused: bool) -> int:
-        """On a GPU: the coils per pass that fit the free memory beside the kernel spectra (complex64, 2x grid:
-        the L (L + 1) / 2 PSF spectra and the operator's copy of them, ``(pairs, P)`` fused or ``(P, L, L)``
-        unfused) with, per coil, L grids of work and cuFFT's work area of the same size (the fused operator,
-        with maps) or four L-deep work arrays (the unfused CuPy operator); ResourceError when not even one coil
-        fits. (The memory planner does not count the segments; the host is not checked.)"""
-        if not is_gpu_array(weights):
-            return coil_batch
-        points = math.prod(self.phases.shape[1:]) * 2 ** (self.phases.ndim - 1)
-        kernels = 8 * points * self.segments * (self.segments + 1)  # the PSFs' spectra, then the operator's
-        if not fused:
-            kernels += 8 * points * self.segments * (self.segments - 1) // 2  # (P, L, L) holds both triangles
-        per_coil = 8 * points * (2 if fused else 4) * self.segments
-        free = device_memory(Device(int(weights.device.id)))[0]
-        fits = (free - kernels) // per_coil
-        if fits < 1:
-            raise ResourceError(f"time segmentation with L = {self.segments} needs {(kernels + per_coil) / 2**30:.1f} "
-                                f"GiB of GPU memory, {free / 2**30:.1f} GiB are free; use fewer segments or "
-                                f"--field-map-correction exact")
-        return int(max(1, min(coil_batch, fits)))
+        return TimeSegmentedEncoding(base, self.b, self.phases)
 
 
 def plan_correction(field_map: np.ndarray, times: np.ndarray, n_coils: int, *, gpu: bool,

@@ -1,6 +1,7 @@
 """GPU non-uniform FFT: F^H d (type 1), F (type 2) and the Toeplitz PSF, CuPy RawKernels plus cuFFT.
 
-The algorithm and its parameters are those of :mod:`mri_recon.operators.nufft_params` (FINUFFT's ES kernel, sigma = 2,
+The algorithm and its parameters are those of :mod:`mri_recon.operators.engines.nufft_params` (FINUFFT's ES
+kernel, sigma = 2,
 w = ceil(log10(1/eps)) + 1); the kernels are ``kernels/nufft.cu`` (its header states the maths and the
 ``-D`` contract). A :class:`GpuNufft` plan is made once per trajectory: it checks the trajectory, sorts the
 samples into bins on the GPU (the only host synchronization: the number of subproblems), and keeps its work
@@ -19,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, device_memory, resolve_device
-from ..errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
-from ..kernels import get_kernel
-from .gpu_fft import fft_plan
+from ...backend import Device, cupy_module, device_memory, resolve_device
+from ...errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
+from ...kernels import get_kernel
+from ..gpu.fft import fft_plan
 from .nufft_params import NufftParams, kernel_width, nufft_params
 
 KERNEL_FILE = "nufft.cu"

@@ -10,24 +10,23 @@ F^H d keeps the trajectory in exact fixed-point turns and the samples of up to e
 constant-memory record, so one phase serves every coil of a group; one phase also serves the voxel at r and
 its mirror at -r (``paired``), each thread owns several voxels along the last axis (``multi``), and their
 phases come from the angle-addition recurrence on the FMA pipe (``recur``). The defaults are the fastest
-configuration; the others exist for the optimization ladder of :mod:`mri_recon.operators.gpu_ladder`
+configuration; the others exist for the optimization ladder of ``tests/gpu_ladder.py``
 (benchmarks and tests). The kernels' header comments hold the mathematics and the record layouts; the
-host-side layout lives in :mod:`mri_recon.operators.gpu_layout` and the ``-D`` options in
+host-side layout lives in :mod:`mri_recon.operators.engines.gpu_layout` and the ``-D`` options in
 :mod:`mri_recon.kernels.configs`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, gpu_available
-from ..errors import DeviceError, InvalidDataError, ResourceError, SchemaError
-from ..kernels import get_module, upload_constant
-from ..kernels.configs import (
+from ...backend import Device, cupy_module
+from ...errors import InvalidDataError, ResourceError, SchemaError
+from ...kernels import get_module, upload_constant
+from ...kernels.configs import (
     FORWARD_RUN,
     adjoint_defines,
     fhd_accumulators,
@@ -35,8 +34,18 @@ from ..kernels.configs import (
     forward_defines,
     psf_defines,
 )
-from ..validation import validate_matrix
-from .gpu_layout import coil_groups, fixed_point_turns, forward_runs, grid_slices, line_list, line_positions
+from ...validation import validate_matrix
+from ..gpu.launch import (
+    check_gpu_array,
+    check_trajectory,
+    current_device,
+    empty,
+    is_cupy,
+    launch_size,
+    on_device,
+    sm_count,
+)
+from .gpu_layout import coil_groups, fixed_point_turns, grid_slices, line_positions
 
 DEFAULT_ROW = 64
 """Threads along the voxels of one block row (F^H d kernels); a warp never spans two rows. Measured on an
@@ -48,95 +57,28 @@ THREADS_PER_SM = 1024
 """Threads per multiprocessor the forward launcher aims for when it splits the voxels into slices."""
 
 
-def _empty(shape: tuple[int, ...], dtype: Any) -> Any:
-    """Uninitialized device buffer; every buffer the kernels fill comes from here (tests poison it)."""
-    return cupy_module().empty(shape, dtype)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Device helpers (also used by gpu_ladder)
-
-
-def _is_cupy(array: Any) -> bool:
-    cupy = cupy_module()
-    return cupy is not None and isinstance(array, cupy.ndarray)
-
-
-def _device() -> Device:
-    """The current CUDA device; DeviceError without CuPy or a GPU."""
-    if cupy_module() is None or not gpu_available():
-        raise DeviceError("the GPU kernels need CuPy and an NVIDIA GPU (use the CPU path: device='cpu')")
-    return Device(int(cupy_module().cuda.Device().id))
-
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return int(cupy_module().cuda.Device(index).attributes["MultiProcessorCount"])
-
-
-@functools.lru_cache(maxsize=32)
-def _on_device(kind: str, matrix: tuple[int, ...], extra: int, index: int) -> tuple[Any, ...]:
-    """Device copies of the host structures, memoized per device."""
-    cupy = cupy_module()
-    with cupy.cuda.Device(index):
-        if kind == "lines":
-            return (cupy.asarray(line_list(matrix, bool(extra))),)
-        return tuple(cupy.asarray(a) for a in forward_runs(matrix, extra))
-
-
-def _gpu_array(name: str, array: Any, device: Device, kinds: str, ndim: int) -> None:
-    if not _is_cupy(array):
-        raise DeviceError(f"{name} must be a CuPy array on the GPU, found {type(array).__name__}")
-    if int(array.device.id) != device.index:
-        raise DeviceError(f"{name} lives on gpu:{array.device.id} but the current device is gpu:{device.index}")
-    if array.dtype.kind not in kinds or array.ndim != ndim:
-        want = {"c": "complex64", "f": "float32"}[kinds[0]]
-        raise SchemaError(f"{name} must be {want} with {ndim} dimensions, found {array.dtype} {array.shape}")
-
-
-def _check_trajectory(trajectory: Any, matrix: tuple[int, ...], n_samples: int | None, device: Device) -> int:
-    """Check a device trajectory ``(M, D)`` (M = ``n_samples`` when given) and return M."""
-    _gpu_array("trajectory", trajectory, device, "f", 2)
-    if n_samples is None:
-        n_samples = int(trajectory.shape[0])
-    if trajectory.shape != (n_samples, len(matrix)):
-        raise SchemaError(f"trajectory must have shape ({n_samples}, {len(matrix)}) for {n_samples} samples and "
-                          f"matrix {list(matrix)}, found {trajectory.shape}")
-    if n_samples < 1:
-        raise InvalidDataError("there are no samples (M = 0)")
-    return n_samples
-
-
-def _launch_size(value: int | None, default: int, limit: int, what: str) -> int:
-    if value is None:
-        return min(default, limit)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= limit:
-        raise InvalidDataError(f"{what} must be an integer in [1, {limit}], found {value!r}")
-    return int(value)
-
-
 def adjoint_inputs(kspace: Any, trajectory: Any, matrix: tuple[int, ...]) -> tuple[Any, tuple[int, ...], Device]:
     """Checked F^H d inputs: contiguous complex64 ``(C, M)`` data, the matrix and the current device."""
     matrix = validate_matrix(matrix)
-    device = _device()
-    _gpu_array("kspace", kspace, device, "c", 2)
+    device = current_device()
+    check_gpu_array("kspace", kspace, device, "c", 2)
     n_coils, n_samples = kspace.shape
     if n_coils < 1:
         raise InvalidDataError("kspace has no coils (C = 0)")
-    _check_trajectory(trajectory, matrix, n_samples, device)
+    check_trajectory(trajectory, matrix, n_samples, device)
     return cupy_module().ascontiguousarray(kspace, dtype=cupy_module().complex64), matrix, device
 
 
 def forward_inputs(image: Any, trajectory: Any) -> tuple[Any, tuple[int, ...], Device]:
     """Checked F inputs: the image flattened to contiguous complex64 ``(C, voxels)``, its matrix, the device."""
-    device = _device()
-    if _is_cupy(image) and image.ndim not in (3, 4):
+    device = current_device()
+    if is_cupy(image) and image.ndim not in (3, 4):
         raise SchemaError(f"image must be complex64 (C, Nx, Ny) or (C, Nx, Ny, Nz), found shape {image.shape}")
-    _gpu_array("image", image, device, "c", getattr(image, "ndim", 0))
+    check_gpu_array("image", image, device, "c", getattr(image, "ndim", 0))
     matrix = validate_matrix(image.shape[1:])
     if image.shape[0] < 1:
         raise InvalidDataError("image has no coils (C = 0)")
-    _check_trajectory(trajectory, matrix, None, device)
+    check_trajectory(trajectory, matrix, None, device)
     flat = cupy_module().ascontiguousarray(image, dtype=cupy_module().complex64).reshape(image.shape[0], -1)
     return flat, matrix, device
 
@@ -178,11 +120,11 @@ def fhd_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, paired: bo
     data, matrix, device = adjoint_inputs(kspace, trajectory, matrix)
     n_coils = data.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
-    out = _empty((n_coils, math.prod(matrix)), cupy_module().complex64)
+    out = empty((n_coils, math.prod(matrix)), cupy_module().complex64)
     for start, size in coil_groups(n_coils):
         records = _records(kfix, data[start:start + size], real=False)
         defines = adjoint_defines(len(matrix), size, multi=multi, recur=recur)
-        _fhd_launch(out, records, matrix, defines, paired, start, chunk, block, device)
+        fhd_launch(out, records, matrix, defines, paired, start, chunk, block, device)
     return out.reshape(n_coils, *matrix)
 
 
@@ -213,18 +155,18 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     big = tuple(2 * n for n in matrix)
     if math.prod(big) > 2**31 - 1:
         raise ResourceError(f"the PSF grid {list(big)} of matrix {list(matrix)} exceeds 2^31 - 1 voxels")
-    device = _device()
+    device = current_device()
     cupy = cupy_module()
-    n_samples = _check_trajectory(trajectory, matrix, None, device)
+    n_samples = check_trajectory(trajectory, matrix, None, device)
     if weights is None:
         weights = cupy.ones(n_samples, dtype=cupy.float32)
-    _gpu_array("weights", weights, device, "f", 1)
+    check_gpu_array("weights", weights, device, "f", 1)
     if weights.shape != (n_samples,):
         raise SchemaError(f"weights must have shape ({n_samples},), found {weights.shape}")
     kfix = fixed_point_turns(trajectory.astype(cupy.float64) * 2.0, big)
     records = _records(kfix, weights.astype(cupy.float32)[None, :], real=True)
-    out = _empty((1, math.prod(big)), cupy.complex64)
-    _fhd_launch(out, records, big, psf_defines(len(big)), True, 0, chunk, block, device)
+    out = empty((1, math.prod(big)), cupy.complex64)
+    fhd_launch(out, records, big, psf_defines(len(big)), True, 0, chunk, block, device)
     return out.reshape(big)
 
 
@@ -246,7 +188,7 @@ def _pointer(array: Any) -> Any:
     return np.uint64(0) if array is None else array
 
 
-def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
+def fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
                 coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None,
                 field_map: Any = None, steps: Any = None) -> None:
     """Run ``fhd.cu`` over every chunk of ``records`` into the coils ``coil0 ..`` of ``out`` (C, voxels);
@@ -256,17 +198,17 @@ def _fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[s
     kernel = module.get_function("mri_recon_fhd")
     n_samples = records.shape[0]
     capacity, limit = defines["FHD_CHUNK"], defines["FHD_MAX_THREADS"]
-    size = _launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
-    row = _launch_size(block, DEFAULT_ROW, limit, "block (threads per block row)")
+    size = launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
+    row = launch_size(block, DEFAULT_ROW, limit, "block (threads per block row)")
     rows = 1 << (max(1, min(limit // row, size // 32)).bit_length() - 1)  # in-block sample slices, 2^n
-    lines = _on_device("lines", matrix, int(paired), device.index)[0]
+    lines = on_device("lines", matrix, int(paired), device.index)[0]
     per_line = -(-line_positions(matrix, paired) // defines["FHD_VOX"])
     blocks = -(-lines.shape[0] * per_line // row)
     if slices is None:
-        slices = grid_slices(blocks, row * rows, int(getattr(kernel, "num_regs", 64)), _sm_count(device.index),
+        slices = grid_slices(blocks, row * rows, int(getattr(kernel, "num_regs", 64)), sm_count(device.index),
                              max(1, min(8, size // (64 * rows))))
     coils = defines["FHD_COILS"]
-    target, first_coil = (out, coil0) if slices == 1 else (_empty((slices, coils, out.shape[1]), out.dtype), 0)
+    target, first_coil = (out, coil0) if slices == 1 else (empty((slices, coils, out.shape[1]), out.dtype), 0)
     accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines["FHD_OFFRES"],
                                     defines["FHD_RECUR"])
     shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
@@ -317,21 +259,21 @@ def forward_gpu(image: Any, trajectory: Any, *, recur: bool = True, chunk: int |
     cupy = cupy_module()
     n_coils = flat.shape[0]
     n_samples = int(trajectory.shape[0])
-    threads = _launch_size(block, DEFAULT_BLOCK, 256, "block (threads per block)")
+    threads = launch_size(block, DEFAULT_BLOCK, 256, "block (threads per block)")
     run = FORWARD_RUN if recur else 1
-    headers, own, mirror = _on_device("runs", matrix, run, device.index)
+    headers, own, mirror = on_device("runs", matrix, run, device.index)
     n_runs = headers.shape[0]
     kfix = fixed_point_turns(trajectory, matrix)
     blocks = -(-n_samples // threads)
     if chunk is None:
-        slices = max(1, min(-(-_sm_count(device.index) * THREADS_PER_SM // (blocks * threads)), n_runs))
+        slices = max(1, min(-(-sm_count(device.index) * THREADS_PER_SM // (blocks * threads)), n_runs))
         per_slice = -(-n_runs // slices)
     else:
-        per_slice = -(-_launch_size(chunk, 1, 2**31 - 1, "chunk (voxel positions per slice)") // run)
+        per_slice = -(-launch_size(chunk, 1, 2**31 - 1, "chunk (voxel positions per slice)") // run)
     per_slice = max(per_slice, -(-n_runs // 65535))
     slices = -(-n_runs // per_slice)
     padded = cupy.concatenate([flat, cupy.zeros((n_coils, 1), cupy.complex64)], axis=1)
-    out = _empty((slices, n_coils, n_samples), cupy.complex64)
+    out = empty((slices, n_coils, n_samples), cupy.complex64)
     for start, size in coil_groups(n_coils):
         defines = forward_defines(len(matrix), size, run)
         kernel = get_module("forward.cu", defines, device).get_function("mri_recon_forward")

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module
-from ..grid import centre
-from ..kernels.configs import MAX_GROUP
+from ...backend import cupy_module
+from ...grid import centre
+from ...kernels.configs import MAX_GROUP
 
 WAVE_EFFICIENCY = 0.9
 """Smallest acceptable fill of the last wave of blocks before F^H d splits chunks into grid slices."""

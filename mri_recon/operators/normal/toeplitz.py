@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cpu_threads, get_xp
-from .base import LinearOperator
+from ...backend import cpu_threads, get_xp
+from ..base import LinearOperator
 
 
 def _scipy_fft():
@@ -138,7 +138,7 @@ class ToeplitzNormal(LinearOperator):
     solved independently): ``ishape`` is ``matrix`` and only the trailing axes are checked.
     The coils go through the 2x-grid FFTs ``coil_batch`` at a time. Hermitian positive (semi-)definite.
     On a GPU with maps, :func:`normal_operator` returns the fused
-    :class:`mri_recon.operators.gpu_toeplitz.FusedSenseNormal` instead.
+    :class:`mri_recon.operators.normal.gpu_toeplitz.FusedSenseNormal` instead.
     """
 
     hermitian = True

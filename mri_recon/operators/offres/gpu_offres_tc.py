@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
-from ..errors import KernelError
-from ..kernels import get_module
-from ..kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles
-from .gpu_exact import _empty, _sm_count
-from .gpu_layout import grid_slices
+from ...backend import Device, cupy_module
+from ...errors import KernelError
+from ...kernels import get_module
+from ...kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles
+from ..engines.gpu_layout import grid_slices
+from ..gpu.launch import empty, sm_count
 
 MIN_CAPABILITY = 80
 """Compute capability (major * 10 + minor) the kernel needs: ``mma.sync`` m16n8k16 with half operands and float32
@@ -68,7 +68,7 @@ def sample_scale(data: Any, start: int, size: int, dim: int, device: Device) -> 
     cupy = cupy_module()
     group = data[start:start + size]
     largest = cupy.ascontiguousarray(cupy.abs(group.view(cupy.float32)).max(axis=1))
-    scale = _empty((2 * MAX_GROUP,), cupy.float32)
+    scale = empty((2 * MAX_GROUP,), cupy.float32)
     module = get_module("offres_tc.cu", offres_tc_defines(dim, size), device)
     module.get_function("mri_recon_offres_tc_scale")((1,), (MAX_GROUP,), (scale, largest, np.int32(size)))
     return scale
@@ -82,7 +82,7 @@ def pack_samples(kfix: Any, taus: Any, data: Any, scale: Any, start: int, size: 
     n_samples, dim = (int(s) for s in kfix.shape)
     n_blocks = max(1, -(-n_samples // 16))
     words = record_words(size)
-    records = _empty((16 * n_blocks, words), cupy.uint32)
+    records = empty((16 * n_blocks, words), cupy.uint32)
     kernel = get_module("offres_tc.cu", offres_tc_defines(dim, size), device).get_function("mri_recon_offres_tc_pack")
     total = records.size
     kernel((-(-total // PACK_BLOCK),), (PACK_BLOCK,),
@@ -106,7 +106,7 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
     (complex64 ``(C, M)``) into ``out`` (complex64 ``(C, voxels)``), on the tensor cores.
 
     ``kfix``, ``taus`` and ``fixed`` are the fixed-point trajectory, times and field map
-    (:func:`mri_recon.operators.gpu_layout.fixed_point_turns`, :func:`.gpu_offres.fixed_point_offres`);
+    (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`, :func:`.gpu_offres_layout.fixed_point_offres`);
     ``mtiles`` 16-voxel tiles per warp (1..4; None: the default), ``slices`` sample slices (1..65535, the grid's
     rows; None: :func:`slice_count`). Raises :class:`KernelError` for either out of range or a GPU without the
     tensor cores the kernel needs.
@@ -127,12 +127,12 @@ def fhd_offres_tc(out: Any, data: Any, kfix: Any, taus: Any, fixed: Any, matrix:
         defines = offres_tc_defines(len(matrix), size, mtiles)
         tiles = defines["OTC_MTILES"]
         kernel = get_module("offres_tc.cu", defines, device).get_function("mri_recon_fhd_offres_tc")
-        count = slices or slice_count(n_voxels, n_blocks, tiles, _sm_count(device.index), int(kernel.num_regs))
+        count = slices or slice_count(n_voxels, n_blocks, tiles, sm_count(device.index), int(kernel.num_regs))
         per_slice = -(-n_blocks // count)
         count = -(-n_blocks // per_slice)
         scale = sample_scale(data, start, size, len(matrix), device)
         records = pack_samples(kfix, taus, data, scale, start, size, device)
-        target = out if count == 1 else _empty((count, size, n_voxels), cupy.complex64)
+        target = out if count == 1 else empty((count, size, n_voxels), cupy.complex64)
         warps = -(-n_voxels // (16 * tiles))
         kernel((-(-warps // TC_WARPS), count), (32 * TC_WARPS,),
                (target, records, fixed, scale, np.int32(nx), np.int32(ny), np.int32(nz), np.int32(size),

@@ -11,10 +11,11 @@ Sutton, Noll and Fessler 2003 write the same model). With ``f = 0`` it is the pl
 :mod:`.encoding`. Times count from any origin (usually the excitation): a shift of t by t0 multiplies the
 image by ``exp(-i 2 pi f t0)``, which only moves phase between the image and the data.
 
-:class:`OffresEncoding` is one more operator on the protocol of :mod:`.base`: ``(batch, *matrix)`` ->
-``(batch, M)``, with ``.H``, ``.N`` and :meth:`OffresEncoding.batched`. Its engines: ``"exact"`` (the float64
-sum below, chunked, CPU) and ``"gpu"`` (:mod:`.gpu_offres`). The time-segmented approximation, which runs
-through any plain engine, lives in :mod:`.time_segments`.
+:class:`OffresEncoding` is an engine of the encoding protocol (:class:`~mri_recon.operators.engines.Encoding`):
+``(batch, *matrix)`` -> ``(batch, M)``, with ``.H``, ``.N``, :meth:`OffresEncoding.batched` and
+:meth:`OffresEncoding.normal`; the float64 sum below (chunked) on the CPU, the CUDA kernels of
+:mod:`.gpu_offres` on a GPU. The time-segmented approximation, which runs through any plain engine, lives in
+:mod:`.time_segments` (the fit) and :mod:`.segmented` (its operators).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
-from ..errors import SchemaError
-from ..grid import voxel_positions
-from .base import LinearOperator, SenseNormal
-from .nudft import DEFAULT_CHUNK_BYTES, _blocks
+from ...backend import get_xp
+from ...errors import InvalidDataError, SchemaError
+from ...grid import voxel_positions
+from ..base import LinearOperator, SenseNormal
+from ..engines.encoding import Encoding
+from ..engines.nudft import DEFAULT_CHUNK_BYTES, _blocks
 
 
 def _phases(k: np.ndarray, r: np.ndarray, t: np.ndarray, f: np.ndarray, sign: float) -> np.ndarray:
@@ -92,7 +94,7 @@ def offres_forward(image: Any, trajectory: Any, field_map: Any, times: Any, *,
     return out
 
 
-class OffresEncoding(LinearOperator):
+class OffresEncoding(Encoding):
     """F with off-resonance, exact: ``(batch, *matrix)`` complex64 -> ``(batch, M)`` complex64.
 
     Parameters
@@ -106,19 +108,25 @@ class OffresEncoding(LinearOperator):
     batch
         Images transformed at once (coils).
 
-    The engine follows the arrays: NumPy arrays use the float64 sum (:func:`offres_forward`,
-    :func:`offres_adjoint`; ``name = "exact"``), CuPy arrays the CUDA kernels of :mod:`.gpu_offres`.
+    An engine of the encoding protocol (``name = "exact"``) whose device follows the arrays: NumPy arrays use the
+    float64 sum (:func:`offres_forward`, :func:`offres_adjoint`), CuPy arrays the CUDA kernels of
+    :mod:`.gpu_offres`. Its normal operator applies A and A^H every iteration (:class:`EncodingNormal`).
     """
 
+    name = "exact"
+    caches_psf = False
+    time_segmentation = False
+    auto = False
+
     def __init__(self, trajectory: Any, field_map: Any, times: Any, batch: int = 1) -> None:
-        matrix = tuple(int(n) for n in field_map.shape)
-        super().__init__((batch, *matrix), (batch, int(trajectory.shape[0])))
-        self.trajectory, self.field_map, self.times, self.matrix = trajectory, field_map, times, matrix
+        super().__init__(trajectory, tuple(int(n) for n in field_map.shape), batch)
+        self.field_map, self.times = field_map, times
         self.gpu = get_xp(trajectory) is not np
-        self.name = "gpu" if self.gpu else "exact"
+        self.device_kind = "gpu" if self.gpu else "cpu"
+        self.key = f"offres-{self.name}-{self.device_kind}"
         self._prepared = None
         if self.gpu:  # the kernels' fixed-point field map and times, once (checks their range here)
-            from .gpu_offres import prepare_offres  # noqa: PLC0415 - needs CuPy
+            from .gpu_offres_layout import prepare_offres  # noqa: PLC0415 - needs CuPy
 
             self._prepared = prepare_offres(field_map, times)
 
@@ -145,6 +153,17 @@ class OffresEncoding(LinearOperator):
             return fhd_offres_gpu(y, self.trajectory, self.matrix, self.field_map, self.times,
                                   prepared=self._prepared)
         return offres_adjoint(y, self.trajectory, self.field_map, self.times).astype(np.complex64)
+
+    def psf(self, weights: Any) -> Any:
+        raise InvalidDataError("the exact off-resonance encoding has no Toeplitz PSF (the field map breaks the "
+                               "shift invariance): use normal(weights, maps, lam)")
+
+    def normal(self, weights: Any, maps: Any = None, lam: float = 0.0, *, coil_batch: int | None = None,
+               spectrum: Any = None) -> LinearOperator:
+        """``A^H W A + lam I`` with A and A^H applied every iteration (:class:`EncodingNormal`)."""
+        if spectrum is not None:
+            raise InvalidDataError("the exact off-resonance encoding has no Toeplitz spectrum; pass spectrum=None")
+        return EncodingNormal(self, weights, coil_maps=maps, lam=lam, coil_batch=coil_batch)
 
 
 class EncodingNormal(SenseNormal):

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import SchemaError
-from ..grid import voxel_positions
+from ...errors import SchemaError
+from ...grid import voxel_positions
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Upper bound on the working memory of one block of phases (bytes)."""

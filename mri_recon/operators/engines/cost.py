@@ -1,4 +1,7 @@
-"""Predicted GPU time of the two GPU engines, for ``method="auto"``: exact sums or the NUFFT.
+"""Every throughput figure of the engines and the normal operators, in one place: the time models that
+``method="auto"``, the memory planner and the off-resonance set-up read (each engine's ``seconds``).
+
+GPU: exact sums or the NUFFT, for ``method="auto"``.
 
 A reconstruction computes F^H d of every coil once and the Toeplitz PSF once, so both are counted:
 
@@ -43,6 +46,30 @@ NUFFT_WIDTH = 7
 """Kernel width at the GPU NUFFT's tolerance (1e-6)."""
 
 
+CPU_SAMPLES_PER_S = 5.0e6
+"""FINUFFT coil-samples per second (F^H d and PSF), two cores; the planner's estimate of the CPU engines."""
+FFT_S = {"gpu": 1.0e-11, "cpu": 1.5e-9}
+"""Seconds per (coil x 2x-grid voxel x log2 size) of one CG iteration of the Toeplitz normal operator."""
+
+OFFRES_EXACT_PAIRS_PER_S = {"gpu": 3.8e12, "cpu": 1e8}
+"""Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H; ``kernels/fhd.cu`` and
+``forward.cu`` with the field map, or the float64 sum). CPU: measured, 8 coils x 16,384 voxels x 77,296 samples
+in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x 65,536 voxels x 309,120 samples, the
+right-hand side and 30 CG iterations (31 x 2 transforms: F^H on the tensor cores at 5.1e12, F at 3.0e12) in
+2.63 s. One rate for every coil count: with 1 or 2 coils the transforms run at about 1.2e12 and 1.8e12 (F^H in
+fhd.cu, F), so exact correction is predicted up to 3.2x too fast there; it stays the slower choice by far
+(docs/offres.md: 93x the uncorrected time against the segments' 2-3x)."""
+SEGMENT_FFT_POINTS_PER_S = {"gpu": 1.4e11, "cpu": 1.2e8}
+"""2x-grid points per second of the time-segmented normal operator's work per coil, counted as
+``2 L + L^2 / 4`` grids (FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU:
+measured on an H200, 0.67 ms per application of the fused operator (``kernels/segments.cu``) at 256^2, 8
+coils, L = 10 (scripts/profile_segments.py)."""
+SEGMENT_PSF_POINTS_PER_S = {"gpu": 4.1e9, "cpu": 1e7}
+"""Samples plus 2x-grid points per second of one segment PSF (a batched F^H of the plain engine on the 2x
+grid, its spectrum included). CPU: measured, 55 PSFs of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an
+H200, 55 PSFs of 309,120 samples on 512^2 with their spectra in 7.6 ms (GPU NUFFT)."""
+
+
 def exact_seconds(matrix: tuple[int, ...], samples: int, coils: int, psf: bool = True) -> float:
     """Predicted seconds of F^H d of ``coils`` coils (and the PSF) by exact summation."""
     n = math.prod(matrix)
@@ -68,9 +95,13 @@ def nufft_seconds(matrix: tuple[int, ...], samples: int, coils: int, psf: bool =
     return fhd + point_spread
 
 
-def fastest_gpu_engine(matrix: tuple[int, ...], samples: int, coils: int, psf: bool = True) -> str:
-    """``"gpu"`` (exact sums) or ``"gpu-nufft"``: the engine predicted faster for this problem."""
-    matrix = tuple(int(v) for v in matrix)
-    if exact_seconds(matrix, samples, coils, psf) <= nufft_seconds(matrix, samples, coils, psf):
-        return "gpu"
-    return "gpu-nufft"
+def cpu_seconds(samples: int, coils: int, psf: bool = True) -> float:
+    """Predicted seconds of F^H d of ``coils`` coils (and the PSF) on the CPU (FINUFFT's rate)."""
+    return (coils + (1 if psf else 0)) * samples / CPU_SAMPLES_PER_S
+
+
+def iteration_seconds(kind: str, matrix: tuple[int, ...], coils: int, iterations: int) -> float:
+    """Predicted seconds of ``iterations`` CG iterations of the Toeplitz normal operator on ``kind``
+    (``"cpu"`` or ``"gpu"``): 2x-grid FFTs of every coil."""
+    grid2 = math.prod(matrix) * 2 ** len(matrix)
+    return iterations * coils * grid2 * max(1.0, math.log2(grid2)) * FFT_S[kind]

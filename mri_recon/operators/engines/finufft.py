@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..backend import cpu_threads
+from ...backend import cpu_threads
 from .nufft_params import next_smooth_even  # FINUFFT's next235even
 
 DEFAULT_EPS = 1e-9

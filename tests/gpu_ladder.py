@@ -1,31 +1,32 @@
 """The optimization ladder of the GPU F^H d (and F) kernels, for benchmarks and tests; off the production path.
 
 F^H d climbs the ladder of the FHD kernel of *Programming Massively Parallel Processors* (chapter 17):
-the seed's four rungs (``kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
+the seed's four rungs (``tests/kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
 array-of-structures chunks; one coil per launch, voxel coordinates read as float32 from
 :func:`mri_recon.grid.voxel_axes`), then four configurations of the production kernel
-(:func:`mri_recon.operators.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
+(:func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
 one constant-memory record), ``mirror`` (one phase serves r and -r), ``multi`` (several voxels per thread)
 and ``recur`` (their phases by the angle-addition recurrence; the production default). F has three:
 ``naive`` (global memory, the reference rung of ``kernels/forward.cu``), ``tiled`` and ``recur``.
 
-:mod:`mri_recon.operators.gpu_exact` never imports this module.
+:mod:`mri_recon.operators.engines.gpu_exact` never imports this module.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
-from ..errors import InvalidDataError
-from ..grid import voxel_axes
-from ..kernels import get_module, upload_constant
-from ..kernels.configs import forward_defines, seed_defines
-from . import gpu_exact
+from mri_recon.backend import Device, cupy_module
+from mri_recon.errors import InvalidDataError
+from mri_recon.grid import voxel_axes
+from mri_recon.kernels import CONSTANT_BYTES, get_module, upload_constant
+from mri_recon.kernels.configs import forward_defines
+from mri_recon.operators.engines import gpu_exact
 
 VARIANTS = ("naive", "registers", "constant", "aos", "packed", "mirror", "multi", "recur")
 """The rungs of the F^H d ladder, slowest first; ``"best"`` names :data:`BEST`."""
@@ -40,9 +41,22 @@ FAST_RUNGS = {"packed": {"paired": False, "multi": False, "recur": False},
               "mirror": {"paired": True, "multi": False, "recur": False},
               "multi": {"paired": True, "multi": True, "recur": False},
               "recur": {"paired": True, "multi": True, "recur": True}}
-"""The options of :func:`mri_recon.operators.gpu_exact.fhd_gpu` that make each of the fast rungs."""
+"""The options of :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu` that make each of the fast rungs."""
 SEED_BLOCK = 256
 """Threads per block of the seed rungs."""
+
+SEED_SOURCE = str(Path(__file__).resolve().parent / "kernels" / "fhd_seed.cu")
+"""The seed kernel of the ladder (test and benchmark code, not shipped)."""
+SEED_RUNGS = 4
+"""Rungs of ``fhd_seed.cu`` (naive, registers, constant, aos)."""
+
+
+def seed_defines(dim: int, rung: int) -> dict[str, int]:
+    """The ``-D`` options of ``fhd_seed.cu`` for one rung of the textbook ladder (0 naive .. 3 aos)."""
+    defines = {"FHD_DIM": dim, "FHD_RUNG": rung}
+    if rung >= 2:
+        defines["FHD_CHUNK"] = CONSTANT_BYTES // (4 * dim)
+    return defines
 
 
 def _variant(variant: str, names: tuple[str, ...], best: str, what: str) -> str:
@@ -64,7 +78,7 @@ def fhd_ladder(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, variant
     Parameters
     ----------
     kspace, trajectory, matrix
-        As for :func:`mri_recon.operators.gpu_exact.fhd_gpu`.
+        As for :func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`.
     variant
         A rung of :data:`VARIANTS`, or ``"best"``.
     chunk
@@ -88,12 +102,12 @@ def fhd_ladder(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, variant
 def forward_ladder(image: Any, trajectory: Any, *, variant: str = "best", chunk: int | None = None,
                    block: int | None = None) -> Any:
     """F x by one forward kernel of :data:`FORWARD_VARIANTS` (or ``"best"``); arguments and result as for
-    :func:`mri_recon.operators.gpu_exact.forward_gpu` (``chunk`` is ignored by ``naive``)."""
+    :func:`mri_recon.operators.engines.gpu_exact.forward_gpu` (``chunk`` is ignored by ``naive``)."""
     name = _variant(variant, FORWARD_VARIANTS, FORWARD_BEST, "forward")
     if name != "naive":
         return gpu_exact.forward_gpu(image, trajectory, recur=name == "recur", chunk=chunk, block=block)
     flat, matrix, device = gpu_exact.forward_inputs(image, trajectory)
-    threads = gpu_exact._launch_size(block, gpu_exact.DEFAULT_BLOCK, 256, "block (threads per block)")
+    threads = gpu_exact.launch_size(block, gpu_exact.DEFAULT_BLOCK, 256, "block (threads per block)")
     return _forward_naive(flat, trajectory, matrix, threads, device)
 
 
@@ -119,20 +133,20 @@ def _fhd_seed(data: Any, trajectory: Any, matrix: tuple[int, ...], rung: int, ch
     cupy = cupy_module()
     dim = len(matrix)
     defines = seed_defines(dim, rung)
-    module = get_module("fhd_seed.cu", defines, device)
+    module = get_module(SEED_SOURCE, defines, device)
     kernel = module.get_function(SEED_KERNELS[rung])
     nvox = math.prod(matrix)
     n_coils, n_samples = data.shape
     capacity = defines.get("FHD_CHUNK", n_samples)
-    size = gpu_exact._launch_size(chunk, capacity, capacity if rung >= 2 else 2**31 - 1,
+    size = gpu_exact.launch_size(chunk, capacity, capacity if rung >= 2 else 2**31 - 1,
                                   "chunk (samples per launch)")
-    threads = gpu_exact._launch_size(block, SEED_BLOCK, 1024, "block (threads per block)")
+    threads = gpu_exact.launch_size(block, SEED_BLOCK, 1024, "block (threads per block)")
     grid = (-(-nvox // threads), 1, 1)
     axes = _axes(matrix, device.index)
     k, columns = _columns(trajectory, dim)
-    out = gpu_exact._empty((n_coils, nvox), cupy.complex64)
+    out = gpu_exact.empty((n_coils, nvox), cupy.complex64)
     parts = out.view(cupy.float32).reshape(n_coils, nvox, 2)
-    re_out, im_out = gpu_exact._empty((nvox,), cupy.float32), gpu_exact._empty((nvox,), cupy.float32)
+    re_out, im_out = gpu_exact.empty((nvox,), cupy.float32), gpu_exact.empty((nvox,), cupy.float32)
     for coil in range(n_coils):
         re_in = cupy.ascontiguousarray(data[coil].real)
         im_in = cupy.ascontiguousarray(data[coil].imag)
@@ -164,7 +178,7 @@ def _forward_naive(flat: Any, trajectory: Any, matrix: tuple[int, ...], threads:
     k, columns = _columns(trajectory, dim)
     n_coils, nvox = flat.shape
     n_samples = k.shape[0]
-    out = gpu_exact._empty((n_coils, n_samples), cupy.complex64)
+    out = gpu_exact.empty((n_coils, n_samples), cupy.complex64)
     for coil in range(n_coils):
         kernel((-(-n_samples // threads), 1, 1), (threads, 1, 1),
                (*columns, *axes, flat[coil], out[coil], np.int32(n_samples), np.int32(nvox)))

@@ -6,7 +6,7 @@ per coil batch). Here, per application and coil batch of B coils: one kernel wri
 ``c_l S_c x`` of every segment and coil onto the 2x grid (L B grids, every element, so the buffer is reused
 without clearing); one batched cuFFT transforms them in place; one kernel applies, at every frequency p and
 for every coil, the Hermitian L x L matrix of kernel spectra ``K(p)`` (the L (L + 1) / 2 spectra of
-:func:`~.time_segments.segment_spectra` stored as ``(pairs, P)`` and pre-scaled by the inverse FFT's 1/P);
+:func:`~.segmented.segment_spectra` stored as ``(pairs, P)`` and pre-scaled by the inverse FFT's 1/P);
 one unnormalized batched inverse cuFFT; and one kernel crops, multiplies by ``conj(c_l)``, sums the segments,
 multiplies by ``conj(S_c)``, sums the coils and adds ``lam x``. Five launches per batch; the cuFFT plans are
 made once (one per batch size).
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module, get_xp
-from ..errors import SchemaError
-from ..kernels import get_kernel
-from ..kernels.configs import SEGMENT_TIERS, segments_defines
-from .gpu_fft import fft_plan
-from .gpu_toeplitz import BLOCK, GridNormal
+from ...backend import cupy_module, get_xp
+from ...errors import SchemaError
+from ...kernels import get_kernel
+from ...kernels.configs import SEGMENT_TIERS, segments_defines
+from ..gpu.fft import fft_plan
+from ..normal.gpu_toeplitz import BLOCK, GridNormal
 
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
@@ -67,7 +67,7 @@ class FusedSegmentedNormal(GridNormal):
     Parameters
     ----------
     spectra
-        ``{(l, l'): spectrum}`` for ``l <= l'`` (:func:`~.time_segments.segment_spectra`): complex64 CuPy
+        ``{(l, l'): spectrum}`` for ``l <= l'`` (:func:`~.segmented.segment_spectra`): complex64 CuPy
         arrays of the 2x grid.
     phases
         complex64 ``(L, *matrix)``: ``c_l = exp(-i 2 pi f tau_l)``; 1 <= L <= :data:`MAX_FUSED_SEGMENTS`.

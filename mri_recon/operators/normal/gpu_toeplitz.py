@@ -6,7 +6,7 @@ spectrum (pre-scaled by the inverse FFT's 1/N), an unnormalized in-place inverse
 that crops, multiplies by ``conj(S_c)``, sums the coils and adds ``lam x``. Five steps per batch instead
 of a dozen; the cuFFT plans are made once (one per batch size) and executed directly, so the host's cost
 per application stays below the device's. The NumPy/CuPy reference is
-:func:`mri_recon.operators.toeplitz.normal_operator`.
+:func:`mri_recon.operators.normal.toeplitz.normal_operator`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module
-from ..kernels import get_kernel
-from .base import LinearOperator
-from .gpu_fft import fft_plan
+from ...backend import Device, cupy_module
+from ...kernels import get_kernel
+from ..base import LinearOperator
+from ..gpu.fft import fft_plan
 
 BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""

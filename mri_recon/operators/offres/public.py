@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import Device, is_gpu_array, resolve_device, to_device
-from ..errors import SchemaError
-from ..validation import check_any_array, check_trajectory, validate_matrix
-from .offres import OffresEncoding
-from .public import returned_like
+from ...backend import Device, is_gpu_array, resolve_device, to_device
+from ...errors import SchemaError
+from ...validation import check_any_array, check_trajectory, validate_matrix
+from ..public import returned_like
+from .model import OffresEncoding
 
 
 def _offres_arrays(name: str, field_map: Any, times: Any, matrix: tuple[int, ...], n_samples: int) -> tuple:

@@ -35,6 +35,7 @@ LAYERS = [
     {"api"},
     {"doctor"},
     {"batch"},
+    {"server"},
     {"cli", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -18,6 +18,7 @@ from ..settings import ReconSettings
 from .batch import batch_options, is_batch, run_batch
 from .common import friendly, say
 from .options import settings_from, settings_options
+from .serve import is_pipe, run_pipe
 
 log = logging.getLogger("mri_recon.cli")
 
@@ -55,6 +56,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
     """
     del options  # the settings, read from the context with the others
     ctx = click.get_current_context()
+    if is_pipe(scans):  # reconstruct - -o -: an MRD stream on stdin, its images on stdout (.serve)
+        return run_pipe(ctx)
     if is_batch(scans, workers, scheduler):
         return run_batch(ctx.params)
     from ..console import typed_settings

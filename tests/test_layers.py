@@ -24,7 +24,7 @@ LAYERS = [
     {"prep"},
     {"sim"},
     {"result", "progress"},
-    {"pipeline"},
+    {"pipeline", "series"},
     {"api"},
     {"doctor"},
     {"batch"},

@@ -123,6 +123,8 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
         from .prep.coilmaps import estimate_coil_maps  # noqa: PLC0415 - only when estimating
 
         maps = estimate_coil_maps(averaged, record["estimate_maps"], device=device)
+        if record["maps_basis"] is not None:
+            maps = in_receiver_units(maps, record["maps_basis"])
     if maps is None:
         raise InvalidDataError(f"{series.source}: a single-coil time series needs coil maps (one coil: maps of ones)")
     frames = []
@@ -133,6 +135,15 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
     used = {"prewhitened": record["prewhitened"], "coil_maps": record["coil_maps"], "dcf": dcf,
             "coil_maps_from": "time-averaged data (all frames)" if record["estimate_maps"] else "scan"}
     return series.replace_frames(frames, coil_maps=np.asarray(maps, dtype=np.complex64)), used
+
+
+def in_receiver_units(maps: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """Estimated maps ``S`` (whitened channels) rescaled per voxel so that ``basis @ S`` has unit
+    root-sum-of-squares, as :func:`mri_recon.pipeline.reconstruct` does with ``maps_basis``: the frames then
+    have the scale of a reconstruction with the receiver's maps, whatever the noise level (float64)."""
+    flat = np.asarray(maps, dtype=np.complex128).reshape(maps.shape[0], -1)
+    rss = np.sqrt((np.abs(np.asarray(basis, dtype=np.complex128) @ flat) ** 2).sum(axis=0))
+    return (flat * np.where(rss > 0, 1.0 / np.where(rss > 0, rss, 1.0), 0.0)).reshape(maps.shape).astype(np.complex64)
 
 
 def _upload(series: TimeSeries, dev: Device, engine: Any, coil_batch: int) -> dict[str, Any]:
@@ -205,7 +216,8 @@ def reconstruct_series(series: TimeSeries, *, temporal: str = "tv", temporal_lam
     """
     _check_choices(temporal, regularizer, solver)
     lam_t = TEMPORAL_LAM_DEFAULT if temporal_lam is None else resolve_lam("tv", temporal_lam)
-    lam_s = resolve_lam(regularizer, lam) if regularizer != "l2" or lam is not None else 0.0
+    # l2: Tikhonov's default (1e-3, as mri_recon.reconstruct) for frame-by-frame CG; none beside temporal TV
+    lam_s = 0.0 if regularizer == "l2" and lam is None and temporal == "tv" else resolve_lam(regularizer, lam)
     dev, engine = choose_engine(device, method, problem=(series.matrix, series.samples_per_frame, series.n_coils))
     terms_count = (temporal == "tv") + (regularizer != "l2")
     plan_series(series, dev, iterations=iterations, terms=terms_count,
@@ -254,3 +266,26 @@ def reconstruct_series(series: TimeSeries, *, temporal: str = "tv", temporal_lam
     return SeriesResult(image=host, history=tuple(history), iterations=int(iterations), timings=clock,
                         device=str(dev), parameters=parameters, labels=series.labels, axis=series.axis,
                         frame_duration_s=series.frame_duration_s, ground_truth=series.ground_truth)
+
+
+def write_series(output: Any, result: SeriesResult, geometry: Any, *, format: str | None = None,
+                 complex_: bool = False, magnitude: bool = False, header_xml: Any = None,
+                 protect: tuple = ()) -> str:
+    """Write ``result``'s frames to ``output`` in the format its name (or ``format``) chooses: HDF5 with a
+    ``time`` axis, NIfTI 4D or MRD images (:mod:`mri_recon.io.series_files`); returns the format."""
+    from .io import series_files  # noqa: PLC0415
+    from .result import output_format, output_values  # noqa: PLC0415
+
+    chosen = output_format(output, format)
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)
+    if chosen == "nifti":
+        series_files.write_series_nifti(output, result.image, geometry, frame_duration_s=result.frame_duration_s,
+                                        complex_=complex_, protect=protect)
+    elif chosen == "mrd":
+        series_files.write_series_mrd(output, result.image, geometry, labels=result.labels, axis=result.axis,
+                                      header_xml=header_xml, magnitude=values == "magnitude", protect=protect)
+    else:
+        series_files.write_series_hdf5(output, result.image, labels=result.labels, axis=result.axis,
+                                       frame_duration_s=result.frame_duration_s, parameters=result.parameters,
+                                       history=result.history, nrmse=result.nrmse(), protect=protect)
+    return chosen

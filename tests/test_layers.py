@@ -28,7 +28,7 @@ LAYERS = [
     {"api"},
     {"doctor"},
     {"batch"},
-    {"cli", "cli_batch", "cli_solver", "console", "__init__", "__main__", "simulate"},
+    {"cli", "cli_batch", "cli_solver", "cli_temporal", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -215,3 +215,28 @@ def _frame(scan: Scan, part: slice, t: int) -> Scan:
     attrs = {name: value for name, value in scan.attrs.items() if name != "readout_time_ms"}
     return Scan(kspace=scan.kspace[:, part], trajectory=scan.trajectory[part], matrix=scan.matrix,
                 noise=scan.noise, attrs={**attrs, "frame": t}, source=scan.source)
+
+
+def load_series(path: Any, *, temporal_axis: str | None = None, spokes_per_frame: int | None = None,
+                frames: int | None = None, allow_external: bool = False, **choice: Any) -> TimeSeries:
+    """The frames of a scan file: cut from its one image's readouts (``spokes_per_frame``), else the values
+    of ``temporal_axis`` (:func:`frames_by_index`); ``choice`` (``slice=``, ``traj_units=``, ...) as for
+    :func:`mri_recon.io.load_scans`. A ground truth stored by :func:`~mri_recon.io.series_files.save_series_mrd`
+    is attached."""
+    from . import load_scans  # noqa: PLC0415 - the package's dispatcher
+    from .series_files import read_series_truth  # noqa: PLC0415
+
+    pairs = load_scans(path, allow_external=allow_external, **choice)
+    if spokes_per_frame is not None:
+        if len(pairs) > 1:
+            raise InvalidDataError(f"{path}: --spokes-per-frame cuts one continuous acquisition; the file holds "
+                                   f"{len(pairs)} images (choose one with --slice, --repetition, ...)")
+        series = frames_by_readouts(pairs[0][1], spokes_per_frame, frames=frames)
+    else:
+        series = frames_by_index(pairs, temporal_axis)
+        if frames is not None:
+            if not 1 <= int(frames) <= series.n_frames:
+                raise InvalidDataError(f"{path}: frames must be 1 to {series.n_frames}, found {frames}")
+            series = series.replace_frames(series.frames[: int(frames)], labels=series.labels[: int(frames)])
+    truth = read_series_truth(path, series.n_frames, series.matrix) if series.axis != "readouts" else None
+    return series if truth is None else series.replace_frames(series.frames, ground_truth=truth)

@@ -168,6 +168,8 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
             for name, value in key.items():
                 setattr(acq.idx, name, value)
             acq.idx.kspace_encode_step_1 = a
+            if "readout_time_ms" in scan.attrs:  # time stamps of a time series (2.5 ms ticks; io.frames)
+                acq.acquisition_time_stamp = int(round(float(scan.attrs["readout_time_ms"][a]) / 2.5))
             if a == 0:
                 acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
             if a == count - 1:

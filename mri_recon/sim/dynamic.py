@@ -123,6 +123,8 @@ def simulate_series(matrix, trajectory: str = "golden", *, frames: int, spokes_p
                                   signal=phantom.cartesian_signal(maps * truth[0]))
     noise = phantom.noise_samples(coils, 1024, sigma, rng) if sigma > 0 else None
     block = k * per_spoke
+    duration = (3.5 * block if frame_ms is None else float(frame_ms)) * 1e-3
+    step_ms = 1e3 * duration / block  # one readout
     out = []
     for t, s in enumerate(phases):
         traj = readouts[t * block:(t + 1) * block].reshape(-1, len(matrix))
@@ -131,8 +133,9 @@ def simulate_series(matrix, trajectory: str = "golden", *, frames: int, spokes_p
         weights = None if dcf is None else (_dcf.ramp if dcf == "ramp" else _dcf.pipe_menon)(
             traj, matrix, **({"axes": (0, 1)} if trajectory == "stack-of-stars" else {}))
         out.append(Scan(kspace=data, trajectory=traj, matrix=matrix, weights=weights, noise=noise,
-                        attrs={"frame": t, "samples": readouts.shape[1]}, source="simulate_series"))
-    duration = (3.5 * block if frame_ms is None else float(frame_ms)) * 1e-3
+                        attrs={"frame": t, "samples": readouts.shape[1],
+                               "readout_time_ms": step_ms * np.arange(t * block, (t + 1) * block)},
+                        source="simulate_series"))
     attrs = {"trajectory_kind": trajectory, "snr": math.inf if snr is None else float(snr), "seed": int(seed),
              "noise_std": float(sigma), "coils": coils, "frames": frames, "spokes_per_frame": k,
              "samples": int(readouts.shape[1]), "cycles": float(cycles), "dcf": dcf or "none",

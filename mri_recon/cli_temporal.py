@@ -1,0 +1,117 @@
+"""The time-series options of ``mri-recon reconstruct`` and ``mri-recon simulate`` and what they run.
+
+``reconstruct`` with ``--temporal tv``, ``--temporal-axis`` or ``--spokes-per-frame`` reconstructs the file
+as one time series (:func:`mri_recon.series.reconstruct_series`); without them nothing here runs and the
+command is what it was. ``simulate --frames N --spokes-per-frame K`` writes the beating phantom
+(:func:`mri_recon.sim.dynamic.simulate_series`) as ISMRMRD raw data with one repetition per frame.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli_solver import finite
+
+RECONSTRUCT_OPTIONS = [
+    click.option("--temporal", type=click.Choice(["none", "tv"]), default="none", show_default=True,
+                 help="Time series: tv adds temporal-lambda ||D_t x||_1 over all frames, solved jointly."),
+    click.option("--temporal-lambda", "temporal_lam", type=click.FloatRange(min=0.0), default=None,
+                 callback=finite, help="Temporal TV weight relative to max |A^H W d| (default 0.02)."),
+    click.option("--temporal-axis", type=click.Choice(["repetition", "phase"]), default=None,
+                 help="The MRD index whose values are the frames (default: the one with several values)."),
+    click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
+                 help="Cut one continuous acquisition into frames of K consecutive readouts."),
+    click.option("--frames", type=click.IntRange(min=1), default=None, help="Keep the first N frames."),
+    click.option("--temporal-solver", type=click.Choice(["admm", "pdhg"]), default="admm", show_default=True,
+                 help="Joint solver: ADMM or primal-dual (Condat-Vu)."),
+]
+NAMES = ("temporal", "temporal_lam", "temporal_axis", "spokes_per_frame", "frames", "temporal_solver")
+
+SIMULATE_OPTIONS = [
+    click.option("--frames", type=click.IntRange(min=1), default=None,
+                 help="A beating phantom of N frames (golden or stack-of-stars), written as MRD repetitions."),
+    click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
+                 help="With --frames: consecutive golden-angle spokes per frame (default 21)."),
+]
+
+
+def options(func: Callable, which: list) -> Callable:
+    for option in reversed(which):
+        func = option(func)
+    return func
+
+
+def reconstruct_options(func: Callable) -> Callable:
+    return options(func, RECONSTRUCT_OPTIONS)
+
+
+def simulate_options(func: Callable) -> Callable:
+    return options(func, SIMULATE_OPTIONS)
+
+
+def is_temporal(params: Mapping[str, Any]) -> bool:
+    """True when the options ask for a time series."""
+    return params.get("temporal", "none") != "none" or params.get("temporal_axis") is not None or \
+        params.get("spokes_per_frame") is not None
+
+
+def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    """``reconstruct`` of one file as a time series, with the command's ``params``."""
+    from .console import cli_logging  # noqa: PLC0415
+    from .io.frames import load_series  # noqa: PLC0415
+    from .io.geometry import geometry_of  # noqa: PLC0415
+    from .series import reconstruct_series, write_series  # noqa: PLC0415
+
+    scan = params["scans"][0]
+    if len(params["scans"]) > 1:
+        raise click.UsageError("a time series is one scan file; give one")
+    output = params["output"] or Path(scan).with_suffix(".recon.h5")
+    started = time.perf_counter()
+    with cli_logging(params["verbose"], params["quiet"]):
+        picked = {name: params[f"{name}_"] for name in ("slice", "contrast", "phase", "set", "repetition")
+                  if params.get(f"{name}_") is not None}
+        series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
+                             frames=params["frames"], traj_units=params["traj_units"],
+                             allow_external=params["allow_external"], **picked)
+        geometry = geometry_of(series.matrix, series.frames[0].attrs, str(scan))
+        result = reconstruct_series(
+            series, temporal=params["temporal"], temporal_lam=params["temporal_lam"],
+            regularizer=params["regularizer"], lam=params["lam"], solver=params["temporal_solver"],
+            iterations=params["iterations"], rho=params["rho"], inner_iterations=params["inner_iterations"] or 1,
+            anisotropic=params["anisotropic"], tol=params["tol"], device=params["device"], method=params["method"],
+            prewhiten=not params["no_prewhiten"], dcf=params["dcf"], coil_maps=params["coil_maps"])
+        chosen = write_series(output, result, geometry, format=params["format_"], complex_=params["complex_"],
+                              magnitude=params["magnitude"], protect=(scan,))
+        shown = ""
+        if params["png"] is not None:
+            from .io.series_files import write_series_png  # noqa: PLC0415
+
+            shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=(scan,))})"
+    error = result.nrmse()
+    dropped = f", {series.dropped_readouts} readout(s) dropped" if series.dropped_readouts else ""
+    echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
+         f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
+         + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
+         + f", {result.parameters['method']} on {result.device}, {time.perf_counter() - started:.2f} s")
+
+
+def run_simulate(output: Path, size: tuple[int, ...], trajectory: str, params: Mapping[str, Any],
+                 echo: Callable[[str], None]) -> None:
+    """``simulate --frames N``: the beating phantom as MRD raw data with its true frames."""
+    from .io.series_files import save_series_mrd  # noqa: PLC0415
+    from .sim.dynamic import simulate_series  # noqa: PLC0415
+
+    if params["frames"] is None:
+        raise click.UsageError("--spokes-per-frame of simulate needs --frames N")
+    series = simulate_series(size, trajectory, frames=params["frames"],
+                             spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],
+                             snr=params["snr"], samples=params["samples"], seed=params["seed"],
+                             dcf=None if params["dcf"] == "none" else params["dcf"])
+    save_series_mrd(output, series)
+    echo(f"wrote {output}: {series.n_frames} frames (MRD repetitions) of {series.attrs['spokes_per_frame']} spokes, "
+         f"matrix {list(series.matrix)}, {series.n_coils} coil(s), with the true frames")

@@ -21,9 +21,7 @@ from ._version import __version__
 from .batch.inputs import output_name
 from .cli_batch import batch_options, is_batch, run_batch
 from .cli_solver import finite as _finite
-from .cli_solver import solver_options, solver_settings
-from .cli_temporal import NAMES as TEMPORAL_NAMES
-from .cli_temporal import is_temporal, reconstruct_options, run_reconstruct, run_simulate, simulate_options
+from .cli_solver import simulate_options, solver_options, solver_settings
 from .errors import MriReconError, OutputError, printable
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .validation import trajectory_extent
@@ -155,7 +153,6 @@ def _varying(keys: list[dict]) -> list[str]:
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @batch_options
-@reconstruct_options
 @_friendly
 def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | None, complex_: bool, magnitude: bool,
                 device: str, png: Path | None, png_axis: int, coil_maps: str,
@@ -172,8 +169,6 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     folder or a pattern run as a batch (one output each in -o OUTDIR, failures reported, complete outputs
     skipped), on a Dask cluster with --workers or --scheduler.
     """
-    if is_temporal(solver):  # a time series (mri_recon.cli_temporal); without its options nothing changes
-        return run_reconstruct(click.get_current_context().params, lambda message: _log(quiet, message))
     if is_batch(scans, workers, scheduler):
         return run_batch(click.get_current_context().params)
     scan = scans[0]
@@ -187,7 +182,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, format_: str | Non
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
     ctx = click.get_current_context()
-    settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose", *TEMPORAL_NAMES))
+    settings = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     output = output or _default_output(scan, format_)
     _check_outputs(scan, output, png)
     _check_log_json(scan, log_json, output, png)
@@ -297,7 +292,7 @@ def _check_outputs(scan: Path, output: Path, png: Path | None) -> None:
 @_friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
-             readout_ms: float, quiet: bool, **temporal: Any) -> None:
+             readout_ms: float, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
     from .io import save_scan
     from .sim.simulate import simulate_scan
@@ -305,8 +300,6 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     size = _parse_matrix(matrix)
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
-    if temporal["frames"] is not None or temporal["spokes_per_frame"] is not None:  # mri_recon.cli_temporal
-        return run_simulate(output, size, trajectory, click.get_current_context().params, lambda m: _log(quiet, m))
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
                          interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
                          field_map_peak=field_map, readout_ms=readout_ms)

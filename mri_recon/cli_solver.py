@@ -62,10 +62,19 @@ SETTINGS = ("iterations", "lam", "regularizer", "inner_iterations", "rho", "anis
 
 
 def solver_options(func: Callable) -> Callable:
-    """Add :data:`OPTIONS` to a click command, in that order."""
+    """Add :data:`OPTIONS` to a click command, in that order, and the time-series options (:mod:`.cli_temporal`)."""
+    from .cli_temporal import reconstruct_options  # noqa: PLC0415 - a module of its own
+
     for option in reversed(OPTIONS):
         func = option(func)
-    return func
+    return reconstruct_options(func)
+
+
+def simulate_options(func: Callable) -> Callable:
+    """The time-series options of ``simulate`` (:mod:`.cli_temporal`)."""
+    from .cli_temporal import simulate_options as add  # noqa: PLC0415 - a module of its own
+
+    return add(func)
 
 
 def solver_settings(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ command is what it was. ``simulate --frames N --spokes-per-frame K`` writes the 
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,13 +17,21 @@ from typing import Any
 
 import click
 
-from .cli_solver import finite
+from .errors import MriReconError, printable
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    del ctx
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, found {value}", param=param)
+    return value
+
 
 RECONSTRUCT_OPTIONS = [
     click.option("--temporal", type=click.Choice(["none", "tv"]), default="none", show_default=True,
                  help="Time series: tv adds temporal-lambda ||D_t x||_1 over all frames, solved jointly."),
     click.option("--temporal-lambda", "temporal_lam", type=click.FloatRange(min=0.0), default=None,
-                 callback=finite, help="Temporal TV weight relative to max |A^H W d| (default 0.02)."),
+                 callback=_finite, help="Temporal TV weight relative to max |A^H W d| (default 0.02)."),
     click.option("--temporal-axis", type=click.Choice(["repetition", "phase"]), default=None,
                  help="The MRD index whose values are the frames (default: the one with several values)."),
     click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
@@ -40,18 +50,53 @@ SIMULATE_OPTIONS = [
 ]
 
 
-def options(func: Callable, which: list) -> Callable:
+def _friendly(run: Callable[[], None]) -> None:
+    """Library errors as one line and exit code 1, strings from files escaped (as the CLI's other commands)."""
+    try:
+        run()
+    except MriReconError as exc:
+        raise click.ClickException(printable(exc)) from None
+
+
+def _echo(params: Mapping[str, Any]) -> Callable[[str], None]:
+    return lambda message: None if params.get("quiet") else click.echo(message, err=True)
+
+
+def _add(func: Callable, which: list) -> Callable:
     for option in reversed(which):
         func = option(func)
     return func
 
 
 def reconstruct_options(func: Callable) -> Callable:
-    return options(func, RECONSTRUCT_OPTIONS)
+    """Add :data:`RECONSTRUCT_OPTIONS` to ``reconstruct``: with them, the file is reconstructed as a time
+    series here; without them they are taken out of the command's parameters and ``func`` runs as before."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        params = click.get_current_context().params
+        if is_temporal(kwargs):
+            return _friendly(lambda: run_reconstruct(params, _echo(params)))
+        for name in NAMES:
+            kwargs.pop(name, None)
+            params.pop(name, None)
+        return func(*args, **kwargs)
+
+    return _add(wrapper, RECONSTRUCT_OPTIONS)
 
 
 def simulate_options(func: Callable) -> Callable:
-    return options(func, SIMULATE_OPTIONS)
+    """Add :data:`SIMULATE_OPTIONS` to ``simulate``: with ``--frames`` it writes the beating phantom here."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        frames, spokes = kwargs.pop("frames", None), kwargs.pop("spokes_per_frame", None)
+        if frames is None and spokes is None:
+            return func(*args, **kwargs)
+        params = {**kwargs, "frames": frames, "spokes_per_frame": spokes}
+        return _friendly(lambda: run_simulate(params, _echo(params)))
+
+    return _add(wrapper, SIMULATE_OPTIONS)
 
 
 def is_temporal(params: Mapping[str, Any]) -> bool:
@@ -100,18 +145,23 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
          + f", {result.parameters['method']} on {result.device}, {time.perf_counter() - started:.2f} s")
 
 
-def run_simulate(output: Path, size: tuple[int, ...], trajectory: str, params: Mapping[str, Any],
-                 echo: Callable[[str], None]) -> None:
+def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
     """``simulate --frames N``: the beating phantom as MRD raw data with its true frames."""
     from .io.series_files import save_series_mrd  # noqa: PLC0415
     from .sim.dynamic import simulate_series  # noqa: PLC0415
 
     if params["frames"] is None:
         raise click.UsageError("--spokes-per-frame of simulate needs --frames N")
+    trajectory = params["trajectory"]
+    if trajectory not in ("golden", "stack-of-stars"):
+        raise click.UsageError(f"--frames simulates golden-angle radial or stack-of-stars, not {trajectory}")
+    sizes = tuple(int(p) for p in params["matrix"].replace("x", ",").split(",") if p.strip())
+    size = sizes * (3 if trajectory == "stack-of-stars" else 2) if len(sizes) == 1 else sizes
     series = simulate_series(size, trajectory, frames=params["frames"],
                              spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],
                              snr=params["snr"], samples=params["samples"], seed=params["seed"],
                              dcf=None if params["dcf"] == "none" else params["dcf"])
-    save_series_mrd(output, series)
-    echo(f"wrote {output}: {series.n_frames} frames (MRD repetitions) of {series.attrs['spokes_per_frame']} spokes, "
+    save_series_mrd(params["output"], series)
+    echo(f"wrote {params['output']}: {series.n_frames} frames (MRD repetitions) of "
+         f"{series.attrs['spokes_per_frame']} spokes, "
          f"matrix {list(series.matrix)}, {series.n_coils} coil(s), with the true frames")

@@ -38,7 +38,7 @@ from .prep import prepare_scan
 from .scaling import largest, power_of_two, rescale, unit_scale
 from .solvers.cg import cg
 from .solvers.sparse import data_energy, resolve_lam, sparsity_of
-from .solvers.temporal import SOLVERS, Term, joint_admm, joint_pdhg, time_term
+from .solvers.temporal import SOLVERS, BatchedSeriesNormal, Term, joint_admm, joint_pdhg, time_term
 
 __all__ = ["SeriesResult", "TEMPORAL", "TEMPORAL_LAM_DEFAULT", "plan_series", "prepare_series",
            "reconstruct_series"]
@@ -82,9 +82,10 @@ class SeriesResult:
 def plan_series(series: TimeSeries, device: Device, *, iterations: int, terms: int, spatial_ndim: int = 0,
                 method: str = "auto") -> dict[str, int]:
     """Bytes the joint reconstruction holds, by stage: one frame's F^H d / PSF stages
-    (:func:`mri_recon.planner.plan`), plus what every frame keeps (its Toeplitz spectrum twice on a GPU,
-    its coil-batch work grid on a GPU) and the solver's vectors over all frames (x, r, p, A p, b and the
-    previous b, a split and a dual per temporal term and ``spatial_ndim`` of each per spatial term).
+    (:func:`mri_recon.planner.plan`), plus what every frame keeps (its Toeplitz spectrum; on a GPU also
+    three coil grids per frame: the batched normal operator's padded products, their FFT and the crop) and
+    the solver's vectors over all frames (x, r, p, A p, b and the previous b, a split and a dual per temporal
+    term and ``spatial_ndim`` of each per spatial term).
 
     Raises
     ------
@@ -95,7 +96,7 @@ def plan_series(series: TimeSeries, device: Device, *, iterations: int, terms: i
     n_vox, grid2 = math.prod(matrix), math.prod(matrix) * 2 ** len(matrix)
     frame = plan(matrix, c, series.samples_per_frame, sense=True, iterations=iterations, available_bytes=None,
                  gpu=device.is_gpu, method=method)
-    per_frame = grid2 * COMPLEX64 * (2 + c if device.is_gpu else 1)
+    per_frame = grid2 * COMPLEX64 * (1 + 3 * c if device.is_gpu else 1)  # GPU: all frames' coil grids at once
     vectors = 6 * t * n_vox * COMPLEX64
     splits = 3 * terms * t * n_vox * COMPLEX64 * max(1, spatial_ndim)
     data = sum(f.n_samples * (c * COMPLEX64 + (len(matrix) + 1) * FLOAT32) for f in series.frames)
@@ -182,6 +183,16 @@ def _terms(temporal: str, regularizer: str, shape: tuple[int, ...], ndim: int, l
     return terms
 
 
+def _normals(up: dict[str, Any], lam: float, batched: bool) -> Any:
+    """The frames' normal operators: one :func:`~mri_recon.operators.toeplitz.normal_operator` per frame, or
+    on a GPU for the joint solvers all frames in one :class:`~mri_recon.solvers.temporal.BatchedSeriesNormal`
+    (a few launches per product whatever the number of frames)."""
+    if batched:
+        xp = get_xp(up["maps"])
+        return BatchedSeriesNormal(xp.stack(up["spectra"]), up["maps"], lam)
+    return [normal_operator(s, coil_maps=up["maps"], lam=lam) for s in up["spectra"]]
+
+
 def _frame_cg(normals: list, rhs: Any, iterations: int, tol: float) -> tuple[Any, tuple[float, ...]]:
     """Frame-by-frame CG; the history is the largest relative residual of any frame per iteration."""
     xp = get_xp(rhs)
@@ -236,7 +247,7 @@ def reconstruct_series(series: TimeSeries, *, temporal: str = "tv", temporal_lam
         rhs, peak = up["rhs"], up["peak"]
         scale_b = float(get_xp(rhs).abs(rhs).max())
         tikhonov = lam_s * peak if regularizer == "l2" else 0.0
-        normals = [normal_operator(s, coil_maps=up["maps"], lam=tikhonov) for s in up["spectra"]]
+        normals = _normals(up, tikhonov, dev.is_gpu and (temporal != "none" or regularizer != "l2"))
         terms = _terms(temporal, regularizer, tuple(rhs.shape), len(series.matrix), lam_t * scale_b,
                        lam_s * scale_b, anisotropic)
         start = time.perf_counter()

@@ -10,6 +10,8 @@ Public API (stable)::
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction, prepared as the CLI does
                                            (prepare=False: the scan as given, mri_recon.pipeline.reconstruct)
     reconstruct_many                       many scans, one output each, in this process or on Dask
+    reconstruct_series, load_series        time series: all frames in one problem (temporal TV), frames of a file
+    simulate_series                        a beating phantom, exact k-space per frame
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
@@ -46,6 +48,9 @@ _LAZY = {
     "simulate_scan": "sim.simulate",
     "reconstruct": "api",
     "reconstruct_many": "batch",
+    "reconstruct_series": "series",
+    "load_series": "io.frames",
+    "simulate_series": "sim.dynamic",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",

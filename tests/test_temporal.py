@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import mri_recon
 from mri_recon.errors import InvalidDataError, ResourceError
 from mri_recon.series import plan_series, prepare_series, reconstruct_series
 from mri_recon.sim import dynamic, phantom
@@ -235,3 +236,11 @@ def test_batched_normal_matches_per_frame(small_series, batch):
     joint = joint_admm(BatchedSeriesNormal(spectra, ready.coil_maps, frame_batch=batch), rhs, terms, rho=1.0,
                        iterations=8, inner_iterations=2, data_energy=1.0)[0]
     assert np.linalg.norm(joint - lists) / np.linalg.norm(lists) < 1e-4
+
+
+def test_simulate_scan_with_frames_is_a_series():
+    series = mri_recon.simulate_scan((16, 16), frames=3, spokes_per_frame=4, coils=2, snr=None)
+    assert series.n_frames == 3 and series.ground_truth.shape == (3, 16, 16)
+    assert all(f.n_samples == 4 * 32 for f in series.frames)
+    direct = dynamic.simulate_series((16, 16), frames=3, spokes_per_frame=4, coils=2, snr=None)
+    assert all(np.array_equal(a.kspace, b.kspace) for a, b in zip(series.frames, direct.frames))

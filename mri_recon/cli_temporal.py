@@ -31,7 +31,7 @@ RECONSTRUCT_OPTIONS = [
     click.option("--temporal", type=click.Choice(["none", "tv"]), default="none", show_default=True,
                  help="Time series: tv adds temporal-lambda ||D_t x||_1 over all frames, solved jointly."),
     click.option("--temporal-lambda", "temporal_lam", type=click.FloatRange(min=0.0), default=None,
-                 callback=_finite, help="Temporal TV weight relative to max |A^H W d| (default 0.02)."),
+                 callback=_finite, help="Temporal TV weight relative to max |A^H W d| (default 0.005)."),
     click.option("--temporal-axis", type=click.Choice(["repetition", "phase"]), default=None,
                  help="The MRD index whose values are the frames (default: the one with several values)."),
     click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,

@@ -46,9 +46,10 @@ __all__ = ["SeriesResult", "TEMPORAL", "TEMPORAL_LAM_DEFAULT", "plan_series", "p
 log = logging.getLogger(__name__)
 
 TEMPORAL = ("tv", "none")
-TEMPORAL_LAM_DEFAULT = 0.02
-"""``temporal_lam`` when none is given: relative to ``max |A^H W d|``, the lowest NRMSE of
-``scripts/bench_temporal.py`` (128^2 beating phantom, 8 coils, 21 spokes per frame; docs/temporal.md)."""
+TEMPORAL_LAM_DEFAULT = 0.005
+"""``temporal_lam`` when none is given: relative to ``max |A^H W d|``, the lowest NRMSE after 100 ADMM
+iterations in ``scripts/bench_temporal.py`` (128^2 beating phantom, 8 coils, 21 spokes per frame, SNR 30; of
+0.0025, 0.005, 0.01, 0.02, 0.04: docs/temporal.md)."""
 RHO_DEFAULT = {"admm": 0.5}
 """ADMM's penalty relative to the normal operators' peak (docs/temporal.md)."""
 

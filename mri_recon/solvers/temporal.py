@@ -224,8 +224,8 @@ def operator_norm(operator: Callable[[Any], Any], like: Any, iterations: int = 2
     """The largest eigenvalue of a Hermitian positive semi-definite ``operator`` by power iteration from a
     fixed pseudo-random start, raised by 2% (a safe upper estimate for step sizes)."""
     xp = get_xp(like)
-    rng = xp.random.default_rng(seed) if hasattr(xp.random, "default_rng") else xp.random
-    v = (rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape)).astype(like.dtype)
+    rng = np.random.default_rng(seed)  # on the host: the same start on every device
+    v = xp.asarray((rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape)).astype(like.dtype))
     value = 0.0
     for _ in range(iterations):
         norm = math.sqrt(inner(v, v).real)

@@ -154,6 +154,10 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
     done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "one.h5"), "--repetition", "0",
                                 "--temporal", "tv", "--device", "cpu"])
     assert done.exit_code == 1 and "no time axis" in done.output and "Traceback" not in done.output
+    done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "cut.nii"), "--repetition", "1",
+                                "--spokes-per-frame", "3", "--temporal", "tv", "--iterations", "5", "--device", "cpu"])
+    assert done.exit_code == 0, done.output
+    assert "2 frames along readouts, 1 readout(s) dropped" in done.output  # 7 spokes: 2 frames of 3
     done = runner.invoke(main, ["simulate", str(tmp_path / "x.h5"), "--spokes-per-frame", "3"])
     assert done.exit_code != 0 and "needs --frames" in done.output
 

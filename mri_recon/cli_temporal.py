@@ -77,6 +77,9 @@ def reconstruct_options(func: Callable) -> Callable:
         params = click.get_current_context().params
         if is_temporal(kwargs):
             return _friendly(lambda: run_reconstruct(params, _echo(params)))
+        if kwargs.get("frames") is not None or kwargs.get("temporal_lam") is not None:
+            raise click.UsageError("--frames and --temporal-lambda apply to a time series (--temporal tv, "
+                                   "--temporal-axis or --spokes-per-frame)")
         for name in NAMES:
             kwargs.pop(name, None)
             params.pop(name, None)

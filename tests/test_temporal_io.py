@@ -158,6 +158,8 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
                                 "--spokes-per-frame", "3", "--temporal", "tv", "--iterations", "5", "--device", "cpu"])
     assert done.exit_code == 0, done.output
     assert "2 frames along readouts, 1 readout(s) dropped" in done.output  # 7 spokes: 2 frames of 3
+    done = runner.invoke(main, ["reconstruct", str(scan), "--frames", "2", "--device", "cpu"])
+    assert done.exit_code == 2 and "apply to a time series" in done.output
     done = runner.invoke(main, ["simulate", str(tmp_path / "x.h5"), "--spokes-per-frame", "3"])
     assert done.exit_code != 0 and "needs --frames" in done.output
 

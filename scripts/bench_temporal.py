@@ -42,7 +42,7 @@ from mri_recon.sim.dynamic import simulate_series
 
 FRAMES, SPOKES, MATRIX, COILS = 20, 21, 128, 8
 TEMPORAL_LAMBDAS = (0.0025, 0.005, 0.01, 0.02, 0.04)
-BART_LAMBDAS = (0.0001, 0.0003, 0.001, 0.003)
+BART_LAMBDAS = (0.0001, 0.0003, 0.001, 0.003, 0.01)
 SECTIONS = ("cg", "tv", "convergence", "bart", "gpu")
 CG_ITERATIONS = (5, 10, 20, 40, 100)
 

@@ -182,3 +182,13 @@ def test_one_repetition_file_unchanged(tmp_path):
             assert "axes" in f.attrs and "time" not in list(f.attrs["axes"])
     with h5py.File(tmp_path / "one0.recon.h5") as a, h5py.File(tmp_path / "one1.recon.h5") as b:
         assert np.array_equal(a["image"][()], b["image"][()])
+
+
+def test_nifti_of_3d_frames(tmp_path):
+    import nibabel
+
+    frames = (np.random.default_rng(3).standard_normal((3, 6, 5, 4)) + 0j).astype(np.complex64)
+    write_series_nifti(tmp_path / "v.nii", frames, geometry_of((6, 5, 4), {}, "v"), frame_duration_s=None)
+    nii = nibabel.load(tmp_path / "v.nii")
+    assert nii.shape == (6, 5, 4, 3) and nii.header.get_zooms()[3] == 0.0
+    assert np.allclose(np.asarray(nii.dataobj)[..., 1], np.abs(frames[1]))

@@ -31,8 +31,8 @@ from .backend import Device, blas_on_one_thread, device_memory, get_xp, host_mem
 from .errors import InvalidDataError, ResourceError
 from .io.frames import TimeSeries
 from .operators.base import Sense
-from .operators.encoding import choose_engine
-from .operators.toeplitz import kernel_spectrum, normal_operator
+from .operators.engines import choose_engine
+from .operators.normal.toeplitz import kernel_spectrum, normal_operator
 from .planner import COMPLEX64, FLOAT32, HEADROOM, human_bytes, plan
 from .prep import prepare_scan
 from .scaling import largest, power_of_two, rescale, unit_scale
@@ -286,7 +286,7 @@ def write_series(output: Any, result: SeriesResult, geometry: Any, *, format: st
     """Write ``result``'s frames to ``output`` in the format its name (or ``format``) chooses: HDF5 with a
     ``time`` axis, NIfTI 4D or MRD images (:mod:`mri_recon.io.series_files`); returns the format."""
     from .io import series_files  # noqa: PLC0415
-    from .result import output_format, output_values  # noqa: PLC0415
+    from .io.writers import output_format, output_values  # noqa: PLC0415
 
     chosen = output_format(output, format)
     values = output_values(chosen, complex_=complex_, magnitude=magnitude)

@@ -216,8 +216,8 @@ def test_gpu_joint_admm_dense_against_numpy():
 
 @pytest.mark.parametrize("batch", [None, 1, 2])
 def test_batched_normal_matches_per_frame(small_series, batch):
-    from mri_recon.operators.encoding import choose_engine
-    from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
+    from mri_recon.operators.engines import choose_engine
+    from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator
     from mri_recon.solvers.temporal import BatchedSeriesNormal
 
     _, ready = small_series
@@ -249,8 +249,8 @@ def test_simulate_scan_with_frames_is_a_series():
 @pytest.mark.gpu
 def test_gpu_batched_normal_matches_numpy(small_series):
     from mri_recon.backend import cupy_module
-    from mri_recon.operators.encoding import choose_engine
-    from mri_recon.operators.toeplitz import kernel_spectrum
+    from mri_recon.operators.engines import choose_engine
+    from mri_recon.operators.normal.toeplitz import kernel_spectrum
     from mri_recon.solvers.temporal import BatchedSeriesNormal
 
     cupy = cupy_module()

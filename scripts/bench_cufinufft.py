@@ -1,6 +1,6 @@
 """Our GPU NUFFT beside cuFINUFFT, same process, same arrays, tolerance 1e-6.
 
-Usage: python scripts/bench_cufinufft.py OUT.json
+Usage: python scripts/bench_cufinufft.py OUT.json [2d] [3d128] [3d256]   (default: all three)
 
 cuFINUFFT is imported when its Python package and ``libcufinufft.so`` are importable (they are not a
 dependency: build the library from FINUFFT's source for the GPU at hand and put ``python/cufinufft`` on
@@ -156,7 +156,7 @@ def main() -> int:
                      "date": time.strftime("%Y-%m-%d"),
                      "cufinufft": getattr(cufinufft, "__version__", None) if cufinufft else None}
     rng = np.random.default_rng(0)
-    for name in ("2d", "3d128", "3d256"):
+    for name in sys.argv[2:] or ("2d", "3d128", "3d256"):
         p = problem(name, rng)
         for coils in (1, 8):
             ours(results, p, coils)

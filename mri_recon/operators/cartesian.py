@@ -1,0 +1,159 @@
+"""The encoding operator F of Cartesian samples by FFT: NumPy (scipy.fft) on the CPU, cuFFT on the GPU.
+
+Samples sit on integer frequencies ``k`` (cycles per field of view) of the image's own grid, and F is the same
+sum as every other engine's (:mod:`.encoding`): ``F x = sum_n x_n exp(-i 2 pi k_m . r_n)`` with
+``r_n = (n - N // 2) / N`` (:mod:`mri_recon.grid`), unnormalized, so lambda and the scale of the data mean
+what they mean for the non-Cartesian engines. On the grid that sum is a DFT::
+
+    (F x)_m = fftn(ifftshift(x))[k_m mod N]          (F^H d) = fftshift(N * ifftn(G)),  G[q] = sum_{k_m = q} d_m
+
+(``ifftshift`` moves voxel ``N // 2`` to index 0, and the sum is N-periodic in k, so every integer k is
+exact; repeated frequencies, e.g. averages, add up in G). The samples form a sampling mask on the grid.
+:meth:`CartesianEncoding.normal` is ``F^H W F`` itself, ``N ifftn(M_w fftn(x))`` with the mask's summed
+weights ``M_w``: no 2x grid is needed. The pipeline's Toeplitz normal operator gets the PSF of
+:meth:`Encoding.psf`, here exact too (trajectory 2k on the 2x grid, again integers).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..backend import cpu_threads, get_xp
+from ..errors import InvalidDataError
+from .base import LinearOperator
+from .encoding import Encoding
+
+INTEGER_TOLERANCE = 1e-3
+"""Largest distance (cycles per FOV) of a sample from an integer frequency for the FFT engines to take it."""
+
+
+def _fft(xp: Any, x: Any, axes: tuple[int, ...], inverse: bool) -> Any:
+    """Unnormalized n-D FFT (``inverse``: the sum with ``exp(+i ...)``, no 1/N) in the input's precision."""
+    if xp is np:
+        import scipy.fft  # noqa: PLC0415 - import cost paid on use
+
+        call = scipy.fft.ifftn if inverse else scipy.fft.fftn
+        return call(x, axes=axes, norm="forward" if inverse else "backward", workers=cpu_threads())
+    call = xp.fft.ifftn if inverse else xp.fft.fftn
+    return call(x, axes=axes, norm="forward" if inverse else "backward")
+
+
+def grid_indices(trajectory: Any, matrix: tuple[int, ...]) -> Any:
+    """The C-order flat index on the unshifted FFT grid of each sample: ``sum_d (k_d mod N_d) * stride_d``.
+
+    Raises :class:`~mri_recon.errors.InvalidDataError` when a sample is not on an integer frequency.
+    """
+    xp = get_xp(trajectory)
+    k = xp.asarray(trajectory, dtype=xp.float64)
+    rounded = xp.rint(k)
+    if k.size and float(xp.max(xp.abs(k - rounded))) > INTEGER_TOLERANCE:
+        far = float(xp.max(xp.abs(k - rounded)))
+        raise InvalidDataError(f"the FFT engine takes samples on integer frequencies (cycles per FOV); a sample "
+                               f"lies {far:.4g} from the nearest: use a non-Cartesian engine (method exact or nufft)")
+    flat = xp.zeros(k.shape[0], dtype=xp.int64)
+    for axis, n in enumerate(matrix):
+        flat = flat * int(n) + xp.mod(rounded[:, axis].astype(xp.int64), int(n))
+    return flat
+
+
+def is_cartesian(trajectory: Any) -> bool:
+    """Whether every sample of ``trajectory`` ``(M, D)`` lies on an integer frequency."""
+    xp = get_xp(trajectory)
+    k = xp.asarray(trajectory, dtype=xp.float64)
+    return bool(k.size) and float(xp.max(xp.abs(k - xp.rint(k)))) <= INTEGER_TOLERANCE
+
+
+class CartesianEncoding(Encoding):
+    """F of samples on integer frequencies by FFT (NumPy/scipy.fft), ``(batch, *matrix) -> (batch, M)``.
+
+    Parameters
+    ----------
+    trajectory
+        float32 ``(M, D)`` integer frequencies in cycles per field of view (any integer: the DFT is periodic).
+    matrix
+        Image size.
+    batch
+        Images transformed at once (coils).
+    """
+
+    name = "fft"
+
+    def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1, indices: Any = None) -> None:
+        super().__init__(trajectory, matrix, batch)
+        xp = get_xp(trajectory)
+        self.indices = grid_indices(trajectory, self.matrix) if indices is None else indices
+        self.unique = int(xp.unique(self.indices).size) == int(self.indices.size)
+        self._axes = tuple(range(1, len(self.matrix) + 1))
+
+    def batched(self, batch: int) -> Encoding:
+        if batch == self.ishape[0]:
+            return self
+        return type(self)(self.trajectory, self.matrix, batch, indices=self.indices)
+
+    def _apply(self, x: Any) -> Any:
+        xp = get_xp(x)
+        spectrum = _fft(xp, xp.fft.ifftshift(x, axes=self._axes), self._axes, inverse=False)
+        out = spectrum.reshape(x.shape[0], -1)[:, self.indices]
+        return out.astype(np.complex64, copy=False)
+
+    def scatter(self, y: Any) -> Any:
+        """``G``: the samples ``(B, M)`` added onto the unshifted grid ``(B, *matrix)``."""
+        xp = get_xp(y)
+        grid = xp.zeros((y.shape[0], math.prod(self.matrix)), dtype=np.complex64)
+        if self.unique:
+            grid[:, self.indices] = y
+        else:
+            xp.add.at(grid, (slice(None), self.indices), y.astype(np.complex64, copy=False))
+        return grid.reshape(y.shape[0], *self.matrix)
+
+    def _adjoint(self, y: Any) -> Any:
+        xp = get_xp(y)
+        image = _fft(xp, self.scatter(y), self._axes, inverse=True)
+        return xp.fft.fftshift(image, axes=self._axes).astype(np.complex64, copy=False)
+
+    def mask(self, weights: Any = None) -> Any:
+        """The sampling mask ``M_w`` on the unshifted grid (float32 ``matrix``): the weights summed per
+        frequency (each sample counts 1 without weights)."""
+        xp = get_xp(self.indices)
+        w = xp.ones(self.indices.size, dtype=np.float64) if weights is None else xp.asarray(weights, np.float64)
+        flat = xp.bincount(self.indices, weights=w, minlength=math.prod(self.matrix))
+        return flat.astype(np.float32).reshape(self.matrix)
+
+    def normal(self, weights: Any = None) -> LinearOperator:
+        """``F^H W F`` on the image grid: :class:`MaskNormal` of :meth:`mask`."""
+        return MaskNormal(self.mask(weights), self.ishape)
+
+
+class GpuCartesianEncoding(CartesianEncoding):
+    """:class:`CartesianEncoding` on CuPy arrays (cuFFT through ``cupy.fft``)."""
+
+    name = "gpu-fft"
+
+
+class MaskNormal(LinearOperator):
+    """``x -> N ifftn(M fftn(x))`` over the trailing axes: ``F^H W F`` of Cartesian samples (Hermitian).
+
+    The FFT's shifts cancel: ``F^H W F`` is a circular convolution, which commutes with the cyclic shift
+    ``ifftshift``. ``mask`` is the float32 unshifted-grid mask of :meth:`CartesianEncoding.mask`.
+    """
+
+    hermitian = True
+
+    def __init__(self, mask: Any, ishape: tuple[int, ...]) -> None:
+        super().__init__(ishape, ishape)
+        self.mask_values = mask
+        self._axes = tuple(range(len(ishape) - mask.ndim, len(ishape)))
+
+    def _apply(self, x: Any) -> Any:
+        xp = get_xp(x)
+        spectrum = _fft(xp, x, self._axes, inverse=False)
+        spectrum *= self.mask_values
+        return _fft(xp, spectrum, self._axes, inverse=True).astype(np.complex64, copy=False)
+
+
+def cartesian_engine(gpu: bool) -> type[CartesianEncoding]:
+    """The FFT engine of a device: :class:`GpuCartesianEncoding` on a GPU, :class:`CartesianEncoding` else."""
+    return GpuCartesianEncoding if gpu else CartesianEncoding

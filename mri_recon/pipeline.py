@@ -33,6 +33,7 @@ from .errors import InvalidDataError, SchemaError
 from .io.cache import PsfCache, psf_key
 from .kernels import prefetch
 from .operators.base import Sense
+from .operators.cartesian import cartesian_engine
 from .operators.encoding import Encoding, choose_engine
 from .operators.memo import spectrum_memo
 from .operators.offres_setup import CORRECTIONS, plan_correction
@@ -129,7 +130,10 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
         The reconstruction does not fit the device's memory even one coil at a time.
     """
     dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
-    return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
+    if method == "auto" and scan.attrs.get("sampling") == "cartesian":  # FFT engine: mri_recon.operators.cartesian
+        engine = cartesian_engine(dev.is_gpu)
+    return dev, engine, memory_plan(scan, dev, iterations, sense, getattr(engine, "plan_method", engine.name),
+                                    preparation)
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
@@ -327,7 +331,7 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         # The GPU NUFFT computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
         # (H200: 12.4 ms per 2D reconstruction with a cache hit, 12.2 ms without; at 128^3 the PSF stage
         # takes 206 ms from the cache, 9 ms computed): the cache serves the exact engines only.
-        cache_used = psf_cache is not None and encoding.name != "gpu-nufft" and offres is None
+        cache_used = psf_cache is not None and encoding.name not in ("gpu-nufft", "fft", "gpu-fft") and offres is None
         if psf is None and cache_used and kept is None:
             # Hashing the trajectory and reading the entry are host work: done on a thread while the device
             # computes F^H d (hashlib and file reads release the GIL).
@@ -338,6 +342,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
             with clock.stage("coil_maps"):
                 from .prep.coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
 
+                if scan.attrs.get("sampling") == "cartesian":  # from the ACS region (mri_recon.prep.cartesian_maps)
+                    from .prep.cartesian_maps import cartesian_coil_maps as coil_maps_from_kspace  # noqa: PLC0415
                 maps = coil_maps_from_kspace(kspace, trajectory, matrix, estimate_maps,
                                              weights=w if scan.weights is not None else None, device=dev)
                 maps = maps.astype(np.complex64, copy=False)

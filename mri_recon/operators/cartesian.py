@@ -80,6 +80,8 @@ class CartesianEncoding(Encoding):
     """
 
     name = "fft"
+    plan_method = "auto"
+    """The engine whose memory :func:`mri_recon.planner.plan` counts for this one (an upper bound)."""
 
     def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1, indices: Any = None) -> None:
         super().__init__(trajectory, matrix, batch)
@@ -131,6 +133,7 @@ class GpuCartesianEncoding(CartesianEncoding):
     """:class:`CartesianEncoding` on CuPy arrays (cuFFT through ``cupy.fft``)."""
 
     name = "gpu-fft"
+    plan_method = "gpu"
 
 
 class MaskNormal(LinearOperator):

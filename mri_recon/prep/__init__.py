@@ -110,4 +110,5 @@ def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
     (the scan has maps), ``"walsh"`` (several coils) or ``"none"`` (one coil)."""
     if coil_maps != "auto":
         return coil_maps
-    return "file" if scan.coil_maps is not None else ("walsh" if scan.n_coils > 1 else "none")
+    several = "espirit" if scan.attrs.get("sampling") == "cartesian" else "walsh"  # Cartesian: ACS, as ecalib
+    return "file" if scan.coil_maps is not None else (several if scan.n_coils > 1 else "none")

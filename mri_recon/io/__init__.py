@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 from .schema import is_hdf5_scan, load_schema_v1, save_scan
 
@@ -40,7 +40,12 @@ def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
     external raw storage, virtual datasets) is refused before any data are read
     (:class:`~mri_recon.errors.ExternalDataError`) unless ``allow_external=True``
     (:mod:`mri_recon.io.contained`). An MRD file of images (not raw acquisitions) is refused as such.
+    A Siemens ``.dat`` file is read through twixtools (:mod:`mri_recon.io.twix`).
     """
+    if str(path).lower().endswith(".dat"):  # Siemens twix (the 'twix' extra)
+        from .twix import load_twix_all  # noqa: PLC0415
+
+        return load_twix_all(path, **ismrmrd_options)
     found = is_hdf5_scan(path, allow_external)
     if found == "ismrmrd":
         from .ismrmrd import load_ismrmrd_all  # noqa: PLC0415 - the ismrmrd package is imported on use
@@ -58,6 +63,12 @@ def load_scan(path: str | os.PathLike, *, allow_external: bool = False, **ismrmr
     ``set``, ``repetition`` to choose the image) apply to ISMRMRD files only; a file with several images
     needs a choice that leaves one. ``allow_external`` as for :func:`load_scans`.
     """
+    if str(path).lower().endswith(".dat"):  # Siemens twix: one image, as for MRD
+        scans = load_scans(path, **ismrmrd_options)
+        if len(scans) > 1:
+            raise SchemaError(f"{path}: holds several images; choose one with slice=, contrast=, phase=, set=, "
+                              f"repetition=")
+        return scans[0][1]
     found = is_hdf5_scan(path, allow_external)
     if found == "ismrmrd":
         from .ismrmrd import load_ismrmrd  # noqa: PLC0415 - the ismrmrd package is imported on use

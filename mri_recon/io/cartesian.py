@@ -57,7 +57,9 @@ def _phase_frequencies(src: str, header: Any, ref: int, acq: dict, geometry: dic
                 f"{src}: the encoded and recon fields of view differ along axis {axis} "
                 f"({geometry['encoded_fov_mm'][axis]} vs {geometry['fov_mm'][axis]} mm): Cartesian phase "
                 f"oversampling is not supported on the recon space; reconstruct with space='encoded'")
-        k = acq["steps"][axis - 1] - step_centre(header, ref, axis, int(geometry["encoded"][axis]))
+        centre = acq["centres"][axis - 1] if "centres" in acq else step_centre(header, ref, axis,
+                                                                                  int(geometry["encoded"][axis]))
+        k = acq["steps"][axis - 1] - centre
         n = int(geometry["matrix"][axis])
         if k.min() < -(n // 2) or k.max() >= n - n // 2:
             raise InvalidDataError(f"{src}: encode step {axis} reaches k = {int(k.min())}..{int(k.max())}, beyond "
@@ -116,7 +118,8 @@ def cartesian_readouts(src: str, header: Any, acq: dict, geometry: dict) -> tupl
     ``(readouts, Nx, D)`` (integer frequencies, cycles per image FOV) and the attributes to record.
 
     ``acq`` holds ``data`` (one ``(C, n)`` array per readout), ``steps`` (encode steps 1 and 2 per readout),
-    ``centre_sample`` and ``reverse`` (per readout), ``ref`` (the encoding space).
+    ``centre_sample`` and ``reverse`` (per readout), ``ref`` (the encoding space), and optionally ``centres``
+    (the steps at k = 0, else read from ``header``: :func:`step_centre`).
     """
     if np.any(acq["reverse"]):
         raise InvalidDataError(f"{src}: reversed readouts (ACQ_IS_REVERSE, EPI) are not supported on the "

@@ -69,12 +69,22 @@ def acs_region(kspace: Any, trajectory: Any, matrix: Sequence[int], calibration:
         if missing.size == 0:
             return (grid / xp.maximum(count, 1).astype(np.float32)).astype(np.complex64)
         kappa = missing - np.array([s // 2 for s in sizes])  # the unsampled frequencies
-        reach = np.abs(kappa + 0.5) / np.array(sizes)  # the outermost, relative to its axis' width
-        row, axis = np.unravel_index(np.argmax(reach), reach.shape)
-        q = int(kappa[row, axis])
-        sizes[axis] = -2 * q - 1 if q < 0 else 2 * q  # the widest box that leaves frequency q out
+        # the axis along which the fewest offsets hold a gap (undersampled lines: the phase axis), cut to
+        # the widest centred range without one
+        bad = [np.unique(kappa[:, axis]) for axis in range(len(sizes))]
+        axis = int(np.argmin([b.size / s for b, s in zip(bad, sizes)]))
+        sizes[axis] = _widest(bad[axis], sizes[axis])
     raise InvalidDataError(f"no fully sampled calibration (ACS) region of at least {least} frequencies per axis "
                            f"at the k-space centre; acquire autocalibration lines, or pass coil maps")
+
+
+def _widest(bad: np.ndarray, size: int) -> int:
+    """The largest width ``s <= size`` whose centred range ``[-s // 2, s - s // 2)`` holds no offset of ``bad``."""
+    for s in range(size - 1, 0, -1):
+        low, high = -(s // 2), s - s // 2 - 1
+        if not np.any((bad >= low) & (bad <= high)):
+            return s
+    return 0
 
 
 def _coil_images(calib: Any, matrix: Sequence[int]) -> Any:

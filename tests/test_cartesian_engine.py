@@ -1,0 +1,88 @@
+"""The FFT encoding engine of Cartesian samples against the float64 NumPy DFT (the oracle), on CPU and GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import relative
+
+from mri_recon.errors import InvalidDataError
+from mri_recon.operators import nudft
+from mri_recon.operators.cartesian import CartesianEncoding, GpuCartesianEncoding, cartesian_engine, is_cartesian
+
+SIZES = [(8, 6), (7, 5), (1, 9), (4, 5, 3), (16, 16)]
+
+
+def _problem(rng, matrix, samples, batch=2, reach=1):
+    """Integer frequencies in ``reach`` * [-N, N) (beyond the grid too: the DFT is periodic) and data."""
+    k = np.stack([rng.integers(-reach * n, reach * n, samples) for n in matrix], axis=1).astype(np.float32)
+    x = (rng.standard_normal((batch, *matrix)) + 1j * rng.standard_normal((batch, *matrix))).astype(np.complex64)
+    y = (rng.standard_normal((batch, samples)) + 1j * rng.standard_normal((batch, samples))).astype(np.complex64)
+    return k, x, y
+
+
+@pytest.mark.parametrize("matrix", SIZES, ids=str)
+@pytest.mark.parametrize("samples", [1, 37])
+def test_fft_engine_matches_the_float64_dft(matrix, samples):
+    rng = np.random.default_rng()
+    k, x, y = _problem(rng, matrix, samples)
+    engine = CartesianEncoding(k, matrix, 2)
+    assert relative(engine(x), nudft.nudft_forward(x.astype(np.complex128), k.astype(np.float64))) < 1e-6
+    assert relative(engine.H(y), nudft.nudft_adjoint(y.astype(np.complex128), k.astype(np.float64), matrix)) < 1e-6
+
+
+@pytest.mark.parametrize("matrix", SIZES, ids=str)
+def test_fft_engine_psf_and_mask_normal_are_exact(matrix):
+    rng = np.random.default_rng()
+    k, x, _ = _problem(rng, matrix, 29, batch=1, reach=1)
+    w = rng.random(29).astype(np.float32)
+    engine = CartesianEncoding(k, matrix, 1)
+    big = tuple(2 * n for n in matrix)
+    psf = nudft.nudft_adjoint(w[None].astype(np.complex128), 2 * k.astype(np.float64), big)[0]
+    assert relative(engine.psf(w), psf) < 1e-6
+    x64 = x.astype(np.complex128)
+    normal = nudft.nudft_adjoint(w * nudft.nudft_forward(x64, k.astype(np.float64)), k.astype(np.float64), matrix)
+    assert relative(engine.normal(w)(x), normal) < 1e-6
+
+
+def test_fft_engine_is_adjoint_with_repeated_samples():
+    rng = np.random.default_rng()
+    matrix = (12, 10)
+    k, x, y = _problem(rng, matrix, 50)
+    k = np.concatenate([k, k[:20]])  # averages: the same frequencies twice
+    y = np.concatenate([y, y[:, :20]], axis=1)
+    engine = CartesianEncoding(k, matrix, 2)
+    assert not engine.unique
+    lhs = np.vdot(engine(x).astype(np.complex128), y)
+    rhs = np.vdot(x.astype(np.complex128), engine.H(y))
+    assert abs(lhs - rhs) / abs(lhs) < 1e-5
+    assert engine.batched(3).ishape == (3, *matrix)
+
+
+def test_fft_engine_refuses_samples_off_the_grid():
+    k = np.array([[0.0, 0.0], [1.5, 2.0]], dtype=np.float32)
+    assert not is_cartesian(k)
+    assert is_cartesian(np.rint(k))
+    with pytest.raises(InvalidDataError, match="integer frequencies.*lies 0.5 from the nearest"):
+        CartesianEncoding(k, (8, 8), 1)
+
+
+def test_engine_choice_by_device():
+    assert cartesian_engine(False) is CartesianEncoding
+    assert cartesian_engine(True) is GpuCartesianEncoding
+    assert GpuCartesianEncoding.name == "gpu-fft" and CartesianEncoding.name == "fft"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", SIZES, ids=str)
+def test_gpu_fft_engine_matches_numpy(matrix):
+    import cupy  # noqa: PLC0415
+
+    rng = np.random.default_rng()
+    k, x, y = _problem(rng, matrix, 41)
+    w = rng.random(41).astype(np.float32)
+    cpu, gpu = CartesianEncoding(k, matrix, 2), GpuCartesianEncoding(cupy.asarray(k), matrix, 2)
+    assert relative(cupy.asnumpy(gpu(cupy.asarray(x))), cpu(x)) < 1e-6
+    assert relative(cupy.asnumpy(gpu.H(cupy.asarray(y))), cpu.H(y)) < 1e-6
+    assert relative(cupy.asnumpy(gpu.psf(cupy.asarray(w))), cpu.psf(w)) < 1e-6
+    assert relative(cupy.asnumpy(gpu.normal(cupy.asarray(w))(cupy.asarray(x))), cpu.normal(w)(x)) < 1e-6

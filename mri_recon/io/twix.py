@@ -22,6 +22,8 @@ EPI and other reversed readouts (``REFLECT``), readouts of different lengths or 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from typing import Any
 
@@ -49,7 +51,8 @@ def _twixtools():
 def _read(src: str) -> list[dict]:
     twixtools = _twixtools()
     try:
-        measurements = twixtools.read_twix(src, verbose=False, parse_pmu=False)
+        with contextlib.redirect_stdout(io.StringIO()):  # twixtools prints its warnings
+            measurements = twixtools.read_twix(src, verbose=False, parse_pmu=False, parse_geometry=False)
     except Exception as exc:  # twixtools raises assorted errors on files that are not twix
         raise SchemaError(printable(f"{src}: not a readable Siemens twix file ({' '.join(str(exc).split())})")) from exc
     if not measurements:
@@ -71,7 +74,8 @@ def _protocol(src: str, hdr: dict) -> dict[str, Any]:
         partitions = int(meas.get("iPARFTLength", kspace.get("lPartitions", 1)))
         views = int(kspace.get("lRadialViews", 0))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise SchemaError(f"{src}: the twix protocol lacks {printable(str(exc))} (sKSpace / sSliceArray)") from exc
+        raise SchemaError(f"{src}: not a readable Siemens twix file: its protocol lacks {printable(str(exc))} "
+                          f"(MeasYaps sKSpace / sSliceArray)") from exc
     return {"kind": kind, "base": base, "oversampling": oversampling, "three_d": three_d and partitions > 1,
             "fov": fov, "lines": lines, "partitions": partitions, "views": views}
 

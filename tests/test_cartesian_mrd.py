@@ -89,7 +89,9 @@ def test_partial_fourier_is_zero_filled_and_said_so(tmp_path, caplog):
     assert "zero-filled" in scan.attrs["partial_fourier"] and "partial Fourier" in caplog.text
     assert "encode step 1: k -6..15" in scan.attrs["partial_fourier"]
     assert "readout: k -3..7" in scan.attrs["partial_fourier"]
-    result = mri_recon.reconstruct(scan, coil_maps="rss", lam=0.0, iterations=5, device="cpu")
+    _, record, result = mri_recon.api.prepare_and_reconstruct(scan, coil_maps="rss", lam=0.0, iterations=5,
+                                                              device="cpu")
+    assert record["partial_fourier"] == scan.attrs["partial_fourier"]
     filled = np.zeros_like(kspace)
     filled[:, 5:16, lines] = kspace[:, 5:16, lines]
     assert relative(result.image, _centred_ifft(filled, (1, 2))[0]) < 1e-5

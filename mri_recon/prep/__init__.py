@@ -65,6 +65,8 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     if field_map not in FIELD_MAP_CHOICES:
         raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
     record: dict[str, Any] = {"prewhitened": False}
+    record.update({name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
+                   if name in scan.attrs})  # Cartesian input says what was done (mri_recon.io.cartesian)
     basis = None
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)

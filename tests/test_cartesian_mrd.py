@@ -264,3 +264,25 @@ def test_gpu_cartesian_reconstruction_matches_the_cpu(tmp_path):
         cpu = mri_recon.reconstruct(scan, iterations=10, device="cpu", regularizer=regularizer)
         gpu = mri_recon.reconstruct(scan, iterations=10, device="gpu", regularizer=regularizer)
         assert relative(gpu.image, cpu.image) < 1e-3
+
+
+def test_3d_undersampled_with_an_acs_box_reconstructs_with_espirit(tmp_path):
+    n = (24, 24, 20)
+    kspace = cartesian_kspace(n, 4)
+    ky, kz = np.meshgrid(np.arange(n[1]) - n[1] // 2, np.arange(n[2]) - n[2] // 2, indexing="ij")
+    acs = (np.abs(ky + 0.5) < 6) & (np.abs(kz + 0.5) < 6)  # 12 x 12 fully sampled centre
+    lines = acs | ((ky % 2 == 0) & (kz % 2 == 0))
+    write_cartesian_ismrmrd(tmp_path / "v.h5", kspace[None], lines=lines, acs=acs)
+    scan = load_scan(tmp_path / "v.h5")
+    region = acs_region(scan.kspace, scan.trajectory, scan.matrix)
+    assert region.shape == (4, 16, 12, 12)
+    result = mri_recon.reconstruct(scan, iterations=20, device="cpu")
+    assert result.parameters["coil_maps"] == "espirit" and result.image.shape == n
+    truth = shepp_logan_image(n)
+    zero_filled = _rss(_centred_ifft(kspace * lines[None, None], (1, 2, 3)))
+
+    def error(image):
+        a = np.abs(image).astype(np.float64)
+        return relative(a * (np.vdot(a, truth) / np.vdot(a, a)), truth)
+
+    assert error(result.image) < error(zero_filled)

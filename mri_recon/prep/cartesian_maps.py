@@ -10,6 +10,7 @@ of the same region (zero-filled to the matrix).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -62,29 +63,31 @@ def acs_region(kspace: Any, trajectory: Any, matrix: Sequence[int], calibration:
         No fully sampled centred box of ``least`` frequencies per axis.
     """
     xp = get_xp(kspace)
-    sizes = [min(calibration or (24 if len(matrix) == 2 else 16), int(n)) for n in matrix]
-    while min(sizes) >= least:
-        grid, count = _centred_grid(kspace, trajectory, tuple(sizes))
-        missing = np.argwhere(np.asarray(count.get() if xp is not np else count) == 0)
-        if missing.size == 0:
-            return (grid / xp.maximum(count, 1).astype(np.float32)).astype(np.complex64)
-        kappa = missing - np.array([s // 2 for s in sizes])  # the unsampled frequencies
-        # the axis along which the fewest offsets hold a gap (undersampled lines: the phase axis), cut to
-        # the widest centred range without one
-        bad = [np.unique(kappa[:, axis]) for axis in range(len(sizes))]
-        axis = int(np.argmin([b.size / s for b, s in zip(bad, sizes)]))
-        sizes[axis] = _widest(bad[axis], sizes[axis])
-    raise InvalidDataError(f"no fully sampled calibration (ACS) region of at least {least} frequencies per axis "
-                           f"at the k-space centre; acquire autocalibration lines, or pass coil maps")
+    caps = tuple(min(calibration or (24 if len(matrix) == 2 else 16), int(n)) for n in matrix)
+    grid, count = _centred_grid(kspace, trajectory, caps)
+    sampled = np.asarray(count.get() if xp is not np else count) > 0
+    sizes = _largest_box(sampled, least)
+    if sizes is None:
+        raise InvalidDataError(f"no fully sampled calibration (ACS) region of at least {least} frequencies per "
+                               f"axis at the k-space centre; acquire autocalibration lines, or pass coil maps")
+    box = tuple(slice(c // 2 - s // 2, c // 2 - s // 2 + s) for c, s in zip(caps, sizes))
+    region = grid[(slice(None), *box)] / xp.maximum(count[box], 1).astype(np.float32)
+    return xp.ascontiguousarray(region.astype(np.complex64))
 
 
-def _widest(bad: np.ndarray, size: int) -> int:
-    """The largest width ``s <= size`` whose centred range ``[-s // 2, s - s // 2)`` holds no offset of ``bad``."""
-    for s in range(size - 1, 0, -1):
-        low, high = -(s // 2), s - s // 2 - 1
-        if not np.any((bad >= low) & (bad <= high)):
-            return s
-    return 0
+def _largest_box(sampled: np.ndarray, least: int) -> tuple[int, ...] | None:
+    """The centred box (widths per axis, at least ``least``) of the most frequencies with every one sampled,
+    in ``sampled`` (bool, index ``i`` at ``kappa = i - n // 2``); None when there is none."""
+    caps = sampled.shape
+    best, best_key = None, (0, 0)
+    for sizes in itertools.product(*[range(n, least - 1, -1) for n in caps]):
+        key = (math.prod(sizes), min(sizes))
+        if key <= best_key:
+            continue
+        box = tuple(slice(c // 2 - s // 2, c // 2 - s // 2 + s) for c, s in zip(caps, sizes))
+        if sampled[box].all():
+            best, best_key = sizes, key
+    return best
 
 
 def _coil_images(calib: Any, matrix: Sequence[int]) -> Any:

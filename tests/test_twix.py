@@ -183,3 +183,18 @@ def test_twixtools_example_files():
     assert relative(result.image, _twixtools_image(gre)) < 1e-5
     with pytest.raises(InvalidDataError, match="reversed readouts"):
         load_scans(Path(EXAMPLES) / "epi.dat")
+
+
+def test_slices_of_a_twix_file_are_separate_images(tmp_path):
+    rng = np.random.default_rng()
+    kspace = _random(rng, (2, 2, 16, 10))  # slice, coil, readout (2x oversampled), line
+    mdbs = [_mdb(kspace[s, :, :, line], line=line, slice_=s, centre=(8, 5, 0)) for s in range(2) for line in range(10)]
+    path = _write(tmp_path / "slices.dat", [{"hdr_str": _header(8, 10), "mdb": mdbs}])
+    scans = load_scans(path)
+    assert [key["slice"] for key, _ in scans] == [0, 1]
+    chosen = load_scan(path, slice=1)
+    assert relative(chosen.kspace, scans[1][1].kspace) == 0.0
+    for (_, scan), k in zip(scans, kspace):
+        image = mri_recon.reconstruct(scan, coil_maps="rss", lam=0.0, iterations=3, device="cpu").image
+        full = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(k.astype(np.complex128), axes=(1, 2))), axes=(1, 2))
+        assert relative(image, np.sqrt((np.abs(full[:, 4:12]) ** 2).sum(axis=0))) < 1e-5

@@ -59,6 +59,18 @@ def grid_indices(trajectory: Any, matrix: tuple[int, ...]) -> Any:
     return flat
 
 
+def scatter_sum(indices: Any, values: Any, size: int) -> Any:
+    """complex64 ``(B, size)``: the values ``(B, M)`` summed at their ``indices`` (repeated ones add up), by
+    ``bincount`` of the real and imaginary parts (float64 sums; NumPy and CuPy alike)."""
+    xp = get_xp(values)
+    out = xp.empty((values.shape[0], size), dtype=np.complex64)
+    for row in range(values.shape[0]):
+        real = xp.bincount(indices, weights=values[row].real.astype(np.float64), minlength=size)
+        imag = xp.bincount(indices, weights=values[row].imag.astype(np.float64), minlength=size)
+        out[row] = real + 1j * imag
+    return out
+
+
 def is_cartesian(trajectory: Any) -> bool:
     """Whether every sample of ``trajectory`` ``(M, D)`` lies on an integer frequency."""
     xp = get_xp(trajectory)
@@ -104,11 +116,10 @@ class CartesianEncoding(Encoding):
     def scatter(self, y: Any) -> Any:
         """``G``: the samples ``(B, M)`` added onto the unshifted grid ``(B, *matrix)``."""
         xp = get_xp(y)
+        if not self.unique:
+            return scatter_sum(self.indices, y, math.prod(self.matrix)).reshape(y.shape[0], *self.matrix)
         grid = xp.zeros((y.shape[0], math.prod(self.matrix)), dtype=np.complex64)
-        if self.unique:
-            grid[:, self.indices] = y
-        else:
-            xp.add.at(grid, (slice(None), self.indices), y.astype(np.complex64, copy=False))
+        grid[:, self.indices] = y
         return grid.reshape(y.shape[0], *self.matrix)
 
     def _adjoint(self, y: Any) -> Any:

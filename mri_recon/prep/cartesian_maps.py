@@ -19,6 +19,7 @@ import numpy as np
 
 from ..backend import Device, get_xp, resolve_device, to_device
 from ..errors import InvalidDataError
+from ..operators.cartesian import scatter_sum
 from ..validation import validate_matrix
 from .espirit import espirit
 from .walsh import walsh
@@ -37,8 +38,7 @@ def _centred_grid(kspace: Any, trajectory: Any, sizes: tuple[int, ...]) -> tuple
     flat, values = flat[inside], kspace[:, inside].astype(np.complex64)
     size = math.prod(sizes)
     count = xp.bincount(flat, minlength=size)
-    grid = xp.zeros((kspace.shape[0], size), dtype=np.complex64)
-    xp.add.at(grid, (slice(None), flat), values)
+    grid = scatter_sum(flat, values, size)
     return grid.reshape(kspace.shape[0], *sizes), count.reshape(sizes)
 
 

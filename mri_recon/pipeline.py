@@ -323,7 +323,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 offres.upload(dev)
         basis_scale = 1.0  # estimated maps in the receiver's basis: the maps are those returned / basis_scale
         # the last trajectory's encoding and spectrum, still on this GPU (a bit-identical trajectory and weights)
-        memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu and not offres else None
+        memo = spectrum_memo(dev) if psf_cache is not None and psf is None and dev.is_gpu and not offres and \
+            not hasattr(engine, "mask_spectrum") else None  # the FFT engines' mask costs less than a lookup
         kept = memo.lookup(engine.name, matrix, trajectory, w) if memo is not None else None
         encoding = engine(trajectory, matrix, scan.n_coils) if kept is None else kept[0].batched(scan.n_coils)
         encoding = encoding if offres is None else offres.encoding(encoding)
@@ -371,6 +372,8 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
                 operator = offres.normal(encoding, w, coil_maps=maps, lam=lam * peak, coil_batch=budget.coil_batch)
             elif kept is not None:
                 spectrum, cache_state = kept[1], "memory"
+            elif maps is not None and psf is None and hasattr(encoding, "mask_spectrum"):  # Cartesian SENSE:
+                spectrum = encoding.mask_spectrum(w)  # F^H W F on the image grid, no 2x padding
             else:
                 given = None if psf is None else psf / np.float32(weight_scale)  # the caller's: unscaled weights
                 if lookup is not None:

@@ -86,3 +86,43 @@ def test_gpu_fft_engine_matches_numpy(matrix):
     assert relative(cupy.asnumpy(gpu.H(cupy.asarray(y))), cpu.H(y)) < 1e-6
     assert relative(cupy.asnumpy(gpu.psf(cupy.asarray(w))), cpu.psf(w)) < 1e-6
     assert relative(cupy.asnumpy(gpu.normal(cupy.asarray(w))(cupy.asarray(x))), cpu.normal(w)(x)) < 1e-6
+
+
+def _sense_problem(rng, matrix, coils=3, samples=60):
+    k, x, _ = _problem(rng, matrix, samples, batch=1)
+    maps = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))).astype(np.complex64)
+    return k, x[0], maps, rng.random(samples).astype(np.float32)
+
+
+def _sense_oracle(k, x, maps, w, lam):
+    """``sum_c conj(S_c) F^H W F (S_c x) + lam x`` by the float64 DFT."""
+    k64, out = k.astype(np.float64), lam * x.astype(np.complex128)
+    coil = maps.astype(np.complex128) * x
+    y = nudft.nudft_forward(coil, k64) * w
+    return out + (np.conj(maps) * nudft.nudft_adjoint(y, k64, x.shape)).sum(axis=0)
+
+
+@pytest.mark.parametrize("matrix", [(8, 6), (7, 5), (4, 5, 3)], ids=str)
+def test_mask_spectrum_runs_the_sense_normal_operator_on_the_image_grid(matrix):
+    from mri_recon.operators.toeplitz import normal_operator  # noqa: PLC0415
+
+    rng = np.random.default_rng()
+    k, x, maps, w = _sense_problem(rng, matrix)
+    spectrum = CartesianEncoding(k, matrix, 1).mask_spectrum(w)
+    assert spectrum.shape == matrix
+    operator = normal_operator(spectrum, coil_maps=maps, lam=0.3, coil_batch=2)
+    assert relative(operator(x), _sense_oracle(k, x, maps, w, 0.3)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(8, 6), (7, 5), (4, 5, 3)], ids=str)
+def test_gpu_fused_sense_normal_takes_the_mask_spectrum(matrix):
+    import cupy  # noqa: PLC0415
+
+    from mri_recon.operators.toeplitz import normal_operator  # noqa: PLC0415
+
+    rng = np.random.default_rng()
+    k, x, maps, w = _sense_problem(rng, matrix)
+    spectrum = GpuCartesianEncoding(cupy.asarray(k), matrix, 1).mask_spectrum(cupy.asarray(w))
+    operator = normal_operator(spectrum, coil_maps=cupy.asarray(maps), lam=0.3, coil_batch=2)
+    assert relative(cupy.asnumpy(operator(cupy.asarray(x))), _sense_oracle(k, x, maps, w, 0.3)) < 1e-5

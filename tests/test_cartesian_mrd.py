@@ -286,3 +286,18 @@ def test_3d_undersampled_with_an_acs_box_reconstructs_with_espirit(tmp_path):
         return relative(a * (np.vdot(a, truth) / np.vdot(a, a)), truth)
 
     assert error(result.image) < error(zero_filled)
+
+
+def test_sense_on_the_image_grid_equals_the_exact_engine(tmp_path):
+    kspace = cartesian_kspace((24, 20), 4)
+    lines, acs = undersampling_mask(20, 2, 10)
+    write_cartesian_ismrmrd(tmp_path / "s.h5", kspace[None], lines=lines, acs=acs)
+    scan = load_scan(tmp_path / "s.h5")
+    from mri_recon.sim.phantom import coil_maps  # noqa: PLC0415
+
+    given = scan.replace(coil_maps=coil_maps((24, 20), 4))
+    for regularizer in ("l2", "tv"):
+        fft = mri_recon.reconstruct(given, iterations=15, device="cpu", regularizer=regularizer)
+        exact = mri_recon.reconstruct(given, iterations=15, device="cpu", regularizer=regularizer, method="exact")
+        assert fft.parameters["method"] == "fft" and exact.parameters["method"] == "exact"
+        assert relative(fft.image, exact.image) < 1e-4

@@ -10,8 +10,9 @@ what they mean for the non-Cartesian engines. On the grid that sum is a DFT::
 (``ifftshift`` moves voxel ``N // 2`` to index 0, and the sum is N-periodic in k, so every integer k is
 exact; repeated frequencies, e.g. averages, add up in G). The samples form a sampling mask on the grid.
 :meth:`CartesianEncoding.normal` is ``F^H W F`` itself, ``N ifftn(M_w fftn(x))`` with the mask's summed
-weights ``M_w``: no 2x grid is needed. The pipeline's Toeplitz normal operator gets the PSF of
-:meth:`Encoding.psf`, here exact too (trajectory 2k on the 2x grid, again integers).
+weights ``M_w``: no 2x grid is needed. With coil maps the pipeline runs it through the Toeplitz operators
+(fused on the GPU) with :meth:`CartesianEncoding.mask_spectrum` on the image grid; without maps it takes the
+PSF of :meth:`Encoding.psf`, exact here too (trajectory 2k on the 2x grid, again integers).
 """
 
 from __future__ import annotations
@@ -134,6 +135,12 @@ class CartesianEncoding(Encoding):
         w = xp.ones(self.indices.size, dtype=np.float64) if weights is None else xp.asarray(weights, np.float64)
         flat = xp.bincount(self.indices, weights=w, minlength=math.prod(self.matrix))
         return flat.astype(np.float32).reshape(self.matrix)
+
+    def mask_spectrum(self, weights: Any = None) -> Any:
+        """complex64 ``matrix``: ``prod(matrix) * mask``, the spectrum with which the Toeplitz operators of
+        :mod:`mri_recon.operators.toeplitz` (their FFT, product, inverse FFT with 1/N) compute ``F^H W F`` on
+        the image grid itself: no padding, a quarter of the 2x grid's FFT work in 2-D, an eighth in 3-D."""
+        return (self.mask(weights) * np.float32(math.prod(self.matrix))).astype(np.complex64)
 
     def normal(self, weights: Any = None) -> LinearOperator:
         """``F^H W F`` on the image grid: :class:`MaskNormal` of :meth:`mask`."""

@@ -186,7 +186,8 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
     Parameters
     ----------
     spectrum
-        Toeplitz kernel spectrum from :func:`kernel_spectrum`.
+        Toeplitz kernel spectrum from :func:`kernel_spectrum`; with ``coil_maps``, also the spectrum of
+        ``F^H W F`` on the image grid itself (``mask_spectrum`` of :mod:`mri_recon.operators.cartesian`).
     coil_maps
         complex64 ``(C, *matrix)`` sensitivities S (CG-SENSE, x has shape ``matrix``), or None (x has any
         leading batch axes, e.g. one image per coil, each solved independently).
@@ -201,7 +202,8 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
         Hermitian positive (semi-)definite; the fused GPU operator (which writes into a given array, for
         CUDA-graph CG) when the maps are CuPy arrays.
     """
-    matrix = tuple(n // 2 for n in spectrum.shape)
+    # with maps, a spectrum of the maps' shape is a sampling mask on the image grid (no padding: Cartesian)
+    matrix = tuple(coil_maps.shape[1:]) if coil_maps is not None else tuple(n // 2 for n in spectrum.shape)
     if coil_maps is not None and get_xp(coil_maps) is not np:
         from .gpu_toeplitz import FusedSenseNormal  # noqa: PLC0415 - GPU only
 

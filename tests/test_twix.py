@@ -198,3 +198,13 @@ def test_slices_of_a_twix_file_are_separate_images(tmp_path):
         image = mri_recon.reconstruct(scan, coil_maps="rss", lam=0.0, iterations=3, device="cpu").image
         full = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(k.astype(np.complex128), axes=(1, 2))), axes=(1, 2))
         assert relative(image, np.sqrt((np.abs(full[:, 4:12]) ** 2).sum(axis=0))) < 1e-5
+
+
+def test_a_folder_of_twix_files_is_a_batch(tmp_path):
+    from mri_recon.batch.inputs import expand_inputs, output_name  # noqa: PLC0415
+
+    rng = np.random.default_rng()
+    _cartesian_file(tmp_path / "a.dat", _random(rng, (1, 16, 8)))
+    found = expand_inputs([str(tmp_path)])
+    assert [Path(p).name for p in found] == ["a.dat"]
+    assert output_name(found[0]) == "a.recon.h5"

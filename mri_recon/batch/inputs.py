@@ -1,8 +1,8 @@
 """The scans of a batch run: paths, folders and glob patterns expanded to files, and their output names.
 
-A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``; not recursive; hidden files and the
-outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files it matches.
-Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
+A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``, Siemens ``*.dat``; not recursive; hidden
+files and the outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files
+it matches. Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import OutputError, ScanFileError
 
-SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd")
+SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd", ".dat")  # .dat: Siemens twix (mri_recon.io.twix)
 """File name endings of the scan files a folder stands for."""
 _OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5"}
 OUTPUT_FILE_SUFFIXES = (".h5", ".hdf5", ".nii", ".nii.gz", ".mrd")
@@ -69,7 +69,7 @@ def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
     """The default output name of ``scan``: its name without ``.mrd.h5`` / ``.h5`` / ``.hdf5`` / ``.mrd``, then
     ``.recon.h5`` (``.recon.nii.gz`` for NIfTI, ``.recon.mrd.h5`` for MRD images)."""
     name = Path(scan).name
-    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd"):
+    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd", ".dat"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break

@@ -46,7 +46,11 @@ def test_fully_sampled_2d_reconstructs_to_the_inverse_fft(tmp_path, shape):
     assert relative(result.image, reference) < 1e-5
 
 
-def test_readout_oversampling_is_removed_after_the_readout_fft(tmp_path):
+@pytest.mark.parametrize("chunk", [2048, 5], ids=["one-chunk", "chunks-of-5"])
+def test_readout_oversampling_is_removed_after_the_readout_fft(tmp_path, monkeypatch, chunk):
+    import mri_recon.io.cartesian as cartesian_io  # noqa: PLC0415
+
+    monkeypatch.setattr(cartesian_io, "CHUNK", chunk)
     rng = np.random.default_rng()
     n, coils = 16, 2
     kspace = _random_kspace(rng, (coils, 2 * n, 12))

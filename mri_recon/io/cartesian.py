@@ -31,6 +31,8 @@ from .ismrmrd_encoding import detect_units
 
 log = logging.getLogger(__name__)
 
+CHUNK = 2048
+"""Readouts whose oversampling is removed at once."""
 STEPS = ("kspace_encode_step_1", "kspace_encode_step_2")
 LIMITS = ("kspace_encoding_step_1", "kspace_encoding_step_2")
 """The acquisition header's encode-step indices and the XML header's ``encodingLimits`` of each."""
@@ -99,6 +101,16 @@ def remove_oversampling(lines: np.ndarray, matrix: int) -> np.ndarray:
     return spectrum.astype(np.complex64)
 
 
+def _on_recon_grid(src: str, data: list, centre: np.ndarray, encoded: int, matrix: int) -> np.ndarray:
+    """complex64 ``(R, C, matrix)``: the readouts placed on the encoded readout grid and cropped to the recon
+    voxels, :data:`CHUNK` readouts at a time (the float64 FFT's work stays small for large 3-D scans)."""
+    out = np.empty((len(data), data[0].shape[0], matrix), dtype=np.complex64)
+    for start in range(0, len(data), CHUNK):
+        part = slice(start, start + CHUNK)
+        out[part] = remove_oversampling(_readout_grid(src, data[part], centre[part], encoded), matrix)
+    return out
+
+
 def _partial_fourier(k: np.ndarray, matrix: tuple[int, ...], readout: tuple[int, int]) -> str | None:
     """A description of asymmetric k-space coverage (partial Fourier) per axis, or None."""
     parts = []
@@ -132,7 +144,7 @@ def cartesian_readouts(src: str, header: Any, acq: dict, geometry: dict) -> tupl
                                f"sizes; expected readout oversampling (same voxel size) or space='encoded'")
     phase = _phase_frequencies(src, header, acq["ref"], acq, geometry)
     n, centre = acq["data"][0].shape[1], np.asarray(acq["centre_sample"], dtype=np.int64)
-    lines = remove_oversampling(_readout_grid(src, acq["data"], centre, encoded_x), matrix[0])
+    lines = _on_recon_grid(src, acq["data"], centre, encoded_x, matrix[0])
     readout_low, readout_high = -int(centre.max()), n - 1 - int(centre.min())
     kx = np.arange(matrix[0]) - matrix[0] // 2
     trajectory = np.empty((len(lines), matrix[0], len(matrix)), dtype=np.float32)

@@ -208,3 +208,18 @@ def test_a_folder_of_twix_files_is_a_batch(tmp_path):
     found = expand_inputs([str(tmp_path)])
     assert [Path(p).name for p in found] == ["a.dat"]
     assert output_name(found[0]) == "a.recon.h5"
+
+
+def test_3d_cartesian_twix(tmp_path):
+    rng = np.random.default_rng()
+    kspace = _random(rng, (2, 16, 6, 4))  # coil, readout (2x oversampled), line, partition
+    mdbs = [_mdb(kspace[:, :, line, part], line=line, partition=part, centre=(8, 3, 2))
+            for part in range(4) for line in range(6)]
+    path = _write(tmp_path / "vol.dat", [{"hdr_str": _header(8, 6, partitions=4), "mdb": mdbs}])
+    scan = load_scan(path)
+    assert scan.matrix == (8, 6, 4)
+    image = mri_recon.reconstruct(scan, coil_maps="rss", lam=0.0, iterations=3, device="cpu").image
+    axes = (1, 2, 3)
+    full = np.fft.fftshift(np.fft.ifftn(np.fft.ifftshift(kspace.astype(np.complex128), axes=axes), axes=axes),
+                           axes=axes)
+    assert relative(image, np.sqrt((np.abs(full[:, 4:12]) ** 2).sum(axis=0))) < 1e-5

@@ -9,6 +9,8 @@ Public API (stable)::
     EncodingOperator                       F planned once: op(x), op.H(y), op.normal(weights, maps, lam)
     reconstruct, Result                    CG-SENSE / Tikhonov reconstruction, prepared as the CLI does
                                            (prepare=False: the scan as given, mri_recon.pipeline.reconstruct)
+    ReconSettings, reconstruct_file        every option of a reconstruction in one object; a file read,
+                                           reconstructed and written as ``mri-recon reconstruct`` does
     reconstruct_many                       many scans, one output each, in this process or on Dask
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
@@ -45,6 +47,8 @@ _LAZY = {
     "prepare_scan": "prep",
     "simulate_scan": "sim.simulate",
     "reconstruct": "api",
+    "reconstruct_file": "api",
+    "ReconSettings": "settings",
     "reconstruct_many": "batch",
     "Result": "result",
     "convolve": "filters",

@@ -1,46 +1,99 @@
-"""The reconstruction the CLI runs, as one call: :func:`mri_recon.prepare_scan`, then the solver.
+"""The reconstruction the CLI runs, as one call: :func:`mri_recon.prepare_scan`, then the solver; and a whole
+file, read, reconstructed and written (:func:`reconstruct_file`, which the CLI and the batch workers call).
 
 ``mri_recon.reconstruct(mri_recon.load_scan(path))`` gives the image ``mri-recon reconstruct path`` writes,
-bit for bit (same defaults: prewhitening with the scan's noise, its density weights, its coil maps or Walsh
-estimates, 30 CG iterations, the regularizer's default ``lam``: 1e-3 for l2). ``prepare=False``
-reconstructs the scan exactly as given (:func:`mri_recon.pipeline.reconstruct`, the solver alone).
+bit for bit (same defaults, :class:`~mri_recon.settings.ReconSettings`: prewhitening with the scan's noise,
+its density weights, its coil maps or Walsh estimates, 30 CG iterations, the regularizer's default ``lam``:
+1e-3 for l2). ``prepare=False`` reconstructs the scan exactly as given (:func:`mri_recon.pipeline.reconstruct`,
+the solver alone).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import pipeline
 from .backend import Device
 from .errors import InvalidDataError
-from .operators.encoding import Encoding
+from .io import load_scans
+from .io.writers import write_result
+from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
+from .prep.gradient_delay import shared_gradient_delay
+from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
+from .settings import API_FIELDS, FIELDS, ReconSettings, refuse_unknown
+
+if TYPE_CHECKING:
+    from .io.cache import PsfCache
+    from .progress import Progress
+
+P = ParamSpec("P")
+R = TypeVar("R")
+RUNTIME = ("prepare", "progress", "psf_cache", "psf", "estimate_maps", "maps_basis")
+"""The keywords of :func:`reconstruct` that are not settings: how it runs and what the caller computed."""
 
 
-def prepare_and_reconstruct(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                            field_map: str = "correct", **options: Any) -> tuple[Scan, dict[str, Any], Result]:
-    """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with these
-    choices, then :func:`mri_recon.pipeline.reconstruct` with ``options`` and the coil-map estimation and
-    receiver basis the preparation asks for."""
-    taken = sorted({"estimate_maps", "maps_basis"} & set(options))
+def keywords_checked(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` refusing an unknown keyword with :class:`~mri_recon.errors.InvalidDataError` that names the
+    valid ones and the closest (its signature unchanged for IDEs and ``help``)."""
+    valid = [p.name for p in inspect.signature(func).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_unknown(kwargs, valid, func.__name__)
+        return func(*args, **kwargs)
+
+    return checked
+
+
+def with_keywords(settings: ReconSettings | None, keywords: Mapping[str, Any], where: str) -> ReconSettings:
+    """``settings`` (default: the defaults) with ``keywords`` changed; an unknown name refused."""
+    refuse_unknown(keywords, FIELDS, where)
+    base = settings if settings is not None else ReconSettings()
+    return base.replace(**keywords) if keywords else base
+
+
+def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *, progress: Any = None,
+                            psf_cache: PsfCache | None = None, psf: Any = None,
+                            **keywords: Any) -> tuple[Scan, dict[str, Any], Result]:
+    """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with the
+    settings' choices, then :func:`mri_recon.pipeline.reconstruct` with their solver's, and the coil-map
+    estimation and receiver basis the preparation asks for. ``keywords``: fields of
+    :class:`~mri_recon.settings.ReconSettings` that change ``settings``."""
+    taken = sorted({"estimate_maps", "maps_basis"} & set(keywords))
     if taken:
         raise InvalidDataError(f"{' and '.join(taken)} come from the preparation (coil_maps=...); pass them to "
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
+    settings = with_keywords(settings, keywords, "prepare_and_reconstruct")
     # the memory of the whole run, preparation included, is checked before anything is prepared
-    plan_prepared(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
-                  **{name: options[name] for name in ("device", "method", "iterations") if name in options})
-    ready, record = prepare_scan(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps, field_map=field_map)
-    result = pipeline.reconstruct(ready, estimate_maps=record.pop("estimate_maps"),
-                                  maps_basis=record.pop("maps_basis"), **options)
+    plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps,
+                  device=settings.device, method=settings.method, iterations=settings.iterations)
+    ready, record = prepare_scan(scan, **settings.prepare_keywords())
+    maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
+    result = pipeline.reconstruct(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
+                                  psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
     return ready, record, result
 
 
-def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf: str = "auto",
-                coil_maps: str = "auto", field_map: str = "correct", **options: Any) -> Result:
+@keywords_checked
+def reconstruct(scan: Scan, *, prepare: bool = True, iterations: int = 30, lam: float | None = None,
+                regularizer: str = "l2", inner_iterations: int | None = None, rho: float | None = None,
+                anisotropic: bool = False, solver: str | None = None, tol: float = 1e-6,
+                filter_sigma: float | None = None, field_map_correction: str = "auto", segments: int | None = None,
+                method: str = "auto", device: str | int | Device | None = "auto", coil_maps: str = "auto",
+                dcf: str = "auto", prewhiten: bool = True, field_map: str = "correct", gradient_delay: Any = "none",
+                progress: Progress | bool | None = None, psf_cache: PsfCache | None = None, psf: Any = None,
+                estimate_maps: str | None = None, maps_basis: Any = None) -> Result:
     """Reconstruct ``scan`` as the CLI does.
 
     Parameters
@@ -48,24 +101,39 @@ def reconstruct(scan: Scan, *, prepare: bool = True, prewhiten: bool = True, dcf
     scan
         A :class:`~mri_recon.scan.Scan` (``mri_recon.load_scan(path)``, ``simulate_scan(...)``).
     prepare
-        True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (the choices
-        below, see :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
-    prewhiten, dcf, coil_maps, field_map
-        The preparation's choices (CLI: ``--no-prewhiten``, ``--dcf``, ``--coil-maps``, ``--no-field-map``).
-    options
-        The solver's settings, :func:`mri_recon.pipeline.reconstruct`: ``iterations``, ``lam``, ``tol``,
-        ``device``, ``method``, ``filter_sigma``, ``progress``, ``psf_cache``, ...
+        True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (see
+        :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
+    iterations, lam, regularizer, inner_iterations, rho, anisotropic, solver, tol, filter_sigma, \
+field_map_correction, segments, method, device
+        The solver's settings (:class:`~mri_recon.settings.ReconSettings`, whose fields say each one's type,
+        choices, range and default; :func:`mri_recon.pipeline.reconstruct` says what they do).
+    coil_maps, dcf, prewhiten, field_map, gradient_delay
+        The preparation's choices (CLI: ``--coil-maps``, ``--dcf``, ``--no-prewhiten``, ``--no-field-map``,
+        ``--gradient-delay``).
+    progress, psf_cache, psf
+        A progress callback, a :class:`~mri_recon.io.cache.PsfCache`, a PSF computed before
+        (:func:`mri_recon.pipeline.reconstruct`).
+    estimate_maps, maps_basis
+        With ``prepare=False`` only (the preparation decides them otherwise).
 
     Returns
     -------
     Result
         The image and the run's settings (:func:`prepare_and_reconstruct` also returns what the
         preparation did).
+
+    Raises
+    ------
+    InvalidDataError
+        An unknown keyword (the message names the valid ones), a value of the wrong type or range.
     """
+    given = dict(locals())
+    settings = ReconSettings(**{name: given[name] for name in API_FIELDS})
     if not prepare:
-        return pipeline.reconstruct(scan, **options)
-    return prepare_and_reconstruct(scan, prewhiten=prewhiten, dcf=dcf, coil_maps=coil_maps,
-                                   field_map=field_map, **options)[2]
+        return pipeline.reconstruct(scan, progress=progress, psf_cache=psf_cache, psf=psf,
+                                    estimate_maps=estimate_maps, maps_basis=maps_basis, **settings.solver_keywords())
+    computed = {name: given[name] for name in ("estimate_maps", "maps_basis") if given[name] is not None}
+    return prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf, **computed)[2]
 
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
@@ -79,3 +147,63 @@ def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil
     preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate)
     sense = maps in ("file", "walsh", "espirit")
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What :func:`reconstruct_file` did."""
+
+    results: list
+    """``(key, scan, record, result)`` per image, in file order (as :func:`mri_recon.io.writers.write_result`
+    takes them)."""
+    written: list[Path]
+    """The files written (none when no output was asked for)."""
+
+
+def load_images(source: str | os.PathLike, settings: ReconSettings,
+                keys: list[dict] | None = None) -> list[tuple[dict, Scan]]:
+    """The images of ``source`` that the settings' choice keeps (and of those, the ones with these ``keys``)."""
+    images = load_scans(source, **settings.reader_keywords())
+    return images if keys is None else [(key, scan) for key, scan in images if key in keys]
+
+
+def write_images(output: str | os.PathLike, results: list, source: str | os.PathLike,
+                 settings: ReconSettings) -> list[Path]:
+    """Write ``results`` (in file order) to ``output`` in the settings' format and values."""
+    return write_result(output, results, source, format=settings.format, complex_=settings.complex_,
+                        magnitude=settings.magnitude)
+
+
+def reconstruct_file(source: str | os.PathLike, output: str | os.PathLike | None,
+                     settings: ReconSettings | None = None, *, keys: list[dict] | None = None,
+                     progress: Any = None, on_load: Callable[[list], None] | None = None,
+                     on_image: Callable[[int, dict, Scan], None] | None = None,
+                     on_done: Callable[[list], None] | None = None) -> FileResult:
+    """Read ``source``, prepare and reconstruct each of its images, write them to ``output`` (atomically;
+    None: nothing written).
+
+    ``keys``: only these images (a part of an MRD file's images). ``progress``: the solver's progress callback.
+    ``on_load(images)``: called once the file is read, before any work (checks, a progress bar);
+    ``on_image(index, key, scan)``: before each image; ``on_done(results)``: before writing. The PSF cache
+    is the settings' (``cache``, ``cache_dir``).
+    """
+    from .io.cache import PsfCache  # noqa: PLC0415 - with the reconstruction
+
+    settings = settings if settings is not None else ReconSettings()
+    images = load_images(source, settings, keys)
+    if on_load is not None:
+        on_load(images)
+    cache = PsfCache(settings.cache_dir) if settings.cache else None
+    images, delays = shared_gradient_delay(images, settings.gradient_delay)  # one estimate for all the images
+    settings = settings.replace(gradient_delay="none") if delays else settings
+    results = []
+    for index, (key, scan) in enumerate(images):
+        if on_image is not None:
+            on_image(index, key, scan)
+        ready, record, result = prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=cache)
+        results.append((key, ready, {**delays, **record}, result))
+    if on_done is not None:
+        on_done(results)
+    written = [] if output is None else write_images(output, results, source, settings)
+    return FileResult(results, written)
+

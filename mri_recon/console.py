@@ -123,9 +123,9 @@ def _plain(value: Any) -> Any:
 
 def truth_errors(results: list) -> list[tuple[str, float] | None]:
     """Per image, ``(kind, NRMSE)`` against its scan's ground truth
-    (:func:`mri_recon.result.nrmse_vs_truth`, the value of the HDF5 output's ``nrmse_vs_ground_truth``), or
+    (:func:`mri_recon.io.outputs.nrmse_vs_truth`, the value of the HDF5 output's ``nrmse_vs_ground_truth``), or
     None for a scan without one. ``results`` as for :func:`run_log`."""
-    from .result import nrmse_vs_truth
+    from .io.outputs import nrmse_vs_truth
 
     return [None if scan.ground_truth is None else
             nrmse_vs_truth(np.asarray(result.image, dtype=np.complex64), scan.ground_truth, result)
@@ -146,7 +146,7 @@ def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[
     residuals, stage timings, the pipeline's parameters and the preparation record, and the NRMSE against the
     ground truth of a scan that has one (``nrmse_vs_ground_truth``, ``nrmse_kind``); the stage timings summed.
 
-    ``results`` holds ``(key, scan, record, result)`` per image, as for :func:`mri_recon.result.write_result`.
+    ``results`` holds ``(key, scan, record, result)`` per image, as for :func:`mri_recon.io.writers.write_result`.
     """
     images, totals = [], {}
     for (key, _, record, result), error in zip(results, truth_errors(results)):

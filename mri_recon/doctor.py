@@ -142,8 +142,8 @@ def _pipeline_checks(device: Device, rng: np.random.Generator) -> list[Check]:
 def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
     """F^H d, F and the PSF, and F^H d and F with a field map, on one random problem, each against the float64
     oracle."""
-    from .operators import gpu_exact as gpu_fhd
-    from .operators.nudft import nudft_adjoint, nudft_forward
+    from .operators.engines import gpu_exact as gpu_fhd
+    from .operators.engines.nudft import nudft_adjoint, nudft_forward
 
     cupy = cupy_module()
     m, coils = 1500, 3
@@ -167,8 +167,8 @@ def _operator_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[
         out = gpu_fhd.psf_gpu(d_traj, cupy.asarray(weights), matrix)
         return _relative(cupy.asnumpy(out), nudft_adjoint(weights.astype(np.complex64), 2 * traj, big))
 
-    from .operators import gpu_offres
-    from .operators.offres import offres_adjoint, offres_forward
+    from .operators.offres import gpu_offres
+    from .operators.offres.model import offres_adjoint, offres_forward
 
     fmap = (150 * (2 * rng.random(matrix) - 1)).astype(np.float32)
     times = (rng.random(m) * 16e-3).astype(np.float32)
@@ -223,7 +223,7 @@ def _filter_check(shape: tuple[int, ...], size: tuple[int, ...], rng: np.random.
 
 def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
     """CG-SENSE (the fused Toeplitz operator and CG kernels, graph replay included) against NumPy in float64."""
-    from .operators.toeplitz import normal_operator
+    from .operators.normal.toeplitz import normal_operator
     from .solvers.cg import cg
 
     cupy = cupy_module()
@@ -246,8 +246,8 @@ def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
 
 def _finufft_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
     """FINUFFT's F^H d and F on one random problem, each against the float64 NumPy DFT."""
-    from .operators import finufft
-    from .operators.nudft import nudft_adjoint, nudft_forward
+    from .operators.engines import finufft
+    from .operators.engines.nudft import nudft_adjoint, nudft_forward
 
     m, coils = 400, 2
     traj = ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
@@ -265,7 +265,7 @@ def _finufft_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[C
 def _cpu_cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
     """CG-SENSE on the CPU (Toeplitz normal operator with coil maps) against ``numpy.linalg.solve`` of the same
     operator written out as a dense matrix."""
-    from .operators.toeplitz import normal_operator
+    from .operators.normal.toeplitz import normal_operator
     from .solvers.cg import cg
 
     coils, n = 3, int(np.prod(matrix))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from . import prep_memory
 from .backend import cpu_threads, host_memory_available, host_memory_limits
 from .errors import ResourceError
-from .operators.encoding import NUFFT_EPS
+from .operators.engines import Encoding, engine
 from .prep_memory import Preparation
 
 __all__ = ["Plan", "Preparation", "host_memory_available", "host_memory_limits", "human_bytes", "plan"]
@@ -30,12 +30,6 @@ __all__ = ["Plan", "Preparation", "host_memory_available", "host_memory_limits",
 COMPLEX64 = 8
 FLOAT32 = 4
 HEADROOM = 0.9  # leave 10% for allocator fragmentation and library workspaces
-# Rates behind the time estimate, measured (docs/benchmarks.md): an H200 and a 2-core CPU. Estimates only.
-GPU_TRIPLES_PER_S = 6.2e12  # coil-voxel-sample triples of the F^H d kernel, 8 coils
-GPU_PAIRS_PER_S = 5.0e12  # voxel-sample pairs of the PSF kernel on the 2x grid
-GPU_FFT_S = 1.0e-11  # seconds per (coil x 2x-grid voxel x log2 size) of one CG iteration
-CPU_SAMPLES_PER_S = 5.0e6  # FINUFFT coil-samples per second (F^H d and PSF), two cores
-CPU_FFT_S = 1.5e-9  # seconds per (coil x 2x-grid voxel x log2 size) of one CG iteration
 
 
 @dataclass(frozen=True)
@@ -69,60 +63,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-COMPLEX128 = 16
-FLOAT64 = 8
-EXACT_CHUNK = 128 * 2**20
-"""Working memory of the NumPy exact DFT: its block (64 MiB counted at 24 bytes per phase) holds 48 bytes
-per phase at its peak (float64 cycles and angle, the complex128 phase, and the previous block's phase)."""
-METHODS = ("auto", "exact", "nufft", "gpu", "gpu-nufft")
-NUFFT_MAX_GROUP = 8
-"""Most coils the GPU NUFFT spreads onto fine grids at once."""
-
-
-def _cpu_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, method: str,
-                workers: int) -> dict[str, int]:
-    """Bytes held at the peak of each CPU stage before the CG iterations (inputs included)."""
-    from .operators.finufft import fine_grid_shape  # noqa: PLC0415 - numpy only; keeps this module light
-
-    d, m, c = len(matrix), n_samples, n_coils
-    n_vox = math.prod(matrix)
-    big = tuple(2 * n for n in matrix)
-    grid2 = math.prod(big)
-    inputs = c * m * COMPLEX64 + m * (d + 1) * FLOAT32 + (c * n_vox * COMPLEX64 if sense else 0)
-    coords = m * d * FLOAT64 * 2  # the float64 trajectory and FINUFFT's scaled coordinates
-    if method == "nufft":
-        in_flight = min(workers, c)
-        fhd_work = (c * m * COMPLEX128  # the samples in complex128
-                    + in_flight * math.prod(fine_grid_shape(matrix, NUFFT_EPS)) * COMPLEX128)
-        psf_work = (m * COMPLEX128 + m * d * FLOAT64  # the weights in complex128, the doubled trajectory
-                    + math.prod(fine_grid_shape(big, NUFFT_EPS)) * COMPLEX128)
-    else:
-        fhd_work = c * m * COMPLEX128 + n_vox * d * FLOAT64 + EXACT_CHUNK
-        psf_work = m * COMPLEX128 + grid2 * d * FLOAT64 + EXACT_CHUNK
-    weighted = c * m * COMPLEX64
-    fhd = inputs + weighted + coords + fhd_work + c * n_vox * (COMPLEX128 + COMPLEX64)
-    rhs = (1 if sense else c) * n_vox * COMPLEX64
-    psf = inputs + rhs + coords + max(psf_work + grid2 * COMPLEX128, grid2 * (COMPLEX128 + COMPLEX64))
-    spectrum = inputs + rhs + 3 * grid2 * COMPLEX64
-    return {"fhd": int(fhd), "psf": int(psf), "spectrum": int(spectrum)}
-
-
-def _gpu_nufft_stages(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, fixed: int) -> dict[str, int]:
-    """Bytes at the peak of the GPU NUFFT's F^H d and PSF stages, on top of the ``fixed`` arrays."""
-    from .operators.encoding import GPU_NUFFT_EPS  # noqa: PLC0415 - plain Python; keeps this module light
-    from .operators.nufft_params import nufft_params  # noqa: PLC0415
-
-    d, m, c = len(matrix), n_samples, n_coils
-    big = tuple(2 * n for n in matrix)
-    fine = math.prod(nufft_params(matrix, GPU_NUFFT_EPS).fine)
-    fine2 = math.prod(nufft_params(big, GPU_NUFFT_EPS).fine)
-    per_sample = 12 + 8 * d + 4 * d  # the plan's sort buffers and its copy of the trajectory
-    group = min(c, NUFFT_MAX_GROUP)
-    fhd = m * per_sample + group * fine * COMPLEX64 + c * m * COMPLEX64  # + the weighted samples
-    psf = m * (per_sample + 4 * d) + fine2 * COMPLEX64 + math.prod(big) * COMPLEX64
-    return {"fhd": int(fixed + fhd), "psf": int(fixed + psf)}
 
 
 ADVICE = {
@@ -166,25 +106,9 @@ def _refusal(what: str, least: int, available: int, stage: str, shape: str, limi
                          f"more memory is free")
 
 
-def _seconds(matrix: tuple[int, ...], n_coils: int, n_samples: int, iterations: int, *, gpu: bool,
-             method: str) -> float:
-    """The time estimate (rates measured in docs/benchmarks.md)."""
-    n_vox = math.prod(matrix)
-    grid2 = n_vox * 2 ** len(matrix)
-    fft_work = iterations * n_coils * grid2 * max(1.0, math.log2(grid2))
-    if gpu and method == "gpu-nufft":
-        from .operators.cost import nufft_seconds  # noqa: PLC0415
-
-        return nufft_seconds(tuple(matrix), n_samples, n_coils) + fft_work * GPU_FFT_S
-    if gpu:
-        return (n_coils * n_vox * n_samples / GPU_TRIPLES_PER_S + grid2 * n_samples / GPU_PAIRS_PER_S
-                + fft_work * GPU_FFT_S)
-    return (n_coils + 1) * n_samples / CPU_SAMPLES_PER_S + fft_work * CPU_FFT_S
-
-
 def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, iterations: int,
          available_bytes: int | None, gpu: bool, max_coil_batch: int | None = None,
-         what: str = "memory", method: str = "auto", workers: int | None = None,
+         what: str = "memory", method: str | type[Encoding] = "auto", workers: int | None = None,
          preparation: Preparation | None = None, limit: str | None = None) -> Plan:
     """Plan the memory of a reconstruction of ``n_coils`` x ``n_samples`` samples onto ``matrix``.
 
@@ -199,10 +123,11 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     max_coil_batch
         Force at most this many coils per Toeplitz batch (tests, and users who share the device).
     method
-        The engine. CPU: ``"auto"`` or ``"nufft"`` (FINUFFT, whose oversampled complex128 grids dominate the
-        F^H d and PSF stages) or ``"exact"`` (the NumPy DFT, block by block). GPU: ``"gpu-nufft"`` (the GPU
-        NUFFT: its fine grids, up to 8 coils at once, and the PSF's fine grid on the 2x grid) or anything
-        else (the exact kernels, which need no work arrays).
+        The engine class, or its name on the device ``gpu`` says (:func:`~mri_recon.operators.engines.engine`:
+        ``"auto"``, ``"exact"``, ``"nufft"``, the old ``"gpu"`` and ``"gpu-nufft"``). Its memory model
+        (:meth:`~mri_recon.operators.engines.Encoding.stage_bytes`) gives the F^H d and PSF stages, its time
+        model the estimate (CPU: FINUFFT's oversampled complex128 grids or the NumPy DFT's blocks; GPU: the
+        NUFFT's fine grids, or none for the exact kernels).
     workers
         CPU transforms in flight at once (default: the CPUs this process may use).
     preparation
@@ -216,8 +141,7 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     ResourceError
         Even one coil at a time needs more than ``available_bytes``.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+    kind = engine(method, "gpu" if gpu else "cpu") if isinstance(method, str) else method
     matrix = tuple(matrix)
     n_vox = math.prod(matrix)
     grid2 = n_vox * 2 ** len(matrix)
@@ -234,12 +158,8 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     workers = cpu_threads() if workers is None else max(1, int(workers))
     stages, held = _prep_stages(matrix, n_coils, n_samples, sense=sense, gpu=gpu, workers=workers,
                                 preparation=preparation or Preparation())
-    if gpu and method == "gpu-nufft":
-        stages.update(_gpu_nufft_stages(matrix, n_coils, n_samples, fixed=fixed))
-    if not gpu:
-        cpu = _cpu_stages(matrix, n_coils, n_samples, sense=sense, method="exact" if method == "exact" else "nufft",
-                          workers=workers)
-        stages.update({name: value + held for name, value in cpu.items()})
+    work = kind.stage_bytes(matrix, n_coils, n_samples, sense=sense, fixed=fixed, workers=workers)
+    stages.update({name: value + held for name, value in work.items()})
     batch = n_coils if max_coil_batch is None else max(1, min(n_coils, int(max_coil_batch)))
     if available_bytes is not None:
         budget = int(available_bytes * HEADROOM)
@@ -252,5 +172,5 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     stages["iterations"] = int(fixed + held + batch * per_coil)
     return Plan(fixed_bytes=int(fixed), per_coil_bytes=int(per_coil), coil_batch=int(batch),
                 n_coils=int(n_coils), peak_bytes=int(max(stages.values())), available_bytes=available_bytes,
-                estimated_seconds=_seconds(matrix, n_coils, n_samples, iterations, gpu=gpu, method=method),
+                estimated_seconds=kind.run_seconds(matrix, n_samples, n_coils, iterations),
                 stages=stages)

@@ -85,7 +85,7 @@ def pipe_region(extent: tuple[float, ...]) -> int:
 
 def _convolution(points: int, positions: int, grid: int, d: int) -> int:
     """One Pipe-Menon convolution: FINUFFT's type-1 of ``points`` onto ``grid`` and type-2 back at ``positions``."""
-    from .operators.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
+    from .operators.engines.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
 
     fine = upsampfac(1e-4) ** d * grid * C128
     adjoint = points * (d * F64 + C128) + grid * C128 + fine
@@ -126,8 +126,8 @@ def _eigen(n_vox: int, c: int) -> int:
 def _lowres(c: int, m_in: int, d: int, grid: int, workers: int) -> int:
     """The low-resolution adjoint: the radii of every sample, the central samples weighted, their FINUFFT
     transform (complex128 samples and images, one fine grid per transform in flight)."""
-    from .operators.encoding import NUFFT_EPS  # noqa: PLC0415
-    from .operators.finufft import upsampfac  # noqa: PLC0415
+    from .operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
+    from .operators.engines.finufft import upsampfac  # noqa: PLC0415
 
     fine = int(upsampfac(NUFFT_EPS) ** d * grid) * C128
     return (m_in * (d * F32 + 3 * F32 + I64) + 2 * c * m_in * C64 + c * m_in * C128 + m_in * d * F64

@@ -37,7 +37,7 @@ def one_scan(path: str, out: str) -> dict:
     from mri_recon.api import prepare_and_reconstruct
     from mri_recon.io import load_scans
     from mri_recon.io.cache import PsfCache
-    from mri_recon.result import write_result
+    from mri_recon.io.writers import write_result
 
     t0 = time.perf_counter()
     loaded = load_scans(path)

@@ -2,7 +2,7 @@
 
 For each problem (matrix, samples, coils) it times what a reconstruction pays: F^H d of every coil and the
 Toeplitz PSF, once with the exact kernels and once with the GPU NUFFT (a fresh plan each time: its sort is
-part of the price). It then fits the constants of :mod:`mri_recon.operators.cost` by least squares, and
+part of the price). It then fits the constants of :mod:`mri_recon.operators.engines.cost` by least squares, and
 reports for every problem the measured and predicted times and whether the model picks the faster engine.
 Usage: python scripts/bench_cost.py OUT.json
 """
@@ -20,8 +20,7 @@ import numpy as np
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module
-from mri_recon.operators import cost
-from mri_recon.operators.encoding import GpuExactEncoding, GpuNufftEncoding
+from mri_recon.operators.engines import GpuExactEncoding, GpuNufftEncoding, cost, fastest
 from mri_recon.sim.trajectories import kooshball, radial
 
 
@@ -79,7 +78,7 @@ def measure(matrix, kind, fraction, coils, cupy, rng) -> dict:
 
 
 def features(row: dict) -> tuple[list[float], list[float]]:
-    """Linear features of the two models (see mri_recon.operators.cost)."""
+    """Linear features of the two models (see mri_recon.operators.engines.cost)."""
     matrix, m, c = tuple(row["matrix"]), row["samples"], row["coils"]
     n, dim = math.prod(matrix), len(matrix)
     groups = -(-c // cost.MAX_GROUP)
@@ -110,8 +109,8 @@ def main(argv: list[str]) -> int:
         row = measure(matrix, kind, fraction, coils, cupy, rng)
         row["predicted_exact_s"] = cost.exact_seconds(tuple(matrix), row["samples"], coils)
         row["predicted_nufft_s"] = cost.nufft_seconds(tuple(matrix), row["samples"], coils)
-        row["faster"] = "gpu" if row["exact_s"] <= row["nufft_s"] else "gpu-nufft"
-        row["chosen"] = cost.fastest_gpu_engine(tuple(matrix), row["samples"], coils)
+        row["faster"] = "exact" if row["exact_s"] <= row["nufft_s"] else "nufft"
+        row["chosen"] = fastest("gpu", tuple(matrix), row["samples"], coils).name
         rows.append(row)
         print(f"{str(matrix):<16} M {row['samples']:>8} C {coils}  exact {row['exact_s'] * 1e3:9.3f} ms "
               f"(model {row['predicted_exact_s'] * 1e3:9.3f})  nufft {row['nufft_s'] * 1e3:8.3f} ms "

@@ -43,7 +43,7 @@ import scipy
 
 import mri_recon
 from mri_recon.operators import psf
-from mri_recon.operators.toeplitz import kernel_spectrum, toeplitz_apply
+from mri_recon.operators.normal.toeplitz import kernel_spectrum, toeplitz_apply
 from mri_recon.pipeline import reconstruct
 from mri_recon.prep import dcf
 from mri_recon.scan import Scan

@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 from benchtools import cuda_timed, radial_2d
@@ -27,9 +28,11 @@ from benchtools import cuda_timed, radial_2d
 from mri_recon.backend import cupy_module
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels.configs import fhd_defines
-from mri_recon.operators import gpu_exact as gpu_fhd
-from mri_recon.operators import gpu_ladder as ladder
-from mri_recon.operators.gpu_layout import fixed_point_turns
+from mri_recon.operators.engines import gpu_exact as gpu_fhd
+from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ladder is test and benchmark code
+import gpu_ladder as ladder  # noqa: E402
 
 CEILING = 132 * 8 * 1.98e9
 """H200 special-function-unit bound of direct F^H d, one coil: 132 SMs x 8 sin+cos pairs/clock x 1.98 GHz."""
@@ -213,9 +216,9 @@ def main(path: str) -> int:
         defines = fhd_defines(len(p["matrix"]), coils, vox, recur)
 
         def fn():
-            out = gpu_fhd._empty((coils, p["nvox"]), cupy.complex64)
+            out = gpu_fhd.empty((coils, p["nvox"]), cupy.complex64)
             records = gpu_fhd._records(fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils], real=False)
-            gpu_fhd._fhd_launch(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd._device())
+            gpu_fhd.fhd_launch(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd.current_device())
             return out
 
         return ours(p, "recur" if recur else "multi", coils, dim, fn=fn, positions_per_thread=vox, block=block,
@@ -244,8 +247,8 @@ def main(path: str) -> int:
         def fn():
             kfix = fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
             records = gpu_fhd._records(kfix, weights[None, :], real=True)
-            out = gpu_fhd._empty((1, math.prod(big)), cupy.complex64)
-            gpu_fhd._fhd_launch(out, records, big, defines, True, 0, None, block, gpu_fhd._device())
+            out = gpu_fhd.empty((1, math.prod(big)), cupy.complex64)
+            gpu_fhd.fhd_launch(out, records, big, defines, True, 0, None, block, gpu_fhd.current_device())
             return out
 
         timing = timed(fn)

@@ -1,5 +1,5 @@
 """The cost of a bit-reproducible CPU F^H d and PSF: FINUFFT's default threading against one thread per
-transform (coils spread over a thread pool), as :mod:`mri_recon.operators.finufft` now runs.
+transform (coils spread over a thread pool), as :mod:`mri_recon.operators.engines.finufft` now runs.
 
 Usage: ``python scripts/bench_finufft_determinism.py [--repeats 7] [--json out.json]``. Prints a table
 (median seconds of ``--repeats`` runs after one warm-up, and whether every run gave the same bits).
@@ -16,7 +16,7 @@ import time
 import finufft
 import numpy as np
 
-from mri_recon.operators import finufft as wrapper
+from mri_recon.operators.engines import finufft as wrapper
 from mri_recon.sim import trajectories
 
 EPS = 1e-7  # the pipeline's NUFFT_EPS

@@ -34,7 +34,7 @@ import numpy as np
 
 from mri_recon import backend
 from mri_recon.io import ismrmrd as ismrmrd_io
-from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.operators.engines import finufft as nufft_cpu
 from mri_recon.prep import coilmaps
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories

@@ -1,4 +1,4 @@
-"""Benchmark of the GPU NUFFT (mri_recon.operators.gpu_nufft) with SigPy's GPU nufft_adjoint beside it.
+"""Benchmark of the GPU NUFFT (mri_recon.operators.engines.gpu_nufft) with SigPy's GPU nufft_adjoint beside it.
 
 Usage: python scripts/bench_nufft.py OUT.json [quick]
 
@@ -27,7 +27,7 @@ from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
 from benchtools import section as run_section
 
 from mri_recon.backend import cupy_module
-from mri_recon.operators import gpu_nufft
+from mri_recon.operators.engines import gpu_nufft
 from mri_recon.sim import trajectories
 
 COILS = 8

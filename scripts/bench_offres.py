@@ -52,9 +52,10 @@ from mri_recon.backend import Device, cupy_module, gpu_available
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels import get_module
 from mri_recon.kernels.configs import fhd_defines, offres_rotates, thread_floats
-from mri_recon.operators import gpu_exact, gpu_offres
-from mri_recon.operators.gpu_layout import fixed_point_turns
-from mri_recon.operators.time_segments import interpolation_error
+from mri_recon.operators.engines import gpu_exact
+from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+from mri_recon.operators.offres import gpu_offres
+from mri_recon.operators.offres.time_segments import interpolation_error
 from mri_recon.sim import offres as sim_offres
 
 RUNS = 10
@@ -181,7 +182,7 @@ def sweep_problem(n: int, spokes: int, samples: int) -> tuple:
     traj = radial_2d(n, spokes, samples)
     times = sim_offres.readout_times(len(traj), samples, 16e-3)
     prepared = gpu_offres.prepare_offres(cupy.asarray(sim_offres.field_map(matrix, 150.0)), cupy.asarray(times))
-    return matrix, traj, prepared, fixed_point_turns(cupy.asarray(traj), matrix), gpu_exact._device()
+    return matrix, traj, prepared, fixed_point_turns(cupy.asarray(traj), matrix), gpu_exact.current_device()
 
 
 def recur_sweep(n: int, spokes: int, samples: int) -> dict:
@@ -201,8 +202,8 @@ def recur_sweep(n: int, spokes: int, samples: int) -> dict:
                 defines = fhd_defines(2, coils, vox, True, offres=True, rotate=rotate)
 
                 def fn(defines=defines, records=records, coils=coils):
-                    out = gpu_exact._empty((coils, n * n), cupy.complex64)
-                    gpu_exact._fhd_launch(out, records, matrix, defines, True, 0, None, None, device,
+                    out = gpu_exact.empty((coils, n * n), cupy.complex64)
+                    gpu_exact.fhd_launch(out, records, matrix, defines, True, 0, None, None, device,
                                           field_map=prepared.fixed, steps=prepared.runs.steps)
                     return out
 
@@ -217,7 +218,7 @@ def tc_sweep(n: int, spokes: int, samples: int) -> dict:
     """The tensor-core kernel alone (packing included, the centre phase not) on the ``fhd_2d`` problem: 1, 2, 4, 8
     coils by 16-voxel tiles per warp (1, 2, 4), rate and registers, to tune ``configs.TC_MTILES``."""
     from mri_recon.kernels.configs import offres_tc_defines
-    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+    from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
 
     cupy = cupy_module()
     rng = np.random.default_rng(3)

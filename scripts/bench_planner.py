@@ -34,7 +34,8 @@ CASES = {
     "2d-exact-4coils": ((80, 80), "golden", 4, 126, 160, "exact", True),
     "3d-exact-1coil": ((16, 16, 16), "kooshball", 1, 400, 32, "exact", False),
 }
-IMPORTS = "import h5py, numpy, scipy.fft, finufft; import mri_recon.pipeline, mri_recon.io, mri_recon.operators.finufft"
+IMPORTS = ("import h5py, numpy, scipy.fft, finufft; "
+           "import mri_recon.pipeline, mri_recon.io, mri_recon.operators.engines.finufft")
 MAKE = """
 import sys, numpy as np
 from mri_recon.io import save_scan

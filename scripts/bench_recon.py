@@ -64,7 +64,7 @@ def problem_3d(n: int, seed: int = 0) -> Scan:
     """The 3D kooshball benchmark scan of matrix n^3 (see the module docstring), built on the GPU."""
     import math
 
-    from mri_recon.operators.encoding import GpuNufftEncoding
+    from mri_recon.operators.engines import GpuNufftEncoding
     from mri_recon.sim.phantom import cartesian_signal, noise_std_for
     from mri_recon.sim.trajectories import kooshball
 
@@ -103,7 +103,7 @@ def timed(fn, repeats: int, sync) -> tuple[float, list[float], object]:
 
 
 def ours_3d(scan: Scan, repeats: int, device, sync) -> dict:
-    from mri_recon.operators.encoding import choose_engine
+    from mri_recon.operators.engines import choose_engine
     from mri_recon.pipeline import memory_plan
 
     cupy = cupy_module()

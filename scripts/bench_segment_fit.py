@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 import mri_recon
-from mri_recon.operators import time_segments
-from mri_recon.operators.offres_setup import plan_correction
+from mri_recon.operators.offres import time_segments
+from mri_recon.operators.offres.setup import plan_correction
 
 
 def timed(fn, runs: int) -> dict:

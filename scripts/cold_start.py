@@ -1,13 +1,21 @@
-"""The first GPU reconstruction in a fresh environment against a warm one (CLI, new process each run).
+"""The first GPU reconstruction in a fresh environment, with and without the precompiled kernels, against a warm one.
 
-Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold": CuPy's kernel
-cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has); "warm": the same
-folders again, filled by the cold run (median of ``--repeats`` runs); "after doctor": empty folders, then
-``mri-recon doctor`` once, then one reconstruction. The kernels compiled by the cold run are counted from
+Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold_bundle": CuPy's
+kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has), mri-recon's
+modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md) and CuPy's own kernels
+from the bundle's CuPy part (``bundle/cupy``, copied into the empty CuPy cache by ``kernels.prefetch``);
+"cold_bundle_only": the same with ``MRI_RECON_CUPY_BUNDLE=0`` (CuPy compiles its own kernels on first use);
+"cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the data go
+up, CuPy's kernels on first use); "warm": the bundle run's folders again, now
+filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty folders, ``mri-recon doctor`` once,
+then one reconstruction. The kernels each cold run compiled are counted from
 CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
-kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels).
+kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels; a kernel
+installed from the bundle has no source beside it, so it is counted as a binary, not as compiled), and the seconds
+each run spent compiling (or loading from CuPy's cache) are summed by kind (``compile_time``). Without
+``--scan`` the issue's 2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
 
-Usage: python scripts/cold_start.py OUT.json --scan SCAN.h5 [--method auto|exact|nufft ...] [--repeats N]
+Usage: python scripts/cold_start.py OUT.json [--scan SCAN.h5] [--method auto|exact|nufft ...] [--repeats N]
        [--doctor]
 """
 
@@ -25,13 +33,43 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def run_cli(args: list[str], env: dict[str, str]) -> float:
+TIMED_CLI = r"""
+import atexit, json, os, sys, threading, time
+from cupy.cuda import compiler
+real, lock = compiler._compile_with_cache_cuda, threading.Lock()
+spent = {"mri_recon": [0.0, 0], "cupy": [0.0, 0]}
+def timed(source, *args, **kwargs):
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mri_recon.cli", *args], env=env, capture_output=True, text=True)
+    try:
+        return real(source, *args, **kwargs)
+    finally:
+        with lock:
+            entry = spent["mri_recon" if "mri_recon_" in source else "cupy"]
+            entry[0] += time.perf_counter() - start
+            entry[1] += 1
+compiler._compile_with_cache_cuda = timed
+atexit.register(lambda: open(os.environ["COLD_START_TIMES"], "w").write(json.dumps(spent)))
+sys.argv[0] = "mri-recon"
+from mri_recon.cli import main
+main()
+"""
+"""``mri-recon`` with the seconds spent in CuPy's compile-or-load-from-cache call counted (summed over threads:
+mri-recon's modules build on several at once; CuPy's own kernels one after the other on the main thread)."""
+
+
+def run_cli(args: list[str], env: dict[str, str], times: dict | None = None) -> float:
+    """Seconds of one ``mri-recon ARGS`` process; ``times`` receives the compile seconds and calls by kind."""
+    record = Path(env.get("CUPY_CACHE_DIR", tempfile.gettempdir())).parent / f"times-{time.monotonic_ns()}.json"
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", TIMED_CLI, *args], env=dict(env, COLD_START_TIMES=str(record)),
+                          capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"mri-recon {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    if times is not None and record.is_file():
+        spent = json.loads(record.read_text())
+        times.update({f"{kind}_compile_s": round(value[0], 3) for kind, value in spent.items()})
+        times.update({f"{kind}_compile_calls": value[1] for kind, value in spent.items()})
     return seconds
 
 
@@ -46,19 +84,31 @@ def count_kernels(cache_dir: Path) -> dict:
 
 
 def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> dict:
-    def env_for(tag: str) -> tuple[dict[str, str], Path]:
+    def env_for(tag: str, precompiled: str = "1", cupy_bundle: str = "1") -> tuple[dict[str, str], Path]:
         folder = work / f"{method}-{tag}"
         env = dict(os.environ, CUPY_CACHE_DIR=str(folder / "cupy"), MRI_RECON_CACHE_DIR=str(folder / "psf"),
-                   CUPY_CACHE_SAVE_CUDA_SOURCE="1")
+                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled,
+                   MRI_RECON_CUPY_BUNDLE=cupy_bundle)
+        folder.mkdir(parents=True, exist_ok=True)
         return env, folder
 
     args = ["reconstruct", scan, "--method", method, "-q", "-o"]
-    env, folder = env_for("fresh")
-    cold = run_cli([*args, str(folder / "cold.h5")], env)
+    env_nvrtc, folder_nvrtc = env_for("nvrtc", "0")
+    times = {"cold_nvrtc": {}, "cold_bundle_only": {}, "cold_bundle": {}, "warm": {}}
+    cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc, times["cold_nvrtc"])
+    env_only, folder_only = env_for("bundle-only", "1", "0")
+    cold_only = run_cli([*args, str(folder_only / "cold.h5")], env_only, times["cold_bundle_only"])
+    env, folder = env_for("bundle")
+    cold = run_cli([*args, str(folder / "cold.h5")], env, times["cold_bundle"])
     kernels = count_kernels(folder / "cupy")
-    warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env) for i in range(repeats)]
-    result = {"method": method, "cold_s": cold, "warm_median_s": statistics.median(warm), "warm_s": warm,
-              "cold_minus_warm_s": cold - statistics.median(warm), "compiled": kernels}
+    warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env, times["warm"]) for i in range(repeats)]
+    median = statistics.median(warm)
+    result = {"method": method, "cold_bundle_s": cold, "cold_bundle_only_s": cold_only, "cold_nvrtc_s": cold_nvrtc,
+              "warm_median_s": median, "warm_s": warm, "cold_bundle_minus_warm_s": cold - median,
+              "cold_bundle_only_minus_warm_s": cold_only - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
+              "compile_time": times, "compiled_bundle": kernels,
+              "compiled_bundle_only": count_kernels(folder_only / "cupy"),
+              "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
     if doctor:
         env, folder = env_for("doctor")
         result["doctor_s"] = run_cli(["doctor"], env)
@@ -69,15 +119,54 @@ def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> d
             "mri_recon_modules": after["mri_recon_modules"] - before["mri_recon_modules"],
             "cupy_kernels": after["cupy_kernels"] - before["cupy_kernels"],
             "cupy_names": sorted(set(after["cupy_names"]) - set(before["cupy_names"]))}
-        result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - result["warm_median_s"]
-    print(json.dumps({k: v for k, v in result.items() if k != "warm_s"}), flush=True)
+        result["after_doctor_minus_warm_s"] = result["after_doctor_s"] - median
+    print(json.dumps({k: v for k, v in result.items() if not k.startswith(("warm_s", "compiled"))}), flush=True)
     return result
+
+
+def bundle_info(cupy) -> dict:
+    """What the installed bundle holds and whether it serves this device (the toeplitz.cu module as a probe)."""
+    from mri_recon.kernels import bundle as kb
+
+    installed = kb.installed()
+    capability = int(cupy.cuda.Device(0).compute_capability)
+    driver = int(cupy.cuda.runtime.driverGetVersion())
+    probe = installed.binary("toeplitz.cu", {}, capability, driver)
+    return {"entries": len(installed.entries), "nvrtc": installed.nvrtc, "capability": capability, "driver": driver,
+            "compressed_bytes": sum((installed.directory / e["binary"]).stat().st_size
+                                    for e in installed.entries.values()),
+            "serves_this_device": probe[0] if probe else None, "cupy_record": cupy_record(cupy)}
+
+
+def cupy_record(cupy) -> dict:
+    """The recorded CuPy kernel requests (kernels/cupy_kernels.json) and the bundle's CuPy part: how many, for
+    which CuPy and NVRTC, and how many entries of the architecture CuPy compiles for on this device."""
+    from cupy.cuda import compiler
+
+    from mri_recon.kernels import cupy_bundle, cupy_kernels
+
+    version, requests = cupy_kernels.recorded()
+    manifest = cupy_bundle.read_manifest(cupy_bundle.CUPY_DIR) or {}
+    arch = str(compiler._get_arch())
+    return {"requests": len(requests), "cupy": version, "bundle_cupy": manifest.get("cupy"),
+            "bundle_nvrtc": manifest.get("nvrtc"), "this_nvrtc": cupy_bundle.nvrtc_version(compiler),
+            "arch": arch, "bundle_entries_for_arch": sum(e.get("arch") == arch for e in manifest.get("entries", []))}
+
+
+def simulate(work: Path) -> str:
+    """The issue's 2D problem: 256^2, 8 coils, 512 spokes x 512 samples (262,144 samples per coil)."""
+    path = work / "scan_256.h5"
+    done = subprocess.run([sys.executable, "-m", "mri_recon.cli", "simulate", str(path), "--matrix", "256",
+                           "--coils", "8", "--spokes", "512", "--samples", "512", "-q"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"simulate failed: {done.stderr.strip()[-400:]}")
+    return str(path)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
-    parser.add_argument("--scan", required=True)
+    parser.add_argument("--scan", default=None, help="default: simulate the 2D problem (256^2, 8 coils)")
     parser.add_argument("--method", action="append", choices=("auto", "exact", "nufft"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--doctor", action="store_true", help="also time `doctor` and the first run after it")
@@ -86,13 +175,15 @@ def main() -> int:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        scan = args.scan or simulate(Path(tmp))
         for method in args.method or ["auto"]:
-            results.append(measure(args.scan, method, args.repeats, args.doctor, Path(tmp)))
+            results.append(measure(scan, method, args.repeats, args.doctor, Path(tmp)))
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     Path(args.out).write_text(json.dumps({
         "benchmark": "cold start", "device": name, "date": time.strftime("%Y-%m-%d"), "cupy": cupy.__version__,
-        "python": platform.python_version(), "scan": args.scan, "cpus": os.cpu_count(), "runs": results}, indent=1))
+        "python": platform.python_version(), "scan": args.scan or "simulated 256^2, 8 coils, 512 x 512 radial",
+        "cpus": os.cpu_count(), "bundle": bundle_info(cupy), "runs": results}, indent=1))
     return 0
 
 

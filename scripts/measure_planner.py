@@ -55,7 +55,7 @@ CASES = {
     "3d64-4coils-file": ((64, 64, 64), "kooshball", 4, {"coil_maps": "file"}),
 }
 IMPORTS = ("import h5py, numpy, scipy.fft, finufft, threadpoolctl; import mri_recon, mri_recon.pipeline, mri_recon.io, "
-           "mri_recon.operators.finufft, mri_recon.prep.coilmaps, mri_recon.prep.dcf")
+           "mri_recon.operators.engines.finufft, mri_recon.prep.coilmaps, mri_recon.prep.dcf")
 MAKE = """
 import sys
 from mri_recon.io import save_scan
@@ -121,8 +121,8 @@ def finufft_grids(matrix: tuple[int, ...], coils: int, method: str) -> dict[str,
     """Bytes of FINUFFT's fine grids in the ``fhd`` and ``psf`` stages, which tracemalloc does not see (their
     shapes are FINUFFT's own: tests/test_planner_png.py reads them from its debug output)."""
     from mri_recon.backend import cpu_threads  # noqa: PLC0415 - after the path is set
-    from mri_recon.operators.encoding import NUFFT_EPS  # noqa: PLC0415
-    from mri_recon.operators.finufft import fine_grid_shape  # noqa: PLC0415
+    from mri_recon.operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
+    from mri_recon.operators.engines.finufft import fine_grid_shape  # noqa: PLC0415
 
     if method != "nufft":
         return {}

@@ -27,9 +27,10 @@ import numpy as np
 
 import mri_recon
 from mri_recon.backend import resolve_device, to_device, to_host
-from mri_recon.operators import time_segments as ts
-from mri_recon.operators.encoding import choose_engine
-from mri_recon.operators.offres import OffresEncoding
+from mri_recon.operators.engines import choose_engine
+from mri_recon.operators.offres import time_segments as ts
+from mri_recon.operators.offres.model import OffresEncoding
+from mri_recon.operators.offres.segmented import TimeSegmentedEncoding
 
 
 def nrmse(image, truth) -> float:
@@ -47,7 +48,7 @@ def segmented_encoding(scan, segments, device):
     b, tau, _ = ts.interpolators(scan.field_map, scan.times, segments)
     phases = np.exp(-2j * np.pi * scan.field_map[None].astype(np.float64) * tau[:, None, None])
     base = engine(to_device(scan.trajectory, device), scan.matrix, scan.n_coils)
-    return ts.TimeSegmentedEncoding(base, to_device(b.astype(np.complex64), device),
+    return TimeSegmentedEncoding(base, to_device(b.astype(np.complex64), device),
                                     to_device(phases.astype(np.complex64), device))
 
 

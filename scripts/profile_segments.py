@@ -14,7 +14,7 @@ import cupy
 import numpy as np
 
 import mri_recon
-from mri_recon.operators import gpu_segments
+from mri_recon.operators.offres import gpu_segments
 
 captured = []
 original = gpu_segments.FusedSegmentedNormal.__init__

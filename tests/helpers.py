@@ -6,7 +6,7 @@ import numpy as np
 
 
 def poison_empty(monkeypatch, *modules) -> None:
-    """Every buffer the launchers of ``modules`` take from their ``_empty`` starts with all bytes 0xFF (NaN in
+    """Every buffer the launchers of ``modules`` take from their ``empty`` starts with all bytes 0xFF (NaN in
     float and complex arrays, -1 in integer ones), so an element a kernel leaves unwritten shows."""
     from mri_recon.backend import cupy_module
 
@@ -18,7 +18,7 @@ def poison_empty(monkeypatch, *modules) -> None:
         return out
 
     for module in modules:
-        monkeypatch.setattr(module, "_empty", empty)
+        monkeypatch.setattr(module, "empty", empty)
 
 
 def relative(out, ref) -> float:

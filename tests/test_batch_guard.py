@@ -15,9 +15,9 @@ from mri_recon.batch import predict as predict_module
 from mri_recon.batch import reconstruct_many
 from mri_recon.batch.predict import decide, scan_seconds
 from mri_recon.batch.runner import plan_tasks
-from mri_recon.batch.task import ReconOptions
 from mri_recon.cli import main
 from mri_recon.errors import DeviceError, InvalidDataError, OutputError
+from mri_recon.settings import ReconSettings
 
 distributed = pytest.importorskip("distributed")
 
@@ -98,32 +98,32 @@ def test_a_file_name_for_several_outputs_is_refused_and_one_scan_writes_it(tmp_p
             in result.output, result.output
         assert not (tmp_path / name).exists()
     with pytest.raises(OutputError, match="names one output file"):
-        plan_tasks(scans, tmp_path / "x.H5", ReconOptions())
+        plan_tasks(scans, tmp_path / "x.H5", ReconSettings())
     result = _cli(scans[0], "-o", tmp_path / "one.h5", "--workers", "2", "--iterations", "2", "--device", "cpu")
     assert result.exit_code == 0, result.output
     with h5py.File(tmp_path / "one.h5") as f:
         assert f["image"].shape == (32, 32)
     (tmp_path / "dir.h5").mkdir()  # an existing folder stays a folder of outputs
-    assert [t.output.parent for t in plan_tasks(scans, tmp_path / "dir.h5", ReconOptions())[0]] == \
+    assert [t.output.parent for t in plan_tasks(scans, tmp_path / "dir.h5", ReconSettings())[0]] == \
         [tmp_path / "dir.h5"] * 2
 
 
 def test_the_predicted_work_of_a_scan_grows_with_its_size_and_iterations(tmp_path, rng):
     small, large = make_scans(tmp_path / "s", 1, rng) + make_scans(tmp_path / "l", 1, rng, matrix=(64, 64),
                                                                    coils=4)
-    (s_task,), (l_task,) = (plan_tasks([p], None, ReconOptions(iterations=10))[0] for p in (small, large))
+    (s_task,), (l_task,) = (plan_tasks([p], None, ReconSettings(iterations=10))[0] for p in (small, large))
     assert 0 < scan_seconds(s_task, gpu=False) < scan_seconds(l_task, gpu=False)
-    (more,) = plan_tasks([small], None, ReconOptions(iterations=40))[0]
+    (more,) = plan_tasks([small], None, ReconSettings(iterations=40))[0]
     assert scan_seconds(more, gpu=False) > scan_seconds(s_task, gpu=False)
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"not hdf5")
-    (b_task,) = plan_tasks([bad], None, ReconOptions())[0]
+    (b_task,) = plan_tasks([bad], None, ReconSettings())[0]
     assert scan_seconds(b_task, gpu=False) is None
 
 
 def test_a_cluster_starts_only_where_the_predicted_work_pays_for_it(tmp_path, rng, monkeypatch, caplog):
     scans = make_scans(tmp_path / "in", 4, rng)
-    tasks = plan_tasks(scans, tmp_path / "o", ReconOptions(**FAST))[0]
+    tasks = plan_tasks(scans, tmp_path / "o", ReconSettings(**FAST))[0]
     work = sum(scan_seconds(t, gpu=False) for t in tasks)
     assert not decide(tasks, 2, False, start_s=work / 2 * 1.01).start
     assert decide(tasks, 2, False, start_s=work / 2 * 0.99).start
@@ -131,7 +131,7 @@ def test_a_cluster_starts_only_where_the_predicted_work_pays_for_it(tmp_path, rn
     assert not decide(tasks[:1], 4, False, start_s=0).start
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"x")
-    unknown = decide(plan_tasks([bad], None, ReconOptions())[0] + tasks, 2, False)
+    unknown = decide(plan_tasks([bad], None, ReconSettings())[0] + tasks, 2, False)
     assert unknown.start and "bad.h5 cannot be predicted" in unknown.reason
     # through the library and the CLI: small scans run here, and the log and the summary say why
     monkeypatch.setattr(predict_module, "CLUSTER_START_S", work)

@@ -7,8 +7,13 @@ import pytest
 from helpers import relative
 
 from mri_recon.errors import InvalidDataError
-from mri_recon.operators import nudft
-from mri_recon.operators.cartesian import CartesianEncoding, GpuCartesianEncoding, cartesian_engine, is_cartesian
+from mri_recon.operators.engines import choose_engine, engine, nudft
+from mri_recon.operators.engines.cartesian import (
+    CartesianEncoding,
+    GpuCartesianEncoding,
+    cartesian_engine,
+    is_cartesian,
+)
 
 SIZES = [(8, 6), (7, 5), (1, 9), (4, 5, 3), (16, 16)]
 
@@ -70,7 +75,19 @@ def test_fft_engine_refuses_samples_off_the_grid():
 def test_engine_choice_by_device():
     assert cartesian_engine(False) is CartesianEncoding
     assert cartesian_engine(True) is GpuCartesianEncoding
-    assert GpuCartesianEncoding.name == "gpu-fft" and CartesianEncoding.name == "fft"
+    assert GpuCartesianEncoding.name == "fft" and CartesianEncoding.name == "fft"  # named as exact and nufft
+    assert GpuCartesianEncoding.key == "fft-gpu" and CartesianEncoding.key == "fft-cpu"
+    assert engine("gpu-fft", "gpu") is GpuCartesianEncoding  # the old name, for the planner
+    assert engine("fft", "gpu") is GpuCartesianEncoding and engine("fft", "cpu") is CartesianEncoding
+
+
+@pytest.mark.parametrize("matrix", [(64, 64), (8, 6), (24, 24, 20)], ids=str)
+def test_auto_picks_the_fft_engine_for_cartesian_scans_only(matrix):
+    problem = (matrix, int(np.prod(matrix)) // 2, 8)
+    assert choose_engine("cpu", "auto", problem=problem, sampling="cartesian")[1] is CartesianEncoding
+    assert choose_engine("cpu", "auto", problem=problem)[1] is not CartesianEncoding
+    assert choose_engine("cpu", "fft")[1] is CartesianEncoding
+    assert not CartesianEncoding.caches_psf and not CartesianEncoding.memo
 
 
 @pytest.mark.gpu
@@ -104,14 +121,15 @@ def _sense_oracle(k, x, maps, w, lam):
 
 @pytest.mark.parametrize("matrix", [(8, 6), (7, 5), (4, 5, 3)], ids=str)
 def test_mask_spectrum_runs_the_sense_normal_operator_on_the_image_grid(matrix):
-    from mri_recon.operators.toeplitz import normal_operator  # noqa: PLC0415
-
     rng = np.random.default_rng()
     k, x, maps, w = _sense_problem(rng, matrix)
-    spectrum = CartesianEncoding(k, matrix, 1).mask_spectrum(w)
+    engine = CartesianEncoding(k, matrix, 1)
+    spectrum = engine.mask_spectrum(w)
     assert spectrum.shape == matrix
-    operator = normal_operator(spectrum, coil_maps=maps, lam=0.3, coil_batch=2)
+    assert np.array_equal(engine.spectrum(w, maps), spectrum)  # the engine's own spectrum with maps
+    operator = CartesianEncoding.toeplitz_normal(spectrum, maps, lam=0.3, coil_batch=2)
     assert relative(operator(x), _sense_oracle(k, x, maps, w, 0.3)) < 1e-5
+    assert relative(engine.normal(w, maps, 0.3, coil_batch=2)(x), _sense_oracle(k, x, maps, w, 0.3)) < 1e-5
 
 
 @pytest.mark.gpu
@@ -119,10 +137,8 @@ def test_mask_spectrum_runs_the_sense_normal_operator_on_the_image_grid(matrix):
 def test_gpu_fused_sense_normal_takes_the_mask_spectrum(matrix):
     import cupy  # noqa: PLC0415
 
-    from mri_recon.operators.toeplitz import normal_operator  # noqa: PLC0415
-
     rng = np.random.default_rng()
     k, x, maps, w = _sense_problem(rng, matrix)
     spectrum = GpuCartesianEncoding(cupy.asarray(k), matrix, 1).mask_spectrum(cupy.asarray(w))
-    operator = normal_operator(spectrum, coil_maps=cupy.asarray(maps), lam=0.3, coil_batch=2)
+    operator = GpuCartesianEncoding.toeplitz_normal(spectrum, cupy.asarray(maps), lam=0.3, coil_batch=2)
     assert relative(cupy.asnumpy(operator(cupy.asarray(x))), _sense_oracle(k, x, maps, w, 0.3)) < 1e-5

@@ -128,7 +128,7 @@ def test_gpu_sense_cg_graph_replay_equals_eager_launches(rng, coil_batch):
     # graph and replays it; wrapping it in a plain callable forces one launch at a time. Same kernels,
     # same order: bit-equal.
     from mri_recon.operators import psf
-    from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
+    from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator
     from mri_recon.sim.trajectories import radial
 
     cupy = cupy_module()

@@ -9,7 +9,7 @@ import pytest
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 from mri_recon.prep.coilmaps import (
     calibration_region,
     cell_density_weights,

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import j1
 
 from mri_recon.errors import InvalidDataError
-from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.operators.engines import finufft as nufft_cpu
 from mri_recon.prep import dcf
 from mri_recon.sim import phantom
 from mri_recon.sim import trajectories as tr

@@ -10,7 +10,7 @@ import pytest
 finufft = pytest.importorskip("finufft")
 
 from mri_recon.operators import FinufftEncoding  # noqa: E402
-from mri_recon.operators import finufft as wrapper  # noqa: E402
+from mri_recon.operators.engines import finufft as wrapper  # noqa: E402
 from mri_recon.sim import trajectories  # noqa: E402
 
 

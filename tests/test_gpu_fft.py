@@ -10,7 +10,7 @@ from mri_recon.backend import cupy_module
 
 @pytest.mark.gpu
 def test_small_plans_are_kept_and_large_ones_are_not(monkeypatch):
-    from mri_recon.operators import gpu_fft
+    from mri_recon.operators.gpu import fft as gpu_fft
 
     cupy = cupy_module()
     monkeypatch.setattr(gpu_fft, "CACHE_LIMIT", 8 * 2 * 32 * 32)

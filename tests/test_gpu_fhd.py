@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import gpu_ladder as ladder
 import numpy as np
 import pytest
 from helpers import poison_empty, random_problem, relative
@@ -12,10 +13,9 @@ from mri_recon.backend import cupy_module, gpu_available, gpu_count
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
 from mri_recon.grid import voxel_positions
 from mri_recon.kernels.configs import adjoint_defines
-from mri_recon.operators import gpu_exact as gpu_fhd
-from mri_recon.operators import gpu_ladder as ladder
-from mri_recon.operators import gpu_layout as layout
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines import gpu_exact as gpu_fhd
+from mri_recon.operators.engines import gpu_layout as layout
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 TOL = 2e-5  # the product's accuracy requirement (relative L2 error against float64)
 FAST = ("packed", "mirror", "multi", "recur")

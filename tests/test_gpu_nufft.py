@@ -8,8 +8,8 @@ from helpers import random_problem, relative
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
-from mri_recon.operators import gpu_nufft
-from mri_recon.operators.nufft_params import direct_adjoint, direct_forward
+from mri_recon.operators.engines import gpu_nufft
+from mri_recon.operators.engines.nufft_params import direct_adjoint, direct_forward
 
 TOL = 1e-5  # the accuracy requirement (relative L2 error against the float64 sum)
 MATRICES = [(16, 12), (9, 7), (1, 6), (40, 33), (8, 6, 5), (7, 5, 3), (10, 1, 4), (21, 18, 17)]

@@ -10,7 +10,7 @@ from helpers import kernel_offres_turns, kernel_phasor, relative
 import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError
-from mri_recon.operators.offres import OffresEncoding, offres_adjoint, offres_forward
+from mri_recon.operators.offres.model import OffresEncoding, offres_adjoint, offres_forward
 
 TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
 CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 1, 1), ((7, 1), 9, 130), ((4, 3, 5), 2, 211),
@@ -36,7 +36,7 @@ def _gpu(*arrays):
 @pytest.mark.parametrize("chunk, tensor", [(None, None), (None, False), (7, False)],
                          ids=["default", "fhd", "fhd-chunk-7"])
 def test_adjoint_kernel_against_the_oracle(rng, case, chunk, tensor):
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu
 
     matrix, coils, samples = case
     k, f, t, _, d = _problem(rng, matrix, coils, samples)
@@ -49,7 +49,7 @@ def test_adjoint_kernel_against_the_oracle(rng, case, chunk, tensor):
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("chunk", [None, 5])
 def test_forward_kernel_against_the_oracle(rng, case, chunk):
-    from mri_recon.operators.gpu_offres import forward_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import forward_offres_gpu
 
     matrix, coils, samples = case
     k, f, t, x, _ = _problem(rng, matrix, coils, samples)
@@ -61,7 +61,7 @@ def test_forward_kernel_against_the_oracle(rng, case, chunk):
 @pytest.mark.gpu
 @pytest.mark.parametrize("peak, readout", [(1000.0, 50e-3), (5.0, 1e-3)], ids=["50-turns", "tiny"])
 def test_kernels_keep_their_accuracy_for_large_and_small_phases(rng, peak, readout):
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu, forward_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu, forward_offres_gpu
 
     matrix = (40, 36)
     k, f, t, x, d = _problem(rng, matrix, 2, 2000, peak, readout)
@@ -72,8 +72,8 @@ def test_kernels_keep_their_accuracy_for_large_and_small_phases(rng, peak, reado
 @pytest.mark.gpu
 @pytest.mark.parametrize("tensor", [None, False], ids=["default", "fhd"])
 def test_zero_field_matches_the_plain_kernels(rng, tensor):
-    from mri_recon.operators.gpu_exact import fhd_gpu, forward_gpu
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu, forward_offres_gpu
+    from mri_recon.operators.engines.gpu_exact import fhd_gpu, forward_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu, forward_offres_gpu
 
     matrix = (32, 28)
     k, _, t, x, d = _problem(rng, matrix, 3, 500)
@@ -86,7 +86,7 @@ def test_zero_field_matches_the_plain_kernels(rng, tensor):
 
 @pytest.mark.gpu
 def test_gpu_encoding_is_adjoint_and_inputs_are_checked(rng):
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu
 
     matrix = (20, 24)
     k, f, t, x, d = _problem(rng, matrix, 2, 300)
@@ -120,8 +120,8 @@ def test_gpu_reconstruction_matches_the_cpu(correction, method):
 @pytest.mark.parametrize("matrix", [(9, 6), (4, 5, 3)], ids=["2d", "3d"])
 def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
     from mri_recon.kernels.configs import fhd_record_words
-    from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import (
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+    from mri_recon.operators.offres.gpu_offres_layout import (
         adjoint_records,
         centre_phase,
         fixed_point_offres,
@@ -160,7 +160,7 @@ def test_host_records_and_phase_arithmetic_reproduce_the_model(rng, matrix):
 
 
 def test_fixed_point_limits_are_refused():
-    from mri_recon.operators.gpu_offres import fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
 
     f = np.zeros((4, 4), np.float32)
     with pytest.raises(InvalidDataError, match="the sample times span 1.5 s; the exact GPU off-resonance kernels"):

@@ -19,9 +19,9 @@ from mri_recon.kernels.configs import (
     offres_recur_positions,
     offres_rotates,
 )
-from mri_recon.operators import gpu_layout as layout
-from mri_recon.operators import gpu_offres
-from mri_recon.operators.gpu_offres import (
+from mri_recon.operators.engines import gpu_layout as layout
+from mri_recon.operators.offres import gpu_offres
+from mri_recon.operators.offres.gpu_offres_layout import (
     RUN_SAMPLES,
     STEP_TOLERANCE_TURNS,
     adjoint_records,
@@ -31,7 +31,7 @@ from mri_recon.operators.gpu_offres import (
     time_runs,
     uses_recurrence,
 )
-from mri_recon.operators.offres import offres_adjoint
+from mri_recon.operators.offres.model import offres_adjoint
 from mri_recon.sim.offres import readout_times
 
 TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
@@ -321,7 +321,7 @@ def test_emulated_recurrence_needs_the_reseeds(rng):
 @pytest.fixture
 def poisoned(monkeypatch):
     """Every buffer the kernels fill starts as NaN, so a voxel left unwritten shows."""
-    from mri_recon.operators import gpu_exact
+    from mri_recon.operators.engines import gpu_exact
 
     poison_empty(monkeypatch, gpu_exact, gpu_offres)
 
@@ -400,7 +400,7 @@ def test_recurrence_keeps_its_accuracy_for_large_and_small_phases(rng, peak, rea
 
 @pytest.mark.gpu
 def test_zero_field_recurrence_matches_the_plain_kernel(rng):
-    from mri_recon.operators.gpu_exact import fhd_gpu
+    from mri_recon.operators.engines.gpu_exact import fhd_gpu
 
     matrix = (32, 28)
     k, _, t, d = _problem(rng, matrix, 3, 2, 250)
@@ -423,7 +423,7 @@ def test_one_sample(rng, poisoned, rotate):
 @pytest.mark.gpu
 def test_encoding_with_readouts_is_adjoint(rng):
     """OffresEncoding prepares the runs once; its F^H (the recurrence) is the adjoint of its F."""
-    from mri_recon.operators.offres import OffresEncoding
+    from mri_recon.operators.offres.model import OffresEncoding
 
     matrix = (20, 24)
     k, field, t, d = _problem(rng, matrix, 2, 3, 100)

@@ -10,7 +10,7 @@ from helpers import kernel_offres_turns, kernel_phasor, poison_empty, relative
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, KernelError
 from mri_recon.kernels.configs import MAX_GROUP, offres_tc_defines
-from mri_recon.operators.offres import offres_adjoint
+from mri_recon.operators.offres.model import offres_adjoint
 
 TOL = 2e-5  # the exact kernels' accuracy requirement (relative L2 error against float64)
 
@@ -60,7 +60,7 @@ def emulate_warps(records, fixed, matrix, coils, scales):
     2t + 8, 2t + 9) and its B fragments (coil 4 j + g / 2 at the same samples: real or imaginary part by g's
     parity), both split into halves; the 16 x 8 x 16 products are assembled from the 32 lanes' registers and
     multiplied in float64; the accumulator is read back lane by lane as the kernel writes it, times 1 / s_c."""
-    from mri_recon.operators.gpu_offres import voxel_headers
+    from mri_recon.operators.offres.gpu_offres_layout import voxel_headers
 
     q = voxel_headers(matrix).astype(np.int64).astype(np.uint32)
     n_voxels, tiles = q.shape[0], (coils + 3) // 4
@@ -106,8 +106,8 @@ def emulate_warps(records, fixed, matrix, coils, scales):
 @pytest.mark.parametrize("matrix, coils, samples", [((9, 6), 3, 61), ((4, 5, 3), 6, 20), ((5, 4), 1, 8)],
                          ids=["2d-3coils", "3d-6coils", "2d-1coil"])
 def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
-    from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import centre_phase, fixed_point_offres
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+    from mri_recon.operators.offres.gpu_offres_layout import centre_phase, fixed_point_offres
 
     k, f, t, d = _problem(rng, matrix, coils, samples, peak=400.0, readout=30e-3)
     fixed, taus, centre = fixed_point_offres(f.reshape(-1), t)
@@ -125,7 +125,7 @@ def test_layout_and_fragments_reproduce_the_model(rng, matrix, coils, samples):
 
 def record_phasors(records, fixed, matrix):
     """cos and sin (float64, ``(N, M)``) of the kernel's fixed-point phase of every voxel and record."""
-    from mri_recon.operators.gpu_offres import voxel_headers
+    from mri_recon.operators.offres.gpu_offres_layout import voxel_headers
 
     q = voxel_headers(matrix).astype(np.int64)
     kr = (records[:, :3].astype(np.int64) @ q.T) & 0xFFFFFFFF  # (M, N) mod 2^32
@@ -153,8 +153,8 @@ def split_product(records, fixed, matrix, coils, scales):
 def test_a_scale_per_coil_keeps_a_weak_coil_exact_on_k_space_of_high_dynamic_range(rng):
     """Coils 100x apart on k-space falling 1e5 from its centre: with each coil scaled by its own power of two
     the weak coil meets 2e-5 against the same phasors in float64; one scale for both does not."""
-    from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import fixed_point_offres
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
 
     matrix, samples = (16, 16), 20000
     k, f, t, d = _problem(rng, matrix, 2, samples)
@@ -188,7 +188,7 @@ def test_half_split_carries_22_bits_within_the_scaled_range():
 
 
 def test_defines_and_groups():
-    from mri_recon.operators.gpu_offres_tc import record_words, slice_count, tc_groups
+    from mri_recon.operators.offres.gpu_offres_tc import record_words, slice_count, tc_groups
 
     assert [offres_tc_defines(2, c)["OTC_NTILES"] for c in range(1, 9)] == [1, 1, 1, 1, 2, 2, 2, 2]
     assert record_words(4) == 12 and record_words(5) == 20
@@ -209,8 +209,8 @@ def test_coil_launches_put_three_or_more_coils_on_the_tensor_cores(monkeypatch):
     tensor cores (here: the CPU) means fhd.cu's even groups, and tensor=True is then refused with the reason."""
     from mri_recon.backend import Device
     from mri_recon.kernels.configs import TC_MIN_COILS
-    from mri_recon.operators import gpu_offres
-    from mri_recon.operators.gpu_layout import coil_groups
+    from mri_recon.operators.engines.gpu_layout import coil_groups
+    from mri_recon.operators.offres import gpu_offres
 
     cpu = Device(-1)
     for coils in (1, 2, 3, 8, 9, 17):
@@ -236,7 +236,7 @@ def test_coil_launches_put_three_or_more_coils_on_the_tensor_cores(monkeypatch):
 def test_fhd_options_ask_for_fhd_and_are_refused_with_tensor_true():
     """recur, rotate, chunk and block choose among fhd.cu's kernels: given, they ask for fhd.cu; with
     tensor=True they are refused, never ignored."""
-    from mri_recon.operators.gpu_offres import tensor_request
+    from mri_recon.operators.offres.gpu_offres import tensor_request
 
     for tensor in (None, True, False):
         assert tensor_request(tensor, None, None, None, None) is tensor
@@ -254,7 +254,7 @@ def test_fhd_options_ask_for_fhd_and_are_refused_with_tensor_true():
                                               ({}, "needs compute capability 8.0 or newer")])
 def test_the_launcher_refuses_what_it_cannot_run(options, message):
     from mri_recon.backend import Device
-    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+    from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
 
     with pytest.raises(KernelError, match=message):  # checked before any array is touched
         fhd_offres_tc(None, None, None, None, None, (8, 8), Device(-1), **options)
@@ -272,7 +272,7 @@ def _gpu(*arrays):
 @pytest.fixture
 def poisoned(monkeypatch):
     """Every buffer the launchers fill starts as NaN (0xFFFFFFFF for the record words)."""
-    from mri_recon.operators import gpu_offres, gpu_offres_tc
+    from mri_recon.operators.offres import gpu_offres, gpu_offres_tc
 
     poison_empty(monkeypatch, gpu_offres, gpu_offres_tc)
 
@@ -282,9 +282,9 @@ def poisoned(monkeypatch):
 @pytest.mark.parametrize("coils, start, size", [(1, 0, 1), (3, 0, 3), (8, 0, 8), (12, 8, 4), (7, 2, 5)])
 def test_record_kernel_matches_the_layout(rng, poisoned, dim, coils, start, size):
     from mri_recon.backend import Device
-    from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import fixed_point_offres
-    from mri_recon.operators.gpu_offres_tc import pack_samples, sample_scale
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+    from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_tc import pack_samples, sample_scale
 
     matrix = (6, 5, 4)[:dim]
     k, f, t, d = _problem(rng, matrix, coils, 45)
@@ -310,9 +310,9 @@ CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 2, 1), ((7, 1), 9, 130), 
 @pytest.mark.parametrize("mtiles, slices", [(None, None), (2, 3), (4, 1)])
 def test_tensor_core_kernel_against_the_oracle(rng, poisoned, case, mtiles, slices):
     from mri_recon.backend import Device
-    from mri_recon.operators.gpu_layout import fixed_point_turns
-    from mri_recon.operators.gpu_offres import centre_phase, fixed_point_offres
-    from mri_recon.operators.gpu_offres_tc import fhd_offres_tc
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns
+    from mri_recon.operators.offres.gpu_offres_layout import centre_phase, fixed_point_offres
+    from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
 
     cupy = cupy_module()
     matrix, coils, samples = case
@@ -328,7 +328,7 @@ def test_tensor_core_kernel_against_the_oracle(rng, poisoned, case, mtiles, slic
 @pytest.mark.gpu
 @pytest.mark.parametrize("peak, readout", [(1000.0, 50e-3), (5.0, 1e-3)], ids=["50-turns", "tiny"])
 def test_tensor_cores_keep_their_accuracy_for_large_and_small_phases_and_long_sums(rng, poisoned, peak, readout):
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu
 
     matrix = (40, 36)
     k, f, t, d = _problem(rng, matrix, 8, 20000, peak, readout)
@@ -343,7 +343,7 @@ def test_tensor_cores_keep_their_accuracy_on_k_space_of_high_dynamic_range(rng, 
     """MRI data falls by orders of magnitude from the centre of k-space, and coils differ in strength: the half
     split loses an absolute amount (up to 2^-24 of the coil's largest sample), which must not show in any
     coil's image."""
-    from mri_recon.operators.gpu_offres import fhd_offres_gpu
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu
 
     matrix = (48, 48)
     k, f, t, d = _problem(rng, matrix, 4, 30000)
@@ -363,8 +363,8 @@ def test_default_launches_and_agreement_with_fhd(rng, poisoned):
     fhd.cu option (recur=False: random times take the phasor kernel anyway) gives fhd.cu; the two kernels
     agree, and both meet the oracle."""
     from mri_recon.backend import Device
-    from mri_recon.operators import gpu_offres
-    from mri_recon.operators.gpu_offres_tc import tensor_cores_available
+    from mri_recon.operators.offres import gpu_offres
+    from mri_recon.operators.offres.gpu_offres_tc import tensor_cores_available
 
     if not tensor_cores_available(Device(0)):
         pytest.skip("no tensor cores (compute capability below 8.0)")

@@ -17,9 +17,11 @@ import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import ResourceError
 from mri_recon.kernels import KERNEL_DIR
-from mri_recon.operators import gpu_segments, gpu_toeplitz, offres_setup, time_segments
-from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
-from mri_recon.operators.time_segments import SegmentedNormal, segment_phases, segment_times
+from mri_recon.operators.normal import gpu_toeplitz
+from mri_recon.operators.offres import gpu_segments, segmented
+from mri_recon.operators.offres.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
+from mri_recon.operators.offres.segmented import SegmentedNormal
+from mri_recon.operators.offres.time_segments import segment_phases, segment_times
 
 MATRICES = [(16, 16), (13, 7), (6, 5, 4), (5, 7, 3)]
 MATRIX_IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd"]
@@ -136,20 +138,19 @@ def test_segment_batch_counts_the_fused_work(monkeypatch):
     matrices as well and 4 L grids per coil."""
     matrix, segments = (32, 24), 5
     points = 4 * 32 * 24
-    plan = offres_setup.OffresCorrection("segmented", segments, 0.0, None, None, tau=np.arange(segments) * 1e-3,
-                                         field_map64=np.zeros(matrix))
+    phases = segment_phases(np.zeros(matrix), np.arange(segments) * 1e-3)
     weights = SimpleNamespace(device=SimpleNamespace(id=0))
-    monkeypatch.setattr(offres_setup, "is_gpu_array", lambda array: True)
+    monkeypatch.setattr(segmented, "is_gpu_array", lambda array: True)
     pairs = 8 * points * segments * (segments + 1)
     for fused, kernels, per_coil in ((True, pairs, 8 * points * 2 * segments),
                                      (False, pairs + 8 * points * segments * (segments - 1) // 2,
                                       8 * points * 4 * segments)):
-        monkeypatch.setattr(offres_setup, "device_memory", lambda device, k=kernels, c=per_coil: (k + 3 * c + 5, 0))
-        assert plan._segment_batch(weights, 8, fused) == 3
-        assert plan._segment_batch(weights, 2, fused) == 2
-        monkeypatch.setattr(offres_setup, "device_memory", lambda device, k=kernels: (k, 0))
+        monkeypatch.setattr(segmented, "device_memory", lambda device, k=kernels, c=per_coil: (k + 3 * c + 5, 0))
+        assert segmented.segment_batch(phases, weights, 8, fused) == 3
+        assert segmented.segment_batch(phases, weights, 2, fused) == 2
+        monkeypatch.setattr(segmented, "device_memory", lambda device, k=kernels: (k, 0))
         with pytest.raises(ResourceError, match="time segmentation with L = 5 needs"):
-            plan._segment_batch(weights, 8, fused)
+            segmented.segment_batch(phases, weights, 8, fused)
 
 
 @pytest.mark.gpu
@@ -157,13 +158,13 @@ def test_segment_batch_counts_the_fused_work(monkeypatch):
 @pytest.mark.parametrize("segments", [1, 2, 7, 10])
 @pytest.mark.parametrize("coil_batch", [None, 2], ids=["all-coils", "two-of-three"])
 def test_fused_operator_matches_the_segmented_normal(rng, matrix, segments, coil_batch):
-    from mri_recon.operators.gpu_segments import FusedSegmentedNormal
+    from mri_recon.operators.offres.gpu_segments import FusedSegmentedNormal
 
     cupy = cupy_module()
     spectra, phases, maps, x = _problem(rng, matrix, segments, 3)
     gpu = {pair: cupy.asarray(s) for pair, s in spectra.items()}
     gphases, gmaps, gx = cupy.asarray(phases), cupy.asarray(maps), cupy.asarray(x)
-    op = time_segments.segmented_normal(gpu, gphases, coil_maps=gmaps, lam=0.3, coil_batch=coil_batch)
+    op = segmented.segmented_normal(gpu, gphases, coil_maps=gmaps, lam=0.3, coil_batch=coil_batch)
     assert isinstance(op, FusedSegmentedNormal) and op.writes_into and op.hermitian
     unfused = SegmentedNormal(gpu, gphases, coil_maps=gmaps, lam=0.3, coil_batch=coil_batch)(gx).get()
     ref = SegmentedNormal(spectra, phases, coil_maps=maps, lam=0.3)(x)
@@ -182,15 +183,15 @@ def test_fused_operator_matches_the_segmented_normal(rng, matrix, segments, coil
 def test_fused_operator_takes_only_what_it_can():
     """No maps (one image per coil), or more segments than the kernels hold: the unfused operator."""
     from mri_recon.errors import SchemaError
-    from mri_recon.operators.gpu_segments import FusedSegmentedNormal
+    from mri_recon.operators.offres.gpu_segments import FusedSegmentedNormal
 
     cupy = cupy_module()
     rng = np.random.default_rng(3)
     spectra, phases, maps, _ = _problem(rng, (6, 4), 2, 2)
     gpu = {pair: cupy.asarray(s) for pair, s in spectra.items()}
-    assert isinstance(time_segments.segmented_normal(gpu, cupy.asarray(phases)), SegmentedNormal)
+    assert isinstance(segmented.segmented_normal(gpu, cupy.asarray(phases)), SegmentedNormal)
     many = cupy.zeros((MAX_FUSED_SEGMENTS + 1, 6, 4), cupy.complex64)
-    assert not time_segments.fused_normal(cupy.asarray(maps), MAX_FUSED_SEGMENTS + 1)
+    assert not segmented.fused_normal(cupy.asarray(maps), MAX_FUSED_SEGMENTS + 1)
     with pytest.raises(SchemaError, match=r"phases must have shape \(L, \*\(6, 4\)\) with 1 <= L <= 64"):
         FusedSegmentedNormal(gpu, many, cupy.asarray(maps), 0.0, None)
 
@@ -207,7 +208,7 @@ def test_fused_cg_graph_replay_equals_eager_launches(rng, coil_batch):
     for index in range(segments):  # a positive definite operator: a dominant positive diagonal
         spectra[(index, index)] = (np.abs(spectra[(index, index)]) + np.float32(4.0)).astype(np.complex64)
     gpu = {pair: cupy.asarray(s) for pair, s in spectra.items()}
-    op = time_segments.segmented_normal(gpu, cupy.asarray(phases), coil_maps=cupy.asarray(maps), lam=0.1,
+    op = segmented.segmented_normal(gpu, cupy.asarray(phases), coil_maps=cupy.asarray(maps), lam=0.1,
                                         coil_batch=coil_batch)
     runs = [cg(op, cupy.asarray(b), max_iterations=10, tolerance=0.0) for _ in range(2)]
     eager = cg(lambda v: op(v), cupy.asarray(b), max_iterations=10, tolerance=0.0)
@@ -226,7 +227,7 @@ def test_fused_cg_graph_replay_equals_eager_launches(rng, coil_batch):
 @pytest.mark.parametrize("segments", [None, 1, 3], ids=["auto", "one", "three"])
 @pytest.mark.parametrize("method", ["nufft", "exact"])
 def test_reconstruction_with_the_fused_operator_equals_the_unfused(monkeypatch, segments, method):
-    from mri_recon.operators import gpu_segments
+    from mri_recon.operators.offres import gpu_segments
 
     scan = mri_recon.simulate_scan((40, 40), "spiral", coils=4, snr=None, field_map_peak=150, readout_ms=16)
     options = {"iterations": 12, "tol": 0.0, "lam": 1e-3, "progress": False, "device": "gpu", "method": method,
@@ -241,7 +242,7 @@ def test_reconstruction_with_the_fused_operator_equals_the_unfused(monkeypatch, 
     monkeypatch.setattr(gpu_segments.FusedSegmentedNormal, "__init__", counted)
     fused = mri_recon.reconstruct(scan, **options)
     assert len(built) == 1
-    monkeypatch.setattr(time_segments, "fused_normal", lambda maps, count: False)
+    monkeypatch.setattr(segmented, "fused_normal", lambda maps, count: False)
     unfused = mri_recon.reconstruct(scan, **options)
     assert len(built) == 1
     assert fused.parameters["field_map_correction"] == unfused.parameters["field_map_correction"]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from mri_recon.backend import cupy_module
-from mri_recon.operators import gpu_toeplitz
-from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator
+from mri_recon.operators.normal import gpu_toeplitz
+from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator
 
 
 def _crandn(rng, *shape):

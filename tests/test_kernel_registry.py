@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from gpu_ladder import SEED_SOURCE
 
 from mri_recon.errors import KernelError
 from mri_recon.kernels import KERNEL_DIR, header_files, include_options, kernel_files, registry, source
@@ -19,12 +20,11 @@ from mri_recon.kernels.configs import (
     offres_forward_defines,
     offres_tc_defines,
     psf_defines,
-    seed_defines,
     segments_defines,
 )
-from mri_recon.operators import gpu_layout
-from mri_recon.operators.gpu_segments import MAX_FUSED_SEGMENTS
-from mri_recon.operators.time_segments import MAX_SEGMENTS
+from mri_recon.operators.engines import gpu_layout
+from mri_recon.operators.offres.gpu_segments import MAX_FUSED_SEGMENTS
+from mri_recon.operators.offres.time_segments import MAX_SEGMENTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 
@@ -48,14 +48,14 @@ def test_configurations_are_unique():
 
 
 def launcher_configurations():
-    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_ladder, gpu_toeplitz, gpu_segments (every L
-    time segmentation can choose) and cg can build."""
+    """Every configuration the launchers of gpu_exact, gpu_offres, gpu_toeplitz, gpu_segments (every L time
+    segmentation can choose) and cg can build (the ladder's seed kernel lives with the tests:
+    tests/kernels/fhd_seed.cu, compiled by tests/test_kernels_compile.py)."""
     sizes = {size for n in range(1, 5 * MAX_GROUP + 2) for _, size in gpu_layout.coil_groups(n)}
     assert sizes == set(range(1, MAX_GROUP + 1))
     configs = [("toeplitz.cu", {}), ("cg.cu", {})]
     configs += [("segments.cu", segments_defines(count)) for count in range(1, MAX_SEGMENTS + 1)]
     for dim in (2, 3):
-        configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(4)]
         configs += [("fhd.cu", psf_defines(dim)), ("forward.cu", forward_defines(dim, None, None))]
         for coils in sizes:
             for multi, recur in ((False, False), (True, False), (True, True)):  # recur needs multi
@@ -75,22 +75,24 @@ def test_every_launcher_configuration_is_registered(config):
 
 def _kernel_literals(module: str) -> set[str]:
     """``.cu`` file names written as string literals in a module's source."""
-    tree = ast.parse((PACKAGE / module).read_text())
+    tree = ast.parse((PACKAGE / module if not module.startswith("../") else PACKAGE.parent / module[3:]).read_text())
     return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
             and isinstance(node.value, str) and node.value.endswith(".cu")}
 
 
 def test_launchers_build_only_registered_files():
     files = {filename for filename, _ in REGISTERED}
-    for module in ("operators/gpu_exact.py", "operators/gpu_ladder.py", "operators/gpu_toeplitz.py",
-                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/gpu_nufft.py",
-                   "operators/gpu_offres.py", "operators/gpu_offres_tc.py", "operators/gpu_segments.py"):
+    for module in ("operators/engines/gpu_exact.py", "operators/normal/gpu_toeplitz.py",
+                   "solvers/gpu_cg.py", "filters/gpu.py", "filters/plan.py", "operators/engines/gpu_nufft.py",
+                   "operators/offres/gpu_offres.py", "operators/offres/gpu_offres_tc.py",
+                   "operators/offres/gpu_segments.py"):
         assert _kernel_literals(module) <= files, module
+    assert _kernel_literals("../tests/gpu_ladder.py") <= files | {"fhd_seed.cu"}  # its seed: tests/kernels
 
 
 def test_registry_file_is_what_the_launchers_build():
     from mri_recon.filters.gpu import compile_configurations as filter_configurations
-    from mri_recon.operators.gpu_nufft import compile_configurations as nufft_configurations
+    from mri_recon.operators.engines.gpu_nufft import compile_configurations as nufft_configurations
 
     built = registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
     assert registry.configurations() == built, "run: python scripts/update_kernel_registry.py"
@@ -101,12 +103,13 @@ def test_headers_are_found_and_shipped():
     assert [p.name for p in header_files()] == ["mri_recon_grid.cuh", "mri_recon_phase.cuh"]
     options = include_options()
     assert options[0] == f"-I{KERNEL_DIR}" and options[1].startswith("-DMRI_RECON_HEADERS=")
-    for name in ("fhd.cu", "forward.cu", "fhd_seed.cu", "offres_tc.cu"):
+    for name in ("fhd.cu", "forward.cu", SEED_SOURCE, "offres_tc.cu"):
         assert '#include "mri_recon_phase.cuh"' in source(name)
+    assert not (KERNEL_DIR / "fhd_seed.cu").exists()  # test and benchmark code is not shipped
     for name in ("toeplitz.cu", "segments.cu"):
         assert '#include "mri_recon_grid.cuh"' in source(name)
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
-    assert '"mri_recon.kernels" = ["*.cu", "*.cuh", "*.json"]' in pyproject
+    assert '"mri_recon.kernels" = ["*.cu", "*.cuh", "*.json", "bundle/manifest.json", "bundle/*.xz"]' in pyproject
 
 
 def test_kernels_layer_does_not_import_upwards():
@@ -118,7 +121,7 @@ def test_kernels_layer_does_not_import_upwards():
 
 
 def test_production_launcher_does_not_import_the_ladder():
-    tree = ast.parse((PACKAGE / "operators" / "gpu_exact.py").read_text())
+    tree = ast.parse((PACKAGE / "operators" / "engines" / "gpu_exact.py").read_text())
     names = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
              for alias in node.names}
     modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -128,7 +131,7 @@ def test_production_launcher_does_not_import_the_ladder():
 @pytest.mark.parametrize("dim", [2, 3])
 def test_what_a_reconstruction_prefetches_is_in_the_registry(dim):
     from mri_recon.kernels.registry import contains
-    from mri_recon.operators.encoding import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
+    from mri_recon.operators.engines import FinufftEncoding, GpuExactEncoding, GpuNufftEncoding
     from mri_recon.pipeline import SOLVER_KERNELS
 
     assert FinufftEncoding.kernel_configs(dim, 8) == []
@@ -150,7 +153,7 @@ def test_segment_tiers_cover_every_segment_count():
 
 
 def test_segmented_reconstruction_prefetches_registered_modules():
-    from mri_recon.operators.offres_setup import OffresCorrection
+    from mri_recon.operators.offres.setup import OffresCorrection
 
     for count in range(1, MAX_SEGMENTS + 1):
         plan = OffresCorrection("segmented", count, 0.0, None, None)

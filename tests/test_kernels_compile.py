@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from gpu_ladder import SEED_RUNGS, SEED_SOURCE, seed_defines
 
 from mri_recon.errors import KernelError
 from mri_recon.kernels import CONSTANT_BYTES, compile_ptx, registry
@@ -26,6 +27,15 @@ def _id(config: tuple[str, dict[str, int]]) -> str:
 def test_configuration_compiles(config):
     filename, defines = config
     ptx = compile_ptx(filename, defines)
+    assert ".entry" in ptx and "mri_recon_" in ptx
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("rung", range(SEED_RUNGS))
+def test_the_ladders_seed_kernel_compiles(dim, rung):
+    """The textbook ladder's seed (test and benchmark code: tests/kernels/fhd_seed.cu) with the package's
+    headers."""
+    ptx = compile_ptx(SEED_SOURCE, seed_defines(dim, rung))
     assert ".entry" in ptx and "mri_recon_" in ptx
 
 

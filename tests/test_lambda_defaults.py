@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mri_recon.batch.task import ReconOptions
 from mri_recon.cli import main
 from mri_recon.errors import InvalidDataError
 from mri_recon.pipeline import reconstruct
+from mri_recon.settings import ReconSettings
 from mri_recon.sim.simulate import simulate_scan
 from mri_recon.solvers.sparse import LAM_DEFAULTS, resolve_lam
 
@@ -71,12 +71,12 @@ def test_lambda_is_resolved_in_one_place():
 
 
 def test_batches_record_the_lambda_used():
-    assert ReconOptions().lam is None and ReconOptions().settings()["lam"] == 1e-3
-    assert ReconOptions(solver={"regularizer": "tv"}).settings()["lam"] is None  # depends on the scan's weights
-    assert ReconOptions(solver={"regularizer": "wavelet"}).settings()["lam"] == LAM_DEFAULTS["wavelet"][True]
-    assert ReconOptions(lam=0.2, solver={"regularizer": "wavelet"}).settings()["lam"] == 0.2
+    assert ReconSettings().lam is None and ReconSettings().record()["lam"] == 1e-3
+    assert ReconSettings(regularizer="tv").record()["lam"] is None  # depends on the scan's weights
+    assert ReconSettings(regularizer="wavelet").record()["lam"] == LAM_DEFAULTS["wavelet"][True]
+    assert ReconSettings(lam=0.2, regularizer="wavelet").record()["lam"] == 0.2
     with pytest.raises(InvalidDataError, match="lam must be a finite number >= 0, found -1"):
-        ReconOptions(lam=-1)
+        ReconSettings(lam=-1)
 
 
 def test_cli_uses_and_records_the_regularizers_default(tmp_path):

@@ -1,7 +1,12 @@
-"""The package's layering: no import circles, and no module imports one from a layer above it.
+"""The package's layering and its size rules.
 
-Every import counts, also those inside functions (imported on use). Layers, lowest first; a module may import
-from its own layer and below. Inside one folder, modules may import each other as long as no circle forms.
+Layering: no import circles, and no module imports one from a layer above it. Every import counts, also those
+inside functions (imported on use). Layers, lowest first; a module may import from its own layer and below.
+Inside one folder, modules may import each other as long as no circle forms.
+
+Sizes and shape: no module over 400 lines, no function over 80 lines, ``pipeline.reconstruct`` under 60;
+engine names are compared only inside the engine registry, and every throughput constant lives in
+``operators/engines/cost.py``.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ LAYERS = [
     {"planner", "prep_memory"},
     {"prep"},
     {"sim"},
-    {"result", "progress"},
+    {"result", "progress", "settings"},
+    {"stages"},
     {"pipeline"},
     {"api"},
     {"doctor"},
     {"batch"},
-    {"cli", "cli_batch", "cli_solver", "console", "__init__", "__main__", "simulate"},
+    {"cli", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -111,6 +117,86 @@ def test_no_import_circles():
             visit(module)
 
 
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+MAX_RECONSTRUCT_LINES = 60
+ENGINE_NAMES = {"exact", "nufft", "gpu", "gpu-nufft", "exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu", "fft",
+                "gpu-fft", "fft-cpu", "fft-gpu"}
+"""Engine names, old and new (``Encoding.name``, ``Encoding.key``, the aliases)."""
+ENGINE_REGISTRY = "operators.engines.registry"
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _length(node: ast.AST) -> int:
+    return node.end_lineno - node.lineno + 1
+
+
 def test_every_module_is_small():
-    large = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 450}
-    assert not large, f"modules over 450 lines: {large}"
+    large = {name: n for name, path in MODULES.items()
+             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not large, f"modules over {MAX_MODULE_LINES} lines: {large}"
+
+
+def test_every_function_fits_a_screen():
+    long = {(name, node.name): _length(node) for name, path in MODULES.items() for node in _functions(path)
+            if _length(node) > MAX_FUNCTION_LINES}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_the_pipeline_is_a_short_sequence_of_stages():
+    (reconstruct,) = [node for node in _functions(MODULES["pipeline"]) if node.name == "reconstruct"]
+    assert _length(reconstruct) < MAX_RECONSTRUCT_LINES, f"pipeline.reconstruct has {_length(reconstruct)} lines"
+
+
+def _engine_like(node: ast.AST) -> bool:
+    """An expression that holds an engine or its name: ``x.name``, ``x.key``, or a variable or attribute
+    called ``engine``/``method``."""
+    word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return word in ("name", "key") or "engine" in word or "method" in word
+
+
+def _engine_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in ENGINE_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_engine_constant(e) for e in node.elts)
+    return False
+
+
+def test_no_engine_name_is_compared_outside_the_registry():
+    found = []
+    for name, path in MODULES.items():
+        if name == ENGINE_REGISTRY:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(_engine_constant(s) for s in sides) and any(_engine_like(s) for s in sides):
+                    found.append(f"{name}:{node.lineno}")
+    assert not found, f"engine names compared outside {ENGINE_REGISTRY}: {found}"
+
+
+def test_the_check_sees_an_engine_name_comparison():
+    tree = ast.parse('ok = encoding.name != "gpu-nufft" or method == "gpu"\nother = device == "gpu"')
+    compares = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Compare)),
+                      key=lambda c: (c.lineno, c.col_offset))
+    flagged = [any(_engine_constant(s) for s in (c.left, *c.comparators))
+               and any(_engine_like(s) for s in (c.left, *c.comparators)) for c in compares]
+    assert flagged == [True, True, False]
+
+
+def test_every_throughput_is_defined_once_in_the_cost_module():
+    rates = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            for target in targets:
+                if isinstance(target, ast.Name) and (target.id.endswith("_PER_S") or target.id.startswith("R_")):
+                    rates.setdefault(target.id, []).append(name)
+    elsewhere = {rate: where for rate, where in rates.items() if where != ["operators.engines.cost"]}
+    assert rates and not elsewhere, f"throughputs outside operators/engines/cost.py or defined twice: {elsewhere}"

@@ -72,7 +72,7 @@ def test_limit_zero_turns_the_memo_off(scan, tmp_path, monkeypatch):
     assert [r.parameters["psf"] for r in runs] == ["computed (disk cache not used by the GPU NUFFT)"] * 2
     from mri_recon.backend import resolve_device
 
-    assert spectrum_memo(resolve_device("gpu")).lookup("gpu-nufft", scan.matrix, None, None) is None
+    assert spectrum_memo(resolve_device("gpu")).lookup("nufft-gpu", scan.matrix, None, None) is None
 
 
 def test_one_lock_per_gpu_shared_by_every_thread():

@@ -14,7 +14,7 @@ from test_nifti import FOV, POSITION, ROT, SLICE_GAP, THICKNESS, N, _oblique_mrd
 from mri_recon.errors import OutputError, SchemaError  # noqa: E402
 from mri_recon.io.geometry import Geometry  # noqa: E402
 from mri_recon.io.mrd_image import mrd_image, read_header_xml, write_mrd_images  # noqa: E402
-from mri_recon.result import output_format, output_values  # noqa: E402
+from mri_recon.io.writers import output_format, output_values  # noqa: E402
 
 
 def _read(path):

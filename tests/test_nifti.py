@@ -20,7 +20,7 @@ from mri_recon.errors import OutputError, SchemaError  # noqa: E402
 from mri_recon.io import load_scans  # noqa: E402
 from mri_recon.io.geometry import Geometry, geometry_attrs, geometry_of  # noqa: E402
 from mri_recon.io.nifti import nifti_array  # noqa: E402
-from mri_recon.result import output_format  # noqa: E402
+from mri_recon.io.writers import output_format  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
 
 X = ismrmrd.xsd

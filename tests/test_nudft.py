@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mri_recon.errors import SchemaError
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward, voxel_positions
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward, voxel_positions
 
 MATRICES = [(8, 8), (7, 9), (6, 5, 4), (5, 4, 3)]
 IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd"]

@@ -10,8 +10,8 @@ from helpers import random_problem, relative
 from scipy import integrate
 
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.operators import nufft_params as npar
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.engines import nufft_params as npar
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 MATRICES = [(16, 12), (9, 7), (8, 6, 5), (7, 5, 3), (1, 6), (10, 1, 4)]
 

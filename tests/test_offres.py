@@ -11,11 +11,12 @@ from helpers import relative
 
 import mri_recon
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.operators import time_segments as ts
-from mri_recon.operators.encoding import FinufftEncoding, NudftEncoding
-from mri_recon.operators.nudft import nudft_forward
-from mri_recon.operators.offres import EncodingNormal, OffresEncoding, offres_adjoint, offres_forward
-from mri_recon.operators.offres_setup import plan_correction
+from mri_recon.operators.engines import FinufftEncoding, NudftEncoding
+from mri_recon.operators.engines.nudft import nudft_forward
+from mri_recon.operators.offres import segmented as seg
+from mri_recon.operators.offres import time_segments as ts
+from mri_recon.operators.offres.model import EncodingNormal, OffresEncoding, offres_adjoint, offres_forward
+from mri_recon.operators.offres.setup import plan_correction
 from mri_recon.sim import offres as sim_offres
 
 
@@ -79,7 +80,7 @@ def _adjoint_gap(op, rng):
 def _segmented(k, f, t, matrix, coils, segments, base=FinufftEncoding):
     b, tau, error = ts.interpolators(f, t, segments)
     phases = np.exp(-2j * np.pi * f[None].astype(np.float64) * tau.reshape(-1, *([1] * len(matrix))))
-    return ts.TimeSegmentedEncoding(base(k, matrix, coils), b.astype(np.complex64), phases.astype(np.complex64)), error
+    return seg.TimeSegmentedEncoding(base(k, matrix, coils), b.astype(np.complex64), phases.astype(np.complex64)), error
 
 
 def test_operators_are_adjoint(rng):
@@ -133,8 +134,8 @@ def test_normal_operators_match_their_encodings(rng):
     maps = (rng.standard_normal((3, *matrix)) + 1j * rng.standard_normal((3, *matrix))).astype(np.complex64)
     x = (rng.standard_normal(matrix) + 1j * rng.standard_normal(matrix)).astype(np.complex64)
     segmented, _ = _segmented(k, f, t, matrix, 1, 4)
-    spectra = ts.segment_spectra(segmented, w)
-    toeplitz = ts.SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.3)
+    spectra = seg.segment_spectra(segmented, w)
+    toeplitz = seg.SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.3)
     a = segmented.batched(3)
     direct = (np.conj(maps) * a.H(a(maps * x) * w)).sum(axis=0) + 0.3 * x
     assert relative(toeplitz(x), direct) < 1e-5
@@ -142,8 +143,11 @@ def test_normal_operators_match_their_encodings(rng):
     normal = EncodingNormal(exact, w, coil_maps=maps, lam=0.3, coil_batch=2)
     e = exact.batched(3)
     assert relative(normal(x), (np.conj(maps) * e.H(e(maps * x) * w)).sum(axis=0) + 0.3 * x) < 1e-5
+    # the same operators through the encoding protocol (Encoding.normal)
+    assert relative(segmented.normal(w, maps, 0.3)(x), direct) < 1e-5
+    assert relative(exact.normal(w, maps, 0.3, coil_batch=2)(x), normal(x)) == 0.0
     # without maps: one image per coil, solved independently
-    per_coil = ts.SegmentedNormal(spectra, segmented.phases, coil_batch=1)
+    per_coil = seg.SegmentedNormal(spectra, segmented.phases, coil_batch=1)
     stack = maps
     assert relative(per_coil(stack), a.H(a(stack) * w)) < 1e-5
 
@@ -285,3 +289,22 @@ def test_a_field_map_with_tv_or_wavelets_is_refused():
         with pytest.raises(InvalidDataError, match=f"off-resonance correction runs with the l2 regularizer only, "
                                                    f"not {regularizer}"):
             solve(scan, iterations=2, device="cpu", regularizer=regularizer)
+
+
+def test_offres_engines_build_their_own_normal_operators_only(rng):
+    """Neither off-resonance engine has one Toeplitz PSF: asking for it, or passing a spectrum, is refused."""
+    matrix = (8, 6)
+    k, f, t, *_ = problem(rng, matrix, 1, 60)
+    w = np.ones(60, dtype=np.float32)
+    segmented, _ = _segmented(k, f, t, matrix, 1, 3)
+    exact = OffresEncoding(k, f, t, 1)
+    assert (exact.name, exact.device_kind, exact.caches_psf) == ("exact", "cpu", False)
+    assert (segmented.name, segmented.device_kind, segmented.key) == ("nufft", "cpu", "nufft-cpu")
+    with pytest.raises(InvalidDataError, match="exact off-resonance encoding has no Toeplitz PSF"):
+        exact.psf(w)
+    with pytest.raises(InvalidDataError, match="exact off-resonance encoding has no Toeplitz spectrum"):
+        exact.normal(w, spectrum=np.zeros((16, 12), np.complex64))
+    with pytest.raises(InvalidDataError, match="has L \\(L \\+ 1\\) / 2 segment PSFs, not one PSF"):
+        segmented.psf(w)
+    with pytest.raises(InvalidDataError, match="computes its own segment spectra"):
+        segmented.normal(w, spectrum=np.zeros((16, 12), np.complex64))

@@ -18,7 +18,7 @@ from mri_recon.operators import (
     choose_engine,
 )
 from mri_recon.operators.base import Adjoint, Compose, Sum
-from mri_recon.operators.toeplitz import Toeplitz, ToeplitzNormal, kernel_spectrum, normal_operator
+from mri_recon.operators.normal.toeplitz import Toeplitz, ToeplitzNormal, kernel_spectrum, normal_operator
 
 
 def crandn(rng, *shape) -> np.ndarray:
@@ -127,7 +127,7 @@ def test_choose_engine_names():
 @pytest.mark.parametrize("matrix", [(12, 10), (7, 6, 5)], ids=["2d", "3d"])
 def test_gpu_operators_adjointness(rng, matrix):
     from mri_recon.operators import GpuExactEncoding
-    from mri_recon.operators.gpu_toeplitz import FusedSenseNormal
+    from mri_recon.operators.normal.gpu_toeplitz import FusedSenseNormal
 
     cupy = cupy_module()
     k = trajectory(rng, matrix, 77)
@@ -151,7 +151,7 @@ def test_gpu_operators_adjointness(rng, matrix):
 @pytest.mark.parametrize("matrix", [(32, 30), (17, 16, 15)], ids=["2d", "3d-odd"])
 def test_gpu_nufft_engine_adjointness_and_accuracy(rng, matrix):
     from mri_recon.operators import GpuExactEncoding
-    from mri_recon.operators.encoding import GpuNufftEncoding
+    from mri_recon.operators.engines import GpuNufftEncoding
 
     cupy = cupy_module()
     k = cupy.asarray(trajectory(rng, matrix, 2000))
@@ -170,14 +170,14 @@ def test_gpu_nufft_engine_adjointness_and_accuracy(rng, matrix):
 def _offres_operators(rng, matrix, xp=np):
     """The off-resonance encodings (exact and time-segmented) and their normal operators on ``xp`` arrays."""
     from mri_recon.operators import OffresEncoding
-    from mri_recon.operators.offres import EncodingNormal
-    from mri_recon.operators.time_segments import (
+    from mri_recon.operators.offres.model import EncodingNormal
+    from mri_recon.operators.offres.segmented import (
         SegmentedNormal,
         TimeSegmentedEncoding,
-        interpolators,
         segment_spectra,
         segmented_normal,
     )
+    from mri_recon.operators.offres.time_segments import interpolators
 
     k = trajectory(rng, matrix, 80)
     f = (80 * rng.standard_normal(matrix)).astype(np.float32)
@@ -193,7 +193,8 @@ def _offres_operators(rng, matrix, xp=np):
     spectra = segment_spectra(segmented, w)
     normals = [EncodingNormal(exact, w, coil_maps=maps, lam=0.1),
                SegmentedNormal(spectra, segmented.phases, coil_maps=maps, lam=0.1),
-               segmented_normal(spectra, segmented.phases, coil_maps=maps, lam=0.1, coil_batch=1)]  # fused on a GPU
+               segmented_normal(spectra, segmented.phases, coil_maps=maps, lam=0.1, coil_batch=1),  # fused on a GPU
+               exact.normal(w, maps, 0.1), segmented.normal(w, maps, 0.1, coil_batch=1)]  # through the protocol
     return exact, segmented, normals
 
 

@@ -8,8 +8,9 @@ import pytest
 from mri_recon import operators
 from mri_recon.backend import CPU, Device, cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError
-from mri_recon.operators import fhd, forward, psf, resolve
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators import GpuExactEncoding, GpuNufftEncoding, fhd, forward, psf, resolve
+from mri_recon.operators.engines import registry
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
 CASES = [((16, 16), 1.0), ((15, 17), 1.0), ((8, 10, 6), 1.0), ((7, 6, 5), 1.0), ((12, 9), 2.0)]
 IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd", "2d-2x-nyquist"]
@@ -90,24 +91,44 @@ def test_resolve():
     assert resolve("cpu", "auto") == (CPU, "nufft")
     assert resolve("cpu", "nufft") == (CPU, "nufft")
     assert resolve("cpu", "exact") == (CPU, "exact")
-    with pytest.raises(InvalidDataError, match="unknown method 'fast': expected 'auto', 'exact' or 'nufft'"):
+    with pytest.raises(InvalidDataError, match="unknown method 'fast': expected 'auto', 'exact', 'nufft' or 'fft'"):
         resolve("cpu", "fast")
 
 
 def test_gpu_engines_by_method(monkeypatch):
-    monkeypatch.setattr(operators.encoding, "resolve_device", lambda device: Device(0))
-    assert resolve("gpu", "exact") == (Device(0), "gpu")
-    assert resolve("gpu", "nufft") == (Device(0), "gpu-nufft")
-    assert resolve("gpu", "auto") == (Device(0), "gpu")  # no problem size: the exact kernels
-    choose = operators.encoding.choose_engine
+    monkeypatch.setattr(registry, "resolve_device", lambda device: Device(0))
+    assert resolve("gpu", "exact") == (Device(0), "exact")
+    assert resolve("gpu", "nufft") == (Device(0), "nufft")
+    assert resolve("gpu", "auto") == (Device(0), "exact")  # no problem size: the exact kernels
+    choose = operators.choose_engine
     # the cost model: the NUFFT for a 256^2, 8-coil radial scan, the exact sums for a small one
-    assert choose("gpu", "auto", problem=((256, 256), 262144, 8))[1].name == "gpu-nufft"
-    assert choose("gpu", "auto", problem=((128, 128, 128), 1647104, 8))[1].name == "gpu-nufft"
-    assert choose("gpu", "auto", problem=((48, 48), 6000, 4))[1].name == "gpu"
-    assert choose("gpu", "exact", problem=((256, 256), 262144, 8))[1].name == "gpu"
+    assert choose("gpu", "auto", problem=((256, 256), 262144, 8))[1] is GpuNufftEncoding
+    assert choose("gpu", "auto", problem=((128, 128, 128), 1647104, 8))[1] is GpuNufftEncoding
+    assert choose("gpu", "auto", problem=((48, 48), 6000, 4))[1] is GpuExactEncoding
+    assert choose("gpu", "exact", problem=((256, 256), 262144, 8))[1] is GpuExactEncoding
+    assert GpuExactEncoding.key == "exact-gpu" and GpuNufftEncoding.key == "nufft-gpu"
     # device "auto" with a GPU present: "nufft" is the GPU NUFFT (it used to mean FINUFFT on the CPU)
-    monkeypatch.setattr(operators.encoding, "resolve_device", lambda device: Device(0 if device == "auto" else -1))
-    assert resolve("auto", "nufft") == (Device(0), "gpu-nufft")
+    monkeypatch.setattr(registry, "resolve_device", lambda device: Device(0 if device == "auto" else -1))
+    assert resolve("auto", "nufft") == (Device(0), "nufft")
+    assert choose("auto", "nufft")[1] is GpuNufftEncoding
+
+
+def test_the_registry_reads_the_engines():
+    keys = [e.key for e in registry.engines()]
+    assert keys == ["exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu", "fft-cpu", "fft-gpu"]
+    assert len(set(keys)) == len(keys)
+    assert registry.engine("auto", "cpu") is operators.FinufftEncoding  # the oracle is picked by name only
+    assert registry.engine("exact", "cpu") is operators.NudftEncoding
+    assert registry.engine("gpu", "gpu") is GpuExactEncoding and registry.engine("gpu-nufft", "gpu") is GpuNufftEncoding
+    assert registry.engine("nufft-gpu", "cpu") is GpuNufftEncoding  # a key names one engine on any device
+    assert not GpuNufftEncoding.caches_psf and GpuExactEncoding.caches_psf
+    with pytest.raises(ValueError, match="unknown method 'fast': expected one of auto, exact, exact-cpu"):
+        registry.engine("fast", "cpu")
+    with pytest.raises(InvalidDataError, match="no encoding engine serves 1-D images on the gpu"):
+        registry.fastest("gpu", (8,), 10, 1)
+    # the time model the chooser reads is the one the planner's estimate adds the CG iterations to
+    matrix, samples, coils = (64, 64), 20000, 4
+    assert GpuExactEncoding.run_seconds(matrix, samples, coils, 0) == GpuExactEncoding.seconds(matrix, samples, coils)
 
 
 def test_input_errors(rng):

@@ -16,7 +16,7 @@ from mri_recon.cli import main
 from mri_recon.errors import OutputError
 from mri_recon.io import save_scan
 from mri_recon.io.ismrmrd_write import write_ismrmrd
-from mri_recon.result import output_format
+from mri_recon.io.writers import output_format
 from mri_recon.sim.simulate import simulate_scan
 
 VALID = r"use \.h5 or \.hdf5 \(HDF5\), \.nii or \.nii\.gz \(NIfTI\), \.mrd\.h5 or \.mrd \(MRD images\); " \

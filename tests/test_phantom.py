@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mri_recon.errors import InvalidDataError
-from mri_recon.operators import finufft as nufft_cpu
+from mri_recon.operators.engines import finufft as nufft_cpu
 from mri_recon.sim import phantom
 
 

@@ -120,7 +120,7 @@ def test_preview_refuses_other_ranks():
 
 
 def test_cpu_plan_counts_finufft_fine_grids():
-    from mri_recon.operators.finufft import fine_grid_shape
+    from mri_recon.operators.engines.finufft import fine_grid_shape
 
     # 256^3, one coil: the PSF stage holds FINUFFT's complex128 fine grid of the 512^3 grid (640^3 at
     # upsampfac 1.25) and the complex128 PSF; the old count (3.9 GiB) missed both.
@@ -147,7 +147,7 @@ def test_fine_grid_shape_is_finufft_s(matrix):
     import tempfile
 
     finufft = pytest.importorskip("finufft")
-    from mri_recon.operators.finufft import fine_grid_shape, upsampfac
+    from mri_recon.operators.engines.finufft import fine_grid_shape, upsampfac
 
     x = [np.linspace(-3, 3, 50) for _ in matrix]
     fn = {2: finufft.nufft2d1, 3: finufft.nufft3d1}[len(matrix)]

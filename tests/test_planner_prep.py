@@ -172,8 +172,8 @@ def test_fhd_stage_is_within_25_percent_of_the_traced_peak_and_finufft_s_grids()
     """File maps, several coils: F^H d is the peak. The plan once counted two more complex128 copies of the
     samples (a phase product the FINUFFT wrapper no longer makes) and read 0.73 of the peak."""
     from mri_recon.backend import cpu_threads
-    from mri_recon.operators.encoding import NUFFT_EPS
-    from mri_recon.operators.finufft import fine_grid_shape
+    from mri_recon.operators.engines.encoding import NUFFT_EPS
+    from mri_recon.operators.engines.finufft import fine_grid_shape
 
     matrix, coils = (192, 192), 8
     tracemalloc.start()

@@ -10,8 +10,8 @@ import pytest
 from mri_recon import pipeline as recon
 from mri_recon.backend import Device
 from mri_recon.errors import InvalidDataError, ResourceError, SchemaError
-from mri_recon.operators import finufft as nufft_cpu
 from mri_recon.operators import psf
+from mri_recon.operators.engines import finufft as nufft_cpu
 from mri_recon.pipeline import STAGES, Result, memory_plan, reconstruct
 from mri_recon.scan import Scan
 

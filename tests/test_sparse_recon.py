@@ -14,7 +14,7 @@ from mri_recon.cli import main
 from mri_recon.errors import InvalidDataError
 from mri_recon.operators import fhd, forward, psf
 from mri_recon.operators import finite_difference as fd
-from mri_recon.operators.toeplitz import kernel_spectrum
+from mri_recon.operators.normal.toeplitz import kernel_spectrum
 from mri_recon.operators.wavelet import Wavelet
 from mri_recon.pipeline import reconstruct
 from mri_recon.sim.simulate import simulate_scan
@@ -268,7 +268,7 @@ def test_gpu_iteration_never_waits_for_the_host(problem, regularizer):
     import cupyx
 
     from mri_recon.backend import cupy_module
-    from mri_recon.operators.toeplitz import normal_operator
+    from mri_recon.operators.normal.toeplitz import normal_operator
     from mri_recon.solvers.admm import _DeviceCg
     from mri_recon.solvers.proximal import shrink_update, soft_threshold
     from mri_recon.solvers.sparse import sparsity_of

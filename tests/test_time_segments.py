@@ -11,8 +11,8 @@ import pytest
 from helpers import relative
 
 import mri_recon
-from mri_recon.operators import time_segments as ts
-from mri_recon.operators.offres_setup import plan_correction
+from mri_recon.operators.offres import time_segments as ts
+from mri_recon.operators.offres.setup import plan_correction
 from mri_recon.sim.offres import field_map as synthetic_field_map
 from mri_recon.sim.offres import readout_times
 

@@ -7,8 +7,8 @@ import pytest
 
 from mri_recon.backend import cupy_module
 from mri_recon.operators import psf
-from mri_recon.operators.nudft import nudft_adjoint, nudft_forward
-from mri_recon.operators.toeplitz import kernel_spectrum, normal_operator, toeplitz_apply
+from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
+from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator, toeplitz_apply
 
 CASES = [((16, 16), 1.0), ((9, 11), 1.0), ((6, 8, 4), 1.0), ((5, 7, 3), 1.0), ((10, 9), 2.0)]
 IDS = ["2d-even", "2d-odd", "3d-even", "3d-odd", "2d-2x-nyquist"]

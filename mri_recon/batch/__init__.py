@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+from ..settings import ReconSettings
 from .inputs import expand_inputs, output_name
 from .runner import reconstruct_many
 from .summary import BatchReport
-from .task import ReconOptions, ScanOutcome
+from .task import ScanOutcome
 
-__all__ = ["BatchReport", "ReconOptions", "ScanOutcome", "expand_inputs", "output_name", "reconstruct_many"]
+__all__ = ["BatchReport", "ReconSettings", "ScanOutcome", "expand_inputs", "output_name", "reconstruct_many"]

@@ -1,8 +1,8 @@
 """The scans of a batch run: paths, folders and glob patterns expanded to files, and their output names.
 
-A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``, Siemens ``*.dat``; not recursive; hidden
-files and the outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files
-it matches. Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
+A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``; not recursive; hidden files and the
+outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files it matches.
+Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import OutputError, ScanFileError
+from ..io.readers import input_suffixes, scan_suffixes
+from ..io.writers import OUTPUT_SUFFIXES, OUTPUTS
 
-SCAN_SUFFIXES = (".h5", ".hdf5", ".mrd", ".dat")  # .dat: Siemens twix (mri_recon.io.twix)
-"""File name endings of the scan files a folder stands for."""
-_OUTPUT_SUFFIX = {"hdf5": ".h5", "nifti": ".nii.gz", "mrd": ".mrd.h5"}
-OUTPUT_FILE_SUFFIXES = (".h5", ".hdf5", ".nii", ".nii.gz", ".mrd")
+SCAN_SUFFIXES = scan_suffixes()
+"""File name endings of the scan files a folder stands for (the input formats': ``.h5``, ``.hdf5``, ``.mrd``)."""
+OUTPUT_FILE_SUFFIXES = OUTPUT_SUFFIXES
 """Endings of an output file's name: an ``-o`` ending so names one output file, not a folder of outputs."""
 
 
@@ -69,11 +70,11 @@ def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
     """The default output name of ``scan``: its name without ``.mrd.h5`` / ``.h5`` / ``.hdf5`` / ``.mrd``, then
     ``.recon.h5`` (``.recon.nii.gz`` for NIfTI, ``.recon.mrd.h5`` for MRD images)."""
     name = Path(scan).name
-    for suffix in (".mrd.h5", ".h5", ".hdf5", ".mrd", ".dat"):
+    for suffix in input_suffixes():
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return f"{name}.recon{_OUTPUT_SUFFIX[format or 'hdf5']}"
+    return f"{name}.recon{OUTPUTS[format or 'hdf5'].default_suffix}"
 
 
 def names_a_file(out: str | os.PathLike) -> bool:

@@ -46,10 +46,8 @@ def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
     if not matrix or not shape or any(n < 1 for n in matrix):
         return None
     coils, samples = (1, shape[0]) if len(shape) == 1 else (shape[0], math.prod(shape[1:]))
-    method = ("gpu-nufft" if task.options.method == "nufft" else "gpu") if gpu else \
-        ("exact" if task.options.method == "exact" else "auto")
-    estimate = plan(matrix, coils, samples, sense=True, iterations=task.options.iterations, available_bytes=None,
-                    gpu=gpu, method=method)
+    estimate = plan(matrix, coils, samples, sense=True, iterations=task.settings.iterations, available_bytes=None,
+                    gpu=gpu, method=task.settings.method)  # the engine of that name on that device
     return estimate.estimated_seconds
 
 

@@ -18,11 +18,12 @@ from typing import Any
 
 from ..errors import InvalidDataError
 from ..io.files import FileSet, check_output
+from ..settings import ReconSettings
 from .inputs import expand_inputs, output_paths
 from .predict import decide
 from .record import complete
 from .summary import BatchReport
-from .task import ReconOptions, ScanOutcome, ScanTask, run_scan
+from .task import ScanOutcome, ScanTask, run_scan
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ Progress = Callable[[str, Any], None]
 skipped))`` before the first scan, ``("scan", ScanOutcome)`` as each scan ends."""
 
 
-def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None, options: ReconOptions, *,
+def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | None, settings: ReconSettings, *,
                overwrite: bool = False) -> tuple[list[ScanTask], list[ScanOutcome], list[str]]:
     """The tasks to run, the scans skipped as complete, and every input (absolute, in order); the outputs are
     checked first.
@@ -43,18 +44,18 @@ def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | 
     """
     inputs = [p.absolute() for p in expand_inputs(paths)]
     out_dir = None if out_dir is None else Path(out_dir).absolute()
-    outputs = output_paths(inputs, out_dir, options.format)
+    outputs = output_paths(inputs, out_dir, settings.format)
     if out_dir is not None and outputs[0].parent == out_dir and not out_dir.exists():  # a folder of outputs
         out_dir.mkdir(parents=True, exist_ok=True)
     tasks, skipped = [], []
     protected = FileSet(inputs)  # one look at each input, not one per input and output
     for scan, output in zip(inputs, outputs):
         check_output(output, protect=protected)
-        why = None if overwrite else complete(output, scan, options.settings())
+        why = None if overwrite else complete(output, scan, settings.record())
         if why is None and not overwrite:
             skipped.append(ScanOutcome(str(scan), str(output), "skipped", "complete from an earlier run"))
         else:
-            tasks.append(ScanTask(scan, output, options))
+            tasks.append(ScanTask(scan, output, settings))
     return tasks, skipped, [str(p) for p in inputs]
 
 
@@ -92,7 +93,8 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
     progress
         Optional callback, see :data:`Progress`.
     options
-        The fields of :class:`ReconOptions` (``iterations``, ``lam``, ``method``, ``device``, ...).
+        The fields of :class:`~mri_recon.settings.ReconSettings` (``iterations``, ``lam``, ``regularizer``,
+        ``method``, ``device``, ``format``, ``choice``, ...); an unknown one is refused, naming the valid ones.
 
     Returns
     -------
@@ -100,10 +102,7 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
         One :class:`ScanOutcome` per scan in input order (done, skipped or failed, with the reason), the wall
         time and where it ran. Failures are reported there, not raised.
     """
-    try:
-        opts = ReconOptions(**options)
-    except TypeError as exc:
-        raise InvalidDataError(f"reconstruct_many: {exc}") from None
+    opts = ReconSettings.from_keywords(options, "reconstruct_many")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise InvalidDataError(f"workers must be a whole number >= 1, found {workers!r}")
     if sum(x is not None for x in (client, workers, scheduler)) > 1:
@@ -129,7 +128,7 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
     return BatchReport(outcomes, time.perf_counter() - started, where, cluster.dashboard if cluster else None)
 
 
-def _cluster(tasks: list[ScanTask], opts: ReconOptions, client: Any, workers: int | None, scheduler: str | None,
+def _cluster(tasks: list[ScanTask], opts: ReconSettings, client: Any, workers: int | None, scheduler: str | None,
              tls: Mapping[str, str | None] | None, dashboard: bool) -> tuple[Any, str]:
     """The cluster to run on (None: this process) and where the scans run, in words."""
     if client is None and workers is None and scheduler is None:

@@ -44,12 +44,9 @@ def plan_parts(tasks: list[ScanTask], threads: int) -> dict[int, list[list[dict]
     plans = {}
     for index, task in enumerate(tasks):
         try:
-            allow = task.options.allow_external
-            if is_hdf5_scan(task.input, allow) != "ismrmrd":
+            if is_hdf5_scan(task.input, task.settings.allow_external) != "ismrmrd":
                 continue
-            picked = {k: v for k, v in task.options.choice.items() if v is not None}
-            keys = [key for key, _ in load_scans(task.input, traj_units=task.options.traj_units,
-                                                 allow_external=allow, **picked)]
+            keys = [key for key, _ in load_scans(task.input, **task.settings.reader_keywords())]
         except Exception:  # noqa: BLE001 - the whole-file task reports the error
             continue
         count = min(len(keys), wanted)

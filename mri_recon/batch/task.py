@@ -1,7 +1,8 @@
-"""One scan of a batch: its options, the work a worker does for it, and what came of it.
+"""One scan of a batch: its settings, the work a worker does for it, and what came of it.
 
 :func:`run_scan` runs in a worker process (or in the calling process without Dask): the same steps as the
-single-scan command (load, prepare, reconstruct every image, write atomically), then the completion record.
+single-scan command (:func:`mri_recon.api.reconstruct_file`: load, prepare, reconstruct every image, write
+atomically), then the completion record.
 It never raises for a bad scan: the failure is returned as a :class:`ScanOutcome` with a one-line reason, so
 the other scans go on.
 """
@@ -10,90 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..errors import InvalidDataError, MriReconError
+from ..errors import MriReconError
+from ..settings import ReconSettings
 from .record import write_record
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ReconOptions:
-    """The settings of every scan of a batch; the defaults are those of ``mri-recon reconstruct``."""
-
-    iterations: int = 30
-    """Most CG iterations."""
-    lam: float | None = None
-    """Regularization weight (relative, see :func:`mri_recon.pipeline.reconstruct`); None: the regularizer's
-    default (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`)."""
-    tol: float = 1e-6
-    """CG stops at this relative residual."""
-    filter_sigma: float | None = None
-    """Gaussian post-filter width in voxels; None: none."""
-    method: str = "auto"
-    """``"auto" | "exact" | "nufft"``."""
-    device: str = "auto"
-    """``"auto" | "cpu" | "gpu"`` (in a GPU cluster every worker sees its own GPU as ``gpu:0``)."""
-    coil_maps: str = "auto"
-    dcf: str = "auto"
-    prewhiten: bool = True
-    field_map: str = "correct"
-    """``"correct"`` or ``"ignore"`` (drop the scan's field map on purpose)."""
-    traj_units: str = "auto"
-    allow_external: bool = False
-    """Read datasets and links that reach other files (``--allow-external-data``)."""
-    choice: dict = field(default_factory=dict)
-    """ISMRMRD image choice: ``slice``, ``contrast``, ``phase``, ``set``, ``repetition`` values."""
-    format: str | None = None
-    """Output format (``"hdf5" | "nifti" | "mrd"``; None: HDF5)."""
-    complex_: bool = False
-    magnitude: bool = False
-    cache: bool = True
-    """Use the PSF cache."""
-    cache_dir: str | None = None
-    """The PSF cache folder (None: the default one, shared by the workers of one host)."""
-    solver: dict = field(default_factory=dict)
-    """Further settings of :func:`mri_recon.pipeline.reconstruct`: the regularized solvers' (``regularizer``,
-    ``rho``, ``inner_iterations``, ``anisotropic``, ``solver``) and the off-resonance correction's."""
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.iterations, int) and self.iterations >= 1):
-            raise InvalidDataError(f"iterations must be a whole number >= 1, found {self.iterations!r}")
-        for name in ("lam", "tol"):
-            value = getattr(self, name)
-            if value is None and name == "lam":
-                continue
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise InvalidDataError(f"{name} must be a finite number >= 0, found {value!r}")
-        if self.method not in ("auto", "exact", "nufft"):
-            raise InvalidDataError(f"method must be 'auto', 'exact' or 'nufft', found {self.method!r}")
-        if self.field_map not in ("correct", "ignore"):
-            raise InvalidDataError(f"field_map must be 'correct' or 'ignore', found {self.field_map!r}")
-        unknown = set(self.choice) - {"slice", "contrast", "phase", "set", "repetition"}
-        if unknown:
-            raise InvalidDataError(f"choice takes slice, contrast, phase, set, repetition; found {sorted(unknown)}")
-
-    def settings(self) -> dict[str, Any]:
-        """What the output depends on (recorded in the completion record; not the device or the cache)."""
-        from ..solvers.sparse import resolve_lam  # noqa: PLC0415 - the solvers load with the reconstruction
-
-        skip = ("device", "cache", "cache_dir", "allow_external")  # allow_external: read or refused, same image
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
-        if self.lam is None:  # the default, as a number where it does not depend on the scan's weights (l2)
-            try:
-                regularizer = self.solver.get("regularizer", "l2")
-                used = {resolve_lam(regularizer, None, weighted) for weighted in (True, False)}
-            except InvalidDataError:  # an unknown regularizer fails when the scan is reconstructed
-                used = set()
-            out["lam"] = used.pop() if len(used) == 1 else None
-        return {**out, "format": self.format or "hdf5"}
 
 
 @dataclass(frozen=True)
@@ -102,7 +30,7 @@ class ScanTask:
 
     input: Path
     output: Path
-    options: ReconOptions
+    settings: ReconSettings
 
 
 @dataclass(frozen=True)
@@ -143,12 +71,15 @@ def _one_line(exc: BaseException) -> str:
 
 def run_scan(task: ScanTask) -> ScanOutcome:
     """Reconstruct ``task.input`` into ``task.output`` and record it as complete (in a worker)."""
+    from ..api import reconstruct_file  # noqa: PLC0415 - the reconstruction loads in the worker
+
     started = time.perf_counter()
     try:
-        done = write_images(task, reconstruct_images(task))
+        done = reconstruct_file(task.input, task.output, task.settings)
+        outcome = record_images(task, done.results, done.written)
     except Exception as exc:  # noqa: BLE001 - one bad scan must not stop the others: reported, not raised
         return failed(task, exc, started)
-    return dataclasses.replace(done, seconds=time.perf_counter() - started, worker=here())
+    return dataclasses.replace(outcome, seconds=time.perf_counter() - started, worker=here())
 
 
 def here() -> str:
@@ -163,42 +94,30 @@ def failed(task: ScanTask, exc: BaseException, started: float) -> ScanOutcome:
                        seconds=time.perf_counter() - started, worker=here())
 
 
-def reconstruct_images(task: ScanTask, keys: list[dict] | None = None) -> list[tuple]:
-    """``(key, scan, record, result)`` of every image of ``task.input`` (that ``task.options.choice``
-    keeps), or of those with the given ``keys`` (a part of an MRD file's images), in file order."""
-    from ..api import prepare_and_reconstruct
-    from ..io import load_scans
-    from ..io.cache import PsfCache
+def reconstruct_images(task: ScanTask, keys: list[dict]) -> list[tuple]:
+    """``(key, scan, record, result)`` of the images of ``task.input`` with the given ``keys`` (a part of an
+    MRD file's images), in file order; nothing written."""
+    from ..api import reconstruct_file  # noqa: PLC0415 - the reconstruction loads in the worker
 
-    opts = task.options
-    picked = {k: v for k, v in opts.choice.items() if v is not None}
-    cache = PsfCache(opts.cache_dir) if opts.cache else None
-    results = []
-    for key, loaded in load_scans(task.input, traj_units=opts.traj_units, allow_external=opts.allow_external,
-                                  **picked):
-        if keys is not None and key not in keys:
-            continue
-        results.append((key, *prepare_and_reconstruct(
-            loaded, prewhiten=opts.prewhiten, dcf=opts.dcf, coil_maps=opts.coil_maps, field_map=opts.field_map,
-            iterations=opts.iterations, tol=opts.tol, lam=opts.lam, filter_sigma=opts.filter_sigma,
-            device=opts.device, method=opts.method, psf_cache=cache, **opts.solver)))
-    return results
+    return reconstruct_file(task.input, None, task.settings, keys=keys).results
 
 
 def write_images(task: ScanTask, results: list[tuple], parts: int = 1) -> ScanOutcome:
     """Write the images ``results`` (in file order) to ``task.output`` and its completion record."""
-    from ..result import write_result
+    from ..api import write_images as write  # noqa: PLC0415 - the writers load in the worker
 
-    opts = task.options
-    written = write_result(task.output, results, task.input, format=opts.format, complex_=opts.complex_,
-                           magnitude=opts.magnitude)
+    return record_images(task, results, write(task.output, results, task.input, task.settings), parts)
+
+
+def record_images(task: ScanTask, results: list[tuple], written: list[Path], parts: int = 1) -> ScanOutcome:
+    """The outcome of the images ``results`` written to ``written``, recorded as complete beside the output."""
     rs = [r for *_, r in results]
     outcome = ScanOutcome(str(task.input), str(task.output), "done", images=len(rs),
                           iterations=sum(r.iterations for r in rs),
                           final_residual=max(float(r.residuals[-1]) for r in rs),
                           engine=str(rs[-1].parameters.get("method")), device=rs[-1].device,
                           psf=",".join(sorted({str(r.parameters.get("psf")) for r in rs})), parts=parts)
-    write_record(task.output, task.input, opts.settings(),
+    write_record(task.output, task.input, task.settings.record(),
                  {k: v for k, v in dataclasses.asdict(outcome).items() if k not in ("input", "output", "status")},
                  files=written)
     return outcome

@@ -8,7 +8,7 @@ readout sample ``i`` sits at ``k = i - center_sample``. Each readout is placed o
 (``encodedSpace`` x) with zeros where the echo has no sample (partial Fourier along the readout: zero-filled).
 Readout oversampling (``encodedSpace`` x wider than ``reconSpace`` x at the same voxel size) is removed as
 scanners do: inverse FFT along the readout, keep the centre ``reconSpace`` voxels, FFT back. The samples then
-lie on integer frequencies of the image grid, which :mod:`mri_recon.operators.cartesian` transforms by FFT.
+lie on integer frequencies of the image grid, which :mod:`mri_recon.operators.engines.cartesian` transforms by FFT.
 Phase encodes absent from the file (undersampling, partial Fourier) are left out of the sampling mask;
 asymmetric coverage is recorded as partial Fourier in ``Scan.attrs["partial_fourier"]``, zero-filled.
 

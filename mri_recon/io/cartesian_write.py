@@ -55,7 +55,7 @@ def write_cartesian_ismrmrd(path: str | os.PathLike, kspace: np.ndarray, *, matr
     """Write Cartesian k-space ``(S, C, Nx_enc, Ny[, Nz])`` (S 2-D slices, or one 3-D volume with S = 1) as MRD.
 
     Index ``p`` of each k-space axis is ``k = p - N // 2`` (cycles per FOV), the layout of
-    :func:`mri_recon.operators.cartesian` images transformed with ``fftshift(fftn(ifftshift(x)))``.
+    :func:`mri_recon.operators.engines.cartesian` images transformed with ``fftshift(fftn(ifftshift(x)))``.
 
     Parameters
     ----------

@@ -68,6 +68,7 @@ import numpy as np
 from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
 from .cartesian import STEPS, cartesian_readouts, partition_column
+from .inputs import InputFormat
 from .ismrmrd_encoding import SPACES, TRAJ_UNITS, detect_units, encoding_space, one_line, scale_trajectory
 from .schema import _open, image_series, images_not_raw
 from .stack import DIMENSIONS, describe, select
@@ -326,7 +327,7 @@ def load_ismrmrd_all(path: str | os.PathLike, *, traj_units: str = "auto", space
     TrajectoryUnitsError
         The trajectory extent fits neither unit, or both.
     """
-    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    chosen = dict(zip(DIMENSIONS, (slice, contrast, phase, set, repetition)))
     return _scans(path, traj_units, space, dataset, chosen, allow_external)
 
 
@@ -344,10 +345,17 @@ def load_ismrmrd(path: str | os.PathLike, *, traj_units: str = "auto", slice: in
     SchemaError
         No image matches, or several do (the message names the values they hold).
     """
-    chosen = {"slice": slice, "contrast": contrast, "phase": phase, "set": set, "repetition": repetition}
+    chosen = dict(zip(DIMENSIONS, (slice, contrast, phase, set, repetition)))
     scans = _scans(path, traj_units, space, dataset, chosen, allow_external)
     if len(scans) > 1:
         raise SchemaError(f"{path}: holds several images ({describe([key for key, _ in scans])}); choose one "
                           f"with slice=, contrast=, phase=, set=, repetition= or read them all with "
                           f"load_ismrmrd_all")
     return scans[0][1]
+
+
+INPUT = InputFormat("ismrmrd", (".mrd", ".mrd.h5"), lambda probe: probe.hdf5 == "ismrmrd",
+                    lambda probe, **options: load_ismrmrd_all(probe.path, allow_external=probe.allow_external,
+                                                              **options),
+                    lambda probe, **options: load_ismrmrd(probe.path, allow_external=probe.allow_external, **options))
+"""ISMRMRD (MRD) raw-data input."""

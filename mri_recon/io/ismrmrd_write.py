@@ -130,6 +130,27 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
         raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'cycles-per-fov' or 'normalized'")
     pairs = _pairs(scans)
     first = pairs[0][1]
+    fov, encoded, encoded_fov, scale = _spaces(first, fov_mm, readout_oversampling, traj_units)
+    acquisitions = _noise_acquisitions(mr, pairs, sample_time_us)
+    readouts = 0
+    for key, scan in pairs:
+        n = _readout(scan, samples_per_readout)
+        readouts = max(readouts, scan.n_samples // n)
+        acquisitions += _scan_acquisitions(mr, key, scan, scale, n, weights_in_trajectory, sample_time_us)
+    acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
+    counts = {name: max(k[name] for k, _ in pairs) + 1 for name in DIMENSIONS}
+    header = _header(mr, first, fov, encoded, encoded_fov, counts, readouts)
+    with memory_output(path) as buffer, h5py.File(buffer, "w") as f:  # as ismrmrd.File, in memory
+        group = mr.file.Folder(f)[dataset]
+        group.header = header
+        group.acquisitions = acquisitions
+
+
+def _spaces(first: Scan, fov_mm: Sequence[float] | None, readout_oversampling: float,
+            traj_units: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(recon FOV, encoded matrix, encoded FOV, trajectory scale)``: the recon FOV from ``fov_mm`` or the
+    scan's attrs (1 mm voxels by default), the readout oversampled, and the factor from the scan's cycles per
+    recon FOV to the stored units."""
     ndim = first.ndim
     matrix = np.asarray(first.matrix, dtype=np.float64)
     fov = np.asarray(fov_mm if fov_mm is not None else first.attrs.get("fov_mm", matrix), dtype=np.float64)
@@ -143,6 +164,12 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
     scale = encoded / matrix  # recon-FOV cycles -> encoded-FOV cycles
     if traj_units == "normalized":
         scale = scale / encoded
+    return fov, encoded, encoded_fov, scale
+
+
+def _noise_acquisitions(mr, pairs: list[tuple[dict, Scan]], sample_time_us: float) -> list:
+    """The noise of the first scan that has one, as ``ACQ_IS_NOISE_MEASUREMENT`` acquisitions of <= 512
+    samples."""
     acquisitions = []
     noise = next((scan.noise for _, scan in pairs if scan.noise is not None), None)
     if noise is not None:
@@ -152,34 +179,31 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
                                             sample_time_us=sample_time_us)
             acq.set_flag(mr.ACQ_IS_NOISE_MEASUREMENT)
             acquisitions.append(acq)
-    readouts = 0
-    for key, scan in pairs:
-        n = _readout(scan, samples_per_readout)
-        count = scan.n_samples // n
-        readouts = max(readouts, count)
-        k = (scan.trajectory.astype(np.float64) * scale).astype(np.float32)
-        if scan.weights is not None and weights_in_trajectory:
-            k = np.concatenate([k, scan.weights[:, None]], axis=1)
-        for a in range(count):
-            part = slice(a * n, (a + 1) * n)
-            acq = mr.Acquisition.from_array(np.ascontiguousarray(scan.kspace[:, part]),
-                                            np.ascontiguousarray(k[part]), sample_time_us=sample_time_us,
-                                            center_sample=n // 2)
-            for name, value in key.items():
-                setattr(acq.idx, name, value)
-            acq.idx.kspace_encode_step_1 = a
-            if a == 0:
-                acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
-            if a == count - 1:
-                acq.set_flag(mr.ACQ_LAST_IN_SLICE)
-            acquisitions.append(acq)
-    acquisitions[-1].set_flag(mr.ACQ_LAST_IN_MEASUREMENT)
-    counts = {name: max(k[name] for k, _ in pairs) + 1 for name in DIMENSIONS}
-    header = _header(mr, first, fov, encoded, encoded_fov, counts, readouts)
-    with memory_output(path) as buffer, h5py.File(buffer, "w") as f:  # as ismrmrd.File, in memory
-        group = mr.file.Folder(f)[dataset]
-        group.header = header
-        group.acquisitions = acquisitions
+    return acquisitions
+
+
+def _scan_acquisitions(mr, key: dict, scan: Scan, scale: np.ndarray, n: int, weights_in_trajectory: bool,
+                       sample_time_us: float) -> list:
+    """One acquisition per readout of ``n`` samples, with its indices and first/last-in-slice flags."""
+    count = scan.n_samples // n
+    k = (scan.trajectory.astype(np.float64) * scale).astype(np.float32)
+    if scan.weights is not None and weights_in_trajectory:
+        k = np.concatenate([k, scan.weights[:, None]], axis=1)
+    acquisitions = []
+    for a in range(count):
+        part = slice(a * n, (a + 1) * n)
+        acq = mr.Acquisition.from_array(np.ascontiguousarray(scan.kspace[:, part]),
+                                        np.ascontiguousarray(k[part]), sample_time_us=sample_time_us,
+                                        center_sample=n // 2)
+        for name, value in key.items():
+            setattr(acq.idx, name, value)
+        acq.idx.kspace_encode_step_1 = a
+        if a == 0:
+            acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
+        if a == count - 1:
+            acq.set_flag(mr.ACQ_LAST_IN_SLICE)
+        acquisitions.append(acq)
+    return acquisitions
 
 
 # --------------------------------------------------------------------------------------------------------

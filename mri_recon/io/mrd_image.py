@@ -33,19 +33,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._version import __version__
 from ..errors import OutputError, SchemaError
 from .files import memory_output
 from .geometry import DIRECTIONS, Geometry
+from .outputs import ImageStack, OutputFormat, nrmse_vs_truth
+from .stack import DIMENSIONS
 
 SUFFIXES = (".mrd.h5", ".mrd")
 """File names that choose MRD output."""
 SERIES = "image_0"
 """The image series (group inside the dataset) the records go to."""
-INDICES = ("average", "slice", "contrast", "phase", "repetition", "set")
+INDICES = ("average", *DIMENSIONS)
 """Stack-key names copied into the image header's fields of the same name."""
 
 
@@ -186,3 +190,40 @@ def write_mrd_images(path: str | os.PathLike, images: Sequence[np.ndarray], geom
             dataset.write_xml_header(xml.encode() if isinstance(xml, str) else xml)
             for record in records:
                 dataset.append_image(SERIES, record)
+
+
+def mrd_values(complex_: bool, magnitude: bool) -> str:
+    """MRD holds complex images, or magnitude images with ``magnitude``."""
+    del complex_
+    return "magnitude" if magnitude else "complex"
+
+
+def write_mrd(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = False, magnitude: bool = False,
+              protect: tuple = ()) -> list[Path]:
+    """Write ``stack`` as MRD image records (:func:`write_mrd_images`), with the input's XML header when the
+    input was MRD and each image's run in its meta."""
+    del complex_
+    results, images = stack.results, stack.images
+    scan = results[0][1]
+    header = None
+    if scan.attrs.get("source_format") == "ismrmrd":
+        header = read_header_xml(scan.source or stack.source, str(scan.attrs.get("ismrmrd_dataset", "dataset")))
+    meta = [{"mri_recon_version": __version__, "iterations": r.iterations, "final_residual": f"{r.residuals[-1]:.3e}",
+             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine,
+             **_truth_meta(image, s.ground_truth, r)} for image, (_, s, _, r) in zip(images, results)]
+    write_mrd_images(output, images, stack.geometries, stack.keys, header_xml=header, magnitude=magnitude,
+                     meta=meta, protect=protect)
+    return [Path(output)]
+
+
+def _truth_meta(image: np.ndarray, truth: np.ndarray | None, result: Any) -> dict[str, str]:
+    """MRD meta of the NRMSE against the ground truth (none without one), as the HDF5 attributes hold it."""
+    if truth is None:
+        return {}
+    kind, value = nrmse_vs_truth(image, truth, result)
+    return {"nrmse_vs_ground_truth": repr(value), "nrmse_kind": kind}
+
+
+FORMAT = OutputFormat("mrd", "MRD", SUFFIXES, ".mrd.h5", write_mrd, values=mrd_values,
+                      shown="{label}, {values} images", title="MRD images", placed="image headers have position 0,")
+"""MRD image output (``.mrd.h5``, ``.mrd``)."""

@@ -22,7 +22,8 @@ import numpy as np
 
 from .files import write_files
 from .geometry import Geometry
-from .nifti import nifti_bytes, write_nifti
+from .nifti import SUFFIXES, nifti_bytes, write_nifti
+from .outputs import ImageStack, OutputFormat
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +104,22 @@ def write_nifti_stack(path: str | os.PathLike, image: np.ndarray, geometries: Se
         files.append((target, nifti_bytes(target, np.take(image, j, axis=where), geometry, complex_=complex_,
                                           axes=others)))
     return write_files(files, protect=protect)
+
+
+def nifti_values(complex_: bool, magnitude: bool) -> str:
+    """NIfTI holds the magnitude, or real and imaginary parts with ``complex_``."""
+    del magnitude
+    return "real and imaginary" if complex_ else "magnitude"
+
+
+def write_nifti_output(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = False,
+                       magnitude: bool = False, protect: tuple = ()) -> list[Path]:
+    """Write ``stack`` as NIfTI (:func:`write_nifti_stack`)."""
+    del magnitude
+    return write_nifti_stack(output, stack.image, stack.geometries, stack.layout.axes, complex_=complex_,
+                             protect=protect)
+
+
+FORMAT = OutputFormat("nifti", "NIfTI", SUFFIXES, ".nii.gz", write_nifti_output, values=nifti_values,
+                      shown="{label}, {values}", placed="affine has")
+"""NIfTI output (``.nii``, ``.nii.gz``)."""

@@ -12,10 +12,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..errors import ScanFileError, SchemaError, printable
+from ..errors import InvalidDataError, ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .contained import check_contained
 from .files import memory_output
+from .inputs import InputFormat, Probe
+from .stack import DIMENSIONS
 
 
 def _open(path: str | os.PathLike, allow_external: bool = False) -> h5py.File:
@@ -185,3 +187,23 @@ def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> 
         attrs = {k: _attribute(src, k, v) for k, v in f.attrs.items() if k != "matrix"}
         matrix = f.attrs["matrix"]
     return Scan(matrix=matrix, attrs=attrs, source=src, **values)
+
+
+def _one_image_file(probe: Probe, options: dict[str, Any]) -> None:
+    """A schema-v1 file holds one image: refuse a choice of MRD image indices for it (an MRD file of images
+    is refused by :func:`load_schema_v1`, saying what it is)."""
+    chosen = {name: options[name] for name in DIMENSIONS if options.get(name) is not None}
+    if chosen and probe.hdf5 == "schema-v1":
+        asked = ", ".join(f"{name}={value}" for name, value in chosen.items())
+        raise InvalidDataError(f"{probe.path}: a schema-v1 file holds one image; {asked} chooses among the images "
+                               f"of an ISMRMRD file")
+
+
+def _load_one(probe: Probe, **options: Any) -> Scan:
+    _one_image_file(probe, options)
+    return load_schema_v1(probe.path, allow_external=probe.allow_external)
+
+
+INPUT = InputFormat("schema-v1", (".h5", ".hdf5"), lambda probe: probe.hdf5 != "ismrmrd",
+                    lambda probe, **options: [({}, _load_one(probe, **options))], _load_one)
+"""Schema-v1 HDF5 input (and the refusal of MRD image files, which are HDF5 too)."""

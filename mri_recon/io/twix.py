@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
 from .cartesian import cartesian_readouts
+from .inputs import InputFormat, Probe
 from .stack import DIMENSIONS, select
 
 _COUNTERS = {"slice": "cSlc", "contrast": "cEco", "phase": "cPhs", "set": "cSet", "repetition": "cRep"}
@@ -180,3 +181,23 @@ def load_twix_all(path: str | os.PathLike, *, slice: int | None = None, contrast
 def is_twix(path: str | os.PathLike) -> bool:
     """Whether ``path`` names a Siemens raw data file (by its ``.dat`` extension)."""
     return str(path).lower().endswith(".dat")
+
+
+def load_twix(path: str | os.PathLike, **options: Any) -> Scan:
+    """The one image of a twix file that ``options`` (``slice=`` .. ``repetition=``) leave; SchemaError when
+    several are left."""
+    scans = load_twix_all(path, **options)
+    if len(scans) > 1:
+        raise SchemaError(f"{printable(str(path))}: holds several images; choose one with slice=, contrast=, "
+                          f"phase=, set=, repetition=")
+    return scans[0][1]
+
+
+def _claims(probe: Probe) -> bool:
+    return is_twix(probe.path)
+
+
+INPUT = InputFormat("twix", (".dat",), _claims,
+                    lambda probe, **options: load_twix_all(probe.path, **options),
+                    lambda probe, **options: load_twix(probe.path, **options))
+"""Siemens twix (``.dat``) raw-data input, recognised by its name (the 'twix' extra)."""

@@ -5,7 +5,9 @@ functions they share live in ``*.cuh`` headers here, found through ``-I`` of thi
 headers is part of the options, so CuPy's on-disk cache never serves a kernel built with an older header).
 Every configuration the launchers build is listed in :mod:`mri_recon.kernels.registry`. Sizes known
 at compile time are passed as ``-D`` options (never by editing the source text). Modules are memoized per
-(file, options, device); :func:`prefetch` builds a list of them on threads ahead of use.
+(file, options, device); :func:`prefetch` builds a list of them on threads ahead of use. A module is loaded
+from the precompiled bundle (:mod:`mri_recon.kernels.bundle`, docs/kernels.md) when it holds a verified binary
+of this source and these options for the device, and compiled with NVRTC otherwise.
 :func:`upload_constant` is the single way to fill ``__constant__`` memory: it checks that the data fits
 the symbol (and so the 64 KB constant bank) before copying on the current stream, which keeps uploads
 ordered with the launches that read them.
@@ -19,51 +21,20 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from ..backend import Device, cupy_module
 from ..errors import KernelError
+from . import bundle
+from .cupy_bundle import install as install_cupy_kernels
+from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source
 
-KERNEL_DIR = Path(__file__).resolve().parent
+__all__ = ["BASE_OPTIONS", "CONSTANT_BYTES", "KERNEL_DIR", "compile_ptx", "get_kernel", "get_module", "header_files",
+           "include_options", "kernel_files", "options", "prefetch", "source", "symbol_bytes", "upload_constant"]
+
 CONSTANT_BYTES = 65536  # size of the __constant__ bank every CUDA device has
-BASE_OPTIONS = ("--std=c++17",)
-
-
-def kernel_files() -> list[Path]:
-    """Every ``.cu`` file shipped with the package."""
-    return sorted(KERNEL_DIR.glob("*.cu"))
-
-
-def header_files() -> list[Path]:
-    """Every ``.cuh`` header shipped with the package (included by the ``.cu`` files)."""
-    return sorted(KERNEL_DIR.glob("*.cuh"))
-
-
-@functools.cache
-def source(filename: str) -> str:
-    """The text of ``filename`` in the kernel folder."""
-    path = KERNEL_DIR / filename
-    if not path.is_file():
-        raise KernelError(f"kernel source {filename!r} not found in {KERNEL_DIR}")
-    return path.read_text()
-
-
-def options(defines: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """NVRTC options: the base options plus ``-DNAME=VALUE`` for each define, in sorted order."""
-    items = sorted((defines or {}).items())
-    return BASE_OPTIONS + tuple(f"-D{name}={int(value)}" for name, value in items)
-
-
-def include_options() -> tuple[str, ...]:
-    """``-I`` of the kernel folder and ``-DMRI_RECON_HEADERS=<crc32 of every header>`` (the cache key)."""
-    crc = 0
-    for path in header_files():
-        crc = zlib.crc32(path.name.encode() + b"\0" + source(path.name).encode(), crc)
-    return (f"-I{KERNEL_DIR}", f"-DMRI_RECON_HEADERS={crc}")
 
 
 def _freeze(defines: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
@@ -79,6 +50,9 @@ def _build(filename: str, frozen: tuple[tuple[str, int], ...], device_index: int
     if cupy is None:
         raise KernelError("CuPy is not installed: GPU kernels are unavailable")
     with cupy.cuda.Device(device_index):
+        module = bundle.load(cupy, filename, dict(frozen), device_index)
+        if module is not None:
+            return module
         try:
             module = cupy.RawModule(code=source(filename), options=options(dict(frozen)) + include_options())
             module.compile()
@@ -124,7 +98,9 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
 
     A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
-    where the module is used (or from the returned futures)."""
+    where the module is used (or from the returned futures). The first prefetch of a process and device then
+    copies the precompiled CuPy kernels of the bundle into CuPy's kernel cache
+    (:mod:`mri_recon.kernels.cupy_bundle`), so that CuPy loads them instead of compiling."""
     index = 0 if device is None else device.index
     futures = []
     for filename, defines in configs:
@@ -133,6 +109,9 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
             built = _BUILT.get(key)
         # built or being built: nothing to submit (a warm process pays no thread hand-off)
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
+    cupy = cupy_module()
+    if cupy is not None:  # CuPy's own kernels into its cache, once per process and device (kernels/cupy_bundle.py)
+        install_cupy_kernels(cupy, index)
     return futures
 
 

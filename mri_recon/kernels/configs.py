@@ -163,14 +163,6 @@ def psf_defines(dim: int) -> dict[str, int]:
     return fhd_defines(dim, 1, PSF_VOX, True, real=True)
 
 
-def seed_defines(dim: int, rung: int) -> dict[str, int]:
-    """The ``-D`` options of ``fhd_seed.cu`` for one rung of the textbook ladder (0 naive .. 3 aos)."""
-    defines = {"FHD_DIM": dim, "FHD_RUNG": rung}
-    if rung >= 2:
-        defines["FHD_CHUNK"] = CONSTANT_BYTES // (4 * dim)
-    return defines
-
-
 def forward_defines(dim: int, coils: int | None, run: int | None) -> dict[str, int]:
     """The ``-D`` options of ``forward.cu``: ``coils=None`` selects the naive (reference) kernel."""
     if coils is None:

@@ -8,11 +8,11 @@ when a ``.cu`` file of this folder is missing from it. ``python scripts/update_k
 rewrites the file from the launchers.
 
 Off-resonance: ``fhd.cu`` with ``FHD_OFFRES = 1`` and ``forward.cu`` with ``FWD_OFFRES = 1`` (exact field-map
-correction, :mod:`mri_recon.operators.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
+correction, :mod:`mri_recon.operators.offres.gpu_offres`) are listed for 1..MAX_GROUP coils in 2-D and 3-D; F^H d
 three times: one phasor per voxel-sample (``FHD_RECUR = 0``) and the time recurrence (``FHD_RECUR = 1``) with
 either accumulation (``FHD_ROTATE = 0, 1``: the launcher's ``rotate``); ``offres_tc.cu`` (F^H d on the tensor
 cores) with one and two column tiles. ``segments.cu`` (the fused time-segmented normal operator,
-:mod:`mri_recon.operators.gpu_segments`) for every ``SEG_MAX`` tier, which covers 1..64 segments.
+:mod:`mri_recon.operators.offres.gpu_segments`) for every ``SEG_MAX`` tier, which covers 1..64 segments.
 """
 
 from __future__ import annotations
@@ -31,18 +31,15 @@ from .configs import (
     offres_forward_defines,
     offres_tc_defines,
     psf_defines,
-    seed_defines,
     segments_defines,
 )
 
 REGISTRY_FILE = Path(__file__).resolve().parent / "registry.json"
 DIMENSIONS = (2, 3)
-SEED_RUNGS = 4
-"""Rungs of ``fhd_seed.cu`` (the textbook ladder: naive, registers, constant, aos)."""
 
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
-    """``fhd_seed.cu``, ``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
+    """``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
     (with and without off-resonance), plus the Toeplitz product, CG and the compressed-sensing kernels (finite
     differences, proximal steps, wavelets), which take no defines, and the time-segmented normal operator for
     every ``SEG_MAX`` tier (used by ``scripts/update_kernel_registry.py``)."""
@@ -50,7 +47,6 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
                                                  ("wavelet.cu", {})]
     configs += [("segments.cu", segments_defines(tier)) for tier in SEGMENT_TIERS]
     for dim in DIMENSIONS:
-        configs += [("fhd_seed.cu", seed_defines(dim, rung)) for rung in range(SEED_RUNGS)]
         for coils in range(1, MAX_GROUP + 1):
             configs += [("fhd.cu", adjoint_defines(dim, coils, multi=False, recur=False)),
                         ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=False)),

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, cupy_module, device_memory, get_xp, is_gpu_array, resolve_device
-from .encoding import Encoding
+from .engines.encoding import Encoding
 
 LIMIT_SHARE = 0.05
 """Default limit of one entry: this share of the GPU's total memory (7 GB on an H200)."""

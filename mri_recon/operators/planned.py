@@ -27,10 +27,9 @@ from ..backend import Device, to_device
 from ..errors import InvalidDataError, SchemaError
 from ..validation import check_any_array, check_trajectory, positive_int, validate_matrix
 from .base import Adjoint, LinearOperator
-from .encoding import choose_engine
+from .engines import choose_engine
 from .memo import UseGuard
 from .public import owned, returned_like
-from .toeplitz import kernel_spectrum, normal_operator
 
 NAME = "EncodingOperator"
 
@@ -68,7 +67,7 @@ class EncodingOperator(LinearOperator):
 
     @property
     def name(self) -> str:
-        """The engine: ``"exact"``, ``"nufft"``, ``"gpu"`` or ``"gpu-nufft"``."""
+        """The engine: ``"exact"`` or ``"nufft"`` (on :attr:`device`)."""
         return self._encoding.name
 
     def __repr__(self) -> str:
@@ -108,8 +107,8 @@ class EncodingOperator(LinearOperator):
     def normal(self, weights: Any = None, maps: Any = None, lam: float = 0.0,
                coil_batch: int | None = None) -> PlannedNormal:
         """The normal operator ``x -> F^H W F x + lam x`` as the solver applies it: a convolution with the
-        Toeplitz kernel of these weights on the 2x grid (:mod:`mri_recon.operators.toeplitz`; with CuPy maps
-        the fused GPU operator), exact up to float32 rounding, no sample touched per application.
+        Toeplitz kernel of these weights on the 2x grid (the engine's ``normal``; on a GPU with maps the fused
+        operator), exact up to float32 rounding, no sample touched per application.
 
         Parameters
         ----------
@@ -133,8 +132,7 @@ class EncodingOperator(LinearOperator):
         with self.device.use(), self._guard():
             w = self._weights(source, weights)
             s = None if maps is None else to_device(self._input(source, "maps", maps, self.ishape)[0], self.device)
-            spectrum = kernel_spectrum(self._encoding.psf(w))
-            inner = normal_operator(spectrum, coil_maps=s, lam=lam, coil_batch=coil_batch)
+            inner = self._encoding.normal(w, s, lam, coil_batch=coil_batch)
         shape = self.matrix if maps is not None else self.ishape
         return PlannedNormal(inner, self.device, shape, self.coils == 1 and maps is None)
 

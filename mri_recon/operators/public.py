@@ -1,8 +1,8 @@
 """The public functions F^H d, F x and the Toeplitz PSF: thin wrappers around the encoding operators.
 
 They validate their inputs (once, here at the boundary), choose the device and the engine
-(:func:`mri_recon.operators.encoding.choose_engine`), move the data there, apply the operator of
-:mod:`mri_recon.operators.encoding` and give back the type they were given: NumPy in, NumPy out; CuPy in,
+(:func:`mri_recon.operators.engines.choose_engine`), move the data there, apply the operator of
+:mod:`mri_recon.operators.engines.encoding` and give back the type they were given: NumPy in, NumPy out; CuPy in,
 CuPy out. The reconstruction pipeline builds the operators itself and skips this layer.
 
 Plans are kept between calls (:class:`mri_recon.operators.memo.PlanCache`, a small LRU per device): a call
@@ -22,14 +22,14 @@ import numpy as np
 from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
 from ..errors import SchemaError
 from ..validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
-from .encoding import Encoding, choose_engine
+from .engines import Encoding, choose_engine
 from .memo import plan_cache, trajectory_key
 
 
 def resolve(device: str | int | Device | None = "auto", method: str = "auto",
             like: Any = None) -> tuple[Device, str]:
     """The device and the name of the engine :func:`~.encoding.choose_engine` picks without a problem size
-    (``"exact"``, ``"nufft"``, ``"gpu"`` or ``"gpu-nufft"``)."""
+    (``"exact"`` or ``"nufft"``, on the device returned)."""
     dev, engine = choose_engine(device, method, like)
     return dev, engine.name
 
@@ -65,7 +65,7 @@ def _planned(kind: str, trajectory: Any, matrix: tuple[int, ...], dev: Device, e
         encoding = engine(owned(check(trajectory), dev), matrix).prepare()
         return encoding if kind == "encoding" else encoding.psf_plan()
 
-    with plan_cache(dev).use(trajectory_key(kind, engine.name, matrix, trajectory), trajectory, build) as plan:
+    with plan_cache(dev).use(trajectory_key(kind, engine.key, matrix, trajectory), trajectory, build) as plan:
         yield plan
 
 

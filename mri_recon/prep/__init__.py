@@ -1,6 +1,7 @@
 """Getting a scan ready for :func:`mri_recon.reconstruct`: prewhitening, density compensation, coil maps.
 
-The order matters and is fixed here: prewhiten first (maps and data must live in the whitened coil basis),
+The order matters and is fixed here: the gradient-delay correction of the trajectory before anything uses it
+(:mod:`mri_recon.prep.gradient_delay`), prewhiten (maps and data must live in the whitened coil basis),
 then choose the density weights (the coil-map estimate uses them), then the coil maps.
 """
 
@@ -12,8 +13,10 @@ import numpy as np
 
 from ..backend import blas_on_one_thread
 from ..errors import InvalidDataError, SchemaError
+from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from ..validation import check_field_map_pair
+from .maps_stage import ESTIMATES, CoilMapEstimate
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
@@ -23,14 +26,15 @@ FIELD_MAP_CHOICES = ("correct", "ignore")
 
 @blas_on_one_thread
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                 field_map: str = "correct") -> tuple[Scan, dict[str, Any]]:
+                 field_map: str = "correct", gradient_delay="none") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
-    Estimated coil maps are not computed here: ``record["estimate_maps"]`` names the method, for
-    :func:`mri_recon.reconstruct` (``estimate_maps=``) to run on the data it has already uploaded, and
-    ``record["maps_basis"]`` (with prewhitening, unless the maps come from the file) the noise's Cholesky
-    factor for its ``maps_basis=``, so that estimated maps, and coil images combined by root-sum-of-squares,
-    have the scale of a reconstruction with whitened file maps.
+    Estimated coil maps are not computed here: the coil-map stage (:class:`~.maps_stage.CoilMapEstimate`,
+    read back from the record by :meth:`~.maps_stage.CoilMapEstimate.take`) runs in the pipeline on the data
+    it has already uploaded. ``record["estimate_maps"]`` names its method and ``record["maps_basis"]`` (with
+    prewhitening, unless the maps come from the file) is the noise's Cholesky factor, so that estimated maps,
+    and coil images combined by root-sum-of-squares, have the scale of a reconstruction with whitened file
+    maps.
 
     Parameters
     ----------
@@ -48,6 +52,9 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         off-resonance; one without the other raises :class:`~mri_recon.errors.InvalidDataError`.
         ``"ignore"``: drop both on purpose (recorded as ``record["field_map"] = "ignored"`` and, through the
         scan's attributes, as the reconstruction's ``field_map_correction = "ignored"``).
+    gradient_delay
+        ``"none"`` (default), ``"auto"``, ``"ring"`` or delays ``(X, Y[, Z])`` in samples: the trajectory
+        corrected first (:func:`mri_recon.prep.gradient_delay.correct_gradient_delay`, its record entries).
 
     Raises
     ------
@@ -57,6 +64,22 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     SchemaError
         ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
+    _check_choices(dcf, coil_maps, field_map)
+    from .gradient_delay import correct_gradient_delay
+
+    (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
+    record: dict[str, Any] = {"prewhitened": False, **delays}
+    record.update({name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
+                   if name in scan.attrs})  # Cartesian input says what was done (mri_recon.io.cartesian)
+    scan = _field_map_step(scan, field_map, record)
+    scan, basis = _whiten_step(scan, prewhiten, record)
+    scan = _dcf_step(scan, dcf, record)
+    scan, maps = _maps_step(scan, coil_maps, basis, record)
+    record.update(maps.record())
+    return scan, record
+
+
+def _check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
     if dcf not in DCF_CHOICES:
         raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
     if coil_maps not in COIL_MAP_CHOICES:
@@ -64,22 +87,31 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
                                f"{', '.join(COIL_MAP_CHOICES)}")
     if field_map not in FIELD_MAP_CHOICES:
         raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
-    record: dict[str, Any] = {"prewhitened": False}
-    record.update({name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
-                   if name in scan.attrs})  # Cartesian input says what was done (mri_recon.io.cartesian)
-    basis = None
+
+
+def _field_map_step(scan: Scan, field_map: str, record: dict[str, Any]) -> Scan:
+    """Keep the field map and times (checked as a pair) or drop both on purpose."""
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)
     elif scan.field_map is not None or scan.times is not None:
         record["field_map"] = "ignored"
         scan = scan.replace(field_map=None, times=None, attrs={**scan.attrs, "field_map_correction": "ignored"})
-    if prewhiten and scan.noise is not None:
-        from .noise import prewhiten as whiten
-        from .noise import receiver_basis
+    return scan
 
-        scan, basis = whiten(scan), receiver_basis(scan.noise)
-        record["prewhitened"] = True
 
+def _whiten_step(scan: Scan, prewhiten: bool, record: dict[str, Any]) -> tuple[Scan, Any]:
+    """Prewhiten with the scan's noise; the receiver basis (the noise's Cholesky factor) or None."""
+    if not (prewhiten and scan.noise is not None):
+        return scan, None
+    from .noise import prewhiten as whiten
+    from .noise import receiver_basis
+
+    record["prewhitened"] = True
+    return whiten(scan), receiver_basis(scan.noise)
+
+
+def _dcf_step(scan: Scan, dcf: str, record: dict[str, Any]) -> Scan:
+    """The density weights of the choice ``dcf``."""
     if dcf == "file" and scan.weights is None:
         raise SchemaError(f"{scan.source}: --dcf file needs a 'weights' dataset, and the scan has none")
     if dcf in ("ramp", "pipe"):
@@ -94,7 +126,12 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     elif dcf == "none":
         scan = scan.replace(weights=None)
     record["dcf"] = dcf if dcf != "auto" else ("file" if scan.weights is not None else "none")
+    return scan
 
+
+def _maps_step(scan: Scan, coil_maps: str, basis: Any, record: dict[str, Any]) -> tuple[Scan, CoilMapEstimate]:
+    """The coil-map choice: the file's maps kept, or dropped for an estimate (run later, on the device, by
+    :class:`~.maps_stage.CoilMapEstimate`) or for per-coil images."""
     method = coil_map_method(scan, coil_maps)
     if method == "file" and scan.coil_maps is None:
         raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
@@ -102,9 +139,8 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     if method in ("walsh", "espirit", "rss", "none"):
         scan = scan.replace(coil_maps=None)
     record["coil_maps"] = method
-    record["estimate_maps"] = method if method in ("walsh", "espirit") else None
-    record["maps_basis"] = basis if method != "file" else None  # file maps were whitened with the data
-    return scan, record
+    estimate = method if method in ESTIMATES else None
+    return scan, CoilMapEstimate(estimate, basis if method != "file" else None)  # file maps: whitened with the data
 
 
 def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
@@ -112,5 +148,5 @@ def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
     (the scan has maps), ``"walsh"`` (several coils) or ``"none"`` (one coil)."""
     if coil_maps != "auto":
         return coil_maps
-    several = "espirit" if scan.attrs.get("sampling") == "cartesian" else "walsh"  # Cartesian: ACS, as ecalib
+    several = "espirit" if sampling_of(scan) == "cartesian" else "walsh"  # Cartesian: the ACS, as ecalib
     return "file" if scan.coil_maps is not None else (several if scan.n_coils > 1 else "none")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..backend import Device, get_xp, resolve_device, to_device
 from ..errors import InvalidDataError
-from ..operators.cartesian import scatter_sum
+from ..operators.engines.cartesian import scatter_sum
 from ..validation import validate_matrix
 from .espirit import espirit
 from .walsh import walsh

@@ -3,7 +3,7 @@
 Both start from the centre of k-space. :func:`lowres_images` forms ``F^H`` of the samples within a small
 radius, density compensated (the scan's weights, or one over the number of samples in each 1/FOV cell) and
 tapered by a smooth window, with the project's adjoint (FINUFFT on the CPU, the exact GPU kernel on a GPU,
-both through :mod:`mri_recon.operators.encoding`). Then, per voxel, both methods take the dominant eigenvector of
+both through :mod:`mri_recon.operators.engines`). Then, per voxel, both methods take the dominant eigenvector of
 a small C x C Hermitian matrix, all voxels at once (:func:`dominant_eigenvectors`: batched repeated
 squaring by default, batched ``eigh`` on request):
 

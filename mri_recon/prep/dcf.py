@@ -16,7 +16,7 @@ from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
 from ..errors import InvalidDataError
 from ..grid import axis_positions
-from ..operators import finufft as nufft_cpu
+from ..operators.engines import finufft as nufft_cpu
 from ..validation import positive_int, trajectory_extent, validate_matrix
 
 BLOB_WIDTH = 0.1

@@ -119,7 +119,7 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
     before anything is multiplied or summed (``s`` is the product of the two), so float32 holds every
     intermediate value for data of any scale and the images / s are the same, bit for bit, for data
     multiplied by any power of two."""
-    from ..operators.encoding import choose_engine  # noqa: PLC0415 - loaded when maps are estimated
+    from ..operators.engines import choose_engine  # noqa: PLC0415 - loaded when maps are estimated
 
     if not 0 <= flat < radius:
         raise InvalidDataError(f"lowres_images: flat must be in [0, radius = {radius:g}), found {flat:g}")

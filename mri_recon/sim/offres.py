@@ -29,8 +29,8 @@ import numpy as np
 
 from ..errors import InvalidDataError
 from ..grid import voxel_positions
-from ..operators import finufft
-from ..operators.time_segments import SegmentFit
+from ..operators.engines import finufft
+from ..operators.offres.time_segments import SegmentFit
 from . import phantom
 
 FINE = 2

@@ -97,10 +97,28 @@ def _weights(method: str | None, kind: str, k: np.ndarray, matrix: tuple[int, ..
     return _dcf.pipe_menon(k, matrix, axes=axes)
 
 
+def _delayed(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.ndarray, dict]:
+    """The true sample positions of the nominal trajectory ``k`` under ``gradient_delay`` (None: ``k``)."""
+    if gradient_delay is None:
+        return k, sizes
+    from ..prep import delay  # noqa: PLC0415 - loaded on use
+
+    if kind == "spiral":
+        raise InvalidDataError("gradient_delay is simulated for radial trajectories (radial, golden, kooshball, "
+                               "stack-of-stars), found trajectory 'spiral'")
+    readouts = delay.radial_readouts(k, sizes["samples"])
+    values = np.asarray(gradient_delay, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(values)):
+        raise InvalidDataError(f"gradient_delay must be finite numbers of samples, found {gradient_delay!r}")
+    tensor = delay.tensor_of(values, readouts.plane)  # the axis delays, or all of the tensor's parameters
+    true = delay.shift_trajectory(k, readouts, tensor)
+    return true, {**sizes, "gradient_delay_samples": delay.parameters_of(tensor)}
+
+
 def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: float | None = 30.0,
                   spokes: int | None = None, samples: int | None = None, seed: int = 0,
                   dcf: str | None = "pipe", interleaves: int | None = None, field_map_peak: float | None = None,
-                  readout_ms: float = 16.0) -> Scan:
+                  readout_ms: float = 16.0, gradient_delay=None) -> Scan:
     """Simulate a Shepp-Logan scan with exact (analytic) multi-coil k-space.
 
     Parameters
@@ -130,6 +148,11 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
         Off-resonance (:mod:`mri_recon.sim.offres`): the peak (Hz) of a smooth synthetic field map, stored as
         ``field_map`` with the sample ``times`` (each readout ``readout_ms`` long), and the data computed with
         it on a finer grid. None: no off-resonance (no ``field_map`` or ``times``).
+    gradient_delay : sequence of float, optional
+        Radial kinds: delays ``(X, Y)`` (kooshball ``(X, Y, Z)``) in samples, or the full tensor's parameters
+        (:mod:`mri_recon.prep.delay`): the k-space is that of the delayed, true sample positions while the
+        stored trajectory (and the weights) stay nominal, as a scanner records them; attribute
+        ``gradient_delay_samples``.
 
     Returns
     -------
@@ -153,22 +176,30 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     truth = phantom.shepp_logan_image(matrix)
     maps = phantom.coil_maps(matrix, coils)
     rng = np.random.default_rng(int(seed))
-    clean = phantom.coil_kspace(k, matrix, coils)
-    fmap = times = None
-    if field_map_peak is not None:
-        from . import offres  # noqa: PLC0415 - loaded on use
-
-        peak = float(field_map_peak)
-        if not (math.isfinite(peak) and peak >= 0):
-            raise InvalidDataError(f"field_map_peak must be a non-negative number of Hz, found {field_map_peak!r}")
-        times = offres.readout_times(len(k), sizes["samples"], float(readout_ms) * 1e-3)
-        fmap = offres.field_map(matrix, peak)
-        if peak > 0:
-            clean = (clean + offres.perturbation(k, matrix, coils, peak, times)).astype(np.complex64)
-        sizes.update(field_map_peak_hz=peak, readout_ms=float(readout_ms))
+    sampled, sizes = _delayed(k, trajectory, gradient_delay, sizes)
+    clean = phantom.coil_kspace(sampled, matrix, coils)
+    clean, fmap, times = _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes)
     kspace, sigma = phantom.add_noise(clean, snr_value, rng, signal=phantom.cartesian_signal(maps * truth))
     noise = phantom.noise_samples(coils, NOISE_SAMPLES, sigma, rng) if sigma > 0 else None
     attrs = {"trajectory_kind": trajectory, "snr": snr_value, "seed": int(seed), "noise_std": float(sigma),
              "dcf": dcf or "none", "coils": coils, "phantom": "shepp-logan (modified, Toft)", **sizes}
     return Scan(kspace=kspace, trajectory=k, matrix=matrix, weights=weights, coil_maps=maps, noise=noise,
                 ground_truth=truth, field_map=fmap, times=times, attrs=attrs, source="simulate_scan")
+
+
+def _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes):
+    """``(k-space, field map, times)``: the k-space with the off-resonance of a field of peak
+    ``field_map_peak`` Hz (None: none, and no field map); the trajectory sizes updated."""
+    if field_map_peak is None:
+        return clean, None, None
+    from . import offres  # noqa: PLC0415 - loaded on use
+
+    peak = float(field_map_peak)
+    if not (math.isfinite(peak) and peak >= 0):
+        raise InvalidDataError(f"field_map_peak must be a non-negative number of Hz, found {field_map_peak!r}")
+    times = offres.readout_times(len(sampled), sizes["samples"], float(readout_ms) * 1e-3)
+    fmap = offres.field_map(matrix, peak)
+    if peak > 0:
+        clean = (clean + offres.perturbation(sampled, matrix, coils, peak, times)).astype(np.complex64)
+    sizes.update(field_map_peak_hz=peak, readout_ms=float(readout_ms))
+    return clean, fmap, times

@@ -5,7 +5,10 @@ the kernel spectrum of ``A^H W A`` (maps applied on the fly), the right-hand sid
 ``d^H W d``. ``R`` is
 
 - ``"tv"``: isotropic total variation ``sum_i ||(D x)_i||_2`` over the image axes (anisotropic: ``sum |D_a x|``);
-- ``"wavelet"``: ``||Psi x||_1`` with ``Psi`` the orthogonal ``db4`` transform (every coefficient).
+- ``"wavelet"``: ``||Psi x||_1`` with ``Psi`` the orthogonal ``db4`` transform (every coefficient);
+
+each an object of the registry :mod:`.regularizers` (one module each), which states its transform, its
+solvers and its default lambda.
 
 Solvers: ADMM (:mod:`.admm`) for both, FISTA (:mod:`.fista`) for wavelets (the default there). Images with a
 leading batch axis (per-coil images without maps) are regularized image by image.
@@ -14,21 +17,23 @@ leading batch axis (per-coil images without maps) are regularized image by image
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ..backend import get_xp
 from ..errors import InvalidDataError
-from ..operators import finite_difference as fd
-from ..operators.toeplitz import normal_operator
-from ..operators.wavelet import Wavelet
+from ..operators.normal.toeplitz import normal_operator
 from .admm import Callback, Sparsity, admm
 from .cg import inner
+from .regularizers import names, registry
+from .regularizers import regularizer as find
 
-REGULARIZERS = ("l2", "tv", "wavelet")
-SOLVERS = {"tv": ("admm",), "wavelet": ("admm", "fista")}
+REGULARIZERS = names()
+"""Every regularizer's name (:mod:`.regularizers`)."""
+SOLVERS = {r.name: r.solvers for r in registry().values() if r.sparse}
+"""The solvers of each sparse regularizer."""
 
-LAM_DEFAULTS = {"l2": {True: 1e-3, False: 1e-3}, "tv": {True: 3e-2, False: 3e-3},
-                "wavelet": {True: 5e-3, False: 5e-3}}
+LAM_DEFAULTS = {r.name: r.lam_default for r in registry().values()}
 """The ``lam`` of each regularizer when none is given (``lam=None``; CLI: no ``--lambda``), for a scan with
 density weights (True) and without (False). ``l2``: relative to the normal operator's peak, 1e-3 as it always
 was. ``tv`` and ``wavelet``: relative to ``max |A^H W d|``, the lambda of lowest NRMSE on 4x undersampled
@@ -48,10 +53,9 @@ def resolve_lam(regularizer: str, lam: float | None, weighted: bool = True) -> f
     InvalidDataError
         An unknown regularizer, or a lambda that is not a finite number >= 0.
     """
-    if regularizer not in REGULARIZERS:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
+    chosen = find(regularizer)
     if lam is None:
-        return LAM_DEFAULTS[regularizer][bool(weighted)]
+        return chosen.lam_default[bool(weighted)]
     if not math.isfinite(lam):
         raise InvalidDataError(f"lam must be a finite number, found {lam}")
     if lam < 0:
@@ -71,44 +75,37 @@ def lam_help() -> str:
 
 
 def default_solver(regularizer: str) -> str:
-    """The solver used when none is named: ADMM for TV, FISTA for wavelets, whose proximal map is exact and
-    which reached the optimum far sooner per normal-operator product (docs/compressed_sensing.md)."""
-    return "fista" if regularizer == "wavelet" else "admm"
+    """The solver used when none is named (the regularizer's ``default_solver``): ADMM for TV, FISTA for
+    wavelets, whose proximal map is exact and which reached the optimum far sooner per normal-operator product
+    (docs/compressed_sensing.md)."""
+    return find(regularizer).default_solver
 
 
-def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *, anisotropic: bool = False,
-                wavelet_order: int = 4) -> tuple[Sparsity, Wavelet | None]:
-    """The :class:`~.admm.Sparsity` of ``regularizer`` for images of ``shape`` (``ndim`` image axes), and
-    the wavelet operator (None for TV)."""
-    if regularizer == "tv":
-        return Sparsity(forward=lambda x: fd.gradient(x, ndim),
-                        adjoint_rhs=lambda b, q, rho: fd.adjoint_rhs(b, q, rho, ndim),
-                        gram=lambda x: _gram(x, ndim),
-                        groups=0 if anisotropic else ndim, shape=(ndim, *shape)), None
-    if regularizer == "wavelet":
-        psi = Wavelet(shape, ndim, order=wavelet_order)
-        return Sparsity(forward=psi.apply, adjoint_rhs=lambda b, q, rho: b + rho * psi.H(q),
-                        gram=lambda x: x, groups=0, shape=shape), psi
-    raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
+def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *,
+                anisotropic: bool = False) -> tuple[Sparsity, Any]:
+    """The :class:`~.admm.Sparsity` of ``regularizer`` for images of ``shape`` (``ndim`` image axes), and its
+    orthogonal transform (None for TV): :meth:`.regularizers.Regularizer.sparsity`."""
+    chosen = find(regularizer)
+    if not chosen.sparse:
+        raise InvalidDataError(f"regularizer must be one of {', '.join(_sparse_names())} here, found {regularizer!r}")
+    return chosen.sparsity(shape, ndim, anisotropic=anisotropic)
 
 
-def _gram(x: Any, ndim: int) -> Any:
-    """``D^H D x``."""
-    out = get_xp(x).zeros_like(x)
-    fd.laplacian_add(x, out, 1.0, ndim)
-    return out
+def _sparse_names() -> list[str]:
+    return [r.name for r in registry().values() if r.sparse]
 
 
 def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: float, rho: float,
                  iterations: int, inner_iterations: int, data_energy: float, coil_batch: int | None = None,
                  anisotropic: bool = False, solver: str | None = None, callback: Callback | None = None,
-                 check_every: int = 10) -> tuple[Any, tuple[float, ...], str]:
+                 check_every: int = 10, normal: Callable[[float], Any] | None = None
+                 ) -> tuple[Any, tuple[float, ...], str]:
     """Minimize ``||W^(1/2) (A x - d)||^2 + lam R(x)`` (``R`` named by ``regularizer``).
 
     Parameters
     ----------
     spectrum, maps, coil_batch
-        As for :func:`mri_recon.operators.toeplitz.normal_operator` (maps None: ``rhs`` has a batch axis).
+        As for :func:`mri_recon.operators.normal.toeplitz.normal_operator` (maps None: ``rhs`` has a batch axis).
     rhs
         ``A^H W d``: ``matrix``, or ``(C, *matrix)`` without maps.
     lam, rho
@@ -121,28 +118,31 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         TV only: ``sum_a |D_a x|`` instead of ``sum ||D x||_2``.
     solver
         ``"admm"`` or (wavelets) ``"fista"``; None: :func:`default_solver`.
+    normal
+        ``lam -> A^H W A + lam I`` (the engine's Toeplitz operator on this spectrum and these maps:
+        ``Encoding.toeplitz_normal``); None: :func:`~mri_recon.operators.normal.toeplitz.normal_operator`.
 
     Returns
     -------
     x, history, solver
         The solution, the relative objective at the checks and the solver used.
     """
-    if regularizer not in SOLVERS:
-        raise InvalidDataError(f"regularizer must be 'tv' or 'wavelet' here, found {regularizer!r}")
+    if regularizer not in _sparse_names():
+        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, _sparse_names()))} here, found "
+                               f"{regularizer!r}")
     solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
+    if normal is None:
+        def normal(lam: float) -> Any:
+            return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
     sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), ndim, anisotropic=anisotropic)
     if solver == "fista":
         from .fista import fista  # noqa: PLC0415 - loaded on use
 
-        normal = normal_operator(spectrum, coil_maps=maps, lam=0.0, coil_batch=coil_batch)
-        x, history = fista(normal, rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
+        x, history = fista(normal(0.0), rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
                            callback=callback, check_every=check_every)
         return x, history, solver
-    if regularizer == "wavelet":  # Psi^H Psi = I: the x-update operator is N + rho I
-        operator = normal_operator(spectrum, coil_maps=maps, lam=rho, coil_batch=coil_batch)
-    else:
-        operator = fd.TvNormal(normal_operator(spectrum, coil_maps=maps, lam=0.0, coil_batch=coil_batch), rho, ndim)
+    operator = find(regularizer).x_update(normal, rho, ndim)  # orthogonal K (Psi^H Psi = I): N + rho I
     x, history = admm(operator, rhs, sparsity, lam=lam, rho=rho, iterations=iterations,
                       inner_iterations=inner_iterations, data_energy=data_energy, callback=callback,
                       check_every=check_every)
@@ -153,10 +153,10 @@ def _check_solver(regularizer: str, solver: str | None, anisotropic: bool) -> st
     """The solver of a tv or wavelet regularizer (None: :func:`default_solver`), refused when it or
     ``anisotropic`` does not apply."""
     solver = solver or default_solver(regularizer)
-    if solver not in SOLVERS[regularizer]:
-        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(SOLVERS[regularizer])}, "
-                               f"found {solver!r}")
-    if anisotropic and regularizer != "tv":
+    solvers = find(regularizer).solvers
+    if solver not in solvers:
+        raise InvalidDataError(f"solver for {regularizer} must be one of {', '.join(solvers)}, found {solver!r}")
+    if anisotropic and not find(regularizer).anisotropic:
         raise InvalidDataError("anisotropic applies to total variation only")
     return solver
 
@@ -175,9 +175,8 @@ def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | No
     CG), else the keyword arguments of :func:`solve_regularized`. ``rho`` and ``inner_iterations`` None:
     :data:`ADMM_DEFAULTS` for a scan with (``weighted``) or without density weights. With ``matrix``, a
     wavelet regularizer is refused here (before any work) when the matrix has no wavelet level."""
-    if regularizer not in REGULARIZERS:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(REGULARIZERS)}, found {regularizer!r}")
-    if regularizer == "l2":
+    chosen = find(regularizer)
+    if not chosen.sparse:
         if anisotropic or solver not in (None, "cg") or rho is not None or inner_iterations is not None:
             raise InvalidDataError("rho, inner_iterations, anisotropic and solver apply to the tv and wavelet "
                                    "regularizers, not l2")
@@ -192,8 +191,8 @@ def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | No
     if inner_iterations is not None and solver != "admm":
         raise InvalidDataError(f"inner_iterations are ADMM's CG steps; {regularizer} runs {solver} (choose solver "
                                f"'admm' to set them)")
-    if regularizer == "wavelet" and matrix is not None:
-        Wavelet(tuple(matrix), len(matrix))  # refuses a matrix without a wavelet level
+    if matrix is not None:
+        chosen.check(tuple(matrix))  # e.g. a wavelet regularizer refuses a matrix without a wavelet level
     auto_rho, auto_inner = ADMM_DEFAULTS[bool(weighted)]
     return {"regularizer": regularizer, "rho": auto_rho if rho is None else float(rho),
             "inner_iterations": auto_inner if inner_iterations is None else int(inner_iterations),
@@ -207,8 +206,8 @@ def data_energy(kspace: Any, weighted: Any, data_scale: float) -> float:
 
 def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: float, energy: float,
                       iterations: int, coil_batch: int | None, callback: Callback | None, *, regularizer: str,
-                      rho: float, inner_iterations: int, anisotropic: bool,
-                      solver: str) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+                      rho: float, inner_iterations: int, anisotropic: bool, solver: str,
+                      normal: Callable[[float], Any] | None = None) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
     """The pipeline's regularized solve with dimensionless weights: ``lam_abs = lam * max|A^H W d|`` and
     ``rho_abs = rho * peak`` (``peak``: the normal operator's largest diagonal entry).
 
@@ -220,8 +219,8 @@ def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: floa
     x, history, used = solve_sparse(spectrum, maps, rhs, regularizer=regularizer, lam=lam_abs, rho=rho * peak,
                                     iterations=iterations, inner_iterations=inner_iterations, data_energy=energy,
                                     coil_batch=coil_batch, anisotropic=anisotropic, solver=solver,
-                                    callback=callback)
+                                    callback=callback, normal=normal)
     record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if used == "admm" else None,
               "inner_iterations": inner_iterations if used == "admm" else None,
-              "anisotropic": anisotropic if regularizer == "tv" else None, "objective": float(history[-1])}
+              "anisotropic": anisotropic if find(regularizer).anisotropic else None, "objective": float(history[-1])}
     return x, history, record

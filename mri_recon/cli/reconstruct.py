@@ -1,0 +1,206 @@
+"""``mri-recon reconstruct``: one scan file through :func:`mri_recon.api.reconstruct_file` (or a batch,
+:mod:`.batch`), with the checks before any work, the progress bar, the PNG preview, the JSON log and the
+result line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from ..batch.inputs import output_name
+from ..errors import OutputError
+from ..settings import ReconSettings
+from .batch import batch_options, is_batch, run_batch
+from .common import friendly, say
+from .options import settings_from, settings_options
+
+log = logging.getLogger("mri_recon.cli")
+
+
+@click.command()
+@click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Several scans: the output folder (default: beside each scan). One scan: the output file: "
+                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5; another extension "
+                   "is refused unless --format is given (default: SCAN's name with .recon.h5, or .recon.nii.gz / "
+                   ".recon.mrd.h5 with --format, beside it).")
+@settings_options("output", "solve", "device")
+@click.option("--png", type=click.Path(path_type=Path), default=None,
+              help="Also write a PNG preview (.png): the image, or a montage of a stack's images or a 3D "
+                   "image's slices.")
+@click.option("--png-axis", type=click.IntRange(0, 2), default=2, show_default=True,
+              help="3-D images: the PNG montage shows the slices across this axis.")
+@settings_options("prepare", "input", "cache", "access")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no result line (errors only).")
+@click.option("-v", "--verbose", count=True, help="Show the log on stderr: -v stages and timings, -vv iterations too.")
+@click.option("--log-json", type=click.Path(path_type=Path), default=None,
+              help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
+@batch_options
+@friendly
+def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, png_axis: int, quiet: bool,
+                verbose: int, log_json: Path | None, workers: int | None, scheduler: str | None,
+                **options: Any) -> None:
+    """Reconstruct SCANS (schema-v1 HDF5 or ISMRMRD: files, folders or 'patterns*.h5') into image files.
+
+    The images of an ISMRMRD file (every slice, contrast, phase, set and repetition, or those chosen) are
+    reconstructed one by one and arranged on named leading axes of the HDF5 image, in that order (attribute
+    `axes`); a NIfTI image has them on its 4th axis, MRD output one image record each. Several scans, a
+    folder or a pattern run as a batch (one output each in -o OUTDIR, failures reported, complete outputs
+    skipped), on a Dask cluster with --workers or --scheduler.
+    """
+    del options  # the settings, read from the context with the others
+    ctx = click.get_current_context()
+    if is_batch(scans, workers, scheduler):
+        return run_batch(ctx.params)
+    from ..console import typed_settings
+
+    if quiet and verbose:
+        raise click.UsageError("--quiet and --verbose contradict each other; give one")
+    logged = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
+    settings = settings_from(ctx.params)
+    output = output or scans[0].with_name(output_name(scans[0], settings.format))
+    checked = _checked(scans[0], output, png, log_json, settings)
+    reconstruct_one(scans[0], output, settings, png=png, png_axis=png_axis, quiet=quiet, verbose=verbose,
+                    log_json=log_json, logged=logged, values=checked)
+    return None
+
+
+def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, settings: ReconSettings) -> str:
+    """Refuse before any work what cannot be written; returns what the output will hold."""
+    from ..io.writers import output_format, output_values
+
+    check_outputs(scan, output, png)
+    check_log_json(scan, log_json, output, png)
+    chosen = output_format(output, settings.format)  # a name of no output format: refused before work
+    return output_values(chosen, complex_=settings.complex_, magnitude=settings.magnitude)
+
+
+def reconstruct_one(scan: Path, output: Path, settings: ReconSettings, *, png: Path | None, png_axis: int,
+                    quiet: bool, verbose: int, log_json: Path | None, logged: dict, values: str) -> None:
+    """Reconstruct one scan file into ``output`` (and ``png``, ``log_json``), then print the result line."""
+    from ..api import reconstruct_file
+    from ..console import cli_logging, run_log, write_run_log
+    from ..io.writers import OUTPUTS, output_format
+
+    chosen = OUTPUTS[output_format(output, settings.format)]
+    with cli_logging(verbose, quiet):
+        started = time.perf_counter()
+        run = _Run(scan, chosen, settings, quiet)
+        try:
+            done = reconstruct_file(scan, output, settings, progress=run, on_load=run.loaded,
+                                    on_image=run.image, on_done=run.close)
+        finally:
+            run.close()
+        shown = "" if png is None else f" and {png} ({write_preview(png, done.results, png_axis, scan)})"
+        seconds = time.perf_counter() - started
+        if log_json is not None:
+            write_run_log(log_json, run_log({**logged, "output": output}, done.results, seconds), protect=(scan,))
+    say(quiet, result_line(output, done.written, chosen.describe(values), shown, log_json, done.results,
+                           settings.regularizer, seconds))
+
+
+class _Run:
+    """The hooks of one file's reconstruction on the command line: the warning about an unplaced image, the
+    device notice, the progress bar and the log line of each image."""
+
+    def __init__(self, scan: Path, chosen: Any, settings: ReconSettings, quiet: bool) -> None:
+        self.scan, self.chosen, self.settings, self.quiet = scan, chosen, settings, quiet
+        self.bar = None
+        self.device = None
+
+    def loaded(self, images: list) -> None:
+        from ..console import ProgressBar
+        from ..io.geometry import geometry_of
+
+        geometry = geometry_of(images[0][1].matrix, images[0][1].attrs, str(self.scan))  # malformed: refused
+        if not geometry.oriented and self.chosen.placed is not None:  # HDF5 records it in `geometry`
+            voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
+            say(self.quiet, f"warning: {self.scan} does not say where the image lies (no position or orientation): "
+                            f"the output's {self.chosen.placed} identity directions (LPS) and {voxel} mm voxels"
+                            + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
+        self.device = resolve_with_notice(self.settings.device)
+        regularizer = self.settings.regularizer
+        self.bar = ProgressBar(len(images), self.settings.iterations, enabled=not self.quiet,
+                               value="residual" if regularizer == "l2" else "objective",
+                               name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
+
+    def image(self, index: int, key: dict, loaded: Any) -> None:
+        self.bar.start_image(index)
+        log.info("%s%s: matrix %s, %d coil(s), %d samples, device %s", self.scan,
+                 "".join(f", {name} {value}" for name, value in key.items()), list(loaded.matrix),
+                 loaded.n_coils, loaded.n_samples, self.device)
+
+    def __call__(self, *event: Any) -> None:
+        self.bar(*event)
+
+    def close(self, *results: Any) -> None:
+        del results
+        if self.bar is not None:
+            self.bar.close()
+
+
+def resolve_with_notice(device: Any) -> Any:
+    """The device ``device`` names; logs why ``auto`` chose the CPU."""
+    from ..backend import cupy_module, resolve_device
+
+    resolved = resolve_device(device)
+    if device == "auto" and not resolved.is_gpu:
+        why = "CuPy is not installed" if cupy_module() is None else "no CUDA GPU was found"
+        log.info("note: %s; reconstructing on the CPU", why)
+    return resolved
+
+
+def write_preview(png: Path, results: list, axis: int, scan: Path) -> str:
+    """Write the PNG preview of ``results``; returns what it shows."""
+    from ..io.png import write_png
+
+    images = [r.image for _, _, _, r in results]
+    return write_png(png, images[0] if len(images) == 1 else np.stack(images), stacked=len(images) > 1,
+                     axis=axis, protect=(scan,))
+
+
+def result_line(output: Path, written: list[Path], what: str, shown: str, log_json: Path | None, results: list,
+                regularizer: str, seconds: float) -> str:
+    """``wrote OUT (HDF5): 1 image(s), 30 CG iterations, final residual ..., ENGINE on DEVICE, S s``."""
+    from ..console import truth_summary
+
+    last = results[-1][3]
+    solved = "CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective "
+    files = str(output) if len(written) == 1 else f"{len(written)} files {written[0]} .. {written[-1].name}"
+    return (f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
+            + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "
+            + solved
+            + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
+            f"{last.parameters['method']} on {last.device}, "
+            f"{seconds:.2f} s")
+
+
+def check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | None) -> None:
+    """Fail before any work when the JSON log cannot be written or would replace another output."""
+    from ..io.files import check_output, same_file
+
+    if log_json is None:
+        return
+    for other, option in ((output, "-o"), (png, "--png")):
+        if other is not None and same_file(log_json, other):
+            raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
+    check_output(log_json, protect=(scan,))
+
+
+def check_outputs(scan: Path, output: Path, png: Path | None) -> None:
+    """Fail before any work when an output cannot be written (the same checks the writers make)."""
+    from ..io.files import check_output, same_file
+    from ..io.png import check_png_name
+
+    if png is not None and same_file(png, output):
+        raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
+    for target in (output, png):
+        if target is not None:
+            check_output(target, protect=(scan,))
+    if png is not None:
+        check_png_name(png)

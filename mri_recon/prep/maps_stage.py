@@ -1,0 +1,95 @@
+"""The coil-map stage of the preparation: what it will do (:class:`CoilMapEstimate`, decided by
+:func:`mri_recon.prep.prepare_scan`) and the estimation itself (:meth:`CoilMapEstimate.run`), which the pipeline
+calls on the device with the k-space it has already uploaded. One owner: the choice, its checks, the
+estimation and the normalization in the receiver's channels all live here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, get_xp, to_host
+from ..errors import InvalidDataError
+from ..scaling import unit_scale
+from ..scan import Scan
+
+ESTIMATES = ("walsh", "espirit")
+"""The methods that estimate maps from the data (the others take the file's maps, or none)."""
+
+
+@dataclass(frozen=True)
+class CoilMapEstimate:
+    """Which coil maps a reconstruction estimates, and in which channels."""
+
+    method: str | None = None
+    """``"walsh"`` or ``"espirit"``: estimated from the k-space centre on the device; None: the scan's maps
+    (or none)."""
+    basis: Any = None
+    """With prewhitened data and no maps from the file: the ``(C, C)`` Cholesky factor L of the noise
+    covariance (:func:`mri_recon.prep.noise.receiver_basis`). Estimated maps are then normalized in the
+    receiver's channels, and per-coil images are combined there, like a reconstruction with maps from a file,
+    so the image has the same scale whichever maps (or none) are used."""
+    sampling: str = "non-cartesian"
+    """The scan's (:func:`~mri_recon.operators.engines.registry.sampling_of`): a Cartesian scan's maps come from
+    its autocalibration region (:func:`~mri_recon.prep.cartesian_maps.cartesian_coil_maps`, as BART's
+    ``ecalib``), any other's from the k-space centre (:func:`~mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
+
+    @classmethod
+    def take(cls, record: dict[str, Any]) -> CoilMapEstimate:
+        """The estimate a preparation record asks for, its keys ``estimate_maps`` and ``maps_basis`` removed
+        from ``record`` (what remains is the record of what was done)."""
+        return cls(record.pop("estimate_maps"), record.pop("maps_basis"))
+
+    def record(self) -> dict[str, Any]:
+        """The preparation record's entries of this stage (:meth:`take` reads them back)."""
+        return {"estimate_maps": self.method, "maps_basis": self.basis}
+
+    def check(self, scan: Scan) -> None:
+        """Refuse an unknown method, and a basis with the scan's own maps (they are whitened with the data)."""
+        if self.method not in (None, *ESTIMATES):
+            raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {self.method!r}")
+        if self.basis is not None and scan.coil_maps is not None and self.method is None:
+            raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "
+                                   "scan's own coil maps (they are whitened with the data)")
+
+    def run(self, kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights: Any,
+            device: Device) -> tuple[Any, float]:
+        """``(maps, s)``: complex64 maps ``(C, *matrix)`` estimated on ``device`` from the uploaded data
+        (the estimator of :attr:`sampling`; ``weights`` None: the scan has none), and the
+        power of two ``s`` they are to be divided by (1 without a basis: :func:`normalize_in_basis`)."""
+        if self.sampling == "cartesian":
+            from .cartesian_maps import cartesian_coil_maps as estimate  # noqa: PLC0415 - only when estimating
+        else:
+            from .coilmaps import coil_maps_from_kspace as estimate  # noqa: PLC0415 - only when estimating
+        maps = estimate(kspace, trajectory, matrix, self.method, weights=weights, device=device)
+        maps = maps.astype(np.complex64, copy=False)
+        if self.basis is None:
+            return maps, 1.0
+        return normalize_in_basis(maps, self.basis)
+
+
+def unit_basis(basis: Any) -> tuple[Any, float]:
+    """``(basis / s, s)`` as complex64 NumPy with ``s`` a power of two near the basis' largest entry
+    (``(None, 1.0)`` without a basis): the receiver basis scales with the noise, by any factor."""
+    if basis is None:
+        return None, 1.0
+    unit, scale = unit_scale(np.asarray(to_host(basis), dtype=np.complex128))
+    return unit.astype(np.complex64), scale
+
+
+def normalize_in_basis(maps: Any, basis: Any) -> tuple[Any, float]:
+    """Estimated maps ``S`` (unit root-sum-of-squares in the channels they were estimated in) rescaled per
+    voxel so that ``basis @ S`` has unit root-sum-of-squares: the convention of maps given in the receiver's
+    channels and then whitened. ``basis`` is the ``(C, C)`` matrix taking whitened channels back to receiver
+    channels (the Cholesky factor L of the noise covariance). Returns ``(S', s)``: the maps are ``S' / s``,
+    ``s`` a power of two near L's largest entry (L scales with the noise, which float32's squares do not
+    survive beyond about 1e+-19)."""
+    xp = get_xp(maps)
+    unit, scale = unit_basis(basis)
+    flat = maps.reshape(maps.shape[0], -1)
+    receiver = xp.asarray(unit) @ flat
+    rss = xp.sqrt((receiver.real ** 2 + receiver.imag ** 2).sum(axis=0))
+    inverse = xp.where(rss > 0, 1.0 / xp.where(rss > 0, rss, 1), 0).astype(np.float32)
+    return (flat * inverse).reshape(maps.shape), scale

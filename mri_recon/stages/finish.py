@@ -1,0 +1,82 @@
+"""The last stages of a reconstruction: the image from the solution (combine, back to the data's units), the
+post-filter, the download, and the :class:`~mri_recon.result.Result` with the settings used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import get_xp, to_host
+from ..errors import InvalidDataError
+from ..prep.maps_stage import unit_basis
+from ..result import Result
+from ..scaling import rescale
+from .options import Options
+from .state import State
+
+
+def _combined(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
+    """The image from CG's solution and the power of two it is to be multiplied by: itself (SENSE), the
+    root-sum-of-squares of the per-coil images (taken in the receiver's channels when ``basis`` takes the
+    whitened channels back there), or the one image. The basis enters divided by a power of two near its
+    largest entry (:func:`~mri_recon.prep.maps_stage.unit_basis`), so that no square over- or underflows
+    whatever the noise's scale."""
+    xp = get_xp(x)
+    unit, scale = unit_basis(basis)
+    if combine == "rss":
+        if basis is not None:
+            x = (xp.asarray(unit) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+        return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64), scale
+    if combine == "single":
+        return (x[0] * np.float32(abs(complex(unit.reshape(-1)[0]))) if basis is not None else x[0]), scale
+    return x, scale
+
+
+def combine(options: Options, state: State) -> None:
+    """The image (SENSE, root-sum-of-squares or the one coil) back in the data's units (powers of two: exact);
+    refuse an image beyond float32's range."""
+    image, combine_scale = _combined(state.x, state.combine, options.maps.basis if not state.sense else None)
+    image = rescale(image, state.data_scale * combine_scale / state.maps_scale)
+    if not bool(get_xp(image).isfinite(image).all()):
+        raise InvalidDataError(f"{state.scan.source}: the image exceeds the float32 range (the k-space is near "
+                               f"float32's largest values and the coil maps are small); scale the data down")
+    state.image = image
+
+
+def post_filter(options: Options, state: State) -> None:
+    """The Gaussian post-filter of width ``filter_sigma`` voxels (:func:`mri_recon.filters.smooth`)."""
+    from ..filters import smooth  # noqa: PLC0415 - loaded on use
+
+    state.image = smooth(state.image, options.filter_sigma, device=state.device)
+
+
+def download(options: Options, state: State) -> None:
+    """The image to the host, once."""
+    state.host = np.ascontiguousarray(to_host(state.image), dtype=np.complex64)
+
+
+def result(options: Options, state: State) -> Result:
+    """The :class:`~mri_recon.result.Result`: the image, residuals, timings and the settings used (``lam_abs``
+    in the data's units: Tikhonov's weight, or for tv and wavelet ``max |A^H W d|`` times ``lam``)."""
+    scan, sparse = state.scan, bool(options.sparse)
+    if not sparse:
+        lam_abs = options.lam * state.peak * state.weight_scale * state.maps_scale ** 2
+    else:
+        lam_abs = state.extra.pop("lam_abs") * (state.weight_scale * state.maps_scale * state.data_scale)
+    psf = state.cache_state or ("given" if options.psf is not None else
+                                "computed (disk cache not used by the GPU NUFFT)" if options.psf_cache is not None
+                                else "computed")
+    sigma = None if options.filter_sigma is None else float(options.filter_sigma)
+    parameters = {"iterations": int(options.iterations), "tol": float(options.tol), "lam": float(options.lam),
+                  "lam_abs": lam_abs, "filter_sigma": sigma, "method": state.encoding.name,
+                  "weights": "scan" if scan.weights is not None else "ones", "psf": psf,
+                  "coil_batch": int(state.budget.coil_batch),
+                  "coil_maps": options.maps.method or ("scan" if state.sense else "none"),
+                  "field_map_correction": (state.offres.label if state.offres
+                                           else scan.attrs.get("field_map_correction", "none")),
+                  **state.extra}
+    return Result(image=state.host, residuals=state.residuals,
+                  iterations=options.iterations if sparse else len(state.residuals) - 1,
+                  timings=dict(state.clock.timings), device=str(state.device), parameters=parameters,
+                  combine=state.combine)

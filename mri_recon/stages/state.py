@@ -1,0 +1,150 @@
+"""What a reconstruction holds between its stages (:class:`State`), and its first stages: the plan (device,
+engine, memory, off-resonance choice, scaled weights) and the upload."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, to_device
+from ..kernels import prefetch
+from ..operators.engines import Encoding
+from ..operators.offres.setup import OffresCorrection, plan_correction
+from ..planner import Plan, Preparation
+from ..prep_memory import preparation_of
+from ..progress import Clock, progress_callback
+from ..scaling import largest, power_of_two
+from ..scan import Scan
+from .options import Options
+
+log = logging.getLogger("mri_recon.pipeline")
+
+SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
+"""The CUDA modules of the fused Toeplitz normal operator and the CG loop (every GPU reconstruction)."""
+
+Planner = Callable[[Scan, Any, str, int, bool, Preparation], tuple[Device, type[Encoding], Plan]]
+""":func:`mri_recon.pipeline.plan_reconstruction`'s signature."""
+
+_GPU_LOCKS: dict[int, threading.RLock] = {}
+_GPU_LOCKS_GUARD = threading.Lock()
+
+
+def gpu_lock(index: int) -> threading.RLock:
+    """The lock a GPU reconstruction holds on GPU ``index``: threads of one process that reconstruct on one
+    GPU take turns, because they share its cuFFT plans, the NUFFT plan and work buffers kept by
+    :mod:`mri_recon.operators.memo` and the kernels' constant memory. Processes (Dask workers) are unaffected."""
+    with _GPU_LOCKS_GUARD:
+        return _GPU_LOCKS.setdefault(index, threading.RLock())
+
+
+@dataclass
+class State:
+    """One reconstruction between its stages: host inputs, device arrays, scales and what each stage made.
+
+    The problem is solved in scaled units: ``kspace / data_scale``, ``weights`` (already divided by
+    ``weight_scale``) and ``maps / maps_scale``, all powers of two, so the result does not depend on the
+    data's scale (see :mod:`mri_recon.pipeline`)."""
+
+    scan: Scan
+    sense: bool
+    """One image with coil maps (the scan's or estimated), or one per coil."""
+    combine: str
+    """``"sense"``, ``"rss"`` (per-coil images) or ``"single"`` (one coil)."""
+    weights: np.ndarray
+    """float32 ``(M,)``: the scan's density weights divided by ``weight_scale`` (ones without)."""
+    weight_scale: float
+    weight_sum: float
+    device: Device
+    engine: type[Encoding]
+    budget: Plan
+    offres: OffresCorrection | None
+    clock: Clock
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    kspace: Any = None
+    trajectory: Any = None
+    w: Any = None
+    """The weights on the device."""
+    maps: Any = None
+    data_scale: float = 1.0
+    maps_scale: float = 1.0
+    """The maps solved with are the maps divided by this power of two."""
+    basis_scale: float = 1.0
+    """Estimated maps in the receiver's basis: the maps are those returned divided by this."""
+    memo: Any = None
+    kept: tuple[Encoding, Any] | None = None
+    """The encoding and spectrum of the last trajectory still on this GPU (:mod:`mri_recon.operators.memo`)."""
+    encoding: Encoding | None = None
+    lookup: Future | None = None
+    """The PSF cache lookup running on a host thread."""
+    rhs: Any = None
+    energy: float = 0.0
+    peak: float = 0.0
+    """The largest diagonal entry of the normal operator solved, ``max_n sum_c |S_c(n)|^2 * sum(w)``."""
+    spectrum: Any = None
+    operator: Any = None
+    cache_state: str | None = None
+    x: Any = None
+    residuals: Any = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+    image: Any = None
+    host: np.ndarray | None = None
+
+
+def _scaled_weights(scan: Scan) -> tuple[np.ndarray, float]:
+    """The weights divided by a power of two near their largest value (the PSF cache keys the scaled weights)."""
+    if scan.weights is None:
+        return np.ones(scan.n_samples, dtype=np.float32), 1.0
+    weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
+    return (scan.weights.astype(np.float64) / weight_scale).astype(np.float32), weight_scale
+
+
+def plan(scan: Scan, options: Options, planner: Planner) -> State:
+    """Plan: the device, the engine, the memory (``planner``: refuse or batch coils), the off-resonance
+    correction; start building this run's CUDA modules on threads."""
+    sense = scan.coil_maps is not None or options.maps.method is not None
+    combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
+    weights, weight_scale = _scaled_weights(scan)
+    weight_sum = float(np.sum(weights, dtype=np.float64))
+    dev, engine, budget = planner(scan, options.device, options.method, options.iterations, sense,
+                                  preparation_of(scan, estimate_maps=options.maps.method))
+    offres = None if scan.field_map is None else plan_correction(
+        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.field_map_correction,
+        segments=options.segments, iterations=options.iterations)
+    log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
+             list(scan.matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
+    if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
+        prefetch([*engine.kernel_configs(len(scan.matrix), budget.coil_batch), *SOLVER_KERNELS,
+                  *(offres.kernel_configs(sense) if offres is not None else ())], dev)
+    clock = Clock(dev, progress_callback(options.progress), options.iterations)
+    return State(scan, sense, combine, weights, weight_scale, weight_sum, dev, engine, budget, offres, clock)
+
+
+@contextlib.contextmanager
+def held(state: State) -> Iterator[State]:
+    """The device for the run: on a GPU its lock (one reconstruction at a time per GPU and process: they share
+    plans and work buffers), the device made current; and the host thread of the PSF lookup, joined at the
+    end."""
+    with state.stack:
+        if state.device.is_gpu:
+            state.stack.enter_context(gpu_lock(state.device.index))
+        state.stack.enter_context(state.device.use())
+        yield state
+
+
+def upload(options: Options, state: State) -> None:
+    """Upload k-space, trajectory, weights and the scan's maps once; the data's scale; the field map."""
+    scan, dev = state.scan, state.device
+    state.kspace = to_device(scan.kspace, dev)
+    state.trajectory = to_device(scan.trajectory, dev)
+    state.w = to_device(state.weights, dev)
+    state.maps = to_device(scan.coil_maps, dev) if state.sense and options.maps.method is None else None
+    state.data_scale = power_of_two(largest(state.kspace))
+    if state.offres is not None:
+        state.offres.upload(dev)

@@ -26,6 +26,7 @@ from .io.writers import write_result
 from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
+from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
 from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
@@ -65,20 +66,24 @@ def with_keywords(settings: ReconSettings | None, keywords: Mapping[str, Any], w
 
 def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *, progress: Any = None,
                             psf_cache: PsfCache | None = None, psf: Any = None,
-                            **keywords: Any) -> tuple[Scan, dict[str, Any], Result]:
+                            **keywords: Any) -> tuple[Scan | DeviceScan, dict[str, Any], Result]:
     """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with the
     settings' choices, then :func:`mri_recon.pipeline.reconstruct` with their solver's, and the coil-map
     estimation and receiver basis the preparation asks for. ``keywords``: fields of
-    :class:`~mri_recon.settings.ReconSettings` that change ``settings``."""
+    :class:`~mri_recon.settings.ReconSettings` that change ``settings``. On a GPU the preparation runs there
+    (:func:`~mri_recon.prep.device.prepare_on_device`) and the prepared scan is a
+    :class:`~mri_recon.prep.device.DeviceScan` (``.to_scan()`` brings it to the host)."""
     taken = sorted({"estimate_maps", "maps_basis"} & set(keywords))
     if taken:
         raise InvalidDataError(f"{' and '.join(taken)} come from the preparation (coil_maps=...); pass them to "
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
     settings = with_keywords(settings, keywords, "prepare_and_reconstruct")
     # the memory of the whole run, preparation included, is checked before anything is prepared
-    plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps,
-                  device=settings.device, method=settings.method, iterations=settings.iterations)
-    ready, record = prepare_scan(scan, **settings.prepare_keywords())
+    dev = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps,
+                        device=settings.device, method=settings.method, iterations=settings.iterations)[0]
+    # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
+    prepare = functools.partial(prepare_on_device, device=dev) if dev.is_gpu else prepare_scan
+    ready, record = prepare(scan, **settings.prepare_keywords())
     maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
     result = pipeline.reconstruct(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
                                   psf_cache=psf_cache, psf=psf, **settings.solver_keywords())

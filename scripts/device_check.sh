@@ -37,6 +37,7 @@ for step in $steps; do
     segfit) timeout ${T_SEGFIT:-120} python3 scripts/bench_segment_fit.py "$OUT/bench_segment_fit.json" 2>&1 | tail -8 ;;
     probe) timeout ${T_PROBE:-300} python3 scripts/batch_probe.py "$OUT/batch_probe.json" --scans ${PROBE_SCANS:-16} ${PROBE_ARGS:-} 2>&1 | tail -40 ;;
     offres_profile) timeout ${T_PROFILE:-200} python3 scripts/offres_profile.py "$OUT/offres_profile.txt" 2>&1 | tail -60 ;;
+    prepare) timeout ${T_PREPARE:-540} python3 scripts/bench_prepare.py "$OUT/bench_prepare.json" --sweep ${PREPARE_ARGS:-} 2>&1 | tail -30 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;
   esac
 done

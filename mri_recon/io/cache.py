@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
+from ..backend import to_host
 from ..errors import InvalidDataError
 from .cache_entry import EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry, trust_problem
 from .files import atomic_output, clean_stale
@@ -114,7 +115,7 @@ def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[in
     digest.update(b"mri-recon:" + version.encode() + b"\0")
     digest.update(b"engine:" + engine.encode() + b"\0")
     digest.update(np.asarray(matrix, dtype=np.int64).tobytes())
-    traj = np.ascontiguousarray(np.asarray(trajectory), dtype=np.float32)
+    traj = np.ascontiguousarray(to_host(trajectory), dtype=np.float32)  # NumPy or CuPy
     digest.update(np.asarray(traj.shape, dtype=np.int64).tobytes())
     # memoryviews, not copies: hashlib then hashes large buffers without holding the GIL, so a lookup on
     # a helper thread does not stall the thread that feeds the GPU
@@ -122,7 +123,7 @@ def psf_key(trajectory: np.ndarray, weights: np.ndarray | None, matrix: tuple[in
     if weights is None:
         digest.update(b"no-weights")
     else:
-        digest.update(memoryview(np.ascontiguousarray(np.asarray(weights), dtype=np.float32)).cast("B"))
+        digest.update(memoryview(np.ascontiguousarray(to_host(weights), dtype=np.float32)).cast("B"))
     return digest.hexdigest()
 
 

@@ -1,0 +1,220 @@
+""":func:`mri_recon.prepare_scan` on the device the solve runs on: the scan goes up once and is prepared there.
+
+:func:`prepare_on_device` makes the choices :func:`~mri_recon.prep.prepare_scan` makes, with the same errors
+in the same order, and returns a :class:`DeviceScan` whose big arrays are already on the device, for
+:func:`mri_recon.pipeline.reconstruct` (whose upload of an array already there is no copy). What runs where:
+
+- host: the choices, the gradient-delay correction of the trajectory (RING's estimate on spoke pairs, as
+  :func:`~mri_recon.prep.prepare_scan` does it) and the field-map pair check; the noise covariance, its
+  eigenvalues, Cholesky factor and inverse (``(C, K)`` noise to ``(C, C)``: microseconds, and the same bits
+  as the host path) and the whitened noise itself (small, kept for the prepared scan); Pipe-Menon weights
+  (:func:`~mri_recon.prep.dcf.pipe_menon`: a convex hull and FINUFFT at eps 1e-4, which the GPU NUFFT would
+  not reproduce to float32 rounding); the copy of each chunk into pinned memory.
+- device: the k-space and coil maps whitened chunk by chunk as they arrive (:mod:`mri_recon.prep.upload`),
+  the ramp weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed
+  (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
+  Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
+
+Arrays the scan brought were validated when the :class:`~mri_recon.scan.Scan` was made and are not checked
+again. A :class:`DeviceScan` of NumPy arrays (``device`` the CPU) runs the same code in NumPy: the tests
+compare it with :func:`~mri_recon.prep.prepare_scan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, get_xp, to_host
+from ..errors import InvalidDataError, SchemaError
+from ..scan import Scan
+from ..validation import check_field_map_pair
+from . import COIL_MAP_CHOICES, DCF_CHOICES, FIELD_MAP_CHOICES, coil_map_method
+from .device_dcf import ramp_weights
+from .upload import upload, upload_columns
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceScan:
+    """A prepared scan whose k-space, trajectory, weights and coil maps live on one device (CuPy arrays on a
+    GPU, NumPy on the CPU); the rest stays on the host. Shapes and dtypes as in :class:`~mri_recon.scan.Scan`,
+    already validated."""
+
+    kspace: Any
+    """complex64 ``(C, M)`` on the device."""
+    trajectory: Any
+    """float32 ``(M, D)`` on the device."""
+    matrix: tuple[int, ...]
+    weights: Any = None
+    """float32 ``(M,)`` on the device, or None."""
+    coil_maps: Any = None
+    """complex64 ``(C, *matrix)`` on the device, or None."""
+    field_map: np.ndarray | None = None
+    times: np.ndarray | None = None
+    noise: np.ndarray | None = None
+    """complex64 ``(C, K)`` on the host (whitened when the data are)."""
+    ground_truth: np.ndarray | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<memory>"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.matrix)
+
+    @property
+    def n_coils(self) -> int:
+        return int(self.kspace.shape[0])
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.kspace.shape[1])
+
+    def __repr__(self) -> str:
+        return (f"DeviceScan(matrix={list(self.matrix)}, coils={self.n_coils}, samples={self.n_samples}, "
+                f"on {'gpu' if get_xp(self.kspace) is not np else 'cpu'}, source={self.source!r})")
+
+    def __reduce__(self):
+        """Pickled (a Dask batch ships prepared scans to the task that writes them) as the host
+        :class:`~mri_recon.scan.Scan`: a process without the GPU can read it back."""
+        return _scan_from_fields, (self.to_scan(),)
+
+    def to_scan(self) -> Scan:
+        """The same scan on the host, as a validated :class:`~mri_recon.scan.Scan`."""
+        arrays = {name: None if getattr(self, name) is None else to_host(getattr(self, name))
+                  for name in ("kspace", "trajectory", "weights", "coil_maps")}
+        return Scan(matrix=self.matrix, field_map=self.field_map, times=self.times, noise=self.noise,
+                    ground_truth=self.ground_truth, attrs=dict(self.attrs), source=self.source, **arrays)
+
+
+def _scan_from_fields(scan: Scan) -> Scan:
+    return scan
+
+
+def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
+    """The errors :func:`~mri_recon.prep.prepare_scan` raises for an unknown choice."""
+    if dcf not in DCF_CHOICES:
+        raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
+    if coil_maps not in COIL_MAP_CHOICES:
+        raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
+                               f"{', '.join(COIL_MAP_CHOICES)}")
+    if field_map not in FIELD_MAP_CHOICES:
+        raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
+
+
+def whitening_of(scan: Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(W, L, whitened noise)`` on the host: the whitening matrix, the receiver basis and ``W n``, with
+    the errors of :func:`~mri_recon.prep.noise.prewhiten`."""
+    from .noise import apply_whitening, noise_covariance, receiver_basis, whitening_matrix
+
+    try:
+        w = whitening_matrix(noise_covariance(scan.noise))
+    except InvalidDataError as exc:
+        raise InvalidDataError(f"{scan.source}: {exc}") from exc
+    return w, receiver_basis(scan.noise), apply_whitening(w, scan.noise)
+
+
+def _weights(scan: Scan, dcf: str, trajectory: Any, device: Device) -> tuple[Any, list[tuple[Any, str]]]:
+    """The density weights on the device and the checks on them still to read (device booleans, each with
+    the error it stands for)."""
+    if dcf == "file" and scan.weights is None:
+        raise SchemaError(f"{scan.source}: --dcf file needs a 'weights' dataset, and the scan has none")
+    zero = (f"{scan.source}: density compensation '{dcf}' gave all-zero weights (are all samples at k = 0?); "
+            f"the image would be zero")
+    if dcf == "ramp":
+        weights, moving, positive = ramp_weights(trajectory, scan.matrix)
+        return weights, [(moving, "ramp weights need samples away from k = 0, found all samples at the centre"),
+                         (positive, "weights are zero near the centre of k-space: no sample within a few cycles "
+                                    "per FOV of k = 0 carries weight"), *_weight_checks(weights, scan.source, zero)]
+    if dcf == "pipe":
+        from .dcf import pipe_menon
+
+        weights = upload(np.asarray(pipe_menon(scan.trajectory, scan.matrix)), device)
+        return weights, _weight_checks(weights, scan.source, zero)
+    if dcf == "none" or scan.weights is None:
+        return None, []
+    return upload(scan.weights, device), []  # the scan's own: validated when the scan was made
+
+
+def _weight_checks(weights: Any, source: str, zero: str) -> list[tuple[Any, str]]:
+    """Device booleans for computed weights, in the order of the host path: some positive (prepare_scan),
+    finite, non-negative (the Scan's validation)."""
+    xp = get_xp(weights)
+    return [(xp.any(weights > 0), zero),
+            (xp.all(xp.isfinite(weights)), f"{source}: dataset 'weights' contains NaN or Inf value(s)"),
+            (xp.all(weights >= 0), f"{source}: weights must be non-negative")]
+
+
+def _finite(array: Any, name: str, source: str) -> tuple[Any, str]:
+    xp = get_xp(array)
+    flat = array.reshape(-1).view(array.real.dtype) if array.dtype.kind == "c" else array.reshape(-1)
+    return xp.all(xp.isfinite(flat)), f"{source}: dataset '{name}' contains NaN or Inf value(s) after prewhitening"
+
+
+def _read_checks(checks: list[tuple[Any, str]]) -> None:
+    """Read every device boolean in one transfer; raise the first failed check's error."""
+    if not checks:
+        return
+    xp = get_xp(checks[0][0])
+    passed = to_host(xp.stack([xp.asarray(c, dtype=bool).reshape(()) for c, _ in checks]))
+    for ok, (_, message) in zip(passed.tolist(), checks):
+        if not ok:
+            raise InvalidDataError(message)
+
+
+def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
+                      coil_maps: str = "auto", field_map: str = "correct",
+                      gradient_delay: Any = "none") -> tuple[DeviceScan, dict[str, Any]]:
+    """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
+    there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
+    host path's to float32 rounding."""
+    from .gradient_delay import correct_gradient_delay
+
+    check_choices(dcf, coil_maps, field_map)
+    (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # on the host, before the trajectory goes up
+    record: dict[str, Any] = {"prewhitened": False, **delays}
+    attrs, field_values = dict(scan.attrs), (scan.field_map, scan.times)
+    if field_map == "correct":
+        check_field_map_pair(scan.field_map, scan.times, scan.source)
+    elif scan.field_map is not None or scan.times is not None:
+        record["field_map"], attrs["field_map_correction"], field_values = "ignored", "ignored", (None, None)
+    whiten = prewhiten and scan.noise is not None
+    w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
+    checks: list[tuple[Any, str]] = []
+    with device.use():
+        trajectory = upload(scan.trajectory, device)
+        weights, weight_checks = _weights(scan, dcf, trajectory, device)
+        method = coil_map_method(scan, coil_maps)
+        if method == "file" and scan.coil_maps is None:
+            _read_checks(weight_checks)  # the host path raises those first
+            raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
+                              f"(use walsh, espirit or rss)")
+        transform = None if w is None else _whitener(w, device)
+        kspace = upload_columns(scan.kspace, device, transform)
+        maps = None
+        if method == "file":
+            flat = scan.coil_maps.reshape(scan.n_coils, -1)
+            maps = upload_columns(flat, device, transform).reshape(scan.coil_maps.shape)
+        if w is not None:
+            checks += [_finite(kspace, "kspace", scan.source)]
+            checks += [_finite(maps, "coil_maps", scan.source)] if maps is not None else []
+        _read_checks(checks + weight_checks)
+    if whiten:
+        attrs["prewhitened"], record["prewhitened"] = True, True
+    record["dcf"] = dcf if dcf != "auto" else ("file" if weights is not None else "none")
+    record["coil_maps"] = method
+    record["estimate_maps"] = method if method in ("walsh", "espirit") else None
+    record["maps_basis"] = basis if method != "file" else None
+    ready = DeviceScan(kspace=kspace, trajectory=trajectory, matrix=scan.matrix, weights=weights, coil_maps=maps,
+                       field_map=field_values[0], times=field_values[1], noise=noise,
+                       ground_truth=scan.ground_truth, attrs=attrs, source=scan.source)
+    return ready, record
+
+
+def _whitener(w: np.ndarray, device: Device):
+    """``chunk -> W chunk`` in complex64 on ``device`` (:func:`~mri_recon.prep.noise.apply_whitening`'s
+    precision)."""
+    matrix = device.xp.asarray(w.astype(np.complex64))
+    return lambda chunk: matrix @ chunk

@@ -1,0 +1,285 @@
+"""The preparation on the device (mri_recon.prep.device): its NumPy twin against prepare_scan, and on a GPU
+the CuPy path against both (prepared arrays and final images)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from helpers import relative
+
+from mri_recon import pipeline
+from mri_recon.api import prepare_and_reconstruct
+from mri_recon.backend import CPU, Device, cupy_module, resolve_device, to_host
+from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.prep import dcf as dcf_module
+from mri_recon.prep import prepare_scan, upload
+from mri_recon.prep.device import DeviceScan, prepare_on_device
+from mri_recon.prep.device_dcf import ramp_weights
+from mri_recon.prep.noise import apply_whitening, noise_covariance, whitening_matrix
+from mri_recon.scan import Scan
+from mri_recon.sim.simulate import simulate_scan
+from mri_recon.sim.trajectories import kooshball, radial
+
+CHOICES = [
+    {"dcf": "auto", "coil_maps": "auto"},
+    {"dcf": "ramp", "coil_maps": "file"},
+    {"dcf": "none", "coil_maps": "walsh"},
+    {"dcf": "pipe", "coil_maps": "rss"},
+    {"dcf": "file", "coil_maps": "espirit", "prewhiten": False},
+]
+IDS = ["auto", "ramp-file", "none-walsh", "pipe-rss", "file-espirit-raw"]
+
+
+def _scan(seed: int, matrix=(24, 28), coils: int = 3, trajectory: str = "golden") -> Scan:
+    """A simulated scan with correlated receiver noise (so that whitening mixes the channels), fresh
+    random k-space and maps."""
+    rng = np.random.default_rng(seed)
+    scan = simulate_scan(matrix, trajectory, coils=coils, snr=30.0, seed=seed)
+    mix = np.eye(coils) + 0.3 * (rng.standard_normal((coils, coils)) + 1j * rng.standard_normal((coils, coils)))
+    noise = (mix @ scan.noise).astype(np.complex64)
+    kspace = (scan.kspace + 0.1 * rng.standard_normal(scan.kspace.shape)).astype(np.complex64)
+    return scan.replace(noise=noise, kspace=kspace)
+
+
+def _compare(ready, record, ref, ref_record, tol: float) -> None:
+    for name in ("kspace", "trajectory", "weights", "coil_maps"):
+        ours, theirs = getattr(ready, name), getattr(ref, name)
+        assert (ours is None) == (theirs is None), name
+        if theirs is not None:
+            assert relative(to_host(ours), theirs) <= tol, name
+    np.testing.assert_allclose(ready.noise, ref.noise, rtol=1e-6, atol=1e-6 * np.abs(ref.noise).max())
+    basis, ref_basis = record.pop("maps_basis"), ref_record.pop("maps_basis")
+    assert (basis is None) == (ref_basis is None)
+    if basis is not None:
+        np.testing.assert_array_equal(basis, ref_basis)  # the same host computation
+    assert record == ref_record and dict(ready.attrs) == dict(ref.attrs)
+
+
+def test_column_chunks_cover_every_column_once():
+    for rows, columns, chunk in [(3, 1, 64), (3, 10, 24), (3, 10, 25), (3, 10, 23), (8, 100, 8), (1, 7, 1)]:
+        parts = upload.column_chunks(rows, columns, 8, chunk)
+        assert [i for p in parts for i in range(p.start, p.stop)] == list(range(columns))
+        assert all(p.stop - p.start >= 1 for p in parts)
+        assert all(rows * 8 * (p.stop - p.start) <= max(chunk, rows * 8) for p in parts)
+
+
+@pytest.mark.parametrize("columns", [1, 5, 6, 7, 1000])
+def test_chunked_whitening_equals_the_whole(monkeypatch, columns):
+    monkeypatch.setattr(upload, "_host_empty", lambda shape, dtype: np.full(shape, np.nan, dtype))
+    rng = np.random.default_rng(columns)
+    data = (rng.standard_normal((4, columns)) + 1j * rng.standard_normal((4, columns))).astype(np.complex64)
+    noise = rng.standard_normal((4, 50)) + 1j * rng.standard_normal((4, 50))
+    w = whitening_matrix(noise_covariance(noise))
+    out = upload.upload_columns(data, CPU, lambda x: w.astype(np.complex64) @ x, chunk_bytes=4 * 8 * 6)
+    reference = w @ data.astype(np.complex128)  # float64 oracle
+    assert relative(out, reference) <= 1e-6
+    assert relative(upload.upload(data, CPU, chunk_bytes=40), data) == 0.0
+    with pytest.raises(ValueError, match="takes a 2-D array"):
+        upload.upload_columns(data[0], CPU)
+
+
+class _Settable(np.ndarray):
+    """A host array with CuPy's ``set`` (a copy from a host array of the same shape and dtype)."""
+
+    def set(self, arr, stream=None):
+        assert stream is not None and self.flags.c_contiguous and arr.shape == self.shape and arr.dtype == self.dtype
+        self[...] = arr
+
+
+class _FakeCuda:
+    """The parts of ``cupy.cuda`` the pinned upload uses, on the host: the staging logic (two buffers, the
+    last chunk shorter, the events) runs without a GPU."""
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False):
+            self.recorded = False
+
+        def record(self, stream):
+            self.recorded = True
+
+        def synchronize(self):
+            assert self.recorded
+
+    @staticmethod
+    def get_current_stream():
+        return object()
+
+    @staticmethod
+    def alloc_pinned_memory(nbytes):
+        return bytearray(nbytes)
+
+
+@pytest.mark.parametrize("columns", [1, 5, 6, 13])
+def test_pinned_staging_logic_on_the_host(monkeypatch, columns):
+    fake = type("FakeCupy", (), {"cuda": _FakeCuda})
+    monkeypatch.setattr(upload, "cupy_module", lambda: fake)
+    monkeypatch.setattr(upload, "_empty", lambda shape, dtype: np.full(shape, np.nan, dtype).view(_Settable))
+    rng = np.random.default_rng(columns)
+    data = (rng.standard_normal((3, columns)) + 1j * rng.standard_normal((3, columns))).astype(np.complex64)
+    w = (np.eye(3) + 0.5 * rng.standard_normal((3, 3))).astype(np.complex64)
+    gpu = Device(0)  # the fake CUDA stands in for its GPU
+    out = upload.upload_columns(data, gpu, lambda x: w @ x, chunk_bytes=3 * 8 * 2)
+    assert relative(np.asarray(out), w.astype(np.complex128) @ data) <= 1e-6
+    np.testing.assert_array_equal(np.asarray(upload.upload(data, gpu, chunk_bytes=24)), data)
+
+
+@pytest.mark.parametrize("trajectory", ["radial", "kooshball"])
+def test_ramp_weights_match_the_host_ramp(trajectory):
+    matrix = (32, 24) if trajectory == "radial" else (16, 16, 12)
+    k = radial(matrix, 21, 48) if trajectory == "radial" else kooshball(matrix, 90)
+    k = (k + np.random.default_rng(1).uniform(-0.2, 0.2, k.shape)).astype(np.float32)
+    weights, moving, positive = ramp_weights(k, matrix)
+    reference = dcf_module.ramp(k, matrix)
+    assert bool(moving) and bool(positive)
+    assert weights.dtype == np.float32 and relative(weights, reference) <= 1e-6
+    _, moving, _ = ramp_weights(np.zeros((5, len(matrix)), np.float32), matrix)
+    assert not bool(moving)
+
+
+@pytest.mark.parametrize("choices", CHOICES, ids=IDS)
+def test_numpy_twin_prepares_as_prepare_scan(choices):
+    scan = _scan(3)
+    ready, record = prepare_on_device(scan, CPU, **choices)
+    ref, ref_record = prepare_scan(scan, **choices)
+    _compare(ready, record, ref, ref_record, 1e-6)
+    assert ready.to_scan().kspace.dtype == np.complex64
+
+
+def test_numpy_twin_corrects_gradient_delays_as_prepare_scan():
+    scan = simulate_scan((32, 32), "radial", coils=2, snr=30.0, seed=8)
+    delays = tuple(np.random.default_rng(8).uniform(-0.5, 0.5, 2))
+    ready, record = prepare_on_device(scan, CPU, gradient_delay=delays, dcf="ramp")
+    ref, ref_record = prepare_scan(scan, gradient_delay=delays, dcf="ramp")
+    assert relative(ready.trajectory, scan.trajectory) > 1e-4  # corrected
+    _compare(ready, record, ref, ref_record, 1e-6)
+
+
+@pytest.mark.parametrize("choices", CHOICES[:4], ids=IDS[:4])
+def test_images_from_the_numpy_twin_match_the_host_preparation(choices):
+    scan = _scan(4)
+    ready, record = prepare_on_device(scan, CPU, **choices)
+    image = pipeline.reconstruct(ready, device="cpu", iterations=6, estimate_maps=record["estimate_maps"],
+                                 maps_basis=record["maps_basis"]).image
+    reference = prepare_and_reconstruct(scan, device="cpu", iterations=6, **choices)[2].image
+    assert relative(image, reference) <= 1e-5
+
+
+def test_errors_match_prepare_scan():
+    scan = _scan(5)
+    bare = scan.replace(weights=None, coil_maps=None)
+    dead = scan.noise.copy()
+    dead[1] = dead[0]  # a duplicated channel: singular covariance
+    at_centre = Scan(kspace=scan.kspace[:, :8], trajectory=np.zeros((8, 2), np.float32), matrix=(4, 4))
+    cases = [
+        (scan, {"dcf": "voronoi"}, InvalidDataError, "unknown density compensation 'voronoi'"),
+        (scan, {"coil_maps": "pca"}, InvalidDataError, "unknown coil-map choice 'pca'"),
+        (scan, {"field_map": "apply"}, InvalidDataError, "unknown field-map choice 'apply'"),
+        (bare, {"dcf": "file"}, SchemaError, "--dcf file needs a 'weights' dataset"),
+        (bare, {"coil_maps": "file"}, SchemaError, "--coil-maps file needs a 'coil_maps' dataset"),
+        (scan.replace(noise=dead), {}, InvalidDataError, "noise covariance is singular"),
+        (scan.replace(times=np.zeros(scan.n_samples, np.float32)), {}, InvalidDataError, "no 'field_map'"),
+        (at_centre, {"dcf": "ramp"}, InvalidDataError, "need samples away from k = 0"),
+        (at_centre, {"dcf": "ramp", "coil_maps": "file"}, InvalidDataError, "need samples away from k = 0"),
+    ]
+    for given, choices, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            prepare_scan(given, **choices)
+        with pytest.raises(kind, match=message):
+            prepare_on_device(given, CPU, **choices)
+
+
+def test_whitening_overflow_is_refused():
+    scan = _scan(6)
+    huge = (np.full(scan.kspace.shape, 3e38, np.float32) * (1 + 1j)).astype(np.complex64)
+    quiet = (scan.noise * np.float32(1e-3)).astype(np.complex64)  # W ~ 1e3: W d beyond float32
+    big = scan.replace(kspace=huge, noise=quiet)
+    with pytest.raises(InvalidDataError, match="'kspace' contains"), np.errstate(all="ignore"):
+        prepare_on_device(big, CPU)
+    with pytest.raises(InvalidDataError, match="'kspace' contains"), np.errstate(all="ignore"):
+        prepare_scan(big)
+
+
+def test_device_scan_describes_itself_and_pickles_as_a_host_scan():
+    scan = _scan(7)
+    ready, _ = prepare_on_device(scan, CPU, dcf="ramp")
+    back = pickle.loads(pickle.dumps(ready))
+    assert isinstance(back, Scan) and back == ready.to_scan()
+    assert relative(back.weights, prepare_scan(scan, dcf="ramp")[0].weights) <= 1e-6
+    assert isinstance(ready, DeviceScan) and "coils=3" in repr(ready) and "on cpu" in repr(ready)
+    assert ready.ndim == 2 and ready.n_samples == ready.trajectory.shape[0]
+
+
+# --- on a GPU -------------------------------------------------------------------------------------------------
+
+
+def _poison_pool():
+    """Fill the free blocks of CuPy's pool with NaN, so that a buffer taken from it and left unwritten shows."""
+    cupy = cupy_module()
+    block = cupy.empty(64 << 20, cupy.uint8)
+    block.fill(0xFF)
+    del block
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", [1, 7, 100_003])
+def test_pinned_upload_with_whitening_matches_numpy(monkeypatch, columns):
+    from helpers import poison_empty
+
+    poison_empty(monkeypatch, upload)
+    rng = np.random.default_rng(columns)
+    data = (rng.standard_normal((5, columns)) + 1j * rng.standard_normal((5, columns))).astype(np.complex64)
+    w = whitening_matrix(noise_covariance(rng.standard_normal((5, 40)) + 1j * rng.standard_normal((5, 40))))
+    gpu = resolve_device("gpu")
+    matrix = gpu.xp.asarray(w.astype(np.complex64))
+    out = upload.upload_columns(data, gpu, lambda x: matrix @ x, chunk_bytes=5 * 8 * 3000)
+    assert relative(to_host(out), apply_whitening(w, data)) <= 1e-6
+    assert relative(to_host(upload.upload(data, gpu, chunk_bytes=100)), data) == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choices", CHOICES, ids=IDS)
+def test_gpu_preparation_matches_the_host_one(choices):
+    _poison_pool()
+    scan = _scan(11, matrix=(40, 36), coils=4)
+    ready, record = prepare_on_device(scan, resolve_device("gpu"), **choices)
+    assert cupy_module().get_array_module(ready.kspace) is cupy_module()
+    ref, ref_record = prepare_scan(scan, **choices)
+    _compare(ready, record, ref, ref_record, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choices", CHOICES[:4], ids=IDS[:4])
+def test_gpu_images_match_cpu_and_host_preparation(choices):
+    scan = _scan(12, matrix=(40, 36), coils=4)
+    gpu = prepare_and_reconstruct(scan, device="gpu", method="nufft", iterations=8, **choices)
+    assert isinstance(gpu[0], DeviceScan)
+    host_ready, host_record = prepare_scan(scan, **choices)
+    host_prep = pipeline.reconstruct(host_ready, device="gpu", method="nufft", iterations=8,
+                                     estimate_maps=host_record["estimate_maps"], maps_basis=host_record["maps_basis"])
+    cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=8, **choices)[2]
+    assert relative(gpu[2].image, host_prep.image) <= 1e-5
+    assert relative(gpu[2].image, cpu.image) <= 1e-4  # GPU vs CPU NUFFT engines, eps 1e-6 each
+
+
+@pytest.mark.gpu
+def test_gpu_preparation_in_3d_and_with_the_psf_cache(tmp_path):
+    from mri_recon.io.cache import PsfCache
+
+    scan = _scan(13, matrix=(16, 16, 12), coils=2, trajectory="kooshball").replace(weights=None)
+    for method in ("exact", "nufft"):
+        gpu = prepare_and_reconstruct(scan, device="gpu", method=method, iterations=5, dcf="ramp",
+                                      psf_cache=PsfCache(tmp_path))[2]
+        cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=5, dcf="ramp")[2]
+        assert relative(gpu.image, cpu.image) <= 1e-4

@@ -69,14 +69,20 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
 
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
     record: dict[str, Any] = {"prewhitened": False, **delays}
-    record.update({name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
-                   if name in scan.attrs})  # Cartesian input says what was done (mri_recon.io.cartesian)
+    record.update(reader_record(scan))
     scan = _field_map_step(scan, field_map, record)
     scan, basis = _whiten_step(scan, prewhiten, record)
     scan = _dcf_step(scan, dcf, record)
     scan, maps = _maps_step(scan, coil_maps, basis, record)
     record.update(maps.record())
     return scan, record
+
+
+def reader_record(scan: Scan) -> dict[str, Any]:
+    """What the reader did that the preparation record repeats: Cartesian input's ``partial_fourier`` and
+    ``readout_oversampling_removed`` (:mod:`mri_recon.io.cartesian`)."""
+    return {name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
+            if name in scan.attrs}
 
 
 def _check_choices(dcf: str, coil_maps: str, field_map: str) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidDataError
-from .io.ismrmrd_encoding import TRAJ_UNITS
+from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
 from .io.writers import FORMATS
 from .operators.engines import METHODS
@@ -33,6 +33,7 @@ from .operators.offres.setup import CORRECTIONS
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .prep.delay import parse_gradient_delay
 from .solvers.sparse import REGULARIZERS, SOLVERS, lam_help
+from .units import TRAJ_UNITS
 
 if TYPE_CHECKING:
     from .backend import Device
@@ -97,7 +98,8 @@ METHOD_HELP = ("F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFF
 class ReconSettings:
     """The settings of a reconstruction; the defaults are those of ``mri-recon reconstruct``."""
 
-    format: str | None = option(None, "Output format, overriding the one chosen by the output's extension.",
+    format: str | None = option(None, "Output format, overriding the one chosen by the output's extension (dicom: "
+                                "-o names a folder).",
                                 str, "output", choices=FORMATS, optional=True)
     """Output format (:data:`mri_recon.io.writers.FORMATS`; None: chosen by the output's name)."""
     complex_: bool = option(False, "NIfTI: write real and imaginary parts (a last axis of size 2) instead of the "
@@ -147,8 +149,17 @@ class ReconSettings:
                                  check=parse_gradient_delay)
     """``"none"``, ``"auto"``, ``"ring"`` or delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples
     (:mod:`mri_recon.prep.gradient_delay`)."""
-    traj_units: str = option("auto", "ISMRMRD trajectory units (schema-v1 files are always cycles per FOV).", str,
-                             "input", choices=TRAJ_UNITS)
+    traj_units: str = option("auto", "ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).",
+                             str, "input", choices=TRAJ_UNITS)
+    """:data:`mri_recon.units.TRAJ_UNITS`."""
+    trajectory: str | None = option(None, "BART input: the trajectory (3, RO, SPOKES) .cfl of SCAN's k-space (1, RO, "
+                                    "SPOKES, COILS).", str, "input", optional=True, path=True)
+    """BART k-space's trajectory file (:func:`mri_recon.io.cfl_scan.load_cfl_scans`; refused for other inputs)."""
+    sensitivities: str | None = option(None, "BART input: coil sensitivities (X, Y, Z, COILS) .cfl; they give the "
+                                       "matrix.", str, "input", optional=True, path=True)
+    matrix: Any = option(None, "BART input without --sensitivities: the image size NxM or NxMxK.", str, "input",
+                         optional=True, check=parse_matrix)
+    """BART input's image size: ``"NxM[xK]"`` or 2 or 3 sizes."""
     choice: dict = option({}, "ISMRMRD: {verb} only the images with this {name} index (default: every {name}).",
                           dict, "input")
     """ISMRMRD image choice: values of :data:`mri_recon.io.stack.DIMENSIONS` (``slice``, ``contrast``, ...);
@@ -166,8 +177,11 @@ class ReconSettings:
     def __post_init__(self) -> None:
         if isinstance(self.choice, Mapping):
             object.__setattr__(self, "choice", {k: v for k, v in self.choice.items() if v is not None})
-        if isinstance(self.cache_dir, os.PathLike):
-            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        for name in ("cache_dir", "trajectory", "sensitivities"):
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        if self.matrix is not None:  # one form, "NxM" or sizes, one record
+            object.__setattr__(self, "matrix", parse_matrix(self.matrix))
         for item in dataclasses.fields(self):
             check_value(item.name, option_of(item.name), getattr(self, item.name))
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .backend import get_xp, is_gpu_array
 from .errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from .units import suspect_units, wrong_units_error
 
 MAX_AXIS = 16384  # larger matrices are taken as a mistake, not a request
 MAX_VOXELS = 2**31 - 1
@@ -125,8 +126,12 @@ def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str
             raise TrajectoryUnitsError(
                 f"{source}: trajectory reaches |k| = {reach:.4g} on axis {axis} but a matrix of {n} allows at "
                 f"most {n} (2x Nyquist). Expected units: cycles per field of view (Nyquist extent "
-                f"[-{n / 2:g}, {n / 2:g})); did you scale your trajectory correctly?"
+                f"[-{n / 2:g}, {n / 2:g})); did you scale your trajectory correctly? (in 1/m it reaches "
+                f"matrix / (2 FOV): --traj-units per-meter, or multiply by the FOV in m)"
             )
+    suspect = suspect_units(extent, matrix)
+    if suspect == "radians":
+        raise wrong_units_error(source, suspect, extent, matrix)
     if max(matrix) >= 8 and float(np.max(extent)) <= 0.5:
         raise TrajectoryUnitsError(
             f"{source}: trajectory extent {float(np.max(extent)):.4g} looks normalized to [-0.5, 0.5]; "

@@ -303,10 +303,11 @@ def test_detect_units(extent, encoded, expected):
 
 @pytest.mark.parametrize("extent, encoded, message", [
     ([0.5, 0.5], [4, 4], "ambiguous"),
-    ([3.0, 3.0], [32, 32], "fits no known unit"),
+    ([2.0, 2.0], [32, 32], "fits no known unit"),
+    ([3.0, 3.0], [32, 32], "looks like it is in radians"),
     ([0.0, 0.0], [32, 32], "fits no known unit"),
     ([100.0, 1.0], [32, 32], "fits no known unit"),
-], ids=["tiny-matrix", "between", "zero", "beyond-2x"])
+], ids=["tiny-matrix", "between", "radians", "zero", "beyond-2x"])
 def test_detect_units_refuses(extent, encoded, message):
     with pytest.raises(TrajectoryUnitsError, match=message):
         detect_units(np.array(extent), encoded, "raw.h5")

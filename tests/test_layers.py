@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 LAYERS = [
     {"_version", "errors"},
     {"backend"},
+    {"units"},
     {"validation", "grid", "scaling"},
     {"scan"},
     {"kernels"},
@@ -34,6 +35,7 @@ LAYERS = [
     {"api"},
     {"doctor"},
     {"batch"},
+    {"server"},
     {"cli", "console", "__init__", "__main__", "simulate"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

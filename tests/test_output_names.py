@@ -19,8 +19,9 @@ from mri_recon.io.ismrmrd_write import write_ismrmrd
 from mri_recon.io.writers import output_format
 from mri_recon.sim.simulate import simulate_scan
 
-VALID = r"use \.h5 or \.hdf5 \(HDF5\), \.nii or \.nii\.gz \(NIfTI\), \.mrd\.h5 or \.mrd \(MRD images\); " \
-        r"a PNG preview is --png FILE\.png; --format hdf5\|nifti\|mrd writes that format under any name"
+VALID = r"use \.h5 or \.hdf5 \(HDF5\), \.nii or \.nii\.gz \(NIfTI\), \.mrd\.h5 or \.mrd \(MRD images\), " \
+        r"\.cfl \(BART\); a PNG preview is --png FILE\.png; --format hdf5\|nifti\|mrd\|cfl\|dicom writes that " \
+        r"format under any name \(dicom: a folder\)"
 FAST = ["--device", "cpu", "--iterations", "2", "--no-cache", "--quiet"]
 
 

@@ -67,7 +67,7 @@ def test_a_misspelled_keyword_is_refused_with_the_valid_ones(call):
     ({"rho": 0.0}, "rho must be a positive finite number, found 0.0"),
     ({"regularizer": "l1"}, "regularizer must be one of l2, tv, wavelet, found 'l1'"),
     ({"method": "gpu"}, "method must be one of auto, exact, nufft, fft, found 'gpu'"),
-    ({"format": "png"}, "format must be one of hdf5, nifti, mrd, found 'png'"),
+    ({"format": "png"}, "format must be one of hdf5, nifti, mrd, cfl, dicom, found 'png'"),
     ({"prewhiten": "yes"}, "prewhiten must be True or False, found 'yes'"),
     ({"choice": {"slices": 1}}, r"choice takes slice, contrast, phase, set, repetition; found \['slices'\]"),
     ({"choice": {"slice": -1}}, "choice: slice must be a whole number >= 0, found -1"),
@@ -143,7 +143,8 @@ def test_an_output_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch
                                                                            cache=False))
     assert np.array_equal(np.load(tmp_path / "x.npy"), done.results[0][3].image)
     with pytest.raises(OutputError, match=r"use .h5 or .hdf5 \(HDF5\), .nii or .nii.gz \(NIfTI\), .mrd.h5 or "
-                                          r".mrd \(MRD images\), .npy \(NumPy\); .* --format hdf5\|nifti\|mrd\|npy"):
+                                          r".mrd \(MRD images\), .cfl \(BART\), .npy \(NumPy\); .* "
+                                          r"--format hdf5\|nifti\|mrd\|cfl\|dicom\|npy"):
         writers.output_format(tmp_path / "x.txt")
 
 

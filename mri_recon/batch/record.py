@@ -45,8 +45,10 @@ def _input_state(path: str | os.PathLike) -> dict[str, int]:
     return {"size": int(info.st_size), "mtime_ns": int(info.st_mtime_ns)}
 
 
-def _file_state(path: Path) -> dict[str, Any]:
-    return {"name": path.name, "size": os.stat(path).st_size, "sha256": file_sha256(path)}
+def _file_state(path: Path, output: Path) -> dict[str, Any]:
+    """A written file by its path from the output's folder (its name, or ``SERIES/IM00001.dcm`` for DICOM)."""
+    name = os.path.relpath(path, output.parent)
+    return {"name": name, "size": os.stat(path).st_size, "sha256": file_sha256(path)}
 
 
 def write_record(output: str | os.PathLike, scan: str | os.PathLike, settings: Mapping[str, Any],
@@ -57,7 +59,7 @@ def write_record(output: str | os.PathLike, scan: str | os.PathLike, settings: M
     written = [Path(f) for f in files] if files else [Path(output)]
     record = {"format": FORMAT, "mri_recon_version": __version__, "input": str(scan), **{
         f"input_{k}": v for k, v in _input_state(scan).items()}, "settings": dict(settings),
-        "output": Path(output).name, "files": [_file_state(f) for f in written], "outcome": dict(outcome)}
+        "output": Path(output).name, "files": [_file_state(f, Path(output)) for f in written], "outcome": dict(outcome)}
     target = record_path(output)
     write_file(target, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), protect=(scan,))
     return target
@@ -78,7 +80,7 @@ def complete(output: str | os.PathLike, scan: str | os.PathLike, settings: Mappi
     if any(record.get(f"input_{k}") != v for k, v in state.items()):
         return "input changed"
     for entry in record["files"]:
-        file = Path(output).with_name(str(entry.get("name")))
+        file = Path(output).parent / str(entry.get("name"))
         if not file.is_file():
             return "no output"
         if os.stat(file).st_size != entry.get("size") or file_sha256(file) != entry.get("sha256"):

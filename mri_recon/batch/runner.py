@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import InvalidDataError
 from ..io.files import FileSet, check_output
+from ..io.writers import OUTPUTS
 from ..settings import ReconSettings
 from .inputs import expand_inputs, output_paths
 from .predict import decide
@@ -49,8 +50,9 @@ def plan_tasks(paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike | 
         out_dir.mkdir(parents=True, exist_ok=True)
     tasks, skipped = [], []
     protected = FileSet(inputs)  # one look at each input, not one per input and output
+    check = OUTPUTS[settings.format].check if settings.format in OUTPUTS else check_output  # DICOM: a folder
     for scan, output in zip(inputs, outputs):
-        check_output(output, protect=protected)
+        check(output, protect=protected)
         why = None if overwrite else complete(output, scan, settings.record())
         if why is None and not overwrite:
             skipped.append(ScanOutcome(str(scan), str(output), "skipped", "complete from an earlier run"))

@@ -16,6 +16,7 @@ from .convert import convert
 from .doctor import doctor
 from .info import info
 from .reconstruct import reconstruct
+from .serve import send, serve
 from .simulate import simulate
 
 __all__ = ["main"]
@@ -27,5 +28,5 @@ def main() -> None:
     """Exact non-Cartesian MRI reconstruction (radial, spiral, 3D) on NVIDIA GPUs, with a CPU twin."""
 
 
-for _command in (reconstruct, simulate, info, convert, doctor, cache):
+for _command in (reconstruct, simulate, info, convert, doctor, cache, serve, send):
     main.add_command(_command)

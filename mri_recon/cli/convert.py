@@ -1,34 +1,56 @@
-"""``mri-recon convert``: an ISMRMRD file to schema v1, one file per image."""
+"""``mri-recon convert``: an ISMRMRD file to schema v1, one file per image; BART k-space to MRD or schema v1."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..errors import OutputError
-from ..io.stack import DIMENSIONS
+from ..settings import ReconSettings
 from .common import QUIET, friendly, say
-from .options import settings_option
+from .options import settings_from, settings_option
 
 
 @click.command()
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("output", type=click.Path(path_type=Path))
-@settings_option("traj_units", help="Units of the ISMRMRD trajectory.")
+@settings_option("traj_units", help="Units of the ISMRMRD / BART trajectory.")
+@settings_option("trajectory")
+@settings_option("sensitivities")
+@settings_option("matrix")
 @settings_option("choice", verb="convert")
 @settings_option("allow_external")
 @QUIET
 @friendly
-def convert(source: Path, output: Path, traj_units: str, allow_external: bool, quiet: bool, **choice: Any) -> None:
+def convert(source: Path, output: Path, quiet: bool, **options: Any) -> None:
     """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
-    and repetition; the indices that vary are appended to OUTPUT's name)."""
+    and repetition; the indices that vary are appended to OUTPUT's name), or BART .cfl k-space to MRD (every
+    image in one OUTPUT.mrd.h5) or schema v1 (one image)."""
     from ..io.files import same_file
-    from ..io.ismrmrd_write import convert as run
 
     if same_file(source, output):
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    for path in run(source, output, traj_units=traj_units, allow_external=allow_external,
-                    **{name: choice[f"{name}_"] for name in DIMENSIONS}):
+    run, keywords = _converter(source, settings_from(options))
+    for path in run(source, output, **keywords):
         say(quiet, f"wrote {path}")
+
+
+def _converter(source: Path, settings: ReconSettings) -> tuple[Callable[..., list], dict[str, Any]]:
+    """The converter of ``source`` (BART's for a .cfl pair, else the ISMRMRD one) and its keywords: the reader
+    keywords, BART's refused for another input (:func:`mri_recon.io.readers.reader_options`)."""
+    from ..io.readers import reader_of, reader_options
+
+    keywords = settings.reader_keywords()
+    allow_external = keywords.pop("allow_external")
+    reader, _ = reader_of(source, allow_external)
+    keywords = {**reader_options(reader, source, keywords), "allow_external": allow_external}
+    if reader.name == "cfl":
+        from ..io.cfl_scan import convert_cfl
+
+        return convert_cfl, keywords
+    from ..io.ismrmrd_write import convert as run
+
+    return run, keywords

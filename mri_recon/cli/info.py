@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import printable
 from ..validation import trajectory_extent
 from .common import friendly
-from .options import settings_option
+from .options import settings_from, settings_option
 
 
 def varying(keys: list[dict]) -> list[str]:
@@ -69,12 +70,15 @@ def estimate_lines(scans: list, device: str) -> list[str]:
 @click.command()
 @click.argument("scan", type=click.Path(path_type=Path))
 @settings_option("device")
-@settings_option("traj_units", help="ISMRMRD trajectory units.")
+@settings_option("traj_units", help="ISMRMRD / BART trajectory units.")
+@settings_option("trajectory")
+@settings_option("sensitivities")
+@settings_option("matrix")
 @settings_option("allow_external")
 @friendly
-def info(scan: Path, device: str, traj_units: str, allow_external: bool) -> None:
+def info(scan: Path, device: str, **options: Any) -> None:
     """Describe SCAN: shapes, coils, trajectory extent against Nyquist, memory and time estimates."""
     from ..io import load_scans
 
-    scans = load_scans(scan, traj_units=traj_units, allow_external=allow_external)
+    scans = load_scans(scan, **settings_from(options).reader_keywords())
     click.echo("\n".join(scan_lines(scan, scans, device) + estimate_lines(scans, device)))

@@ -18,6 +18,7 @@ from ..settings import ReconSettings
 from .batch import batch_options, is_batch, run_batch
 from .common import friendly, say
 from .options import settings_from, settings_options
+from .serve import is_pipe, run_pipe
 
 log = logging.getLogger("mri_recon.cli")
 
@@ -26,9 +27,9 @@ log = logging.getLogger("mri_recon.cli")
 @click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Several scans: the output folder (default: beside each scan). One scan: the output file: "
-                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5; another extension "
-                   "is refused unless --format is given (default: SCAN's name with .recon.h5, or .recon.nii.gz / "
-                   ".recon.mrd.h5 with --format, beside it).")
+                   "NIfTI for .nii / .nii.gz, MRD images for .mrd.h5 / .mrd, HDF5 for .h5 / .hdf5, BART for .cfl "
+                   "(--format dicom: the series folder); another extension is refused unless --format is given "
+                   "(default: SCAN's name with .recon.h5, or .recon.nii.gz / .recon.mrd.h5 with --format, beside it).")
 @settings_options("output", "solve", "device")
 @click.option("--png", type=click.Path(path_type=Path), default=None,
               help="Also write a PNG preview (.png): the image, or a montage of a stack's images or a 3D "
@@ -55,6 +56,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
     """
     del options  # the settings, read from the context with the others
     ctx = click.get_current_context()
+    if is_pipe(scans):  # reconstruct - -o -: an MRD stream on stdin, its images on stdout (.serve)
+        return run_pipe(ctx)
     if is_batch(scans, workers, scheduler):
         return run_batch(ctx.params)
     from ..console import typed_settings
@@ -74,7 +77,7 @@ def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, 
     """Refuse before any work what cannot be written; returns what the output will hold."""
     from ..io.writers import output_format, output_values
 
-    check_outputs(scan, output, png)
+    check_outputs(scan, output, png, settings.format)
     check_log_json(scan, log_json, output, png)
     chosen = output_format(output, settings.format)  # a name of no output format: refused before work
     return output_values(chosen, complex_=settings.complex_, magnitude=settings.magnitude)
@@ -192,15 +195,18 @@ def check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | 
     check_output(log_json, protect=(scan,))
 
 
-def check_outputs(scan: Path, output: Path, png: Path | None) -> None:
-    """Fail before any work when an output cannot be written (the same checks the writers make)."""
+def check_outputs(scan: Path, output: Path, png: Path | None, format: str | None = None) -> None:
+    """Fail before any work when an output cannot be written (the same checks the writers make; a folder
+    output, ``--format dicom``, by its format's ``check``)."""
     from ..io.files import check_output, same_file
     from ..io.png import check_png_name
+    from ..io.writers import OUTPUTS
 
     if png is not None and same_file(png, output):
         raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
-    for target in (output, png):
+    checks = ((output, OUTPUTS[format].check if format in OUTPUTS else check_output), (png, check_output))
+    for target, check in checks:
         if target is not None:
-            check_output(target, protect=(scan,))
+            check(target, protect=(scan,))
     if png is not None:
         check_png_name(png)

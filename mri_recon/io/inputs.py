@@ -42,3 +42,8 @@ class InputFormat:
     """``load_all(probe, **options)``: every image, ``(key, Scan)`` pairs (``[({}, scan)]`` for one image)."""
     load_one: Callable[..., Scan]
     """``load_one(probe, **options)``: the one image the options leave."""
+    options: tuple[str, ...] = ()
+    """Reader options of this format alone (BART's ``trajectory``): not passed to the other formats, and
+    refused for their files when given (:func:`mri_recon.io.readers.reader_options`)."""
+    title: str = ""
+    """The format in messages (``"BART .cfl k-space"``); empty: ``name``."""

@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from ..units import TRAJ_UNITS, check_units, suspect_units, unit_factor, wrong_units_error
 from ..validation import trajectory_extent
 
-TRAJ_UNITS = ("auto", "cycles-per-fov", "normalized")
+__all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "encoding_space", "one_line", "scale_trajectory"]
+
 SPACES = ("recon", "encoded")
 """Which header space the image is reconstructed on."""
 _PLAUSIBLE = (0.25, 2.0)
@@ -72,12 +74,14 @@ def encoding_space(src: str, header: Any, ref: int, space: str) -> dict[str, Any
     }
 
 
-def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<memory>") -> str:
+def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<memory>",
+                 fov_mm: Sequence[float] | None = None) -> str:
     """``"cycles-per-fov"`` or ``"normalized"`` from the per-axis trajectory extent ``max |k_d|``.
 
     Cycles per FOV reach about ``encoded_d / 2``, normalized units about 0.5; each is accepted between
     :data:`_PLAUSIBLE` times that. Raises :class:`TrajectoryUnitsError` when both fit (tiny matrices) or
-    neither does.
+    neither does; when neither does but radians or 1/m (with the encoded ``fov_mm``) fit
+    (:func:`mri_recon.units.suspect_units`), the error names that unit and its ``traj_units``.
     """
     extent = np.asarray(extent, dtype=np.float64)
     nyquist = np.asarray(encoded, dtype=np.float64) / 2
@@ -87,6 +91,9 @@ def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<m
             f"{[int(n) for n in encoded]}"
     if len(fits) == 1:
         return fits[0]
+    suspect = None if fits else suspect_units(extent, encoded, fov_mm)
+    if suspect is not None:
+        raise wrong_units_error(source, suspect, extent, encoded)
     if fits:
         raise TrajectoryUnitsError(f"{source}: trajectory units are ambiguous ({found}: fits both cycles per "
                                    f"FOV and normalized); pass traj_units='cycles-per-fov' or 'normalized'")
@@ -97,9 +104,7 @@ def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<m
 
 def scale_trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_units: str) -> tuple:
     """Recon-FOV trajectory (M, D), the weights column (or None) and the units used."""
-    if traj_units not in TRAJ_UNITS:
-        raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'auto', 'cycles-per-fov' or "
-                               f"'normalized'")
+    check_units(traj_units)
     ndim, dims = geometry["ndim"], traj.shape[-1]
     if dims not in (ndim, ndim + 1):
         raise SchemaError(f"{src}: trajectory_dimensions is {dims} but a {ndim}-D recon matrix "
@@ -117,8 +122,8 @@ def scale_trajectory(src: str, traj: np.ndarray, geometry: dict[str, Any], traj_
             f"k{'z' if ndim == 2 else 'w'}: expected {ndim} columns, or {ndim + 1} with non-negative weights")
     if traj_units == "auto":
         extent = trajectory_extent(k.reshape(-1, ndim))
-        traj_units = detect_units(extent, geometry["encoded"], src)
-    factor = geometry["scale"] * (geometry["encoded"] if traj_units == "normalized" else 1.0)
+        traj_units = detect_units(extent, geometry["encoded"], src, geometry["encoded_fov_mm"])
+    factor = geometry["scale"] * unit_factor(traj_units, geometry["encoded"], geometry["encoded_fov_mm"], src)
     if np.any(factor != 1.0):  # scaled in double precision, rounded once
         k = (k.astype(np.float64) * factor).astype(np.float32)
     return k, weights, traj_units

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import InvalidDataError, OutputError
 from ..scan import Scan
 from .files import memory_output, same_file
-from .ismrmrd import MAX_READOUT, TRAJ_UNITS, _ismrmrd, load_ismrmrd_all
+from .ismrmrd import MAX_READOUT, _ismrmrd, load_ismrmrd_all
 from .schema import save_scan
 from .stack import DIMENSIONS
 
@@ -126,7 +126,7 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
         The HDF5 group name.
     """
     mr = _ismrmrd()
-    if traj_units not in TRAJ_UNITS[1:]:
+    if traj_units not in ("cycles-per-fov", "normalized"):
         raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'cycles-per-fov' or 'normalized'")
     pairs = _pairs(scans)
     first = pairs[0][1]

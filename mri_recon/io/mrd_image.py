@@ -40,6 +40,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import OutputError, SchemaError
+from ..scan import Scan
 from .files import memory_output
 from .geometry import DIRECTIONS, Geometry
 from .outputs import ImageStack, OutputFormat, nrmse_vs_truth
@@ -208,12 +209,19 @@ def write_mrd(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = 
     header = None
     if scan.attrs.get("source_format") == "ismrmrd":
         header = read_header_xml(scan.source or stack.source, str(scan.attrs.get("ismrmrd_dataset", "dataset")))
-    meta = [{"mri_recon_version": __version__, "iterations": r.iterations, "final_residual": f"{r.residuals[-1]:.3e}",
-             "engine": r.parameters.get("method"), "device": r.device, "combine": r.combine,
-             **_truth_meta(image, s.ground_truth, r)} for image, (_, s, _, r) in zip(images, results)]
+    meta = [image_meta(image, s, r) for image, (_, s, _, r) in zip(images, results)]
     write_mrd_images(output, images, stack.geometries, stack.keys, header_xml=header, magnitude=magnitude,
                      meta=meta, protect=protect)
     return [Path(output)]
+
+
+def image_meta(image: np.ndarray, scan: Scan, result: Any) -> dict[str, Any]:
+    """The meta attributes of an image's MRD record (version, iterations, residual, engine, device, combine and
+    the NRMSE against a ground truth): the file output's and the MRD server's. ``result``: the image's
+    :class:`~mri_recon.result.Result`."""
+    return {"mri_recon_version": __version__, "iterations": result.iterations,
+            "final_residual": f"{result.residuals[-1]:.3e}", "engine": result.parameters.get("method"),
+            "device": result.device, "combine": result.combine, **_truth_meta(image, scan.ground_truth, result)}
 
 
 def _truth_meta(image: np.ndarray, truth: np.ndarray | None, result: Any) -> dict[str, str]:

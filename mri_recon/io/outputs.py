@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .files import check_output
 from .geometry import Geometry, geometry_of
 from .stack import StackLayout, stack_layout
 
@@ -50,6 +51,11 @@ class OutputFormat:
     placed: str | None = None
     """How an image of unknown position is written, for the CLI's warning (``"affine has"``); None: the format
     records that the position is unknown (HDF5's ``geometry`` attribute)."""
+    check: Callable[..., Any] = check_output
+    """``check(output, *, protect)``: refuses, before any work, an output that cannot be written
+    (:func:`mri_recon.io.files.check_output` for a file)."""
+    folder: bool = False
+    """The output is a folder (DICOM: one file per slice): no file name chooses it, ``--format`` does."""
 
     def describe(self, values: str) -> str:
         """The result line's words for this format holding ``values``."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import ScanFileError
+from ..errors import InvalidDataError, ScanFileError, printable
 from ..scan import Scan
-from . import ismrmrd, schema, twix
+from . import cfl_scan, ismrmrd, schema, twix
 from .inputs import InputFormat, Probe
 
 INPUTS: tuple[InputFormat, ...] = (
     twix.INPUT,  # by name (.dat), before the HDF5 formats
+    cfl_scan.INPUT,
     schema.INPUT,
     ismrmrd.INPUT,
 )
@@ -44,6 +45,19 @@ def reader_of(path: str | os.PathLike, allow_external: bool = False) -> tuple[In
     raise ScanFileError(f"{path}: not a scan file of a known format ({', '.join(f.name for f in INPUTS)})")
 
 
+def reader_options(reader: InputFormat, path: str | os.PathLike, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less those that other formats alone take (:attr:`InputFormat.options`), which must then be
+    None: one given for a file of ``reader`` is refused (:class:`~mri_recon.errors.InvalidDataError`)."""
+    foreign = {name: f for f in INPUTS if f is not reader for name in f.options if name not in reader.options}
+    given = [name for name in foreign if options.get(name) is not None]
+    if given:
+        owner = foreign[given[0]]
+        raise InvalidDataError(f"{printable(path)}: {', '.join('--' + n for n in given)} apply to "
+                               f"{owner.title or owner.name} ({', '.join(n + '=' for n in given)}); this file is "
+                               f"{reader.title or reader.name} input, which holds its own")
+    return {name: value for name, value in options.items() if name not in foreign}
+
+
 def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
                **options: Any) -> list[tuple[dict, Scan]]:
     """Every image of a scan file: ``(key, Scan)`` pairs for ISMRMRD (MRD), else ``[({}, scan)]`` for schema v1.
@@ -51,7 +65,9 @@ def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
     The entry point of a pipeline that accepts every input format. An ISMRMRD key holds the image's
     ``slice``, ``contrast``, ``phase``, ``set`` and ``repetition``; ``options`` (``traj_units``, ``space``,
     ``dataset``, and those five indices to choose images) apply to ISMRMRD files only, and a choice of
-    indices is refused for a schema-v1 file (:class:`~mri_recon.errors.InvalidDataError`).
+    indices is refused for a schema-v1 file (:class:`~mri_recon.errors.InvalidDataError`). BART k-space
+    (``ksp.cfl``) takes ``trajectory=`` (required), ``sensitivities=`` and ``matrix=`` too
+    (:func:`mri_recon.io.cfl_scan.load_cfl_scans`); given for a file of another format they are refused.
 
     The file is read only within itself: one whose links or datasets read other files (HDF5 external links,
     external raw storage, virtual datasets) is refused before any data are read
@@ -59,7 +75,7 @@ def load_scans(path: str | os.PathLike, *, allow_external: bool = False,
     (:mod:`mri_recon.io.contained`). An MRD file of images (not raw acquisitions) is refused as such.
     """
     reader, probe = reader_of(path, allow_external)
-    return reader.load_all(probe, **options)
+    return reader.load_all(probe, **reader_options(reader, path, options))
 
 
 def load_scan(path: str | os.PathLike, *, allow_external: bool = False, **options: Any) -> Scan:
@@ -70,4 +86,4 @@ def load_scan(path: str | os.PathLike, *, allow_external: bool = False, **option
     choice that leaves one. ``allow_external`` as for :func:`load_scans`.
     """
     reader, probe = reader_of(path, allow_external)
-    return reader.load_one(probe, **options)
+    return reader.load_one(probe, **reader_options(reader, path, options))

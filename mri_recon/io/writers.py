@@ -12,17 +12,19 @@ import os
 from pathlib import Path
 
 from ..errors import OutputError
-from . import hdf5_image, mrd_image, nifti_stack
+from . import cfl_scan, dicom, hdf5_image, mrd_image, nifti_stack
 from .outputs import ImageStack, OutputFormat
 
 OUTPUTS: dict[str, OutputFormat] = {f.name: f for f in (
     hdf5_image.FORMAT,
     nifti_stack.FORMAT,
     mrd_image.FORMAT,
+    cfl_scan.FORMAT,
+    dicom.FORMAT,
 )}
 """Every output format by name, in the order the messages list them."""
 FORMATS = tuple(OUTPUTS)
-"""Output format names (``--format``): ``("hdf5", "nifti", "mrd")``."""
+"""Output format names (``--format``): ``("hdf5", "nifti", "mrd", "cfl", "dicom")``."""
 OUTPUT_SUFFIXES = tuple(s for f in OUTPUTS.values() for s in f.suffixes)
 """Every file name ending that chooses an output format."""
 
@@ -34,7 +36,12 @@ def _named_by(output: str | os.PathLike) -> OutputFormat | None:
 
 
 def _names() -> str:
-    return ", ".join(f"{' or '.join(f.suffixes)} ({f.title or f.label})" for f in OUTPUTS.values())
+    return ", ".join(f"{' or '.join(f.suffixes)} ({f.title or f.label})" for f in OUTPUTS.values() if f.suffixes)
+
+
+def _folders() -> str:
+    folders = [f.name for f in OUTPUTS.values() if f.folder]
+    return f" ({', '.join(folders)}: a folder)" if folders else ""
 
 
 def output_format(output: str | os.PathLike, format: str | None = None) -> str:
@@ -54,7 +61,7 @@ def output_format(output: str | os.PathLike, format: str | None = None) -> str:
         suffix = Path(output).suffix
         found = f"extension {suffix!r} is not" if suffix else "name has no extension naming"
         raise OutputError(f"{output}: the {found} an output format: use {_names()}; a PNG preview is --png "
-                          f"FILE.png; --format {'|'.join(FORMATS)} writes that format under any name")
+                          f"FILE.png; --format {'|'.join(FORMATS)} writes that format under any name{_folders()}")
     if format not in OUTPUTS:
         raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
     return format

@@ -1,0 +1,139 @@
+"""What a connection's config messages may choose: a named preset (CONFIG_FILE) or JSON settings (CONFIG_TEXT),
+applied to the server's own :class:`~mri_recon.settings.ReconSettings`.
+
+A CONFIG_FILE message names a preset of :data:`PRESETS` (``default``, ``fast``, ``tv``, ...); nothing is read
+from the server's disk. A CONFIG_TEXT message is a JSON object of settings named as ``mri-recon
+reconstruct``'s options (dashes or underscores), e.g. ``{"iterations": 20, "regularizer": "tv", "lambda":
+0.01}``, optionally with ``"preset"``. Only the options in :data:`ALLOWED` may be chosen (the fields of
+:data:`CLIENT_FIELDS`: not the device, paths, outputs or what the reader may open). An unknown name is
+refused by :func:`mri_recon.settings.refuse_unknown` (naming the valid ones and the closest), a value by
+:class:`~mri_recon.settings.ReconSettings`' own checks (type, choices, range), so a client's settings are
+checked exactly as the library's and the command line's are.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidDataError, MriReconError, printable
+from ..settings import FIELDS, ReconSettings, default_of, option_of, refuse_unknown
+
+
+class ConfigError(MriReconError):
+    """A config message that names no preset, is not a JSON object of known settings, or sets a bad value."""
+
+
+CLIENT_FIELDS = (*(name for section in ("solve", "prepare") for name in FIELDS if option_of(name).section == section),
+                 "traj_units", "magnitude", "cache")
+"""The fields of :class:`~mri_recon.settings.ReconSettings` a client may choose: the solver's and the
+preparation's, the trajectory units, magnitude images and the PSF cache's use (not ``device``, the paths,
+the output format, the image choice or ``allow_external``: those are the server's)."""
+
+
+def typed_name(name: str) -> str:
+    """The field ``name`` as a client names it: its ``reconstruct`` option with underscores (``lam``:
+    ``lambda``, ``prewhiten``: ``no_prewhiten``)."""
+    spec = option_of(name)
+    return (spec.flag or spec.cli or f"--{name}").lstrip("-").replace("-", "_")
+
+
+FIELD_OF = {typed_name(name): name for name in CLIENT_FIELDS}
+"""The field of each name a client may use."""
+ALLOWED = tuple(FIELD_OF)
+"""Settings a client may choose: ``reconstruct``'s options of these names (``lambda`` is ``--lambda``)."""
+
+TEXT_LIMIT = 200
+"""The longest text value a client may send (no option takes more)."""
+
+
+def _checked(presets: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    for name, chosen in presets.items():  # a preset that ReconSettings refuses is a mistake here
+        ReconSettings.from_keywords(chosen, f"preset {name!r}", CLIENT_FIELDS)
+    return presets
+
+
+PRESETS: dict[str, dict[str, Any]] = _checked({
+    "default": {},
+    "mri-recon": {},
+    "fast": {"iterations": 10},
+    "tv": {"regularizer": "tv"},
+    "wavelet": {"regularizer": "wavelet"},
+    "rss": {"coil_maps": "rss"},
+    "magnitude": {"magnitude": True},
+})
+"""Named settings for CONFIG_FILE messages, as fields of :class:`~mri_recon.settings.ReconSettings`
+(``default`` and ``mri-recon``: the server's own settings)."""
+
+
+def _value(name: str, field: str, value: Any) -> Any:
+    """The field's value of a client's ``name: value`` (a flag such as ``no_prewhiten``: true sets it)."""
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise ConfigError(printable(f"setting {name!r}: expected a number, text or true/false, found "
+                                    f"{json.dumps(value)[:80]}"))
+    if isinstance(value, str) and len(value) > TEXT_LIMIT:
+        raise ConfigError(printable(f"setting {name!r}: text of {len(value)} characters; no option takes more "
+                                    f"than {TEXT_LIMIT}"))
+    spec = option_of(field)
+    if spec.flag is None:
+        return value
+    if not isinstance(value, bool):
+        raise ConfigError(printable(f"setting {name!r} must be true or false, found {json.dumps(value)[:80]}"))
+    return spec.flag_value if value else default_of(field)
+
+
+def client_keywords(chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`~mri_recon.settings.ReconSettings` keywords of a client's settings (names as typed,
+    dashes or underscores); an unknown name refused, with the valid ones."""
+    named = {str(name)[:100].replace("-", "_"): value for name, value in chosen.items()}
+    try:
+        refuse_unknown(named, ALLOWED, "CONFIG_TEXT settings")
+    except InvalidDataError as exc:
+        raise ConfigError(printable(exc)) from None
+    return {FIELD_OF[name]: _value(name, FIELD_OF[name], value) for name, value in named.items()}
+
+
+def preset(name: str) -> dict[str, Any]:
+    """The settings of a named preset (a CONFIG_FILE name), as ReconSettings keywords."""
+    if name not in PRESETS:
+        raise ConfigError(printable(f"unknown config {name[:100]!r}: expected a preset name "
+                                    f"({', '.join(PRESETS)}) or CONFIG_TEXT with JSON settings"))
+    return PRESETS[name]
+
+
+def json_settings(text: str) -> dict[str, Any]:
+    """The settings of a CONFIG_TEXT message (a JSON object, its ``"preset"`` first), as ReconSettings
+    keywords."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"CONFIG_TEXT is not JSON ({exc}); expected an object of settings such as "
+                          f'{{"iterations": 20, "regularizer": "tv"}}') from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"CONFIG_TEXT is JSON but not an object (found {type(value).__name__}); expected "
+                          f'settings such as {{"iterations": 20}}')
+    chosen = dict(value)
+    named = chosen.pop("preset", None)
+    if named is not None and not isinstance(named, str):
+        raise ConfigError("CONFIG_TEXT: \"preset\" must be a preset's name")
+    return {**(preset(named) if named is not None else {}), **client_keywords(chosen)}
+
+
+def configured(base: ReconSettings, configs: Sequence[tuple[str, str]]) -> ReconSettings:
+    """``base`` with a connection's config messages applied in order (later ones win); ``configs`` holds
+    ``("file", name)`` for CONFIG_FILE and ``("text", text)`` for CONFIG_TEXT messages."""
+    settings = base
+    for kind, text in configs:
+        chosen = preset(text) if kind == "file" else json_settings(text)
+        try:
+            settings = settings.replace(**chosen)
+        except InvalidDataError as exc:  # ReconSettings' check of a value
+            raise ConfigError(printable(f"config: {exc}")) from None
+    return settings
+
+
+def configurator(base: ReconSettings) -> Callable[[Sequence[tuple[str, str]]], ReconSettings]:
+    """The :data:`~mri_recon.server.session.Configure` of a server whose own settings are ``base``."""
+    return functools.partial(configured, base)

@@ -1,0 +1,119 @@
+"""Per-frame latency of ``mri-recon serve`` for a streamed time series: each frame is one repetition.
+
+A series of F frames of S golden-angle spokes each (matrix N x N, C coils; each frame its own simulated scan,
+stored as MRD repetitions with ``ACQ_LAST_IN_SLICE`` on a frame's last spoke) is streamed to a server started
+as its own process, the spokes of a frame paced at ``--tr-ms`` (0: as fast as the socket takes them). The
+server reconstructs a frame as soon as its last spoke arrives; the latency is measured by the client (last
+spoke sent to image received) and read from the server's log (last spoke received to image sent). The first
+frame is reported apart (it builds the engine's plans). JSON on stdout (or ``--json``).
+
+    python scripts/server_frames.py --matrix 128 --coils 8 --spokes 21 --frames 20 --device gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
+from mri_recon.server.client import Reply, read_scan, receive  # noqa: E402
+from mri_recon.server.protocol import MessageWriter  # noqa: E402
+from mri_recon.sim.simulate import simulate_scan  # noqa: E402
+
+
+def start_server(log: Path, device: str, extra: list[str]) -> tuple[subprocess.Popen, int]:
+    with open(log, "wb") as stream:
+        server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device,
+                                   *extra], stderr=stream, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(600):
+        found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())
+        if found:
+            return server, int(found.group(1))
+        time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(log.read_text())
+
+
+def stream_paced(port: int, xml: bytes, acquisitions: list, tr_s: float) -> Reply:
+    import socket
+    import threading
+
+    reply, sent = Reply(), {}
+    conn = socket.create_connection(("127.0.0.1", port), timeout=600)
+    receiver = threading.Thread(target=lambda: receive(conn.makefile("rb"), reply, sent))
+    receiver.start()
+    out = conn.makefile("wb")
+    writer = MessageWriter(out)
+    out.write((3).to_bytes(2, "little") + len(xml).to_bytes(4, "little") + xml)
+    import ismrmrd
+
+    for acq in acquisitions:
+        writer.send(acq)
+        if acq.is_flag_set(ismrmrd.ACQ_LAST_IN_SLICE):
+            sent[(acq.idx.slice, acq.idx.contrast, acq.idx.phase, acq.idx.set, acq.idx.repetition)] = \
+                time.perf_counter()
+        if tr_s and not acq.is_flag_set(ismrmrd.ACQ_IS_NOISE_MEASUREMENT):
+            time.sleep(tr_s)
+    writer.close()
+    receiver.join()
+    conn.close()
+    return reply
+
+
+def summary(values: list[float]) -> dict:
+    a = np.asarray(values, float)
+    return {"first_ms": float(a[0]), "p50_ms": float(np.percentile(a[1:], 50)),
+            "p99_ms": float(np.percentile(a[1:], 99)), "max_ms": float(a[1:].max())} if a.size > 1 else {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matrix", type=int, default=128)
+    parser.add_argument("--coils", type=int, default=8)
+    parser.add_argument("--spokes", type=int, default=21)
+    parser.add_argument("--frames", type=int, default=10)
+    parser.add_argument("--tr-ms", type=float, default=0.0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("serve_options", nargs="*", help="Options for serve after --, e.g. -- --iterations 10")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        frames = [({"repetition": r}, simulate_scan((args.matrix, args.matrix), "golden", coils=args.coils,
+                                                    snr=30.0, spokes=args.spokes, samples=2 * args.matrix,
+                                                    seed=r))
+                  for r in range(args.frames)]
+        write_ismrmrd(tmp / "series.mrd.h5", frames)
+        xml, acquisitions = read_scan(tmp / "series.mrd.h5")
+        server, port = start_server(tmp / "server.log", args.device, args.serve_options)
+        try:
+            reply = stream_paced(port, xml, acquisitions, args.tr_ms / 1e3)
+        finally:
+            server.terminate()
+            server.wait(60)
+        logged = [float(m) for m in re.findall(r"sent ([\d.]+) ms after its last acquisition",
+                                               (tmp / "server.log").read_text())]
+    report = {"matrix": args.matrix, "coils": args.coils, "spokes_per_frame": args.spokes, "frames": args.frames,
+              "tr_ms": args.tr_ms, "device": args.device, "serve_options": args.serve_options,
+              "images": len(reply.images), "errors": reply.errors,
+              "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged)}
+    text = json.dumps(report, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""``mri-recon reconstruct ksp.cfl --trajectory traj.cfl --sensitivities sens.cfl -o x.cfl`` and ``convert``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import mri_recon
+from mri_recon.cli import main
+from mri_recon.io.cfl import read_cfl, write_cfl
+
+N, RO, SPOKES, COILS = 12, 24, 14, 3
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture()
+def bart_files(tmp_path):
+    """A BART-layout scan whose data are the exact DFT (float64) of a random image times random maps."""
+    rng = np.random.default_rng(11)
+    angles = np.arange(SPOKES) * np.pi / SPOKES
+    line = (np.arange(RO) - RO / 2) * N / RO
+    kx, ky = np.outer(line, np.cos(angles)), np.outer(line, np.sin(angles))  # (RO, SPOKES)
+    traj = np.zeros((3, RO, SPOKES), np.complex64)
+    traj[0], traj[1] = kx, ky
+    image = rng.standard_normal((N, N)) + 1j * rng.standard_normal((N, N))
+    maps = rng.standard_normal((COILS, N, N)) + 1j * rng.standard_normal((COILS, N, N))
+    r = (np.arange(N) - N // 2) / N
+    k = np.stack([traj[0].real.ravel(order="F"), traj[1].real.ravel(order="F")], axis=1).astype(np.float64)
+    encode = np.exp(-2j * np.pi * (np.outer(k[:, 0], np.repeat(r, N)) + np.outer(k[:, 1], np.tile(r, N))))
+    data = np.stack([encode @ (maps[c] * image).ravel() for c in range(COILS)])  # (C, M)
+    ksp = data.T.reshape(RO, SPOKES, COILS, order="F")[None]
+    write_cfl(tmp_path / "traj", traj)
+    write_cfl(tmp_path / "ksp", ksp)
+    write_cfl(tmp_path / "sens", np.moveaxis(maps, 0, -1)[:, :, None, :])
+    return tmp_path, encode, maps, data
+
+
+def test_reconstruct_solves_the_normal_equations_and_writes_bart_layout(bart_files):
+    folder, encode, maps, data = bart_files
+    lam = 0.05
+    result = _run("reconstruct", folder / "ksp.cfl", "--trajectory", folder / "traj.cfl", "--sensitivities",
+                  folder / "sens.cfl", "-o", folder / "x.cfl", "--lambda", lam, "--iterations", 200, "--tol", 0,
+                  "--device", "cpu", "--method", "exact", "-q")
+    assert result.exit_code == 0, result.output
+    out = np.asarray(read_cfl(folder / "x.cfl"))
+    assert out.shape == (N, N) + (1,) * 14
+    a = np.concatenate([encode * maps[c].ravel() for c in range(COILS)])  # float64 oracle
+    peak = float(np.max(np.sum(np.abs(maps) ** 2, axis=0))) * encode.shape[0]
+    x = np.linalg.solve(a.conj().T @ a + lam * peak * np.eye(N * N), a.conj().T @ data.ravel())
+    got = out.reshape(N, N).ravel()
+    assert np.linalg.norm(got - x) / np.linalg.norm(x) < 1e-4
+
+
+def test_convert_to_mrd_keeps_the_samples(bart_files):
+    folder, *_ = bart_files
+    result = _run("convert", folder / "ksp.cfl", folder / "ksp.mrd.h5", "--trajectory", folder / "traj.cfl",
+                  "--matrix", f"{N}x{N}")
+    assert result.exit_code == 0, result.output
+    ours = mri_recon.load_scan(folder / "ksp.cfl", trajectory=folder / "traj.cfl", matrix=(N, N))
+    back = mri_recon.load_scan(folder / "ksp.mrd.h5", traj_units="cycles-per-fov")
+    np.testing.assert_array_equal(back.kspace, ours.kspace)
+    np.testing.assert_allclose(back.trajectory, ours.trajectory, rtol=1e-6, atol=1e-6)
+
+
+def test_bart_options_for_an_hdf5_scan_are_refused(bart_files, tmp_path):
+    scan = mri_recon.simulate_scan((16, 16), "golden", coils=1, spokes=8)
+    mri_recon.save_scan(tmp_path / "s.h5", scan)
+    result = _run("reconstruct", tmp_path / "s.h5", "--trajectory", bart_files[0] / "traj.cfl")
+    assert result.exit_code == 1
+    assert "--trajectory apply to BART .cfl k-space" in result.output
+
+
+def test_a_radian_trajectory_stops_with_the_fix(bart_files):
+    folder, *_ = bart_files
+    traj = np.asarray(read_cfl(folder / "traj")).copy()
+    write_cfl(folder / "rad", traj * (np.pi / np.max(np.abs(traj))))  # max |k| = pi
+    result = _run("reconstruct", folder / "ksp.cfl", "--trajectory", folder / "rad.cfl", "--matrix", "32x32",
+                  "-o", folder / "y.cfl", "--device", "cpu")
+    assert result.exit_code == 1
+    assert "radians" in result.output and "--traj-units radians" in result.output
+
+
+def test_info_describes_a_bart_scan(bart_files):
+    folder, *_ = bart_files
+    result = _run("info", folder / "ksp", "--trajectory", folder / "traj", "--sensitivities", folder / "sens",
+                  "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert f"matrix      [{N}, {N}] (2-D)" in result.output and f"coils       {COILS}" in result.output
+    assert f"samples     {RO * SPOKES} per coil" in result.output
+    assert f"coil_maps   complex64 ({COILS}, {N}, {N})" in result.output
+
+
+def test_a_batch_honours_the_bart_options(bart_files):
+    folder, *_ = bart_files
+    (folder / "again.cfl").write_bytes((folder / "ksp.cfl").read_bytes())
+    (folder / "again.hdr").write_bytes((folder / "ksp.hdr").read_bytes())
+    bart = ["--trajectory", folder / "traj.cfl", "--sensitivities", folder / "sens.cfl"]
+    fast = ["--iterations", 5, "--device", "cpu", "--method", "exact", "--no-cache", "-q"]
+    single = _run("reconstruct", folder / "ksp.cfl", *bart, "-o", folder / "one.cfl", *fast)
+    assert single.exit_code == 0, single.output
+    batch = _run("reconstruct", folder / "ksp.cfl", folder / "again.cfl", *bart, "-o", folder / "out", "--format",
+                 "cfl", *fast)
+    assert batch.exit_code == 0, batch.output
+    one = np.asarray(read_cfl(folder / "one.cfl"))
+    for name in ("ksp", "again"):
+        np.testing.assert_array_equal(np.asarray(read_cfl(folder / "out" / f"{name}.recon.cfl")), one)
+
+
+def test_bart_options_for_an_hdf5_scan_are_refused_everywhere(bart_files, tmp_path):
+    from mri_recon.errors import InvalidDataError
+
+    scan = mri_recon.simulate_scan((16, 16), "golden", coils=1, spokes=8)
+    mri_recon.save_scan(tmp_path / "s.h5", scan)
+    with pytest.raises(InvalidDataError, match=r"--sensitivities apply to BART .cfl k-space \(sensitivities=\)"):
+        mri_recon.load_scans(tmp_path / "s.h5", sensitivities=bart_files[0] / "sens.cfl")
+    assert np.array_equal(mri_recon.load_scan(tmp_path / "s.h5", matrix=None).kspace, scan.kspace)
+    for command in ("info", "convert"):
+        extra = [tmp_path / "t.h5"] if command == "convert" else []
+        result = _run(command, tmp_path / "s.h5", *extra, "--matrix", "16x16")
+        assert result.exit_code == 1 and "--matrix apply to BART .cfl k-space" in result.output, result.output
+    assert not (tmp_path / "t.h5").exists()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("12x12", (12, 12)), ("8,6,4", (8, 6, 4)), ((5, 7), (5, 7)),
+                                                 ([3, 4, 5], (3, 4, 5))])
+def test_the_matrix_setting_takes_text_or_sizes(value, expected):
+    from mri_recon.settings import ReconSettings
+
+    settings = ReconSettings(matrix=value)
+    assert settings.matrix == expected and settings.reader_keywords()["matrix"] == expected
+
+
+@pytest.mark.parametrize("value", ["12", "12xa", "1x2x3x4", (2.5, 3), "", ()])
+def test_a_malformed_matrix_setting_is_refused(value):
+    from mri_recon.errors import InvalidDataError
+    from mri_recon.settings import ReconSettings
+
+    with pytest.raises(InvalidDataError, match="matrix must be NxM or NxMxK"):
+        ReconSettings(matrix=value)

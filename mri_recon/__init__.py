@@ -12,6 +12,8 @@ Public API (stable)::
     ReconSettings, reconstruct_file        every option of a reconstruction in one object; a file read,
                                            reconstructed and written as ``mri-recon reconstruct`` does
     reconstruct_many                       many scans, one output each, in this process or on Dask
+    reconstruct_series, load_series        time series: all frames in one problem (temporal TV), frames of a file
+    simulate_series                        a beating phantom, exact k-space per frame
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
     MriReconError                          base class of every error raised on purpose
@@ -50,6 +52,9 @@ _LAZY = {
     "reconstruct_file": "api",
     "ReconSettings": "settings",
     "reconstruct_many": "batch",
+    "reconstruct_series": "series",
+    "load_series": "io.frames",
+    "simulate_series": "sim.dynamic",
     "Result": "result",
     "convolve": "filters",
     "smooth": "filters",

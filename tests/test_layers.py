@@ -31,7 +31,7 @@ LAYERS = [
     {"sim"},
     {"result", "progress", "settings"},
     {"stages"},
-    {"pipeline"},
+    {"pipeline", "series"},
     {"api"},
     {"doctor"},
     {"batch"},

@@ -19,6 +19,7 @@ from .batch import batch_options, is_batch, run_batch
 from .common import friendly, say
 from .options import settings_from, settings_options
 from .serve import is_pipe, run_pipe
+from .temporal import reconstruct_options
 
 log = logging.getLogger("mri_recon.cli")
 
@@ -42,6 +43,7 @@ log = logging.getLogger("mri_recon.cli")
 @click.option("--log-json", type=click.Path(path_type=Path), default=None,
               help="Write the run's settings, engine, stages, timings and residuals to this JSON file.")
 @batch_options
+@reconstruct_options
 @friendly
 def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, png_axis: int, quiet: bool,
                 verbose: int, log_json: Path | None, workers: int | None, scheduler: str | None,

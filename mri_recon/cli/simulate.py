@@ -9,6 +9,7 @@ import click
 from ..sim.simulate import DCFS, KINDS
 from .common import QUIET, friendly, say
 from .options import finite
+from .temporal import simulate_options
 
 
 def parse_matrix(text: str) -> tuple[int, ...]:
@@ -61,6 +62,7 @@ def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
               help="Radial kinds: X,Y (kooshball X,Y,Z) delays in samples; the data are those of the delayed "
                    "positions, the file's trajectory the nominal one.")
 @QUIET
+@simulate_options
 @friendly
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,

@@ -212,6 +212,7 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
         "orientation": {name: h[field].astype(np.float64) for name, field in _ORIENTATION.items()},
         "steps": [h["idx"][name].astype(np.int64) for name in STEPS], "centre_sample": h["center_sample"],
         "reverse": _flag(h["flags"], mr.ACQ_IS_REVERSE),
+        "stamps": h["acquisition_time_stamp"].astype(np.float64) * 2.5,  # ms; 2.5 ms ticks (io.frames)
     }
 
 
@@ -276,6 +277,8 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
         placed = {name: values[rows[0]].tolist() for name, values in acq["orientation"].items()}
         if any(any(placed[name]) for name in ("read_dir", "phase_dir", "slice_dir")):
             attrs.update(placed)
+        if np.any(acq["stamps"][rows]):  # each readout's time stamp (ms), for time series (io.frames)
+            attrs["readout_time_ms"] = acq["stamps"][rows]
         if acq["dims"] > geometry["ndim"] and weights is None:
             attrs["trajectory_extra_column"] = "all zero: ignored (no density weights)"
         pick = slice(None) if rows.size == len(data) else rows  # no copy for a single image

@@ -198,6 +198,8 @@ def _scan_acquisitions(mr, key: dict, scan: Scan, scale: np.ndarray, n: int, wei
         for name, value in key.items():
             setattr(acq.idx, name, value)
         acq.idx.kspace_encode_step_1 = a
+        if "readout_time_ms" in scan.attrs:  # time stamps of a time series (2.5 ms ticks; io.frames)
+            acq.acquisition_time_stamp = int(round(float(scan.attrs["readout_time_ms"][a]) / 2.5))
         if a == 0:
             acq.set_flag(mr.ACQ_FIRST_IN_SLICE)
         if a == count - 1:

@@ -335,3 +335,9 @@ def add_noise(kspace: np.ndarray, snr: float, rng: np.random.Generator, *,
     sigma = noise_std_for(kspace, snr, signal=signal)
     data = np.asarray(kspace)
     return (data + _complex_noise(data.shape, sigma, rng)).astype(np.complex64), sigma
+
+
+ellipse_shapes = _shapes
+"""Public name of the ellipse table (intensities, semi-axes, centres, rotations) of :func:`shepp_logan`."""
+unit_ft = _unit_ft
+"""Public name of the Fourier transform of the unit disc / ball (:mod:`mri_recon.sim.dynamic` moves ellipses)."""

@@ -118,7 +118,8 @@ def _delayed(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.
 def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: float | None = 30.0,
                   spokes: int | None = None, samples: int | None = None, seed: int = 0,
                   dcf: str | None = "pipe", interleaves: int | None = None, field_map_peak: float | None = None,
-                  readout_ms: float = 16.0, gradient_delay=None) -> Scan:
+                  readout_ms: float = 16.0, gradient_delay=None, frames: int | None = None,
+                  spokes_per_frame: int | None = None) -> Scan:
     """Simulate a Shepp-Logan scan with exact (analytic) multi-coil k-space.
 
     Parameters
@@ -153,6 +154,10 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
         (:mod:`mri_recon.prep.delay`): the k-space is that of the delayed, true sample positions while the
         stored trajectory (and the weights) stay nominal, as a scanner records them; attribute
         ``gradient_delay_samples``.
+    frames, spokes_per_frame : int, optional
+        A beating phantom of ``frames`` frames of ``spokes_per_frame`` (default 21) consecutive spokes
+        instead (golden or stack-of-stars): returns a :class:`~mri_recon.io.frames.TimeSeries`
+        (:func:`mri_recon.sim.dynamic.simulate_series`).
 
     Returns
     -------
@@ -161,6 +166,11 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
         phantom rasterized with 4 sub-samples per voxel and axis) and attributes ``trajectory_kind``,
         ``snr``, ``seed``, ``noise_std``, ``dcf``, ``coils``, ``phantom`` and the trajectory size.
     """
+    if frames is not None or spokes_per_frame is not None:  # a time series (mri_recon.sim.dynamic)
+        from .dynamic import simulate_series  # noqa: PLC0415
+
+        return simulate_series(matrix, trajectory, frames=frames, spokes_per_frame=spokes_per_frame or 21,
+                               coils=coils, snr=snr, samples=samples, seed=seed, dcf=dcf)
     _choice("trajectory", trajectory, KINDS)
     _choice("dcf", dcf, DCFS)
     matrix = validate_matrix(matrix, "simulate_scan")

@@ -189,3 +189,9 @@ class _DeviceCg:
             self.dot(self.grid, self.block, (self.p, self.ap, *args, self.pap, self.done))
             self.step(self.grid, self.block, (x, r, self.p, self.ap, self.pap, self.rr, self.done, *args))
             self.direction(self.grid, self.block, (self.p, r, self.rr, self.done, self.n, self.counter))
+
+
+DeviceCg = _DeviceCg
+"""Public name of the device CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""
+host_cg = _host_cg
+"""Public name of the host CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""

@@ -1,0 +1,169 @@
+"""``mri-recon reconstruct`` and ``simulate`` of a time series: their options and what they run.
+
+``reconstruct`` with ``--temporal tv``, ``--temporal-axis`` or ``--spokes-per-frame`` reconstructs the file
+as one time series (:func:`mri_recon.series.reconstruct_series`); without them nothing here runs and the
+command is what it was. ``simulate --frames N --spokes-per-frame K`` writes the beating phantom
+(:func:`mri_recon.sim.dynamic.simulate_series`) as ISMRMRD raw data with one repetition per frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import MriReconError, printable
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    del ctx
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, found {value}", param=param)
+    return value
+
+
+RECONSTRUCT_OPTIONS = [
+    click.option("--temporal", type=click.Choice(["none", "tv"]), default="none", show_default=True,
+                 help="Time series: tv adds temporal-lambda ||D_t x||_1 over all frames, solved jointly."),
+    click.option("--temporal-lambda", "temporal_lam", type=click.FloatRange(min=0.0), default=None,
+                 callback=_finite, help="Temporal TV weight relative to max |A^H W d| (default 0.005)."),
+    click.option("--temporal-axis", type=click.Choice(["repetition", "phase"]), default=None,
+                 help="The MRD index whose values are the frames (default: the one with several values)."),
+    click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
+                 help="Cut one continuous acquisition into frames of K consecutive readouts."),
+    click.option("--frames", type=click.IntRange(min=1), default=None, help="Keep the first N frames."),
+    click.option("--temporal-solver", type=click.Choice(["admm", "pdhg"]), default="admm", show_default=True,
+                 help="Joint solver: ADMM or primal-dual (Condat-Vu)."),
+]
+NAMES = ("temporal", "temporal_lam", "temporal_axis", "spokes_per_frame", "frames", "temporal_solver")
+
+SIMULATE_OPTIONS = [
+    click.option("--frames", type=click.IntRange(min=1), default=None,
+                 help="A beating phantom of N frames (golden or stack-of-stars), written as MRD repetitions."),
+    click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
+                 help="With --frames: consecutive golden-angle spokes per frame (default 21)."),
+]
+
+
+def _friendly(run: Callable[[], None]) -> None:
+    """Library errors as one line and exit code 1, strings from files escaped (as the CLI's other commands)."""
+    try:
+        run()
+    except MriReconError as exc:
+        raise click.ClickException(printable(exc)) from None
+
+
+def _echo(params: Mapping[str, Any]) -> Callable[[str], None]:
+    return lambda message: None if params.get("quiet") else click.echo(message, err=True)
+
+
+def _add(func: Callable, which: list) -> Callable:
+    for option in reversed(which):
+        func = option(func)
+    return func
+
+
+def reconstruct_options(func: Callable) -> Callable:
+    """Add :data:`RECONSTRUCT_OPTIONS` to ``reconstruct``: with them, the file is reconstructed as a time
+    series here; without them they are taken out of the command's parameters and ``func`` runs as before."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        params = click.get_current_context().params
+        if is_temporal(kwargs):
+            return _friendly(lambda: run_reconstruct(params, _echo(params)))
+        if kwargs.get("frames") is not None or kwargs.get("temporal_lam") is not None:
+            raise click.UsageError("--frames and --temporal-lambda apply to a time series (--temporal tv, "
+                                   "--temporal-axis or --spokes-per-frame)")
+        for name in NAMES:
+            kwargs.pop(name, None)
+            params.pop(name, None)
+        return func(*args, **kwargs)
+
+    return _add(wrapper, RECONSTRUCT_OPTIONS)
+
+
+def simulate_options(func: Callable) -> Callable:
+    """Add :data:`SIMULATE_OPTIONS` to ``simulate``: with ``--frames`` it writes the beating phantom here."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        frames, spokes = kwargs.pop("frames", None), kwargs.pop("spokes_per_frame", None)
+        if frames is None and spokes is None:
+            return func(*args, **kwargs)
+        params = {**kwargs, "frames": frames, "spokes_per_frame": spokes}
+        return _friendly(lambda: run_simulate(params, _echo(params)))
+
+    return _add(wrapper, SIMULATE_OPTIONS)
+
+
+def is_temporal(params: Mapping[str, Any]) -> bool:
+    """True when the options ask for a time series."""
+    return params.get("temporal", "none") != "none" or params.get("temporal_axis") is not None or \
+        params.get("spokes_per_frame") is not None
+
+
+def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    """``reconstruct`` of one file as a time series, with the command's ``params``."""
+    from ..console import cli_logging  # noqa: PLC0415
+    from ..io.frames import load_series  # noqa: PLC0415
+    from ..io.geometry import geometry_of  # noqa: PLC0415
+    from ..series import reconstruct_series, write_series  # noqa: PLC0415
+    from .options import settings_from  # noqa: PLC0415
+
+    scan = params["scans"][0]
+    if len(params["scans"]) > 1:
+        raise click.UsageError("a time series is one scan file; give one")
+    output = params["output"] or Path(scan).with_suffix(".recon.h5")
+    started = time.perf_counter()
+    settings = settings_from(params)
+    with cli_logging(params["verbose"], params["quiet"]):
+        series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
+                             frames=params["frames"], **settings.reader_keywords())
+        geometry = geometry_of(series.matrix, series.frames[0].attrs, str(scan))
+        result = reconstruct_series(
+            series, temporal=params["temporal"], temporal_lam=params["temporal_lam"],
+            regularizer=settings.regularizer, lam=settings.lam, solver=params["temporal_solver"],
+            iterations=settings.iterations, rho=settings.rho, inner_iterations=settings.inner_iterations or 1,
+            anisotropic=settings.anisotropic, tol=settings.tol, device=settings.device, method=settings.method,
+            prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps)
+        chosen = write_series(output, result, geometry, format=settings.format, complex_=settings.complex_,
+                              magnitude=settings.magnitude, protect=(scan,))
+        shown = ""
+        if params["png"] is not None:
+            from ..io.series_files import write_series_png  # noqa: PLC0415
+
+            shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=(scan,))})"
+    error = result.nrmse()
+    dropped = f", {series.dropped_readouts} readout(s) dropped" if series.dropped_readouts else ""
+    echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
+         f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
+         + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
+         + f", {result.parameters['method']} on {result.device}, {time.perf_counter() - started:.2f} s")
+
+
+def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    """``simulate --frames N``: the beating phantom as MRD raw data with its true frames."""
+    from ..io.series_files import save_series_mrd  # noqa: PLC0415
+    from ..sim.dynamic import simulate_series  # noqa: PLC0415
+
+    if params["frames"] is None:
+        raise click.UsageError("--spokes-per-frame of simulate needs --frames N")
+    trajectory = params["trajectory"]
+    if trajectory not in ("golden", "stack-of-stars"):
+        raise click.UsageError(f"--frames simulates golden-angle radial or stack-of-stars, not {trajectory}")
+    sizes = tuple(int(p) for p in params["matrix"].replace("x", ",").split(",") if p.strip())
+    size = sizes * (3 if trajectory == "stack-of-stars" else 2) if len(sizes) == 1 else sizes
+    series = simulate_series(size, trajectory, frames=params["frames"],
+                             spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],
+                             snr=params["snr"], samples=params["samples"], seed=params["seed"],
+                             dcf=None if params["dcf"] == "none" else params["dcf"])
+    save_series_mrd(params["output"], series)
+    echo(f"wrote {params['output']}: {series.n_frames} frames (MRD repetitions) of "
+         f"{series.attrs['spokes_per_frame']} spokes, "
+         f"matrix {list(series.matrix)}, {series.n_coils} coil(s), with the true frames")

@@ -90,6 +90,17 @@ def test_auto_picks_the_fft_engine_for_cartesian_scans_only(matrix):
     assert not CartesianEncoding.caches_psf and not CartesianEncoding.memo
 
 
+def test_a_scan_is_cartesian_only_when_its_reader_says_so():
+    from mri_recon import simulate_scan  # noqa: PLC0415
+    from mri_recon.operators.engines.registry import sampling_of  # noqa: PLC0415
+
+    scan = simulate_scan((16, 16), "radial", coils=2, seed=0)
+    assert sampling_of(scan) == "non-cartesian"
+    assert sampling_of(scan.replace(attrs={**scan.attrs, "sampling": "cartesian"})) == "cartesian"
+    for odd in (np.array(["cartesian", "cartesian"]), 1, b"cartesian"):  # attributes from a file: any type
+        assert sampling_of(scan.replace(attrs={**scan.attrs, "sampling": odd})) == "non-cartesian"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("matrix", SIZES, ids=str)
 def test_gpu_fft_engine_matches_numpy(matrix):

@@ -61,7 +61,8 @@ def engine(method: str, device_kind: str) -> type[Encoding]:
 def sampling_of(scan: Any) -> str:
     """A scan's sampling, as engines' ``samplings`` name it: ``"cartesian"`` when its reader says so (samples
     on the image grid's integer frequencies: :mod:`mri_recon.io.cartesian`), else ``"non-cartesian"``."""
-    return "cartesian" if scan.attrs.get("sampling") == "cartesian" else "non-cartesian"
+    value = scan.attrs.get("sampling")  # from a file: any type
+    return "cartesian" if isinstance(value, str) and value == "cartesian" else "non-cartesian"
 
 
 def fastest(device_kind: str, matrix: tuple[int, ...], samples: int, coils: int,

@@ -26,6 +26,7 @@ from . import stages
 from .backend import Device, blas_on_one_thread, device_memory
 from .io.cache import PsfCache
 from .operators.engines import Encoding, choose_engine
+from .operators.engines.registry import sampling_of
 from .planner import Plan, Preparation, host_memory_available, host_memory_limits, plan
 from .prep_memory import preparation_of
 from .progress import STAGES, Progress, print_progress
@@ -89,7 +90,8 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
     ResourceError
         The reconstruction does not fit the device's memory even one coil at a time.
     """
-    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils))
+    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils),
+                                sampling=sampling_of(scan))
     return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
 
 

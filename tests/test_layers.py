@@ -122,7 +122,8 @@ def test_no_import_circles():
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 MAX_RECONSTRUCT_LINES = 60
-ENGINE_NAMES = {"exact", "nufft", "gpu", "gpu-nufft", "exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu"}
+ENGINE_NAMES = {"exact", "nufft", "gpu", "gpu-nufft", "exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu", "fft",
+                "gpu-fft", "fft-cpu", "fft-gpu"}
 """Engine names, old and new (``Encoding.name``, ``Encoding.key``, the aliases)."""
 ENGINE_REGISTRY = "operators.engines.registry"
 

@@ -91,7 +91,7 @@ def test_resolve():
     assert resolve("cpu", "auto") == (CPU, "nufft")
     assert resolve("cpu", "nufft") == (CPU, "nufft")
     assert resolve("cpu", "exact") == (CPU, "exact")
-    with pytest.raises(InvalidDataError, match="unknown method 'fast': expected 'auto', 'exact' or 'nufft'"):
+    with pytest.raises(InvalidDataError, match="unknown method 'fast': expected 'auto', 'exact', 'nufft' or 'fft'"):
         resolve("cpu", "fast")
 
 
@@ -115,7 +115,8 @@ def test_gpu_engines_by_method(monkeypatch):
 
 def test_the_registry_reads_the_engines():
     keys = [e.key for e in registry.engines()]
-    assert keys == ["exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu"] and len(set(keys)) == len(keys)
+    assert keys == ["exact-cpu", "nufft-cpu", "exact-gpu", "nufft-gpu", "fft-cpu", "fft-gpu"]
+    assert len(set(keys)) == len(keys)
     assert registry.engine("auto", "cpu") is operators.FinufftEncoding  # the oracle is picked by name only
     assert registry.engine("exact", "cpu") is operators.NudftEncoding
     assert registry.engine("gpu", "gpu") is GpuExactEncoding and registry.engine("gpu-nufft", "gpu") is GpuNufftEncoding

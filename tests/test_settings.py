@@ -66,7 +66,7 @@ def test_a_misspelled_keyword_is_refused_with_the_valid_ones(call):
     ({"lam": float("nan")}, "lam must be a finite number >= 0, found nan"),
     ({"rho": 0.0}, "rho must be a positive finite number, found 0.0"),
     ({"regularizer": "l1"}, "regularizer must be one of l2, tv, wavelet, found 'l1'"),
-    ({"method": "gpu"}, "method must be one of auto, exact, nufft, found 'gpu'"),
+    ({"method": "gpu"}, "method must be one of auto, exact, nufft, fft, found 'gpu'"),
     ({"format": "png"}, "format must be one of hdf5, nifti, mrd, cfl, dicom, found 'png'"),
     ({"prewhiten": "yes"}, "prewhiten must be True or False, found 'yes'"),
     ({"choice": {"slices": 1}}, r"choice takes slice, contrast, phase, set, repetition; found \['slices'\]"),

@@ -1,8 +1,8 @@
 """The scans of a batch run: paths, folders and glob patterns expanded to files, and their output names.
 
-A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``; not recursive; hidden files and the
-outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files it matches.
-Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
+A folder stands for its scan files (``*.h5``, ``*.hdf5``, ``*.mrd``, Siemens ``*.dat``; not recursive; hidden
+files and the outputs of earlier runs, ``*.recon.*``, left out); a pattern (``*``, ``?``, ``[``) for the files
+it matches. Files are taken in the order given, each pattern's and folder's in sorted order, each file once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from ..io.readers import input_suffixes, scan_suffixes
 from ..io.writers import OUTPUT_SUFFIXES, OUTPUTS
 
 SCAN_SUFFIXES = scan_suffixes()
-"""File name endings of the scan files a folder stands for (the input formats': ``.h5``, ``.hdf5``, ``.mrd``)."""
+"""File name endings of the scan files a folder stands for (the input formats': ``.dat``, ``.h5``, ``.hdf5``,
+``.mrd``)."""
 OUTPUT_FILE_SUFFIXES = OUTPUT_SUFFIXES
 """Endings of an output file's name: an ``-o`` ending so names one output file, not a folder of outputs."""
 

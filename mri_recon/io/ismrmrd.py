@@ -67,6 +67,7 @@ import numpy as np
 
 from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
+from .cartesian import STEPS, cartesian_readouts, partition_column
 from .inputs import InputFormat
 from .ismrmrd_encoding import SPACES, TRAJ_UNITS, detect_units, encoding_space, one_line, scale_trajectory
 from .schema import _open, image_series, images_not_raw
@@ -170,7 +171,7 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
         raise SchemaError(f"{src}: acquisition {bad} has {int(head['active_channels'][bad])} channels but "
                           f"acquisition {first} has {int(channels[0])}; expected one coil set")
     dims = h["trajectory_dimensions"].astype(np.int64)
-    if np.any(dims == 0):
+    if np.any(dims == 0) and not np.all(dims == 0):  # all zero: Cartesian (mri_recon.io.cartesian)
         bad = int(imaging[np.argmax(dims == 0)])
         raise SchemaError(f"{src}: acquisition {bad} has no trajectory (trajectory_dimensions = 0); mri-recon "
                           f"reads non-Cartesian data with a per-sample trajectory")
@@ -200,7 +201,8 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
     kept = slice(start, start + n)
     # Views of each record (readout, after discards); they are copied once, into each scan's arrays.
     data = [records["data"][i].view(np.complex64).reshape(n_coils, -1)[:, kept] for i in imaging]
-    traj = np.concatenate([records["traj"][i].reshape(-1, n_dims)[kept] for i in imaging])
+    traj = np.concatenate([records["traj"][i].reshape(-1, n_dims)[kept] for i in imaging]) if n_dims else \
+        np.zeros((imaging.size * n, 0), dtype=np.float32)
     noise_data = _noise(src, records, np.flatnonzero(noise), n_coils)
     return {
         "data": data, "traj": traj.reshape(imaging.size, n, n_dims), "noise": noise_data, "dims": n_dims,
@@ -208,6 +210,8 @@ def _records(src: str, records: np.ndarray) -> dict[str, Any]:
         "idx": {name: h["idx"][name].astype(np.int64) for name in DIMENSIONS},
         "skipped": int((skip & ~noise).sum()), "sample_time_us": float(h["sample_time_us"][0]),
         "orientation": {name: h[field].astype(np.float64) for name, field in _ORIENTATION.items()},
+        "steps": [h["idx"][name].astype(np.int64) for name in STEPS], "centre_sample": h["center_sample"],
+        "reverse": _flag(h["flags"], mr.ACQ_IS_REVERSE),
         "stamps": h["acquisition_time_stamp"].astype(np.float64) * 2.5,  # ms; 2.5 ms ticks (io.frames)
     }
 
@@ -247,7 +251,15 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
     header, records, dataset = _read(path, dataset, allow_external)
     acq = _records(src, records)
     geometry = encoding_space(src, header, acq["ref"], space)
-    trajectory, weights, units = scale_trajectory(src, acq["traj"], geometry, traj_units)
+    extra: dict[str, Any] = {}  # Cartesian, or stack of stars with its partitions in kspace_encode_step_2
+    if acq["dims"] == 0:
+        acq["data"], trajectory, extra = cartesian_readouts(src, header, acq, geometry)
+        weights, units, acq["samples"] = None, extra["traj_units"], trajectory.shape[1]
+    elif acq["dims"] == 2 and geometry["ndim"] == 3:
+        acq["traj"], traj_units = partition_column(src, header, acq, geometry, traj_units)
+        extra = {"partitions": "kspace_encode_step_2"}
+    if acq["dims"] != 0:
+        trajectory, weights, units = scale_trajectory(src, acq["traj"], geometry, traj_units)
     data, n = acq["data"], acq["samples"]  # data: one (C, n) view per readout
     index = np.stack([acq["idx"][name] for name in DIMENSIONS], axis=1)  # (readouts, 5)
     every = [dict(zip(DIMENSIONS, values)) for values in sorted({tuple(row) for row in index.tolist()})]
@@ -259,7 +271,7 @@ def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | 
             **key, "samples_per_readout": n, "fov_mm": geometry["fov_mm"],
             "encoded_matrix": geometry["encoded_matrix"], "encoded_fov_mm": geometry["encoded_fov_mm"],
             "trajectory_type": geometry["trajectory_type"], "sample_time_us": acq["sample_time_us"],
-            "skipped_acquisitions": acq["skipped"], "voxel_size_mm": geometry["voxel_size_mm"],
+            "skipped_acquisitions": acq["skipped"], "voxel_size_mm": geometry["voxel_size_mm"], **extra,
         }
         # The slice's first readout places it; all-zero directions are headers that leave geometry unset.
         placed = {name: values[rows[0]].tolist() for name, values in acq["orientation"].items()}

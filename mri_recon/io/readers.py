@@ -12,10 +12,11 @@ from typing import Any
 
 from ..errors import InvalidDataError, ScanFileError, printable
 from ..scan import Scan
-from . import cfl_scan, ismrmrd, schema
+from . import cfl_scan, ismrmrd, schema, twix
 from .inputs import InputFormat, Probe
 
 INPUTS: tuple[InputFormat, ...] = (
+    twix.INPUT,  # by name (.dat), before the HDF5 formats
     cfl_scan.INPUT,
     schema.INPUT,
     ismrmrd.INPUT,

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..backend import blas_on_one_thread
 from ..errors import InvalidDataError, SchemaError
+from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from ..validation import check_field_map_pair
 from .maps_stage import ESTIMATES, CoilMapEstimate
@@ -68,12 +69,20 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
 
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
     record: dict[str, Any] = {"prewhitened": False, **delays}
+    record.update(reader_record(scan))
     scan = _field_map_step(scan, field_map, record)
     scan, basis = _whiten_step(scan, prewhiten, record)
     scan = _dcf_step(scan, dcf, record)
     scan, maps = _maps_step(scan, coil_maps, basis, record)
     record.update(maps.record())
     return scan, record
+
+
+def reader_record(scan: Scan) -> dict[str, Any]:
+    """What the reader did that the preparation record repeats: Cartesian input's ``partial_fourier`` and
+    ``readout_oversampling_removed`` (:mod:`mri_recon.io.cartesian`)."""
+    return {name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
+            if name in scan.attrs}
 
 
 def _check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
@@ -145,4 +154,5 @@ def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
     (the scan has maps), ``"walsh"`` (several coils) or ``"none"`` (one coil)."""
     if coil_maps != "auto":
         return coil_maps
-    return "file" if scan.coil_maps is not None else ("walsh" if scan.n_coils > 1 else "none")
+    several = "espirit" if sampling_of(scan) == "cartesian" else "walsh"  # Cartesian: the ACS, as ecalib
+    return "file" if scan.coil_maps is not None else (several if scan.n_coils > 1 else "none")

@@ -32,7 +32,7 @@ from ..backend import Device, get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 from ..validation import check_field_map_pair
-from . import COIL_MAP_CHOICES, DCF_CHOICES, FIELD_MAP_CHOICES, coil_map_method
+from . import COIL_MAP_CHOICES, DCF_CHOICES, FIELD_MAP_CHOICES, coil_map_method, reader_record
 from .device_dcf import ramp_weights
 from .upload import upload, upload_columns
 
@@ -174,7 +174,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
 
     check_choices(dcf, coil_maps, field_map)
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # on the host, before the trajectory goes up
-    record: dict[str, Any] = {"prewhitened": False, **delays}
+    record: dict[str, Any] = {"prewhitened": False, **delays, **reader_record(scan)}
     attrs, field_values = dict(scan.attrs), (scan.field_map, scan.times)
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)

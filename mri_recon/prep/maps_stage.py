@@ -31,6 +31,10 @@ class CoilMapEstimate:
     covariance (:func:`mri_recon.prep.noise.receiver_basis`). Estimated maps are then normalized in the
     receiver's channels, and per-coil images are combined there, like a reconstruction with maps from a file,
     so the image has the same scale whichever maps (or none) are used."""
+    sampling: str = "non-cartesian"
+    """The scan's (:func:`~mri_recon.operators.engines.registry.sampling_of`): a Cartesian scan's maps come from
+    its autocalibration region (:func:`~mri_recon.prep.cartesian_maps.cartesian_coil_maps`, as BART's
+    ``ecalib``), any other's from the k-space centre (:func:`~mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
 
     @classmethod
     def take(cls, record: dict[str, Any]) -> CoilMapEstimate:
@@ -53,11 +57,13 @@ class CoilMapEstimate:
     def run(self, kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights: Any,
             device: Device) -> tuple[Any, float]:
         """``(maps, s)``: complex64 maps ``(C, *matrix)`` estimated on ``device`` from the uploaded data
-        (:func:`~mri_recon.prep.coilmaps.coil_maps_from_kspace`; ``weights`` None: the scan has none), and the
+        (the estimator of :attr:`sampling`; ``weights`` None: the scan has none), and the
         power of two ``s`` they are to be divided by (1 without a basis: :func:`normalize_in_basis`)."""
-        from .coilmaps import coil_maps_from_kspace  # noqa: PLC0415 - only when estimating
-
-        maps = coil_maps_from_kspace(kspace, trajectory, matrix, self.method, weights=weights, device=device)
+        if self.sampling == "cartesian":
+            from .cartesian_maps import cartesian_coil_maps as estimate  # noqa: PLC0415 - only when estimating
+        else:
+            from .coilmaps import coil_maps_from_kspace as estimate  # noqa: PLC0415 - only when estimating
+        maps = estimate(kspace, trajectory, matrix, self.method, weights=weights, device=device)
         maps = maps.astype(np.complex64, copy=False)
         if self.basis is None:
             return maps, 1.0

@@ -9,6 +9,7 @@ from typing import Any
 from ..backend import Device
 from ..errors import InvalidDataError
 from ..io.cache import PsfCache
+from ..operators.engines.registry import sampling_of
 from ..operators.offres.setup import CORRECTIONS
 from ..prep.maps_stage import CoilMapEstimate
 from ..scan import Scan
@@ -89,7 +90,7 @@ class Options:
         weighted = scan.weights is not None
         lam = resolve_lam(regularizer, lam, weighted=weighted)
         sparse = check_sparse(regularizer, rho, inner_iterations, anisotropic, solver, weighted, scan.matrix)
-        maps = CoilMapEstimate(estimate_maps, maps_basis)
+        maps = CoilMapEstimate(estimate_maps, maps_basis, sampling_of(scan))
         maps.check(scan)
         _check_field_map(scan, field_map_correction, segments, sparse, regularizer)
         if scan.field_map is not None and psf is not None:

@@ -64,7 +64,8 @@ def encoding(options: Options, state: State) -> None:
     one of the engine, with off-resonance when the scan has a field map; start the PSF cache lookup on a host
     thread (hashing and reading release the GIL) when the engine's PSF is worth caching."""
     scan, dev, offres = state.scan, state.device, state.offres
-    use_memo = options.psf_cache is not None and options.psf is None and dev.is_gpu and not offres
+    use_memo = (options.psf_cache is not None and options.psf is None and dev.is_gpu and not offres
+                and state.engine.memo)
     state.memo = spectrum_memo(dev) if use_memo else None
     state.kept = state.memo.lookup(state.engine.key, scan.matrix, state.trajectory, state.w) if use_memo else None
     plain = (state.engine(state.trajectory, scan.matrix, scan.n_coils) if state.kept is None
@@ -112,15 +113,21 @@ def normal_operator(options: Options, state: State) -> None:
     if state.kept is not None:
         state.spectrum, state.cache_state = state.kept[1], "memory"
     else:
-        point_spread = _point_spread(options, state)
-        state.spectrum = kernel_spectrum(point_spread)
-        del point_spread
+        state.spectrum = _spectrum(options, state)
         if state.memo is not None:
             state.memo.store(state.engine.key, state.scan.matrix, state.trajectory, state.w, state.encoding,
                              state.spectrum)
     if not options.sparse:
         state.operator = state.encoding.normal(state.w, state.maps, lam, coil_batch=state.budget.coil_batch,
                                                spectrum=state.spectrum)
+
+
+def _spectrum(options: Options, state: State) -> Any:
+    """The kernel spectrum: of the caller's or the cache's PSF, else the engine's own (:meth:`Encoding.spectrum`:
+    of its PSF on the 2x grid, or the FFT engines' sampling mask on the image grid with maps)."""
+    if options.psf is None and state.lookup is None:
+        return state.encoding.spectrum(state.w, state.maps)
+    return kernel_spectrum(_point_spread(options, state))
 
 
 def _point_spread(options: Options, state: State) -> Any:

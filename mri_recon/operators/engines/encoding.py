@@ -5,12 +5,13 @@ once, e.g. coils); ``F^H d = sum_m d_m exp(+i 2 pi k_m . r_n)`` is its adjoint. 
 cycles per field of view and r_n is the voxel grid of :mod:`mri_recon.grid`.
 
 An engine is a subclass that states its ``name`` (what it computes: ``"exact"`` sums or a ``"nufft"``), its
-``device_kind`` (``"cpu"`` or ``"gpu"``), its capabilities (``dims``, ``caches_psf``, ``time_segmentation``,
-``auto``), its time model (:meth:`Encoding.seconds`, from the rates of :mod:`.cost`) and its memory model
-(:meth:`Encoding.stage_bytes`), and builds its own normal operator (:meth:`Encoding.normal`, like SigPy's
-``_normal_linop``). The registry (:mod:`.registry`) lists the engines and chooses among them; nothing else
-compares engine names. Encoding operators take arrays already validated and on their device: the public
-functions of :mod:`mri_recon.operators.public` and the pipeline validate once, at the boundary.
+``device_kind`` (``"cpu"`` or ``"gpu"``), its capabilities (``dims``, ``samplings``, ``caches_psf``, ``memo``,
+``time_segmentation``, ``auto``), its time model (:meth:`Encoding.seconds`, from the rates of :mod:`.cost`) and
+its memory model (:meth:`Encoding.stage_bytes`), and builds its own spectrum and normal operator
+(:meth:`Encoding.spectrum`, :meth:`Encoding.normal`, like SigPy's ``_normal_linop``). The registry
+(:mod:`.registry`) lists the engines and chooses among them; nothing else compares engine names. Encoding
+operators take arrays already validated and on their device: the public functions of
+:mod:`mri_recon.operators.public` and the pipeline validate once, at the boundary.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class Encoding(LinearOperator):
     time_segmentation: ClassVar[bool] = True
     """Whether time-segmented off-resonance correction can run over it
     (:class:`~mri_recon.operators.offres.segmented.TimeSegmentedEncoding`)."""
+    samplings: ClassVar[tuple[str, ...]] = ("non-cartesian", "cartesian")
+    """The scans' samplings it serves (:func:`~.registry.sampling_of`; the FFT engines: ``"cartesian"`` only)."""
+    memo: ClassVar[bool] = True
+    """Whether the GPU spectrum memo (:mod:`mri_recon.operators.memo`) pays for it."""
     auto: ClassVar[bool] = True
     """Whether ``method="auto"`` may pick it (the CPU's exact NumPy sum, the oracle, is picked by name only)."""
     key: ClassVar[str] = "?"
@@ -125,6 +130,11 @@ class Encoding(LinearOperator):
         data = weights.astype(np.complex64)[None, :]
         return type(self)(2 * self.trajectory, big, 1)._adjoint(data)[0]
 
+    def spectrum(self, weights: Any, maps: Any = None) -> Any:
+        """The kernel spectrum of ``A^H W A`` that :meth:`toeplitz_normal` takes with these ``maps``: by default
+        that of the PSF of ``weights`` on the 2x grid (the FFT engines: the image grid's with maps)."""
+        return kernel_spectrum(self.psf(weights))
+
     def normal(self, weights: Any, maps: Any = None, lam: float = 0.0, *, coil_batch: int | None = None,
                spectrum: Any = None) -> LinearOperator:
         """The CG operator ``A^H W A + lam I`` with ``A = F S`` (maps ``(C, *matrix)``; None: one image per
@@ -132,7 +142,7 @@ class Encoding(LinearOperator):
         caller has it from a cache) applied by FFTs. ``lam`` is absolute; coils go through the FFTs
         ``coil_batch`` at a time (None: all)."""
         if spectrum is None:
-            spectrum = kernel_spectrum(self.psf(weights))
+            spectrum = self.spectrum(weights, maps)
         return self.toeplitz_normal(spectrum, maps, lam, coil_batch)
 
     @classmethod

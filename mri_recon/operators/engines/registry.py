@@ -21,12 +21,12 @@ from ...backend import Device, is_gpu_array, resolve_device
 from ...errors import InvalidDataError
 from .encoding import Encoding
 
-ENGINE_MODULES = ("cpu", "gpu")
+ENGINE_MODULES = ("cpu", "gpu", "cartesian")
 """The modules of this folder whose ``ENGINES`` tuples make the registry, in order of preference (on a tie of
 predicted times the first wins)."""
-ALIASES = {"gpu": "exact", "gpu-nufft": "nufft"}
+ALIASES = {"gpu": "exact", "gpu-nufft": "nufft", "gpu-fft": "fft"}
 """Old engine names, accepted as input where engine names were accepted (the memory planner): the GPU's
-exact sums were called ``"gpu"`` and its NUFFT ``"gpu-nufft"``."""
+exact sums were called ``"gpu"``, its NUFFT ``"gpu-nufft"`` and its FFT engine ``"gpu-fft"``."""
 
 
 @functools.cache
@@ -51,26 +51,35 @@ def engine(method: str, device_kind: str) -> type[Encoding]:
         if candidate.key == method:
             return candidate
     for candidate in engines():
-        if candidate.device_kind == device_kind and (candidate.name == method or method == "auto" and candidate.auto):
+        if candidate.device_kind == device_kind and (candidate.name == method or method == "auto" and candidate.auto
+                                                     and "non-cartesian" in candidate.samplings):
             return candidate
     names = sorted({*METHODS, *ALIASES, *(e.key for e in engines())})
     raise ValueError(f"unknown method {method!r}: expected one of {', '.join(names)}")
 
 
+def sampling_of(scan: Any) -> str:
+    """A scan's sampling, as engines' ``samplings`` name it: ``"cartesian"`` when its reader says so (samples
+    on the image grid's integer frequencies: :mod:`mri_recon.io.cartesian`), else ``"non-cartesian"``."""
+    value = scan.attrs.get("sampling")  # from a file: any type
+    return "cartesian" if isinstance(value, str) and value == "cartesian" else "non-cartesian"
+
+
 def fastest(device_kind: str, matrix: tuple[int, ...], samples: int, coils: int,
-            psf: bool = True) -> type[Encoding]:
-    """Of the engines ``auto`` may pick on ``device_kind`` for ``len(matrix)`` dimensions, the one predicted
-    fastest for F^H d of ``coils`` coils of ``samples`` samples (and the PSF)."""
+            psf: bool = True, sampling: str = "non-cartesian") -> type[Encoding]:
+    """Of the engines ``auto`` may pick on ``device_kind`` for ``len(matrix)`` dimensions and this
+    ``sampling``, the one predicted fastest for F^H d of ``coils`` coils of ``samples`` samples (and the PSF)."""
     matrix = tuple(int(v) for v in matrix)
-    candidates = [e for e in engines() if e.device_kind == device_kind and e.auto and len(matrix) in e.dims]
+    candidates = [e for e in engines() if e.device_kind == device_kind and e.auto and len(matrix) in e.dims
+                  and sampling in e.samplings]
     if not candidates:
         raise InvalidDataError(f"no encoding engine serves {len(matrix)}-D images on the {device_kind}")
     return min(candidates, key=lambda e: e.seconds(matrix, samples, coils, psf))
 
 
 def choose_engine(device: str | int | Device | None = "auto", method: str = "auto",
-                  like: Any = None, problem: tuple[tuple[int, ...], int, int] | None = None
-                  ) -> tuple[Device, type[Encoding]]:
+                  like: Any = None, problem: tuple[tuple[int, ...], int, int] | None = None,
+                  sampling: str = "non-cartesian") -> tuple[Device, type[Encoding]]:
     """The device to compute on and the encoding engine for it.
 
     Parameters
@@ -88,6 +97,9 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
         An input array, consulted by ``device="auto"``.
     problem
         ``(matrix, samples, coils)`` of the work to do, for ``method="auto"``.
+    sampling
+        The scan's (:func:`sampling_of`): ``"auto"`` picks among the engines that serve it (a Cartesian scan:
+        the FFT engines, by their time models).
     """
     if method not in METHODS:
         listed = [repr(m) for m in METHODS]
@@ -100,4 +112,4 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
     kind = "gpu" if dev.is_gpu else "cpu"
     if method != "auto" or problem is None:
         return dev, engine(method, kind)
-    return dev, fastest(kind, *problem)
+    return dev, fastest(kind, *problem, sampling=sampling)

@@ -18,7 +18,7 @@ import dataclasses
 import difflib
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,8 @@ from .operators.engines import METHODS
 from .operators.offres.setup import CORRECTIONS
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .prep.delay import parse_gradient_delay
-from .solvers.sparse import REGULARIZERS, SOLVERS, lam_help
+from .solvers.regularizers import names as regularizer_names
+from .solvers.sparse import SOLVERS, lam_help
 from .units import TRAJ_UNITS
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class Option:
     kind: type
     """``int``, ``float``, ``str``, ``bool``, ``dict`` (the image choice) or ``object`` (unchecked)."""
     section: str
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    """The allowed values, or a function giving them when a value is checked (a registry that can grow)."""
     low: float | None = None
     """The smallest value (``low_open``: excluded)."""
     high: float | None = None
@@ -112,7 +114,7 @@ class ReconSettings:
     """Regularization weight (relative, see :func:`mri_recon.pipeline.reconstruct`); None: the regularizer's
     default (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`)."""
     regularizer: str = option("l2", "l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, "
-                              "FISTA).", str, "solve", choices=REGULARIZERS)
+                              "FISTA).", str, "solve", choices=regularizer_names)
     inner_iterations: int | None = option(None, "ADMM (tv, or wavelet with --solver admm): CG steps per x-update "
                                           "(default 1 with density weights, 5 without).", int, "solve", low=1,
                                           high=1000, optional=True)
@@ -286,8 +288,9 @@ def check_value(name: str, spec: Option, value: Any) -> None:
     elif spec.kind is dict:
         _check_choice(name, value)
     elif spec.kind is str:
-        if spec.choices is not None and value not in spec.choices:
-            raise InvalidDataError(f"{name} must be one of {', '.join(spec.choices)}, found {value!r}")
+        choices = allowed(spec)
+        if choices is not None and value not in choices:
+            raise InvalidDataError(f"{name} must be one of {', '.join(choices)}, found {value!r}")
         if not isinstance(value, str):
             raise InvalidDataError(f"{name} must be text, found {value!r}")
     else:
@@ -299,6 +302,11 @@ def check_value(name: str, spec: Option, value: Any) -> None:
                 spec.low == 0 and spec.low_open) else "a finite number"
             bounds = "" if spec.low == 0 and spec.low_open else _bounds(spec)
             raise InvalidDataError(f"{name} must be {what}{bounds}, found {value!r}")
+
+
+def allowed(spec: Option) -> tuple[str, ...] | None:
+    """The values ``spec`` allows now (its choices, or what its registry holds), None for any."""
+    return spec.choices() if callable(spec.choices) else spec.choices
 
 
 def _check_choice(name: str, value: Any) -> None:

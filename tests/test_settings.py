@@ -21,7 +21,7 @@ from mri_recon.io.files import write_file
 from mri_recon.io.inputs import InputFormat
 from mri_recon.io.outputs import OutputFormat
 from mri_recon.io.stack import DIMENSIONS
-from mri_recon.settings import API_FIELDS, FIELDS, ReconSettings, default_of, option_of
+from mri_recon.settings import API_FIELDS, FIELDS, ReconSettings, allowed, default_of, option_of
 from mri_recon.sim.simulate import simulate_scan
 
 

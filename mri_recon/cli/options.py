@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from ..io.stack import DIMENSIONS
-from ..settings import FIELDS, SECTIONS, Option, ReconSettings, default_of, option_of
+from ..settings import FIELDS, SECTIONS, Option, ReconSettings, allowed, default_of, option_of
 
 
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -40,7 +40,7 @@ def _click_type(spec: Option) -> Any:
     if spec.path:
         return click.Path(path_type=Path)
     if spec.choices is not None:
-        return click.Choice(list(spec.choices))
+        return click.Choice(list(allowed(spec)))
     if spec.kind is int:
         return click.IntRange(min=None if spec.low is None else int(spec.low),
                               max=None if spec.high is None else int(spec.high))

@@ -167,3 +167,16 @@ def test_fixed_point_limits_are_refused():
         fixed_point_offres(f, np.array([0.0, 1.5], np.float32))
     with pytest.raises(InvalidDataError, match=r"the field map reaches 40000 Hz; .* take \|f\| <= 32767 Hz"):
         fixed_point_offres(f + np.float32(4e4), np.array([0.0, 0.01], np.float32))
+
+
+def test_launchers_take_arrays_and_check_them_before_anything_else(rng):
+    """The launchers accept arrays (unhashable, so never a cache key) and name a host array's problem: here
+    NumPy arrays, refused with DeviceError on a machine with a GPU and without one alike."""
+    from mri_recon.operators.offres.gpu_offres import fhd_offres_gpu, forward_offres_gpu
+
+    matrix = (6, 5)
+    k, f, t, x, d = _problem(rng, matrix, 2, 40)
+    with pytest.raises(DeviceError):
+        forward_offres_gpu(x, k, f, t)
+    with pytest.raises(DeviceError):
+        fhd_offres_gpu(d, k, matrix, f, t)

@@ -125,7 +125,7 @@ class _FakeCuda:
 def test_pinned_staging_logic_on_the_host(monkeypatch, columns):
     fake = type("FakeCupy", (), {"cuda": _FakeCuda})
     monkeypatch.setattr(upload, "cupy_module", lambda: fake)
-    monkeypatch.setattr(upload, "_empty", lambda shape, dtype: np.full(shape, np.nan, dtype).view(_Settable))
+    monkeypatch.setattr(upload, "empty", lambda shape, dtype: np.full(shape, np.nan, dtype).view(_Settable))
     rng = np.random.default_rng(columns)
     data = (rng.standard_normal((3, columns)) + 1j * rng.standard_normal((3, columns))).astype(np.complex64)
     w = (np.eye(3) + 0.5 * rng.standard_normal((3, 3))).astype(np.complex64)

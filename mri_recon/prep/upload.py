@@ -26,13 +26,13 @@ the first chunk's transform starts early."""
 Transform = Callable[[Any], Any]
 
 
-def _empty(shape: tuple[int, ...], dtype: Any) -> Any:
+def empty(shape: tuple[int, ...], dtype: Any) -> Any:
     """A device buffer (a name of its own, so that tests can fill it with NaN first)."""
     return cupy_module().empty(shape, dtype)
 
 
 def _host_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A host buffer (as :func:`_empty`, for the CPU twin)."""
+    """A host buffer (as :func:`empty`, for the CPU twin)."""
     return np.empty(shape, dtype)
 
 
@@ -73,8 +73,8 @@ def _upload_pinned(host: np.ndarray, device: Device, transform: Transform | None
     width = chunks[0].stop - chunks[0].start
     with cupy.cuda.Device(device.index):
         stream = cupy.cuda.get_current_stream()
-        out = _empty(host.shape, dtype)
-        stage = _empty((rows * width,), dtype)
+        out = empty(host.shape, dtype)
+        stage = empty((rows * width,), dtype)
         memory = [cupy.cuda.alloc_pinned_memory(rows * width * dtype.itemsize) for _ in range(min(2, len(chunks)))]
         buffers = [np.frombuffer(m, dtype=dtype, count=rows * width) for m in memory]
         events: list[Any] = [None] * len(buffers)

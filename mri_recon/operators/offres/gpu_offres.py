@@ -18,7 +18,6 @@ their inputs lives in :mod:`.gpu_offres_layout`.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -161,7 +160,6 @@ def fhd_offres_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], field_
     return out.reshape(n_coils, *matrix)
 
 
-@functools.lru_cache(maxsize=8)
 def forward_offres_gpu(image: Any, trajectory: Any, field_map: Any, times: Any, *,
                        chunk: int | None = None, block: int | None = None,
                        prepared: PreparedOffres | None = None) -> Any:

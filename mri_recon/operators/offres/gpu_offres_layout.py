@@ -190,6 +190,7 @@ def uses_recurrence(prepared: PreparedOffres, recur: bool | None) -> bool:
     return bool(recur)
 
 
+@functools.lru_cache(maxsize=8)
 def voxel_headers(matrix: tuple[int, ...]) -> np.ndarray:
     """int32 ``(voxels, 3)``: ``Q_d = 2 j_d - 2 (N_d // 2)`` of every voxel in C order (2-D: Q_x, Q_y, 0)."""
     axes = [2 * np.arange(n, dtype=np.int64) - 2 * grid_centre(n) for n in matrix]

@@ -27,8 +27,28 @@ SCHEMA_VERSION = 1
 OPTIONAL = ("weights", "coil_maps", "field_map", "times", "noise", "ground_truth")
 
 
+class ScanSizes:
+    """The sizes every scan (:class:`Scan`, and the prepared scan on a device) reads from its matrix and
+    k-space ``(coils, samples)``."""
+
+    matrix: tuple[int, ...]
+    kspace: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.matrix)
+
+    @property
+    def n_coils(self) -> int:
+        return int(self.kspace.shape[0])
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.kspace.shape[1])
+
+
 @dataclass(frozen=True, eq=False)
-class Scan:
+class Scan(ScanSizes):
     """A non-Cartesian scan in memory (schema v1), validated and cast on construction.
 
     Two scans are equal when they hold the same data: the same matrix, every array field absent in both or of
@@ -64,18 +84,6 @@ class Scan:
     def __post_init__(self) -> None:
         for name, value in validate(self).items():
             object.__setattr__(self, name, value)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.matrix)
-
-    @property
-    def n_coils(self) -> int:
-        return int(self.kspace.shape[0])
-
-    @property
-    def n_samples(self) -> int:
-        return int(self.kspace.shape[1])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Scan):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -100,3 +101,11 @@ def child_rss(code: str, *args: str, root) -> tuple[int, str]:
     if code != 0:
         raise RuntimeError(f"child failed with {code}")
     return usage.ru_maxrss * 1024, out.strip()
+
+
+def write_report(report: dict, path=None) -> None:
+    """Print ``report`` as indented JSON, and write it to ``path`` (a ``pathlib.Path``) when one is given."""
+    text = json.dumps(report, indent=2)
+    if path:
+        path.write_text(text + "\n")
+    print(text)

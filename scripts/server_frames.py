@@ -13,7 +13,6 @@ frame is reported apart (it builds the engine's plans). JSON on stdout (or ``--j
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -26,6 +25,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchtools import write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.server.client import Reply, read_scan, receive  # noqa: E402
@@ -109,10 +110,7 @@ def main() -> None:
               "tr_ms": args.tr_ms, "device": args.device, "serve_options": args.serve_options,
               "images": len(reply.images), "errors": reply.errors,
               "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged)}
-    text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ RSS) on stdout, or to ``--json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -28,6 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchtools import write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.server.client import send_scan  # noqa: E402
@@ -149,10 +150,7 @@ def main() -> None:
         "server_alive_at_end": alive, "server_exit_code_after_sigterm": code,
         "server_log_errors": [line for line in log_lines if " ERROR " in line][:20],
     }
-    text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

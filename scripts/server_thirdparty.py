@@ -18,7 +18,6 @@ carries the length of the attribute string after it (``ismrmrd``'s serializer se
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -32,6 +31,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchtools import write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
@@ -128,10 +129,7 @@ def main() -> None:
                   "client_log_tail": (client.stdout + client.stderr).splitlines()[-6:],
                   "server_log": [line for line in (tmp / "server.log").read_text().splitlines()
                                  if "image" in line or "ERROR" in line][:10]}
-    text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

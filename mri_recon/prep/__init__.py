@@ -64,7 +64,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     SchemaError
         ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
-    _check_choices(dcf, coil_maps, field_map)
+    check_choices(dcf, coil_maps, field_map)
     from .gradient_delay import correct_gradient_delay
 
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
@@ -85,7 +85,7 @@ def reader_record(scan: Scan) -> dict[str, Any]:
             if name in scan.attrs}
 
 
-def _check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
+def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
     if dcf not in DCF_CHOICES:
         raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
     if coil_maps not in COIL_MAP_CHOICES:

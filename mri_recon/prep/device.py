@@ -30,15 +30,15 @@ import numpy as np
 
 from ..backend import Device, get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
-from ..scan import Scan
+from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
-from . import COIL_MAP_CHOICES, DCF_CHOICES, FIELD_MAP_CHOICES, coil_map_method, reader_record
+from . import check_choices, coil_map_method, reader_record
 from .device_dcf import ramp_weights
 from .upload import upload, upload_columns
 
 
 @dataclass(frozen=True, eq=False)
-class DeviceScan:
+class DeviceScan(ScanSizes):
     """A prepared scan whose k-space, trajectory, weights and coil maps live on one device (CuPy arrays on a
     GPU, NumPy on the CPU); the rest stays on the host. Shapes and dtypes as in :class:`~mri_recon.scan.Scan`,
     already validated."""
@@ -60,18 +60,6 @@ class DeviceScan:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
 
-    @property
-    def ndim(self) -> int:
-        return len(self.matrix)
-
-    @property
-    def n_coils(self) -> int:
-        return int(self.kspace.shape[0])
-
-    @property
-    def n_samples(self) -> int:
-        return int(self.kspace.shape[1])
-
     def __repr__(self) -> str:
         return (f"DeviceScan(matrix={list(self.matrix)}, coils={self.n_coils}, samples={self.n_samples}, "
                 f"on {'gpu' if get_xp(self.kspace) is not np else 'cpu'}, source={self.source!r})")
@@ -91,17 +79,6 @@ class DeviceScan:
 
 def _scan_from_fields(scan: Scan) -> Scan:
     return scan
-
-
-def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
-    """The errors :func:`~mri_recon.prep.prepare_scan` raises for an unknown choice."""
-    if dcf not in DCF_CHOICES:
-        raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
-    if coil_maps not in COIL_MAP_CHOICES:
-        raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
-                               f"{', '.join(COIL_MAP_CHOICES)}")
-    if field_map not in FIELD_MAP_CHOICES:
-        raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
 
 
 def whitening_of(scan: Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

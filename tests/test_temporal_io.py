@@ -164,6 +164,23 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
     assert done.exit_code != 0 and "needs --frames" in done.output
 
 
+@pytest.mark.parametrize(("extra", "named"), [(["--log-json", "run.json"], "--log-json"),
+                                              (["--filter-sigma", "1"], "--filter-sigma"),
+                                              (["--gradient-delay", "0.3,0.1", "--solver", "admm"],
+                                               "--solver, --gradient-delay")])
+def test_options_a_series_does_not_take_are_refused(tmp_path, extra, named):
+    runner = CliRunner()
+    scan = tmp_path / "s.mrd.h5"
+    done = runner.invoke(main, ["simulate", str(scan), "--matrix", "16", "--coils", "2", "--frames", "2",
+                                "--spokes-per-frame", "6"])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "r.h5"
+    done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(out), "--temporal", "tv", "--device", "cpu",
+                                *[str(tmp_path / e) if e.endswith(".json") else e for e in extra]])
+    assert done.exit_code == 2 and f"{named}: not available with a time series" in done.output
+    assert not out.exists() and "Traceback" not in done.output
+
+
 def test_one_repetition_file_unchanged(tmp_path):
     """Without the time-series options a one-repetition MRD file reconstructs as before: the CLI's image is
     mri_recon.reconstruct's of the loaded scan, bit for bit, whether or not its readouts carry time stamps."""

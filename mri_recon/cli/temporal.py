@@ -108,6 +108,26 @@ def is_temporal(params: Mapping[str, Any]) -> bool:
         params.get("spokes_per_frame") is not None
 
 
+HONOURED = frozenset({"format", "complex_", "magnitude", "iterations", "lam", "regularizer", "inner_iterations", "rho",
+                      "anisotropic", "tol", "method", "device", "coil_maps", "dcf", "prewhiten", "traj_units",
+                      "allow_external", "cache", "cache_dir", "choice", "trajectory", "sensitivities", "matrix"})
+"""The settings a time-series reconstruction takes; any other set away from its default is refused."""
+ALSO_REFUSED = ("log_json", "workers", "scheduler")
+"""Options of the command that a time series does not take (a JSON run log, a batch)."""
+
+
+def refuse_unhonoured(settings: Any, params: Mapping[str, Any]) -> None:
+    """A one-line refusal of every option given that the time-series reconstruction would not honour."""
+    from ..settings import FIELDS, default_of, option_of  # noqa: PLC0415
+
+    given = [option_of(name).cli or "--" + name.replace("_", "-") for name in FIELDS
+             if name not in HONOURED and getattr(settings, name) != default_of(name)]
+    given += ["--" + name.replace("_", "-") for name in ALSO_REFUSED if params.get(name)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: not available with a time series (--temporal, "
+                               f"--spokes-per-frame); reconstruct the frames without them, or drop them")
+
+
 def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
     """``reconstruct`` of one file as a time series, with the command's ``params``."""
     from ..console import cli_logging  # noqa: PLC0415
@@ -122,6 +142,7 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     output = params["output"] or Path(scan).with_suffix(".recon.h5")
     started = time.perf_counter()
     settings = settings_from(params)
+    refuse_unhonoured(settings, params)
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())

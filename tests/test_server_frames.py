@@ -4,10 +4,15 @@ at CLOSE is reported, a bad K refused."""
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import ismrmrd
 import numpy as np
@@ -20,7 +25,7 @@ from mri_recon.cli import main
 from mri_recon.io import load_scans
 from mri_recon.io.frames import frames_by_readouts
 from mri_recon.io.ismrmrd_write import write_ismrmrd
-from mri_recon.server.client import Reply, config_messages, read_scan, receive, send_scan
+from mri_recon.server.client import Reply, config_messages, read_scan, receive, send_scan, stream_scan
 from mri_recon.server.protocol import MessageID, MessageWriter
 from mri_recon.sim.simulate import simulate_scan
 
@@ -128,3 +133,20 @@ def test_fewer_readouts_than_one_frame(series):
 def test_serve_refuses_a_bad_spokes_per_frame():
     result = CliRunner().invoke(main, ["serve", "--port", "0", "--spokes-per-frame", "0"])
     assert result.exit_code == 2 and "--spokes-per-frame" in result.output
+
+
+def test_pipe_mode_streams_frames_a_client_asks_for(series):
+    xml, acquisitions = read_scan(series)
+    buffer = io.BytesIO()
+    stream_scan(buffer, xml, acquisitions, config_messages(settings=f'{{"spokes_per_frame": {K}}}'))
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
+                           "--no-cache", "-q"], input=buffer.getvalue(),
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    reply = Reply()
+    receive(io.BytesIO(done.stdout), reply, {})
+    assert reply.closed and [im.repetition for im in reply.images] == list(range(FRAMES))
+    for record, want in zip(reply.images, _frame_references(series, K), strict=True):
+        assert image_of(record).tobytes() == want.tobytes()
+    assert len(reply.texts) == 1 and reply.texts[0].startswith(f"WARNING  {LEFT} readout(s)")

@@ -116,6 +116,12 @@ def test_bad_spokes_per_frame_refused(series, value):
     assert len(reply.errors) == 1 and "spokes_per_frame must be a whole number >= 1" in reply.errors[0]
 
 
+def test_a_misspelled_spokes_per_frame_is_named(series):
+    with running_server() as server:
+        _, reply = send_scan(series, *server.address, settings='{"spokes_per_frames": 8}')
+    assert not reply.images and "(did you mean 'spokes_per_frame'?)" in reply.errors[0]
+
+
 def test_temporal_tv_is_not_streamed(series):
     with running_server() as server:
         _, reply = send_scan(series, *server.address, settings='{"temporal": "tv", "spokes_per_frame": 8}')
@@ -150,3 +156,27 @@ def test_pipe_mode_streams_frames_a_client_asks_for(series):
     for record, want in zip(reply.images, _frame_references(series, K), strict=True):
         assert image_of(record).tobytes() == want.tobytes()
     assert len(reply.texts) == 1 and reply.texts[0].startswith(f"WARNING  {LEFT} readout(s)")
+
+
+def test_interleaved_slices_are_cut_into_frames_of_their_own():
+    from mri_recon.server.frames import FrameCutter
+
+    rng = np.random.default_rng()
+    k = int(rng.integers(2, 6))
+    slices = rng.integers(0, 3, size=7 * k)  # the slice of each arriving readout, in random order
+    cutter, done = FrameCutter(k), []
+    for n, s in enumerate(slices):
+        acq = ismrmrd.Acquisition.from_array(np.zeros((1, 4), np.complex64))
+        acq.idx.slice, acq.idx.repetition, acq.scan_counter = int(s), 9, n
+        frame = cutter.add(acq)
+        if frame is not None:
+            done.append(frame)
+    for s in range(3):
+        arrived = np.flatnonzero(slices == s)
+        mine = [(t, [a.scan_counter for a in acqs]) for key, t, acqs in done if key[0] == s]
+        assert [t for t, _ in mine] == list(range(len(arrived) // k))
+        assert [n for _, ns in mine for n in ns] == list(arrived[: len(mine) * k])
+        assert all(a.idx.repetition == t for key, t, acqs in done if key[0] == s for a in acqs)
+    left = {key[0]: (n, frames) for key, n, frames in cutter.remainders()}
+    assert left == {s: (int(np.sum(slices == s)) % k, int(np.sum(slices == s)) // k) for s in range(3)
+                    if np.sum(slices == s) % k}

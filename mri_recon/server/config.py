@@ -105,10 +105,11 @@ def client_keywords(chosen: Mapping[str, Any]) -> dict[str, Any]:
                           "before its first image and is not streamed; use spokes_per_frame (frame by frame) "
                           "or reconstruct the file with reconstruct --temporal tv")
     try:
-        refuse_unknown(named, ALLOWED, "CONFIG_TEXT settings")
+        refuse_unknown(named, (*ALLOWED, *STREAM_ALLOWED), "CONFIG_TEXT settings")
     except InvalidDataError as exc:
         raise ConfigError(printable(exc)) from None
-    return {FIELD_OF[name]: _value(name, FIELD_OF[name], value) for name, value in named.items()}
+    return {FIELD_OF[name]: _value(name, FIELD_OF[name], value) for name, value in named.items()
+            if name not in STREAM_ALLOWED}  # the stream's choices: stream_spokes()
 
 
 def preset(name: str) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""Per-frame latency of ``mri-recon serve`` for a streamed time series: each frame is one repetition.
+"""Per-frame latency of ``mri-recon serve --spokes-per-frame S`` for a streamed time series.
 
-A series of F frames of S golden-angle spokes each (matrix N x N, C coils; each frame its own simulated scan,
-stored as MRD repetitions with ``ACQ_LAST_IN_SLICE`` on a frame's last spoke) is streamed to a server started
-as its own process, the spokes of a frame paced at ``--tr-ms`` (0: as fast as the socket takes them). The
-server reconstructs a frame as soon as its last spoke arrives; the latency is measured by the client (last
-spoke sent to image received) and read from the server's log (last spoke received to image sent). The first
-frame is reported apart (it builds the engine's plans). JSON on stdout (or ``--json``).
+One continuous golden-angle acquisition of F x S spokes (matrix N x N, C coils, one MRD image) is streamed
+to a server started as its own process with ``--spokes-per-frame S``, the spokes paced at ``--tr-ms`` (0: as
+fast as the socket takes them). The server cuts the stream into frames of S consecutive spokes and
+reconstructs each as soon as its S-th spoke arrives; the latency is measured by the client (a frame's last
+spoke sent to its image received) and read from the server's log (last spoke received to image sent). The
+first frame is reported apart (it builds the engine's plans). JSON on stdout (or ``--json``).
 
     python scripts/server_frames.py --matrix 128 --coils 8 --spokes 21 --frames 20 --device gpu
 """
@@ -47,7 +47,9 @@ def start_server(log: Path, device: str, extra: list[str]) -> tuple[subprocess.P
     raise RuntimeError(log.read_text())
 
 
-def stream_paced(port: int, xml: bytes, acquisitions: list, tr_s: float) -> Reply:
+def stream_paced(port: int, xml: bytes, acquisitions: list, tr_s: float, spokes_per_frame: int) -> Reply:
+    """Send the scan, ``tr_s`` between imaging spokes; the client's clock starts at each frame's last spoke
+    (keyed as the server's image: repetition = frame number)."""
     import socket
     import threading
 
@@ -60,13 +62,17 @@ def stream_paced(port: int, xml: bytes, acquisitions: list, tr_s: float) -> Repl
     out.write((3).to_bytes(2, "little") + len(xml).to_bytes(4, "little") + xml)
     import ismrmrd
 
+    spokes = 0
     for acq in acquisitions:
+        noise = acq.is_flag_set(ismrmrd.ACQ_IS_NOISE_MEASUREMENT)
+        key = (acq.idx.slice, acq.idx.contrast, acq.idx.phase, acq.idx.set, spokes // spokes_per_frame)
         writer.send(acq)
-        if acq.is_flag_set(ismrmrd.ACQ_LAST_IN_SLICE):
-            sent[(acq.idx.slice, acq.idx.contrast, acq.idx.phase, acq.idx.set, acq.idx.repetition)] = \
-                time.perf_counter()
-        if tr_s and not acq.is_flag_set(ismrmrd.ACQ_IS_NOISE_MEASUREMENT):
-            time.sleep(tr_s)
+        if not noise:
+            spokes += 1
+            if spokes % spokes_per_frame == 0:
+                sent[key] = time.perf_counter()
+            if tr_s:
+                time.sleep(tr_s)
     writer.close()
     receiver.join()
     conn.close()
@@ -92,15 +98,14 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        frames = [({"repetition": r}, simulate_scan((args.matrix, args.matrix), "golden", coils=args.coils,
-                                                    snr=30.0, spokes=args.spokes, samples=2 * args.matrix,
-                                                    seed=r))
-                  for r in range(args.frames)]
-        write_ismrmrd(tmp / "series.mrd.h5", frames)
+        scan = simulate_scan((args.matrix, args.matrix), "golden", coils=args.coils, snr=30.0,
+                             spokes=args.spokes * args.frames, samples=2 * args.matrix, seed=0)
+        write_ismrmrd(tmp / "series.mrd.h5", [({"repetition": 0}, scan)])
         xml, acquisitions = read_scan(tmp / "series.mrd.h5")
-        server, port = start_server(tmp / "server.log", args.device, args.serve_options)
+        server, port = start_server(tmp / "server.log", args.device,
+                                    ["--spokes-per-frame", str(args.spokes), *args.serve_options])
         try:
-            reply = stream_paced(port, xml, acquisitions, args.tr_ms / 1e3)
+            reply = stream_paced(port, xml, acquisitions, args.tr_ms / 1e3, args.spokes)
         finally:
             server.terminate()
             server.wait(60)
@@ -108,7 +113,8 @@ def main() -> None:
                                                (tmp / "server.log").read_text())]
     report = {"matrix": args.matrix, "coils": args.coils, "spokes_per_frame": args.spokes, "frames": args.frames,
               "tr_ms": args.tr_ms, "device": args.device, "serve_options": args.serve_options,
-              "images": len(reply.images), "errors": reply.errors,
+              "images": len(reply.images), "repetitions": [int(im.repetition) for im in reply.images],
+              "errors": reply.errors,
               "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged)}
     write_report(report, args.json)
 

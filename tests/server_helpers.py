@@ -76,7 +76,8 @@ def running_server(**options):
     recon = Reconstructor(resolve_device(options.pop("device", "cpu")), None)
     limits = options.pop("limits", Limits())
     host = options.pop("host", "127.0.0.1")
-    server = Server(recon, configurator(ReconSettings()), host, 0, limits=limits, **options)
+    configure = configurator(ReconSettings(), options.pop("spokes_per_frame", None))
+    server = Server(recon, configure, host, 0, limits=limits, **options)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:

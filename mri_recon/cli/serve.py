@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import OutputError, printable
-from ..server.config import CLIENT_FIELDS
+from ..server.config import CLIENT_FIELDS, MAX_SPOKES_PER_FRAME
 from ..server.protocol import DEFAULT_MAX_MESSAGE, DEFAULT_MAX_SCAN, Limits
 from ..settings import ReconSettings
 from .common import friendly
@@ -83,18 +83,21 @@ def _reconstructor(settings: ReconSettings):
 @click.option("--max-clients", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Connections served at once (more are answered 'server busy').")
 @settings_option("cache_dir")
+@click.option("--spokes-per-frame", type=click.IntRange(1, MAX_SPOKES_PER_FRAME), default=None,
+              help="Stream a time series: each K consecutive readouts (of a slice) are one frame, reconstructed "
+                   "and sent as soon as its K-th arrives, with repetition = frame number.")
 @click.option("-q", "--quiet", is_flag=True, help="Log errors only.")
 @click.option("-v", "--verbose", count=True, help="-v: the pipeline's stages and timings too; -vv debug.")
 @client_options
 @friendly
 def serve(host: str, port: int, max_message_bytes: int, max_scan_bytes: int, idle_timeout: float,
-          max_clients: int, quiet: bool, verbose: int, **options: Any) -> None:
+          max_clients: int, spokes_per_frame: int | None, quiet: bool, verbose: int, **options: Any) -> None:
     """Serve MRD streaming connections: config, XML header, noise and data in; MRD images and CLOSE out.
 
     The reconstruction options (--iterations, --regularizer, --coil-maps, ...) are reconstruct's and set
     the server's defaults; a connection may choose others by a preset name (CONFIG_FILE: default, fast,
-    tv, wavelet, rss, magnitude) or JSON (CONFIG_TEXT). SIGTERM stops accepting and finishes the running
-    scans.
+    tv, wavelet, rss, magnitude) or JSON (CONFIG_TEXT). --spokes-per-frame K streams frames of K readouts
+    back as they complete (docs/server.md). SIGTERM stops accepting and finishes the running scans.
     """
     from ..server.config import configurator
     from ..server.service import Server
@@ -103,7 +106,7 @@ def serve(host: str, port: int, max_message_bytes: int, max_scan_bytes: int, idl
     with server_logging(verbose, quiet):
         recon = _reconstructor(settings)
         try:
-            server = Server(recon, configurator(settings), host, port,
+            server = Server(recon, configurator(settings, spokes_per_frame), host, port,
                             limits=Limits(max_message_bytes, min(max_message_bytes, 16 * 2 ** 20), max_scan_bytes),
                             idle_timeout=idle_timeout, max_clients=max_clients)
         except OSError as exc:

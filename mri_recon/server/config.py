@@ -9,6 +9,12 @@ reconstruct``'s options (dashes or underscores), e.g. ``{"iterations": 20, "regu
 refused by :func:`mri_recon.settings.refuse_unknown` (naming the valid ones and the closest), a value by
 :class:`~mri_recon.settings.ReconSettings`' own checks (type, choices, range), so a client's settings are
 checked exactly as the library's and the command line's are.
+
+One choice is the stream's, not :class:`~mri_recon.settings.ReconSettings`': ``spokes_per_frame`` (a whole
+number >= 1, or null for image groups; :data:`STREAM_ALLOWED`) cuts the data into frames of K consecutive
+readouts, each reconstructed and sent as soon as its K-th readout arrives (:mod:`mri_recon.server.frames`).
+:func:`chosen` returns both as :class:`Choices`. ``temporal`` (the joint temporal TV of ``reconstruct
+--temporal tv``) is refused: it needs every frame before the first image.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidDataError, MriReconError, printable
@@ -44,6 +51,11 @@ FIELD_OF = {typed_name(name): name for name in CLIENT_FIELDS}
 """The field of each name a client may use."""
 ALLOWED = tuple(FIELD_OF)
 """Settings a client may choose: ``reconstruct``'s options of these names (``lambda`` is ``--lambda``)."""
+
+STREAM_ALLOWED = ("spokes_per_frame",)
+"""Choices of the stream itself a client may make besides :data:`ALLOWED`."""
+MAX_SPOKES_PER_FRAME = 1_000_000
+"""The most readouts a frame may take."""
 
 TEXT_LIMIT = 200
 """The longest text value a client may send (no option takes more)."""
@@ -88,11 +100,16 @@ def client_keywords(chosen: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`~mri_recon.settings.ReconSettings` keywords of a client's settings (names as typed,
     dashes or underscores); an unknown name refused, with the valid ones."""
     named = {str(name)[:100].replace("-", "_"): value for name, value in chosen.items()}
+    if "temporal" in named or "temporal_lambda" in named:
+        raise ConfigError("CONFIG_TEXT: the joint temporal reconstruction (temporal tv) needs every frame "
+                          "before its first image and is not streamed; use spokes_per_frame (frame by frame) "
+                          "or reconstruct the file with reconstruct --temporal tv")
     try:
-        refuse_unknown(named, ALLOWED, "CONFIG_TEXT settings")
+        refuse_unknown(named, (*ALLOWED, *STREAM_ALLOWED), "CONFIG_TEXT settings")
     except InvalidDataError as exc:
         raise ConfigError(printable(exc)) from None
-    return {FIELD_OF[name]: _value(name, FIELD_OF[name], value) for name, value in named.items()}
+    return {FIELD_OF[name]: _value(name, FIELD_OF[name], value) for name, value in named.items()
+            if name not in STREAM_ALLOWED}  # the stream's choices: stream_spokes()
 
 
 def preset(name: str) -> dict[str, Any]:
@@ -114,7 +131,7 @@ def json_settings(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"CONFIG_TEXT is JSON but not an object (found {type(value).__name__}); expected "
                           f'settings such as {{"iterations": 20}}')
-    chosen = dict(value)
+    chosen = {name: v for name, v in value.items() if str(name).replace("-", "_") not in STREAM_ALLOWED}
     named = chosen.pop("preset", None)
     if named is not None and not isinstance(named, str):
         raise ConfigError("CONFIG_TEXT: \"preset\" must be a preset's name")
@@ -134,6 +151,43 @@ def configured(base: ReconSettings, configs: Sequence[tuple[str, str]]) -> Recon
     return settings
 
 
-def configurator(base: ReconSettings) -> Callable[[Sequence[tuple[str, str]]], ReconSettings]:
-    """The :data:`~mri_recon.server.session.Configure` of a server whose own settings are ``base``."""
-    return functools.partial(configured, base)
+def checked_spokes(value: Any, what: str = "spokes_per_frame") -> int | None:
+    """``value`` as readouts per frame: a whole number from 1 to :data:`MAX_SPOKES_PER_FRAME`, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SPOKES_PER_FRAME:
+        raise ConfigError(printable(f"{what} must be a whole number >= 1 and <= {MAX_SPOKES_PER_FRAME} (or null "
+                                    f"for image groups), found {json.dumps(value)[:80]}"))
+    return value
+
+
+def stream_spokes(configs: Sequence[tuple[str, str]], default: int | None) -> int | None:
+    """The readouts per frame the CONFIG_TEXT messages choose (later ones win), else ``default``."""
+    spokes = default
+    for kind, text in configs:
+        value = json.loads(text) if kind == "text" else None  # parsed and checked by configured() first
+        for name, given in (value.items() if isinstance(value, dict) else ()):
+            if str(name).replace("-", "_") == "spokes_per_frame":
+                spokes = checked_spokes(given)
+    return spokes
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A connection's choices: its reconstruction settings and the readouts per streamed frame (None: the
+    image groups of the MRD indices)."""
+
+    settings: ReconSettings
+    spokes_per_frame: int | None = None
+
+
+def chosen(base: ReconSettings, spokes_per_frame: int | None, configs: Sequence[tuple[str, str]]) -> Choices:
+    """The :class:`Choices` of a connection: :func:`configured` and :func:`stream_spokes`."""
+    return Choices(configured(base, configs), stream_spokes(configs, spokes_per_frame))
+
+
+def configurator(base: ReconSettings, spokes_per_frame: int | None = None
+                 ) -> Callable[[Sequence[tuple[str, str]]], Choices]:
+    """The :data:`~mri_recon.server.session.Configure` of a server whose own settings are ``base`` and
+    ``spokes_per_frame``."""
+    return functools.partial(chosen, base, checked_spokes(spokes_per_frame, "--spokes-per-frame"))

@@ -9,7 +9,13 @@ image, as :func:`mri_recon.load_scans` groups a file (:func:`group_key`). A grou
 an acquisition of it carries ``ACQ_LAST_IN_SLICE``, ``ACQ_LAST_IN_REPETITION`` or
 ``ACQ_LAST_IN_MEASUREMENT``, and its image is sent at once; groups without such a flag, and groups that
 received more data after their image was sent (a warning), are reconstructed at CLOSE, in index order. Each
-image's latency (from the arrival of its group's last acquisition to the image sent) is logged.
+image's latency (from the arrival of its group's last acquisition to the image sent) is logged, and its
+median and 99th percentile at CLOSE.
+
+Frames: with ``spokes_per_frame`` K (:class:`~mri_recon.server.config.Choices`), the flags are not looked
+at: each K consecutive imaging acquisitions of a stream form a frame (:mod:`mri_recon.server.frames`),
+reconstructed as that frame alone, as soon as its K-th arrives, and sent with ``repetition`` = the frame
+number; readouts left over at CLOSE are dropped and reported in a TEXT message ``"WARNING  ..."``.
 
 A broken rule or a malformed message ends the connection with a TEXT message ``"ERROR    ..."`` (the
 logging prefix of python-ismrmrd-server) and CLOSE; a client that disconnects mid-scan is logged and its
@@ -23,17 +29,22 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from ..errors import MriReconError, printable
 from ..io.stack import DIMENSIONS
 from ..settings import ReconSettings
+from .config import Choices
+from .frames import FrameCutter, describe_stream, frame_scan
 from .inbox import IdleTimeout, Inbox
 from .protocol import DEFAULT_LIMITS, Limits, Message, MessageID, MessageWriter, ProtocolError, TruncatedError
 from .recon import Reconstructor, describe_key, image_records
 
 log = logging.getLogger(__name__)
 
-Configure = Callable[[Sequence[tuple[str, str]]], ReconSettings]
-"""Turns a connection's config messages (``("file", name)``, ``("text", json)``) into its settings."""
+Configure = Callable[[Sequence[tuple[str, str]]], Choices]
+"""Turns a connection's config messages (``("file", name)``, ``("text", json)``) into its settings and
+readouts per frame."""
 
 TRIGGERS = ("ACQ_LAST_IN_SLICE", "ACQ_LAST_IN_REPETITION", "ACQ_LAST_IN_MEASUREMENT")
 """Flags that complete an acquisition's image group."""
@@ -91,6 +102,7 @@ class Session:
         self.configs: list[tuple[str, str]] = []
         self.header: bytes | None = None
         self.settings: ReconSettings | None = None
+        self.cutter: FrameCutter | None = None
         self.noise: list[Any] = []
         self.groups: dict[tuple[int, ...], list[Any]] = {}
         self.pending: set[tuple[int, ...]] = set()
@@ -128,6 +140,8 @@ class Session:
         finally:
             self.groups.clear()
             self.noise.clear()
+            if self.cutter is not None:
+                self.cutter.clear()
 
     # -- messages --------------------------------------------------------------------------------------
 
@@ -141,9 +155,13 @@ class Session:
             if self.header is not None:
                 raise ProtocolError("a second XML header; one connection carries one scan")
             _check_header(message.payload)
-            self.settings = self.configure(self.configs)
+            choices = self.configure(self.configs)
+            self.settings = choices.settings
+            if choices.spokes_per_frame is not None:
+                self.cutter = FrameCutter(choices.spokes_per_frame)
             self.header = message.payload
-            log.info("%s: header received, %d config message(s)", self.name, len(self.configs))
+            log.info("%s: header received, %d config message(s)%s", self.name, len(self.configs),
+                     "" if self.cutter is None else f", frames of {self.cutter.spokes_per_frame} readouts")
         elif kind == MessageID.ACQUISITION:
             self._acquisition(message.payload, arrived)
         elif kind == MessageID.TEXT:
@@ -155,9 +173,15 @@ class Session:
         if self.header is None:
             raise ProtocolError("an acquisition before the XML header; send config (optional), HEADER, then data")
         if acq.flags & self._noise_flag:
-            if self.groups:
+            if self.groups or (self.cutter is not None and (self.cutter.frames or self.cutter.held)):
                 raise ProtocolError("a noise acquisition after imaging data; noise scans come first")
             self.noise.append(acq)
+            return
+        if self.cutter is not None:
+            frame = self.cutter.add(acq)
+            if frame is not None:
+                key, t, acquisitions = frame
+                self._send_images(acquisitions, f"frame {t} of {describe_stream(key)}", arrived, t)
             return
         key = group_key(acq)
         if key in self.sent_groups and key not in self.pending:
@@ -173,13 +197,21 @@ class Session:
     def _reconstruct(self, key: tuple[int, ...], last_arrival: float) -> None:
         self.pending.discard(key)
         self.sent_groups.add(key)
-        shown = describe_key(dict(zip(DIMENSIONS, key)))
+        self._send_images(self.groups[key], describe_key(dict(zip(DIMENSIONS, key))), last_arrival)
+
+    def _send_images(self, acquisitions: list[Any], shown: str, last_arrival: float,
+                     frame: int | None = None) -> None:
+        """Reconstruct these acquisitions (with the noise) as a file of them alone and send the images;
+        ``frame``: their repetition index."""
         try:  # no socket in here: an OSError is the spool file's (a full disk, ...)
-            scans = self.recon.load(self.header, self.noise + self.groups[key], self.settings)
+            scans = self.recon.load(self.header, self.noise + acquisitions, self.settings)
+            if frame is not None:
+                scans = [({**key, "repetition": frame}, frame_scan(scan, frame, len(acquisitions)))
+                         for key, scan in scans]
             done = self.recon.reconstruct(scans, self.settings)
         except (MriReconError, OSError) as exc:
             self.writer.send(f"ERROR    {shown}: {printable(exc)}")
-            log.error("%s: group %s not reconstructed: %s", self.name, shown, printable(exc))
+            log.error("%s: %s not reconstructed: %s", self.name, shown, printable(exc))
             return
         for record in image_records(done, self.images_sent, self.settings.magnitude):
             self.writer.send(record)
@@ -190,20 +222,37 @@ class Session:
                      "reconstruction %.1f ms)", self.name, self.images_sent, shown, latency,
                      1e3 * done.waited_s, 1e3 * done.seconds)
 
+    def _drop_remainders(self) -> None:
+        """Report (TEXT and log) the readouts at CLOSE that fill no frame; none complete at all is an error."""
+        for key, left, frames in self.cutter.remainders():
+            what = (f"{left} readout(s) after frame {frames - 1} of {describe_stream(key)} dropped ({frames} "
+                    f"frame(s) of {self.cutter.spokes_per_frame} readouts)" if frames else
+                    f"{left} readout(s) of {describe_stream(key)} do not fill one frame of "
+                    f"{self.cutter.spokes_per_frame}; dropped")
+            log.warning("%s: %s", self.name, what)
+            self.writer.send(f"WARNING  {what}")
+        if not self.cutter.frames:
+            raise ProtocolError(f"CLOSE before any frame of {self.cutter.spokes_per_frame} readouts was complete: "
+                                f"nothing to reconstruct")
+
     def _finish(self, arrived: float) -> None:
         if self.header is None:
             raise ProtocolError("CLOSE before the XML header: no scan was sent")
-        if not self.groups:
+        if not self.groups and not (self.cutter is not None and (self.cutter.frames or self.cutter.held)):
             raise ProtocolError("CLOSE without imaging acquisitions: nothing to reconstruct")
+        if self.cutter is not None:
+            self._drop_remainders()
         for key in sorted(self.pending):  # groups without a trigger flag, or with data after their image
             self._reconstruct(key, arrived)
         self.writer.close()
-        log.info("%s: done, %d image(s) sent", self.name, self.images_sent)
+        shown = (f"; latency p50 {np.percentile(self.latencies_ms, 50):.1f} ms, p99 "
+                 f"{np.percentile(self.latencies_ms, 99):.1f} ms" if self.latencies_ms else "")
+        log.info("%s: done, %d image(s) sent%s", self.name, self.images_sent, shown)
 
     # -- endings --------------------------------------------------------------------------------------
 
     def _disconnected(self, why: str) -> str:
-        held = sum(len(v) for v in self.groups.values()) + len(self.noise)
+        held = sum(len(v) for v in self.groups.values()) + len(self.noise) + (self.cutter.held if self.cutter else 0)
         log.warning("%s: %s; %d acquisition(s) dropped", self.name, why, held)
         try:  # a peer that only closed its sending side still reads the answer
             self.writer.send(f"ERROR    {why}; nothing more is reconstructed")

@@ -18,12 +18,11 @@ import json
 import math
 import platform
 import sys
-import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 from benchtools import cuda_timed, radial_2d
+from benchtools import section as run_section
 
 from mri_recon.backend import cupy_module
 from mri_recon.grid import voxel_positions
@@ -84,14 +83,8 @@ def at(image, voxels):
 
 
 def section(results: dict, name: str, fn) -> None:
-    """Run one part of the benchmark; record its result or its error and go on."""
-    began = time.perf_counter()
-    try:
-        results[name] = fn()
-    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
-    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
-    print(f"  [{name}] done in {results[name]['wall_s']} s", flush=True)
+    """Run one part of the benchmark (:func:`benchtools.section`); record its result or its error and go on."""
+    run_section(results, name, fn, lambda entry: "error: " + entry["error"] if "error" in entry else "done")
 
 
 def ours(problem: dict, variant: str, coils: int, dim: str, **kwargs) -> dict:

@@ -42,10 +42,10 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 
 import numpy as np
 from benchtools import cuda_timed, radial_2d
+from benchtools import section as run_section
 
 import mri_recon
 from mri_recon.backend import Device, cupy_module, gpu_available
@@ -96,14 +96,9 @@ def reference_adjoint(data, traj, fmap, times, voxels):
 
 
 def section(results: dict, name: str, fn, output: str | None = None) -> None:
-    """Run one section into ``results`` (and rewrite ``output`` after it, so a run cut short keeps what ran)."""
-    began = time.perf_counter()
-    try:
-        results[name] = fn()
-    except Exception as exc:  # noqa: BLE001 - a failing section must not stop the others
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
-    results[name]["wall_s"] = round(time.perf_counter() - began, 2)
-    print(name, json.dumps(results[name])[:400], flush=True)
+    """Run one section into ``results`` (:func:`benchtools.section`), and rewrite ``output`` after it, so a run
+    cut short keeps what ran."""
+    run_section(results, name, fn, lambda entry: json.dumps(entry)[:400])
     if output is not None:
         with open(output, "w") as handle:
             json.dump(results, handle, indent=1)

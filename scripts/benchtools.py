@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -109,3 +110,20 @@ def write_report(report: dict, path=None) -> None:
     if path:
         path.write_text(text + "\n")
     print(text)
+
+
+def start_server(log, device: str, *extra: str, timeout: float = 60.0):
+    """``mri-recon serve --port 0 --device DEVICE EXTRA...`` in its own process logging to ``log`` (a
+    ``pathlib.Path``): the process and the port it logged it listens on."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(log, "wb") as stream:
+        server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device,
+                                   *extra], stderr=stream, env={**os.environ, "PYTHONPATH": root})
+    deadline = time.time() + timeout
+    while time.time() < deadline and server.poll() is None:
+        found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())
+        if found:
+            return server, int(found.group(1))
+        time.sleep(0.2)
+    server.kill()
+    raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")

@@ -13,9 +13,7 @@ first frame is reported apart (it builds the engine's plans). JSON on stdout (or
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,25 +24,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchtools import write_report  # noqa: E402
+from benchtools import start_server, write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.server.client import Reply, read_scan, receive  # noqa: E402
 from mri_recon.server.protocol import MessageWriter  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
-
-
-def start_server(log: Path, device: str, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    with open(log, "wb") as stream:
-        server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device,
-                                   *extra], stderr=stream, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for _ in range(600):
-        found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())
-        if found:
-            return server, int(found.group(1))
-        time.sleep(0.1)
-    server.kill()
-    raise RuntimeError(log.read_text())
 
 
 def stream_paced(port: int, xml: bytes, acquisitions: list, tr_s: float, spokes_per_frame: int) -> Reply:
@@ -102,8 +87,8 @@ def main() -> None:
                              spokes=args.spokes * args.frames, samples=2 * args.matrix, seed=0)
         write_ismrmrd(tmp / "series.mrd.h5", [({"repetition": 0}, scan)])
         xml, acquisitions = read_scan(tmp / "series.mrd.h5")
-        server, port = start_server(tmp / "server.log", args.device,
-                                    ["--spokes-per-frame", str(args.spokes), *args.serve_options])
+        server, port = start_server(tmp / "server.log", args.device, "--spokes-per-frame", str(args.spokes),
+                                    *args.serve_options)
         try:
             reply = stream_paced(port, xml, acquisitions, args.tr_ms / 1e3, args.spokes)
         finally:

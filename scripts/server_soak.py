@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchtools import write_report  # noqa: E402
+from benchtools import start_server, write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.server.client import send_scan  # noqa: E402
@@ -63,22 +63,6 @@ def reference(path: Path, device: str) -> list[bytes]:
         return [dataset.read_image("image_0", i).data.tobytes() for i in range(dataset.number_of_images("image_0"))]
 
 
-def start_server(device: str, clients: int, log: Path, timeout: float = 60.0) -> tuple[subprocess.Popen, int]:
-    """``mri-recon serve --port 0`` logging to ``log``; the process and the port it logged."""
-    with open(log, "wb") as stream:
-        server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device,
-                                   "--max-clients", str(max(16, clients))],
-                                  stderr=stream, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.time() + timeout
-    while time.time() < deadline and server.poll() is None:
-        found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())
-        if found:
-            return server, int(found.group(1))
-        time.sleep(0.2)
-    server.kill()
-    raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
-
-
 def client_loop(index: int, path: Path, want: list[bytes], port: int, deadline: float, max_rounds: int,
                 out: dict) -> None:
     stats = {"rounds": 0, "images": 0, "mismatches": 0, "errors": [], "latencies_ms": []}
@@ -111,7 +95,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths = make_scans(Path(tmp), args.clients, args.matrix, args.coils, args.slices)
         wants = [reference(p, args.device) for p in paths]
-        server, port = start_server(args.device, args.clients, Path(tmp) / "server.log")
+        server, port = start_server(Path(tmp) / "server.log", args.device, "--max-clients", str(max(16, args.clients)))
         try:
             started = time.time()
             deadline = started + 60 * args.minutes

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchtools import write_report  # noqa: E402
+from benchtools import start_server, write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
@@ -79,19 +78,6 @@ def compare(got: list, want: list) -> dict:
             "headers_equal": all(fields(a) == fields(b) for a, b in pairs),
             "meta_equal": all(a.attribute_string == b.attribute_string for a, b in pairs),
             "max_abs_difference": worst}
-
-
-def start_server(log: Path, device: str) -> tuple[subprocess.Popen, int]:
-    with open(log, "wb") as stream:
-        server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device],
-                                  stderr=stream, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for _ in range(300):
-        found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())
-        if found:
-            return server, int(found.group(1))
-        time.sleep(0.2)
-    server.kill()
-    raise RuntimeError(log.read_text())
 
 
 def main() -> None:

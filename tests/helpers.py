@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def poison_empty(monkeypatch, *modules) -> None:
@@ -48,3 +53,11 @@ def kernel_offres_turns(fixed, tau):
     """mri_recon_phase.cuh's offres_turns: bits 16..47 of the 64-bit product F tau."""
     product = np.asarray(fixed).astype(np.int64) * np.asarray(tau).astype(np.int64)
     return (product >> 16).astype(np.uint64).astype(np.uint32)
+
+
+def load_script(name: str):
+    """The module of ``scripts/<name>.py`` (the scripts are not a package), loaded afresh."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import lzma
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 import mri_recon.kernels as kernels
 from mri_recon.kernels import bundle as kb
@@ -23,10 +23,7 @@ DRIVER = 13020  # a CUDA 13.2 driver
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_kernels", ROOT / "scripts" / "build_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_kernels")
 
 
 build_kernels = _script()

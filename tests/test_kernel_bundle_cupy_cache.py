@@ -4,12 +4,12 @@ reason an entry is not installed (no GPU: CuPy compiles for an explicit architec
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 from mri_recon.kernels import cupy_bundle as cb
 from mri_recon.kernels import cupy_kernels as ck
@@ -26,10 +26,7 @@ ARCHS = ("80", "90")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_kernels", ROOT / "scripts" / "build_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_kernels")
 
 
 build_kernels = _script()

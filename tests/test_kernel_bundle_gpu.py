@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import random_problem, relative
+from helpers import load_script, random_problem, relative
 
 import mri_recon
 import mri_recon.kernels as kernels
@@ -25,10 +24,7 @@ LOAD = kb.load
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_kernels", ROOT / "scripts" / "build_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_kernels")
 
 
 def _capability() -> int:
@@ -154,9 +150,7 @@ def test_installed_cupy_kernels_are_not_compiled_again(tmp_path):
     if version != cupy.__version__ or arch not in cb.ARCHS:
         pytest.skip(f"the record is of CuPy {version} / no bundle for sm_{arch}")
     manifest = _script().build_cupy(tmp_path / "cupy", archs=(arch,))
-    spec = importlib.util.spec_from_file_location("cold_start", ROOT / "scripts" / "cold_start.py")
-    cold_start = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cold_start)
+    cold_start = load_script("cold_start")
     cache, scan = tmp_path / "cache", tmp_path / "scan.h5"
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache), CUPY_CACHE_SAVE_CUDA_SOURCE="1",
                MRI_RECON_CACHE_DIR=str(tmp_path / "psf"), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(

@@ -91,11 +91,32 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
     if iterations < 1 or inner_iterations < 1:
         raise InvalidDataError(f"iterations and inner_iterations must be >= 1, found {iterations} and "
                                f"{inner_iterations}")
+    xp = get_xp(rhs)
+    x = xp.zeros_like(rhs)
     if not inner(rhs, rhs).real > 0:  # A^H W d = 0: x = 0 is the minimizer
-        return get_xp(rhs).zeros_like(rhs), (1.0,)
+        return x, (1.0,)
+    z = xp.zeros(sparsity.shape, dtype=rhs.dtype)
+    u = xp.zeros_like(z)
     energy = data_energy if data_energy > 0 else 1.0
     history = [1.0]
-    for k, x in admm_steps(operator, rhs, [(sparsity, lam / (2.0 * rho))], rho, iterations, inner_iterations):
+    solve = _DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
+    threshold = lam / (2.0 * rho)
+    # CG's residual r = b - A x is carried from one x-update to the next: with the new right-hand side it is
+    # r + (b_new - b_old), which saves one operator product per iteration (a third with 2 CG steps)
+    r = rhs.copy()  # x = 0, z = u = 0: b = rhs
+    previous = rhs
+    for k in range(1, iterations + 1):
+        b = sparsity.adjoint_rhs(rhs, z - u, rho) if k > 1 else rhs
+        if k > 1:
+            r += b
+            r -= previous
+        previous = b
+        if solve is not None:
+            solve(x, r)
+        else:
+            _host_cg(operator, x, r, inner_iterations)
+        kx = sparsity.forward(x)
+        shrink_update(kx, u, z, threshold, groups=sparsity.groups)
         if k % check_every and k != iterations:
             continue
         normal_x = operator(x) - rho * sparsity.gram(x)
@@ -104,36 +125,6 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
         if callback is not None:
             callback(k, x, value)
     return x, tuple(history)
-
-
-def admm_steps(operator: Any, rhs: Any, parts: list[tuple[Sparsity, float]], rho: float, iterations: int,
-               inner_iterations: int):
-    """The ADMM iterations shared by one regularizer and by several (:mod:`.temporal`): yields ``(k, x)``
-    after the x-update (``inner_iterations`` CG steps on ``operator``, the normal operator plus
-    ``rho sum_j K_j^H K_j``) and the z- and u-updates of every ``(sparsity, threshold)`` part. ``x`` is the
-    one array updated in place. CG's residual ``r = b - A x`` is carried from one x-update to the next: with the
-    new right-hand side it is ``r + (b_new - b_old)``, which saves one operator product per iteration."""
-    xp = get_xp(rhs)
-    x = xp.zeros_like(rhs)
-    z = [xp.zeros(sparsity.shape, dtype=rhs.dtype) for sparsity, _ in parts]
-    u = [xp.zeros_like(v) for v in z]
-    solve = _DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
-    r, previous = rhs.copy(), rhs  # x = 0, z = u = 0: b = rhs
-    for k in range(1, iterations + 1):
-        b = rhs
-        if k > 1:
-            for (sparsity, _), zj, uj in zip(parts, z, u):
-                b = sparsity.adjoint_rhs(b, zj - uj, rho)
-            r += b
-            r -= previous
-        previous = b
-        if solve is not None:
-            solve(x, r)
-        else:
-            _host_cg(operator, x, r, inner_iterations)
-        for (sparsity, threshold), zj, uj in zip(parts, z, u):
-            shrink_update(sparsity.forward(x), uj, zj, threshold, groups=sparsity.groups)
-        yield k, x
 
 
 def _host_cg(operator: Any, x: Any, r: Any, steps: int) -> None:
@@ -200,5 +191,7 @@ class _DeviceCg:
             self.direction(self.grid, self.block, (self.p, r, self.rr, self.done, self.n, self.counter))
 
 
+DeviceCg = _DeviceCg
 """Public name of the device CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""
+host_cg = _host_cg
 """Public name of the host CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""

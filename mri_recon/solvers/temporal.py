@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..backend import get_xp, is_gpu_array
 from ..errors import InvalidDataError
-from .admm import Callback, Sparsity, admm_steps, objective
+from .admm import Callback, DeviceCg, Sparsity, host_cg, objective
 from .cg import inner
+from .proximal import shrink_update
 
 __all__ = ["SOLVERS", "BatchedSeriesNormal", "SeriesNormal", "Term", "joint_admm", "joint_pdhg", "operator_norm",
            "series_objective", "time_difference", "time_difference_adjoint", "time_term"]
@@ -187,14 +188,31 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
     _check(iterations, terms)
     if not rho > 0 or not math.isfinite(rho):
         raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
+    xp = get_xp(rhs)
+    x = xp.zeros_like(rhs)
     if not inner(rhs, rhs).real > 0:
-        return get_xp(rhs).zeros_like(rhs), (1.0,)
+        return x, (1.0,)
     operator = normals.with_penalty(rho, _gram(terms)) if isinstance(normals, BatchedSeriesNormal) else \
         SeriesNormal(normals, rho, _gram(terms))
+    z = [xp.zeros(t.sparsity.shape, dtype=rhs.dtype) for t in terms]
+    u = [xp.zeros_like(v) for v in z]
     energy = data_energy if data_energy > 0 else 1.0
-    history = [1.0]
-    parts = [(term.sparsity, term.lam / (2.0 * rho)) for term in terms]
-    for k, x in admm_steps(operator, rhs, parts, rho, iterations, inner_iterations):
+    solve = DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
+    history, r, previous = [1.0], rhs.copy(), rhs
+    for k in range(1, iterations + 1):
+        b = rhs
+        if k > 1:
+            for term, zj, uj in zip(terms, z, u):
+                b = term.sparsity.adjoint_rhs(b, zj - uj, rho)
+            r += b
+            r -= previous
+        previous = b
+        if solve is not None:
+            solve(x, r)
+        else:
+            host_cg(operator, x, r, inner_iterations)
+        for term, zj, uj in zip(terms, z, u):
+            shrink_update(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho), groups=term.sparsity.groups)
         if k % check_every == 0 or k == iterations:
             history.append(series_objective(operator, x, rhs, data_energy, terms) / energy)
             if callback is not None:

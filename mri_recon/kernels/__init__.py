@@ -25,14 +25,14 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..backend import Device, cupy_module
+from ..backend import Device, cupy_module, resolve_device
 from ..errors import KernelError
-from . import bundle
-from .cupy_bundle import install as install_cupy_kernels
+from . import bundle, warmup
 from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source
 
 __all__ = ["BASE_OPTIONS", "CONSTANT_BYTES", "KERNEL_DIR", "compile_ptx", "get_kernel", "get_module", "header_files",
-           "include_options", "kernel_files", "options", "prefetch", "source", "symbol_bytes", "upload_constant"]
+           "include_options", "kernel_files", "options", "prefetch", "source", "start_warm_up", "symbol_bytes",
+           "upload_constant", "warm_up"]
 
 CONSTANT_BYTES = 65536  # size of the __constant__ bank every CUDA device has
 
@@ -98,9 +98,8 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
 
     A launcher that later asks for one of these modules (:func:`get_module`) waits for its build rather than
     starting a second one; with CuPy's disk cache warm, a prefetch only loads the binaries. Errors surface
-    where the module is used (or from the returned futures). The first prefetch of a process and device then
-    copies the precompiled CuPy kernels of the bundle into CuPy's kernel cache
-    (:mod:`mri_recon.kernels.cupy_bundle`), so that CuPy loads them instead of compiling."""
+    where the module is used (or from the returned futures). Then :func:`warm_up`: CuPy's own kernels are in
+    its cache before the first GPU work."""
     index = 0 if device is None else device.index
     futures = []
     for filename, defines in configs:
@@ -109,10 +108,30 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
             built = _BUILT.get(key)
         # built or being built: nothing to submit (a warm process pays no thread hand-off)
         futures.append(built if built is not None else _compile_pool().submit(_module, *key))
-    cupy = cupy_module()
-    if cupy is not None:  # CuPy's own kernels into its cache, once per process and device (kernels/cupy_bundle.py)
-        install_cupy_kernels(cupy, index)
+    warm_up(Device(index))
     return futures
+
+
+def start_warm_up(device: Device | str | int | None) -> None:
+    """Start compiling CuPy's own kernels for ``device`` (a name as ``resolve_device`` takes it) on worker
+    processes, unless its cache already holds them, and return at once (:mod:`mri_recon.kernels.warmup`).
+    Nothing for the CPU, or when no GPU is there."""
+    try:
+        resolved = resolve_device(device)
+    except Exception:  # noqa: BLE001 - the device is refused with its message where the work starts
+        return
+    cupy = cupy_module()
+    if resolved.is_gpu and cupy is not None:
+        warmup.start(cupy, resolved.index)
+
+
+def warm_up(device: Device) -> None:
+    """Once per process and GPU: CuPy's own kernels in its cache (compiled ahead on worker processes, or
+    waited for when :func:`start_warm_up` started them), so that CuPy loads them instead of compiling each on
+    first use (:mod:`mri_recon.kernels.warmup`)."""
+    cupy = cupy_module()
+    if device.is_gpu and cupy is not None:
+        warmup.ensure(cupy, device.index)
 
 
 def get_kernel(filename: str, name: str, defines: Mapping[str, Any] | None = None,

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..backend import Device, get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
+from ..kernels import warm_up
 from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
 from . import check_choices, coil_map_method, reader_record
@@ -160,6 +161,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     whiten = prewhiten and scan.noise is not None
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
     checks: list[tuple[Any, str]] = []
+    warm_up(device)  # before CuPy's first kernel: its own kernels compiled ahead (kernels.warmup)
     with device.use():
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device)

@@ -158,6 +158,30 @@ def test_pipe_mode_streams_frames_a_client_asks_for(series):
     assert len(reply.texts) == 1 and reply.texts[0].startswith(f"WARNING  {LEFT} readout(s)")
 
 
+def test_pipe_mode_takes_spokes_per_frame_on_its_command_line(series):
+    """``reconstruct - -o - --spokes-per-frame K``: the stream (no config asking for frames) comes back as
+    frames of K readouts, each equal to the reconstruction of its readouts alone."""
+    xml, acquisitions = read_scan(series)
+    buffer = io.BytesIO()
+    stream_scan(buffer, xml, acquisitions, [])
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
+                           "--no-cache", "-q", "--spokes-per-frame", str(K)], input=buffer.getvalue(),
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    reply = Reply()
+    receive(io.BytesIO(done.stdout), reply, {})
+    assert reply.closed and [im.repetition for im in reply.images] == list(range(FRAMES))
+    for record, want in zip(reply.images, _frame_references(series, K), strict=True):
+        assert image_of(record).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("extra", [["--temporal", "tv"], ["--frames", "2"], ["--temporal-lambda", "0.1"]])
+def test_pipe_mode_refuses_a_joint_time_series(extra):
+    result = CliRunner().invoke(main, ["reconstruct", "-", "-o", "-", "--spokes-per-frame", "4", *extra])
+    assert result.exit_code == 2 and "pipe mode streams frames" in result.output
+
+
 def test_interleaved_slices_are_cut_into_frames_of_their_own():
     from mri_recon.server.frames import FrameCutter
 

@@ -158,7 +158,7 @@ def send(scan: Path, host: str, port: int, output: Path | None, config: str | No
         raise click.ClickException(f"{len(reply.errors)} error(s) from the server (above)")
 
 
-PIPE_PARAMS = frozenset({"scans", "output", "format_", "device", "quiet", "verbose", "cache_dir",
+PIPE_PARAMS = frozenset({"scans", "output", "format_", "device", "quiet", "verbose", "cache_dir", "spokes_per_frame",
                          *(param_name(name) for name in CLIENT_FIELDS)})
 """reconstruct's parameters pipe mode reads: the client-settable settings and these."""
 
@@ -193,7 +193,8 @@ def run_pipe(ctx: click.Context) -> None:
         os.dup2(2, 1)
         try:
             with os.fdopen(stream_fd, "wb", closefd=False) as out, contextlib.redirect_stdout(sys.stderr):
-                session = Session(sys.stdin.buffer, MessageWriter(out), recon, configurator(settings), name="stdin")
+                configure = configurator(settings, ctx.params.get("spokes_per_frame"))
+                session = Session(sys.stdin.buffer, MessageWriter(out), recon, configure, name="stdin")
                 ending = session.run()
         finally:
             os.dup2(stream_fd, 1)

@@ -75,6 +75,12 @@ def reconstruct_options(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         params = click.get_current_context().params
+        if _streamed(kwargs):  # reconstruct - -o - --spokes-per-frame K: frames streamed by pipe mode (.serve)
+            for name in NAMES:
+                kwargs.pop(name, None)
+                if name != "spokes_per_frame":
+                    params.pop(name, None)
+            return func(*args, **kwargs)
         if is_temporal(kwargs):
             return _friendly(lambda: run_reconstruct(params, _echo(params)))
         if kwargs.get("frames") is not None or kwargs.get("temporal_lam") is not None:
@@ -100,6 +106,22 @@ def simulate_options(func: Callable) -> Callable:
         return _friendly(lambda: run_simulate(params, _echo(params)))
 
     return _add(wrapper, SIMULATE_OPTIONS)
+
+
+def _streamed(params: Mapping[str, Any]) -> bool:
+    """True for pipe mode with ``--spokes-per-frame`` alone of the time-series options: the stream's frames are
+    reconstructed one by one as they arrive, as ``serve --spokes-per-frame`` does (a joint ``--temporal tv``
+    needs the whole series, and is refused in pipe mode)."""
+    scans = params.get("scans") or ()
+    if not (len(scans) == 1 and str(scans[0]) == "-") or params.get("spokes_per_frame") is None:
+        return False
+    others = [f"--{name.replace('_', '-')}" for name in ("temporal_axis", "frames", "temporal_lam")
+              if params.get(name) is not None]
+    others += ["--temporal"] if params.get("temporal", "none") != "none" else []
+    if others:
+        raise click.UsageError(f"{', '.join(others)}: pipe mode streams frames one by one (--spokes-per-frame "
+                               f"alone); a joint time series needs the whole file: reconstruct FILE instead")
+    return True
 
 
 def is_temporal(params: Mapping[str, Any]) -> bool:

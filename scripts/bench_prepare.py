@@ -14,7 +14,7 @@ Reported per case (medians after one warm-up): ``whole`` (wall of the call, devi
 1 - (stages + prep on the device) / whole (the device preparation counted as GPU time, its host part
 included: a lower bound). The images of the two preparations are compared (relative L2) and against the
 ground truth (NRMSE). Also: the k-space upload through pinned chunks against one pageable copy.
-``--sweep`` adds the host share (same bounds) for matrices 64^2 to 512^2 and 64^3, 128^3 with 1 to 64 coils
+``--sweep`` adds the host share (same bounds) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils
 (random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table.
 Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
 """
@@ -124,8 +124,9 @@ def run(name: str, scan: Scan, repeats: int) -> dict:
 
 
 SWEEP = [((64, 64), 1), ((64, 64), 8), ((64, 64), 64), ((256, 256), 1), ((256, 256), 8), ((256, 256), 32),
-         ((256, 256), 64), ((512, 512), 8), ((512, 512), 64), ((64, 64, 64), 1), ((64, 64, 64), 8),
-         ((64, 64, 64), 32), ((128, 128, 128), 8)]
+         ((256, 256), 64), ((512, 512), 1), ((512, 512), 8), ((512, 512), 64), ((64, 64, 64), 1), ((64, 64, 64), 8),
+         ((64, 64, 64), 32), ((64, 64, 64), 64), ((128, 128, 128), 1), ((128, 128, 128), 8), ((128, 128, 128), 32),
+         ((256, 256, 256), 1), ((256, 256, 256), 8)]
 
 
 def synthetic(matrix: tuple[int, ...], coils: int, seed: int = 0) -> Scan:

@@ -8,19 +8,13 @@ hash, options, target and SHA-256. No GPU is needed. The output depends only on 
 the NVRTC version (no dates, no paths): two builds with one NVRTC write the same bytes. Entries of an existing
 bundle whose key and SHA-256 still match are kept without recompiling.
 
-CuPy's own kernels (``mri_recon/kernels/cupy_kernels.json``, the compile requests a reconstruction makes of
-CuPy) are built into ``DIR/cupy`` for each architecture of ``cupy_bundle.ARCHS`` by CuPy's own
-compile-with-cache function, as entries of CuPy's kernel cache (``sm_<arch>/<name>.cubin``, the name and bytes
-CuPy writes) listed in ``DIR/cupy/manifest.json`` (see ``mri_recon/kernels/cupy_bundle.py``).
-
-Usage: python scripts/build_kernels.py [--out DIR] [--jobs N] [--files fhd.cu,cg.cu] [--cupy-only | --no-cupy]
+Usage: python scripts/build_kernels.py [--out DIR] [--jobs N] [--files fhd.cu,cg.cu]
        python scripts/build_kernels.py --check [--out DIR]   (exit 1 when an entry is missing, stale or altered)
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import lzma
@@ -31,9 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mri_recon.kernels import KERNEL_DIR, cupy_kernels, registry, source
+from mri_recon.kernels import KERNEL_DIR, registry, source
 from mri_recon.kernels import bundle as kb
-from mri_recon.kernels import cupy_bundle as cb
 
 
 def nvrtc_module():
@@ -111,8 +104,6 @@ def build(out: Path, files: set[str] | None = None, jobs: int | None = None,
     manifest = {"format": kb.FORMAT, "nvrtc": nvrtc, "targets": list(targets),
                 "entries": sorted((entry for entry, _ in built), key=lambda e: e["key"])}
     (staging / kb.MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
-    if (out / "cupy").is_dir():  # CuPy's kernels (build_cupy) are kept
-        os.replace(out / "cupy", staging / "cupy")
     shutil.rmtree(out, ignore_errors=True)
     os.replace(staging, out)
     return manifest
@@ -135,120 +126,12 @@ def check(out: Path, files: set[str] | None = None) -> list[str]:
     return problems
 
 
-class _Captured(Exception):  # noqa: N818 - not an error: how the capture backend stops CuPy after compiling
-    def __init__(self, name: str, payload: bytes):
-        super().__init__(name)
-        self.name, self.payload = name, payload
-
-
-def _capture_backend():
-    """A CuPy kernel cache backend that never finds a kernel and, when CuPy saves one, raises
-    :class:`_Captured` with CuPy's file name and payload (so CuPy stops before loading it on a device)."""
-    from cupy.cuda._compiler_cache import KernelCacheBackend
-
-    class Capture(KernelCacheBackend):
-        def load(self, name):
-            return None
-
-        def save(self, name, cubin, source):
-            raise _Captured(name, bytes(cubin))
-
-    return Capture()
-
-
-def arch_options(arch: str) -> tuple[str, str]:
-    """CuPy's ``_get_arch_for_options_for_nvrtc(arch)`` as CuPy 14 computes it, without its per-device memo
-    (which asks the driver for the current device)."""
-    from cupy.cuda import compiler
-
-    if not compiler._use_ptx and int(arch) <= int(compiler._get_max_compute_capability()):
-        return f"-arch=sm_{arch}", "cubin"
-    return f"-arch=compute_{arch}", "ptx"
-
-
-@contextlib.contextmanager
-def cupy_without_device():
-    """CuPy's compiler set up to compile for an explicit architecture with no GPU: the capture backend, and
-    :func:`arch_options` for CuPy's choice of ``-arch``."""
-    from cupy.cuda import compiler
-
-    real_backend, real_arch = compiler._kernel_cache_backend, compiler._get_arch_for_options_for_nvrtc
-    compiler._set_kernel_cache_backend(_capture_backend())
-    compiler._get_arch_for_options_for_nvrtc = arch_options
-    try:
-        yield compiler
-    finally:
-        compiler._set_kernel_cache_backend(real_backend)
-        compiler._get_arch_for_options_for_nvrtc = real_arch
-
-
-def compile_cupy(compiler, assemble, request: dict, arch: str) -> tuple[str, bytes, str]:
-    """``(CuPy's file name, the file's bytes, preprocess header)`` of one recorded request for ``arch``, from
-    CuPy's ``_compile_with_cache_cuda`` itself."""
-    options = tuple(assemble(tuple(request["options"])))
-    names = tuple(request["name_expressions"]) if request.get("name_expressions") else None
-    try:
-        compiler._compile_with_cache_cuda(source=request["source"], options=options, arch=arch,
-                                          extra_source=request.get("extra_source"),
-                                          backend=request.get("backend") or "nvrtc",
-                                          enable_cooperative_groups=bool(request.get("enable_cooperative_groups")),
-                                          name_expressions=names, jitify=bool(request.get("jitify")))
-    except _Captured as captured:
-        payload = compiler._hash_hexdigest(captured.payload).encode("ascii") + captured.payload  # CuPy's file
-        name, base = cb.cupy_name(compiler, request, cb.cupy_options(assemble, request), arch)
-        if name != captured.name:  # the installer would look for another name than CuPy does
-            raise SystemExit(f"CuPy named a kernel {captured.name}, cupy_bundle.cupy_name says {name}") from None
-        return name, payload, base
-    raise RuntimeError("CuPy returned without saving a kernel")
-
-
-def build_cupy(out: Path, record: Path = cupy_kernels.RECORD_FILE, archs: tuple[str, ...] = cb.ARCHS,
-               indices: list[int] | None = None, jobs: int | None = None) -> dict:
-    """Write CuPy's cache entries of the recorded requests (``indices`` of them, default all) for ``archs`` to
-    ``out`` (atomically: a sibling folder, then renamed); return the manifest."""
-    import cupy
-    from cupy._core.core import assemble_cupy_compiler_options as assemble
-
-    version, requests = cupy_kernels.recorded(record)
-
-    if not requests or version != cupy.__version__:
-        raise SystemExit(f"{record}: no record of CuPy {cupy.__version__} (it is of {version or 'nothing'})")
-    chosen = [(i, arch) for i in (range(len(requests)) if indices is None else indices) for arch in archs]
-    root = cb.cupy_include_root()
-    with cupy_without_device() as compiler, ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        built = list(pool.map(lambda item: compile_cupy(compiler, assemble, requests[item[0]], item[1]), chosen))
-        entries, bases = [], {}
-        for (index, arch), (name, data, base) in zip(chosen, built):
-            request = requests[index]
-            if bases.setdefault(arch, cb.sha256(base)) != cb.sha256(base):
-                raise SystemExit(f"NVRTC reported different builds for different options (sm_{arch})")
-            entries.append({"request": index, "arch": arch, "name": name, "file": f"sm_{arch}/{name}",
-                            "sha256": cb.sha256(data), "bytes": len(data), "source_sha256": cb.source_sha256(request),
-                            "options": cb.template(cb.cupy_options(assemble, request), root),
-                            "target": list(compiler._get_arch_for_options_for_nvrtc(arch))})
-        manifest = {"format": cb.FORMAT, "cupy": cupy.__version__, "nvrtc": cb.nvrtc_version(compiler),
-                    "cupy_cache_key": compiler._get_cupy_cache_key(), "nvrtc_build": bases, "archs": list(archs),
-                    "entries": sorted(entries, key=lambda e: e["file"])}
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for entry, (_, data, _) in zip(entries, built):
-        (staging / entry["file"]).parent.mkdir(parents=True, exist_ok=True)
-        (staging / entry["file"]).write_bytes(data)
-    (staging / cb.MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
-    return manifest
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=kb.BUNDLE_DIR)
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--files", default=None, help="comma-separated kernel files (default: all)")
     parser.add_argument("--check", action="store_true", help="verify an existing bundle instead of building")
-    parser.add_argument("--cupy-only", action="store_true", help="build only CuPy's kernels (DIR/cupy)")
-    parser.add_argument("--no-cupy", action="store_true", help="do not build CuPy's kernels")
     args = parser.parse_args()
     files = set(args.files.split(",")) if args.files else None
     if args.check:
@@ -258,18 +141,11 @@ def main() -> int:
         print(f"{args.out}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
         return 1 if problems else 0
     start = time.perf_counter()
-    if not args.cupy_only:
-        manifest = build(args.out, files, args.jobs)
-        packed = sum((args.out / e["binary"]).stat().st_size for e in manifest["entries"])
-        raw = sum(e["bytes"] for e in manifest["entries"])
-        print(f"{len(manifest['entries'])} binaries (NVRTC {manifest['nvrtc']}) in {args.out}: "
-              f"{packed / 1e6:.1f} MB compressed, {raw / 1e6:.1f} MB raw, {time.perf_counter() - start:.0f} s")
-    if not args.no_cupy:
-        start = time.perf_counter()
-        manifest = build_cupy(args.out / "cupy", jobs=args.jobs)
-        print(f"{len(manifest['entries'])} CuPy kernels (CuPy {manifest['cupy']}, NVRTC {manifest['nvrtc']}) in "
-              f"{args.out / 'cupy'}: {sum(e['bytes'] for e in manifest['entries']) / 1e6:.1f} MB, "
-              f"{time.perf_counter() - start:.0f} s")
+    manifest = build(args.out, files, args.jobs)
+    packed = sum((args.out / e["binary"]).stat().st_size for e in manifest["entries"])
+    raw = sum(e["bytes"] for e in manifest["entries"])
+    print(f"{len(manifest['entries'])} binaries (NVRTC {manifest['nvrtc']}) in {args.out}: "
+          f"{packed / 1e6:.1f} MB compressed, {raw / 1e6:.1f} MB raw, {time.perf_counter() - start:.0f} s")
     return 0
 
 

@@ -1,19 +1,23 @@
-"""The first GPU reconstruction in a fresh environment, with and without the precompiled kernels, against a warm one.
+"""The first GPU reconstruction in a fresh environment, with and without the warm-up and the bundle, against a warm one.
 
-Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process. "cold_bundle": CuPy's
-kernel cache and mri-recon's PSF cache are empty folders (what a fresh ``pip install`` has), mri-recon's
-modules come from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md) and CuPy's own kernels
-from the bundle's CuPy part (``bundle/cupy``, copied into the empty CuPy cache by ``kernels.prefetch``);
-"cold_bundle_only": the same with ``MRI_RECON_CUPY_BUNDLE=0`` (CuPy compiles its own kernels on first use);
-"cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the data go
-up, CuPy's kernels on first use); "warm": the bundle run's folders again, now
-filled (median of ``--repeats`` runs); "after doctor" (``--doctor``): empty folders, ``mri-recon doctor`` once,
-then one reconstruction. The kernels each cold run compiled are counted from
-CuPy's cache folder (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source beside its binary: mri-recon's own
-kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise and reduction kernels; a kernel
-installed from the bundle has no source beside it, so it is counted as a binary, not as compiled), and the seconds
-each run spent compiling (or loading from CuPy's cache) are summed by kind (``compile_time``). Without
-``--scan`` the issue's 2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
+Each run is ``python -m mri_recon.cli reconstruct SCAN -o OUT -q`` in its own process, with CuPy's kernel cache
+and mri-recon's PSF cache empty folders (what a fresh ``pip install`` has). "cold": the defaults, mri-recon's
+modules from the precompiled bundle (``scripts/build_kernels.py``; docs/kernels.md) and CuPy's own kernels
+compiled ahead on worker processes by the warm-up (``kernels.warmup``, from ``kernels/cupy_kernels.json``);
+"cold_no_warmup": the same with ``MRI_RECON_WARMUP=0`` (CuPy compiles its own kernels on first use, one after
+the other); "cold_nvrtc": with ``MRI_RECON_PRECOMPILED=0`` (every module compiled by NVRTC, on threads while the
+data go up; the warm-up on); "warm": the "cold" run's folders again, now filled (median of ``--repeats`` runs);
+"after doctor" (``--doctor``): empty folders, ``mri-recon doctor`` once, then one reconstruction.
+
+The kernels in each cold run's CuPy cache are counted (``CUPY_CACHE_SAVE_CUDA_SOURCE=1`` keeps each source
+beside its binary: mri-recon's own kernels carry the ``mri_recon_`` prefix, the rest are CuPy's elementwise,
+reduction and CUB kernels; with the warm-up most of those were compiled by its workers, and ``warmup_marked``
+says whether it finished). Each run's main process also counts, by kind, the seconds spent in CuPy's
+compile-or-load-from-cache call (``compile_time``: ``*_compile_s``, ``*_compile_calls``) and the kernels it
+compiled itself (``*_compiled_here``, CuPy's cache saves). With the warm-up, CuPy's kernels are compiled by the
+worker processes, so the main process's "cupy" seconds are load time from the cache; the wait for the workers
+(``warmup.ensure``, before the first kernel) is not in them, only in the run's total. Without ``--scan`` the issue's
+2D problem is simulated first: 256^2, 8 coils, 512 spokes of 512 samples.
 
 Usage: python scripts/cold_start.py OUT.json [--scan SCAN.h5] [--method auto|exact|nufft ...] [--repeats N]
        [--doctor]
@@ -37,7 +41,7 @@ TIMED_CLI = r"""
 import atexit, json, os, sys, threading, time
 from cupy.cuda import compiler
 real, lock = compiler._compile_with_cache_cuda, threading.Lock()
-spent = {"mri_recon": [0.0, 0], "cupy": [0.0, 0]}
+spent = {"mri_recon": [0.0, 0, 0], "cupy": [0.0, 0, 0]}
 def timed(source, *args, **kwargs):
     start = time.perf_counter()
     try:
@@ -48,13 +52,20 @@ def timed(source, *args, **kwargs):
             entry[0] += time.perf_counter() - start
             entry[1] += 1
 compiler._compile_with_cache_cuda = timed
+backend, real_save = compiler._kernel_cache_backend, compiler._kernel_cache_backend.save
+def saved(name, cubin, source):
+    with lock:
+        spent["mri_recon" if "mri_recon_" in source else "cupy"][2] += 1
+    return real_save(name, cubin, source)
+backend.save = saved
 atexit.register(lambda: open(os.environ["COLD_START_TIMES"], "w").write(json.dumps(spent)))
 sys.argv[0] = "mri-recon"
 from mri_recon.cli import main
 main()
 """
 """``mri-recon`` with the seconds spent in CuPy's compile-or-load-from-cache call counted (summed over threads:
-mri-recon's modules build on several at once; CuPy's own kernels one after the other on the main thread)."""
+mri-recon's modules build on several at once; CuPy's own kernels one after the other on the main thread), and
+the kernels this process compiled (CuPy's cache saves; the warm-up's workers are other processes)."""
 
 
 def run_cli(args: list[str], env: dict[str, str], times: dict | None = None) -> float:
@@ -70,45 +81,46 @@ def run_cli(args: list[str], env: dict[str, str], times: dict | None = None) -> 
         spent = json.loads(record.read_text())
         times.update({f"{kind}_compile_s": round(value[0], 3) for kind, value in spent.items()})
         times.update({f"{kind}_compile_calls": value[1] for kind, value in spent.items()})
+        times.update({f"{kind}_compiled_here": value[2] for kind, value in spent.items()})
     return seconds
 
 
 def count_kernels(cache_dir: Path) -> dict:
+    """The kernels whose source CuPy kept in ``cache_dir`` (compiled by any process: the warm-up's workers too),
+    mri-recon's and CuPy's, and the binaries there."""
     ours, others = [], []
     for source in cache_dir.rglob("*.cu"):
         text = source.read_text(errors="replace")
         names = re.findall(r"__global__\s+void\s+(\w+)", text)
         (ours if "mri_recon_" in text else others).append(names[0] if names else source.name)
     return {"mri_recon_modules": len(ours), "cupy_kernels": len(others), "cupy_names": sorted(others),
-            "binaries": sum(1 for p in cache_dir.rglob("*") if p.is_file() and p.suffix != ".cu")}
+            "binaries": sum(1 for p in cache_dir.rglob("*.cubin") if p.is_file()),
+            "warmup_marked": any(cache_dir.glob("mri-recon-warmup-*"))}
 
 
 def measure(scan: str, method: str, repeats: int, doctor: bool, work: Path) -> dict:
-    def env_for(tag: str, precompiled: str = "1", cupy_bundle: str = "1") -> tuple[dict[str, str], Path]:
+    def env_for(tag: str, **switches: str) -> tuple[dict[str, str], Path]:
         folder = work / f"{method}-{tag}"
         env = dict(os.environ, CUPY_CACHE_DIR=str(folder / "cupy"), MRI_RECON_CACHE_DIR=str(folder / "psf"),
-                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED=precompiled,
-                   MRI_RECON_CUPY_BUNDLE=cupy_bundle)
+                   CUPY_CACHE_SAVE_CUDA_SOURCE="1", MRI_RECON_PRECOMPILED="1", MRI_RECON_WARMUP="1")
         folder.mkdir(parents=True, exist_ok=True)
-        return env, folder
+        return {**env, **switches}, folder
 
     args = ["reconstruct", scan, "--method", method, "-q", "-o"]
-    env_nvrtc, folder_nvrtc = env_for("nvrtc", "0")
-    times = {"cold_nvrtc": {}, "cold_bundle_only": {}, "cold_bundle": {}, "warm": {}}
-    cold_nvrtc = run_cli([*args, str(folder_nvrtc / "cold.h5")], env_nvrtc, times["cold_nvrtc"])
-    env_only, folder_only = env_for("bundle-only", "1", "0")
-    cold_only = run_cli([*args, str(folder_only / "cold.h5")], env_only, times["cold_bundle_only"])
-    env, folder = env_for("bundle")
-    cold = run_cli([*args, str(folder / "cold.h5")], env, times["cold_bundle"])
-    kernels = count_kernels(folder / "cupy")
-    warm = [run_cli([*args, str(folder / f"warm{i}.h5")], env, times["warm"]) for i in range(repeats)]
+    runs = {"cold_nvrtc": {"MRI_RECON_PRECOMPILED": "0"}, "cold_no_warmup": {"MRI_RECON_WARMUP": "0"}, "cold": {}}
+    times: dict[str, dict] = {tag: {} for tag in (*runs, "warm")}
+    seconds, folders, envs = {}, {}, {}
+    for tag, switches in runs.items():
+        envs[tag], folders[tag] = env_for(tag, **switches)
+        seconds[tag] = run_cli([*args, str(folders[tag] / "cold.h5")], envs[tag], times[tag])
+    warm = [run_cli([*args, str(folders["cold"] / f"warm{i}.h5")], envs["cold"], times["warm"])
+            for i in range(repeats)]
     median = statistics.median(warm)
-    result = {"method": method, "cold_bundle_s": cold, "cold_bundle_only_s": cold_only, "cold_nvrtc_s": cold_nvrtc,
-              "warm_median_s": median, "warm_s": warm, "cold_bundle_minus_warm_s": cold - median,
-              "cold_bundle_only_minus_warm_s": cold_only - median, "cold_nvrtc_minus_warm_s": cold_nvrtc - median,
-              "compile_time": times, "compiled_bundle": kernels,
-              "compiled_bundle_only": count_kernels(folder_only / "cupy"),
-              "compiled_nvrtc": count_kernels(folder_nvrtc / "cupy")}
+    result = {"method": method, **{f"{tag}_s": value for tag, value in seconds.items()}, "warm_median_s": median,
+              "warm_s": warm, **{f"{tag}_minus_warm_s": value - median for tag, value in seconds.items()},
+              "compile_time": times, "compile_time_note": "with the warm-up on, cupy_compile_s is load time only "
+              "(the workers compile; cupy_compiled_here counts what the main process compiled)",
+              **{f"compiled_{tag}": count_kernels(folder / "cupy") for tag, folder in folders.items()}}
     if doctor:
         env, folder = env_for("doctor")
         result["doctor_s"] = run_cli(["doctor"], env)
@@ -139,18 +151,16 @@ def bundle_info(cupy) -> dict:
 
 
 def cupy_record(cupy) -> dict:
-    """The recorded CuPy kernel requests (kernels/cupy_kernels.json) and the bundle's CuPy part: how many, for
-    which CuPy and NVRTC, and how many entries of the architecture CuPy compiles for on this device."""
+    """The recorded CuPy kernel requests the warm-up compiles (kernels/cupy_kernels.json): how many, for which
+    CuPy, the architecture CuPy compiles for on this device and the warm-up's worker processes."""
     from cupy.cuda import compiler
 
-    from mri_recon.kernels import cupy_bundle, cupy_kernels
+    from mri_recon.kernels import cupy_kernels, warmup
 
     version, requests = cupy_kernels.recorded()
-    manifest = cupy_bundle.read_manifest(cupy_bundle.CUPY_DIR) or {}
-    arch = str(compiler._get_arch())
-    return {"requests": len(requests), "cupy": version, "bundle_cupy": manifest.get("cupy"),
-            "bundle_nvrtc": manifest.get("nvrtc"), "this_nvrtc": cupy_bundle.nvrtc_version(compiler),
-            "arch": arch, "bundle_entries_for_arch": sum(e.get("arch") == arch for e in manifest.get("entries", []))}
+    return {"requests": len(requests), "cupy": version, "this_cupy": cupy.__version__,
+            "nvrtc": ".".join(map(str, compiler._get_nvrtc_version())), "arch": str(compiler._get_arch()),
+            "warmup_workers": warmup.workers(len(requests))}
 
 
 def simulate(work: Path) -> str:

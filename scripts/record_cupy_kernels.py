@@ -4,8 +4,8 @@ Runs ``mri-recon reconstruct`` in this process on simulated scans (the 2D proble
 256^2 with 8 coils and 512 x 512 radial samples, with each method; a 1-coil 2D scan; a 64^3 kooshball with 8
 coils) while every compile request made of CuPy is recorded (:func:`mri_recon.kernels.cupy_kernels.recording`),
 then writes them in the order of first use with the CuPy version (the record is used only with that version).
-Rerun after a CuPy upgrade or a change to what the pipeline computes with CuPy, then rebuild the bundle's CuPy
-part (``python scripts/build_kernels.py --cupy-only``); see docs/kernels.md.
+Rerun after a CuPy upgrade or a change to what the pipeline computes with CuPy (the warm-up,
+:mod:`mri_recon.kernels.warmup`, compiles what it lists); see docs/kernels.md.
 
 Usage: python scripts/record_cupy_kernels.py [--out PATH]
 """
@@ -35,7 +35,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["CUPY_CACHE_DIR"] = str(Path(tmp) / "cupy")  # a fresh cache: every request reaches NVRTC
         os.environ["MRI_RECON_CACHE_DIR"] = str(Path(tmp) / "psf")
-        os.environ["MRI_RECON_CUPY_BUNDLE"] = "0"  # nothing installed from an older bundle: CuPy builds each
+        os.environ["MRI_RECON_WARMUP"] = "0"  # nothing compiled ahead from an older record: CuPy builds each
         import cupy
         from cupy._core.core import assemble_cupy_compiler_options
         from cupy.cuda import compiler

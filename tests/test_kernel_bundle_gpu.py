@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,34 +138,46 @@ def test_a_reconstruction_loads_its_modules_from_the_bundle(device_bundle, monke
     assert relative(images["1"], images["0"]) < 1e-5
 
 
-def test_installed_cupy_kernels_are_not_compiled_again(tmp_path):
-    """CuPy's kernels built into a bundle for this device, a reconstruction in a fresh process with an empty
-    CUPY_CACHE_DIR: the bundle's entries are installed and NVRTC compiles none of the recorded kernels (counted
-    as scripts/cold_start.py counts: CUPY_CACHE_SAVE_CUDA_SOURCE keeps the source of each kernel CuPy compiles)."""
-    from mri_recon.kernels import cupy_bundle as cb
+COUNT_SAVES = """import atexit, json, sys
+from cupy.cuda import compiler
+backend, real_save, compiled = compiler._kernel_cache_backend, compiler._kernel_cache_backend.save, []
+def save(name, cubin, source):
+    if "mri_recon_" not in source:
+        compiled.append(name)
+    return real_save(name, cubin, source)
+backend.save = save
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(compiled)))
+from mri_recon.cli import main
+main(sys.argv[2:])
+"""
+"""``mri-recon ARGS`` writing to ``sys.argv[1]`` the CuPy kernels this process compiled (its cache saves)."""
+
+
+def test_warm_up_compiles_cupy_kernels_before_first_use(tmp_path):
+    """A reconstruction in a fresh process with an empty CUPY_CACHE_DIR: the warm-up's workers compile every
+    recorded kernel (counted as scripts/cold_start.py counts: CUPY_CACHE_SAVE_CUDA_SOURCE keeps the source of
+    each kernel compiled), mark the cache, and the main process compiles none of CuPy's kernels itself."""
     from mri_recon.kernels import cupy_kernels as ck
+    from mri_recon.kernels import warmup
 
     cupy = cupy_module()
     version, requests = ck.recorded()
-    arch = str(cupy.cuda.compiler._get_arch())
-    if version != cupy.__version__ or arch not in cb.ARCHS:
-        pytest.skip(f"the record is of CuPy {version} / no bundle for sm_{arch}")
-    manifest = _script().build_cupy(tmp_path / "cupy", archs=(arch,))
-    cold_start = load_script("cold_start")
-    cache, scan = tmp_path / "cache", tmp_path / "scan.h5"
+    if version != cupy.__version__ or not requests:
+        pytest.skip(f"the record is of CuPy {version or 'nothing'}, this is {cupy.__version__}")
+    if warmup.workers(len(requests)) == 0:
+        pytest.skip("one CPU: no warm-up")
+    cache, scan, compiled = tmp_path / "cache", tmp_path / "scan.h5", tmp_path / "compiled.json"
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache), CUPY_CACHE_SAVE_CUDA_SOURCE="1",
                MRI_RECON_CACHE_DIR=str(tmp_path / "psf"), PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
                    "PYTHONPATH", "")]))
-    for name in ("MRI_RECON_PRECOMPILED", cb.ENV_SWITCH, "CUPY_CACHE_IN_MEMORY"):
+    for name in ("MRI_RECON_PRECOMPILED", warmup.ENV_SWITCH, "CUPY_CACHE_IN_MEMORY", "CUPY_CUDA_COMPILE_WITH_DEBUG"):
         env.pop(name, None)
     subprocess.run([sys.executable, "-m", "mri_recon.cli", "simulate", str(scan), "--matrix", "64", "--coils", "1",
-                    "-q"], env=env, check=True, timeout=300)
-    code = ("import sys\nfrom pathlib import Path\nimport mri_recon.kernels.cupy_bundle as cb\n"
-            "cb.CUPY_DIR = Path(sys.argv[1])\nfrom mri_recon.cli import main\nmain(sys.argv[2:])\n")
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "cupy"), "reconstruct", str(scan), "--device", "gpu",
+                    "-q"], env=dict(env, CUPY_CACHE_DIR=str(tmp_path / "simulate")), check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", COUNT_SAVES, str(compiled), "reconstruct", str(scan), "--device", "gpu",
                     "--method", "auto", "-q", "-o", str(tmp_path / "out.h5")], env=env, check=True, timeout=300)
-    installed = {p.name for p in cache.iterdir()} & {e["name"] for e in manifest["entries"]}
-    counted = cold_start.count_kernels(cache)
-    assert len(installed) == len(requests), f"{len(installed)} of {len(requests)} installed"
-    # the record covers this scan (record_cupy_kernels.py reconstructs it): CuPy compiles nothing of its own
-    assert counted["cupy_kernels"] == 0, counted["cupy_names"]
+    assert len(list(cache.glob("mri-recon-warmup-*"))) == 1, sorted(p.name for p in cache.iterdir())
+    counted = load_script("cold_start").count_kernels(cache)
+    assert counted["cupy_kernels"] == len(requests), counted["cupy_names"]  # all by the workers, nothing more
+    # the record covers this scan (record_cupy_kernels.py reconstructs it): the main process compiles none itself
+    assert json.loads(compiled.read_text()) == []

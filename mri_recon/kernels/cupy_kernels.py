@@ -5,10 +5,10 @@ CUB passes) on first use. CuPy generates their sources at run time, but with one
 on every machine, so ``cupy_kernels.json`` (beside this module, written on a GPU by
 ``scripts/record_cupy_kernels.py``) lists them: the source, the options before CuPy adds its include folders
 and the other arguments of CuPy's compile call, in the order the reconstruction first needed them.
-``scripts/build_kernels.py`` compiles each into the bundle as an entry of CuPy's kernel cache, and
-:mod:`mri_recon.kernels.cupy_bundle` installs those entries into CuPy's cache before the first GPU work.
-(Replaying the requests in-process on threads, before the bundle held them, made a cold start slower: about 50
-NVRTC compiles contending for the CPU, 12.0 s against 8.5 s on the H200.)
+:mod:`mri_recon.kernels.warmup` hands them to worker processes (:mod:`mri_recon.kernels.ahead`) that compile
+them into CuPy's own cache before the first GPU work of a process. (Replaying the requests in-process on
+threads made a cold start slower: about 50 NVRTC compiles contending for the CPU, 12.0 s against 8.5 s on the
+H200; NVRTC speeds up on processes, not on threads.)
 This uses CuPy's private ``cupy.cuda.compiler._compile_module_with_cache`` (to record) and
 ``cupy._core.core.assemble_cupy_compiler_options``.
 """

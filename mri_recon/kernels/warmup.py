@@ -85,11 +85,20 @@ class Warmup:
         self.arch, self.target, self.mark, self.lock = arch, target, mark, lock
         self.jobs, self.started = workers(count), time.perf_counter()
         script, record = Path(ahead.__file__), str(cupy_kernels.RECORD_FILE)
+        self.procs: list[subprocess.Popen] = []
         # dealt round-robin in the record's order (the order of first use), so the first needed come first
-        self.procs = [subprocess.Popen([sys.executable, "-c", RUN_SCRIPT, str(script), arch, str(target), record,
-                                        *map(str, range(start, count, self.jobs))],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                      for start in range(self.jobs)]
+        try:
+            for start in range(self.jobs):
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-c", RUN_SCRIPT, str(script), arch, str(target), record,
+                     *map(str, range(start, count, self.jobs))],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        except BaseException:  # the lock is not left held by a warm-up that never runs (a later wait would hang)
+            for proc in self.procs:
+                proc.kill()
+                proc.communicate()
+            lock.close()
+            raise
 
     def finish(self) -> bool:
         """Wait for the workers (killed past :data:`TIMEOUT_S`), write the mark when all succeeded, release the
@@ -138,7 +147,8 @@ class FolderLock:
 
 
 _RUNNING: dict[tuple[str, str], Warmup] = {}
-_SETTLED: set[tuple[str, str]] = set()
+_SETTLED: dict[tuple[str, str], bool] = {}
+"""What :func:`ensure` found for each ``(cache folder, arch)`` of this process: True when the cache was warm."""
 
 
 def where(cupy, device_index: int):
@@ -166,7 +176,7 @@ def begin(cupy, device_index: int, wait: bool) -> tuple[tuple[str, str] | None, 
     key = (str(target), arch)
     if key in _SETTLED or key in _RUNNING or mark.exists():  # a warm cache: one stat, the record is not read
         return key, _RUNNING.get(key)
-    version, requests = cupy_kernels.recorded()
+    version, requests = cupy_kernels.recorded(cupy_kernels.RECORD_FILE)
     if version != cupy.__version__ or not requests:
         log.debug("no warm-up: the CuPy kernel record is of CuPy %s, this is %s", version or "nothing",
                   cupy.__version__)
@@ -202,10 +212,12 @@ def ensure(cupy, device_index: int) -> bool:
             if key is None:
                 return False
             if key in _SETTLED:
-                return True
-            ok = running.finish() if running is not None else True
+                return _SETTLED[key]
+            # no worker of this process: the cache is warm, or another process warmed it (begin waited for its
+            # lock), or it is left to first use (one CPU, a failed warm-up elsewhere while this one waited)
+            ok = running.finish() if running is not None else where(cupy, device_index)[3].exists()
             _RUNNING.pop(key, None)
-            _SETTLED.add(key)
+            _SETTLED[key] = ok
             return ok
     except Exception as exc:  # noqa: BLE001 - a failed warm-up costs nothing: CuPy compiles on first use
         log.debug("CuPy's kernels not compiled ahead: %s", exc)

@@ -13,7 +13,7 @@ Reported per case (medians after one warm-up): ``whole`` (wall of the call, devi
 1 - stages / whole (the device preparation counted as host time: an upper bound) and ``host_share_low`` =
 1 - (stages + prep on the device) / whole (the device preparation counted as GPU time, its host part
 included: a lower bound). The images of the two preparations are compared (relative L2) and against the
-ground truth (NRMSE). Also: the k-space upload through pinned chunks against one pageable copy.
+ground truth (NRMSE). Also: the k-space upload by ``prep.upload.upload_columns`` against a plain ``cupy.asarray``.
 ``--sweep`` adds the host share (same bounds) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils
 (random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table.
 Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
@@ -101,7 +101,7 @@ def case(scan: Scan, dev, choices: dict, repeats: int, sync) -> dict:
 def uploads(scan: Scan, dev, repeats: int, sync) -> dict:
     pageable, _ = median_of(lambda: to_device(scan.kspace, dev), repeats, sync)
     pinned, _ = median_of(lambda: upload.upload_columns(scan.kspace, dev), repeats, sync)
-    return {"bytes": int(scan.kspace.nbytes), "pageable_s": pageable, "pinned_chunked_s": pinned}
+    return {"bytes": int(scan.kspace.nbytes), "pageable_s": pageable, "upload_columns_s": pinned}
 
 
 def run(name: str, scan: Scan, repeats: int) -> dict:

@@ -90,10 +90,20 @@ def section(results: dict, name: str, fn, brief) -> None:
     print(f"  [{name}] {brief(results[name])} ({results[name]['wall_s']} s)", flush=True)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: this one's, with the checkout first on ``PYTHONPATH`` (the rest of
+    it kept: packages installed there, as on the GPU machine) and ``extra``."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+            **extra}
+
+
 def child_rss(code: str, *args: str, root) -> tuple[int, str]:
     """Run ``code`` in a fresh interpreter with ``root`` on its path; its max RSS in bytes and its stdout
     (RuntimeError when it fails)."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = child_env()
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, env=env, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -115,10 +125,9 @@ def write_report(report: dict, path=None) -> None:
 def start_server(log, device: str, *extra: str, timeout: float = 60.0):
     """``mri-recon serve --port 0 --device DEVICE EXTRA...`` in its own process logging to ``log`` (a
     ``pathlib.Path``): the process and the port it logged it listens on."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(log, "wb") as stream:
         server = subprocess.Popen([sys.executable, "-m", "mri_recon", "serve", "--port", "0", "--device", device,
-                                   *extra], stderr=stream, env={**os.environ, "PYTHONPATH": root})
+                                   *extra], stderr=stream, env=child_env())
     deadline = time.time() + timeout
     while time.time() < deadline and server.poll() is None:
         found = re.search(r"listening on [^\s]+:(\d+)", log.read_text())

@@ -14,7 +14,6 @@ RSS) on stdout, or to ``--json``.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchtools import start_server, write_report  # noqa: E402
+from benchtools import child_env, start_server, write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.server.client import send_scan  # noqa: E402
@@ -58,7 +57,7 @@ def reference(path: Path, device: str) -> list[bytes]:
 
     out = path.with_suffix(".ref.mrd.h5")
     subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", str(path), "-o", str(out), "--device", device,
-                    "-q"], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                    "-q"], check=True, env=child_env())
     with ismrmrd.Dataset(str(out), "dataset", create_if_needed=False, mode="r") as dataset:
         return [dataset.read_image("image_0", i).data.tobytes() for i in range(dataset.number_of_images("image_0"))]
 

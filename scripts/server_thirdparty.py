@@ -18,7 +18,6 @@ carries the length of the attribute string after it (``ismrmrd``'s serializer se
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchtools import start_server, write_report  # noqa: E402
+from benchtools import child_env, start_server, write_report  # noqa: E402
 
 from mri_recon.io.ismrmrd_write import write_ismrmrd  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
@@ -97,7 +96,7 @@ def main() -> None:
                                                           snr=30.0, seed=s)) for s in range(args.slices)])
         ref = tmp / "ref.mrd.h5"
         subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", str(scan), "-o", str(ref), "--device",
-                        args.device, "-q"], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                        args.device, "-q"], check=True, env=child_env())
         server, port = start_server(tmp / "server.log", args.device)
         try:
             started = time.perf_counter()

@@ -42,6 +42,10 @@ def series(tmp_path_factory):
     return path
 
 
+def _child_env(root):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+
+
 def _frame_references(path, k):
     """``mri_recon.reconstruct`` of each frame of k readouts as a scan of its own (complex64 images)."""
     (_, scan), = load_scans(path)
@@ -148,7 +152,7 @@ def test_pipe_mode_streams_frames_a_client_asks_for(series):
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
                            "--no-cache", "-q"], input=buffer.getvalue(),
-                          capture_output=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+                          capture_output=True, env=_child_env(root), timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     reply = Reply()
     receive(io.BytesIO(done.stdout), reply, {})
@@ -167,7 +171,7 @@ def test_pipe_mode_takes_spokes_per_frame_on_its_command_line(series):
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
                            "--no-cache", "-q", "--spokes-per-frame", str(K)], input=buffer.getvalue(),
-                          capture_output=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+                          capture_output=True, env=_child_env(root), timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     reply = Reply()
     receive(io.BytesIO(done.stdout), reply, {})

@@ -9,8 +9,8 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   eigenvalues, Cholesky factor and inverse (``(C, K)`` noise to ``(C, C)``: microseconds, and the same bits
   as the host path) and the whitened noise itself (small, kept for the prepared scan); Pipe-Menon weights
   (:func:`~mri_recon.prep.dcf.pipe_menon`: a convex hull and FINUFFT at eps 1e-4, which the GPU NUFFT would
-  not reproduce to float32 rounding); the copy of each chunk into pinned memory.
-- device: the k-space and coil maps whitened chunk by chunk as they arrive (:mod:`mri_recon.prep.upload`),
+  not reproduce to float32 rounding).
+- device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
   the ramp weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed
   (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.

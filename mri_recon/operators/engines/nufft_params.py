@@ -80,8 +80,14 @@ def fine_size(n: int, width: int, sigma: float = SIGMA) -> int:
 
 def fourier_coefficients(n: int, fine: int, width: int, beta: float, nodes: int | None = None) -> np.ndarray:
     """Psi at the modes of an axis: ``Psi(l) = (w/2) int_{-1}^{1} phi(z) cos(pi l w z / fine) dz`` for
-    l = j - floor(n/2), j = 0 .. n-1 (float64, length n), by Gauss-Legendre quadrature in theta = arcsin z."""
-    q = nodes or (3 * width + 12)
+    l = j - floor(n/2), j = 0 .. n-1 (float64, length n, read-only), by Gauss-Legendre quadrature in
+    theta = arcsin z. Kept per arguments: every plan of one image size needs the same (the quadrature costs
+    about a millisecond of host time per axis)."""
+    return _coefficients(int(n), int(fine), int(width), float(beta), int(nodes or (3 * width + 12)))
+
+
+@functools.lru_cache(maxsize=64)
+def _coefficients(n: int, fine: int, width: int, beta: float, q: int) -> np.ndarray:
     # z = sin(theta) on [0, pi/2] removes the square-root singularity of phi at z = 1, so the rule
     # converges exponentially (FINUFFT integrates in z directly; the difference is ~1e-8 at w = 4)
     t, wts = np.polynomial.legendre.leggauss(q)
@@ -90,7 +96,9 @@ def fourier_coefficients(n: int, fine: int, width: int, beta: float, nodes: int 
     wts = wts * (np.pi / 4) * np.cos(theta)
     modes = np.arange(n) - n // 2
     phase = np.cos(np.pi * width / fine * np.outer(modes, x))
-    return width * (phase @ (wts * es_kernel(x, beta)))
+    psi = width * (phase @ (wts * es_kernel(x, beta)))
+    psi.flags.writeable = False
+    return psi
 
 
 @dataclass(frozen=True)

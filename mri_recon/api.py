@@ -23,7 +23,7 @@ from .backend import Device
 from .errors import InvalidDataError
 from .io import load_scans
 from .io.writers import write_result
-from .kernels import start_warm_up
+from .kernels import prefetch, start_warm_up
 from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
@@ -34,6 +34,7 @@ from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
 from .settings import API_FIELDS, FIELDS, ReconSettings, refuse_unknown
+from .stages import run_kernels
 
 if TYPE_CHECKING:
     from .io.cache import PsfCache
@@ -80,8 +81,11 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
     settings = with_keywords(settings, keywords, "prepare_and_reconstruct")
     # the memory of the whole run, preparation included, is checked before anything is prepared
-    dev = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps,
-                        device=settings.device, method=settings.method, iterations=settings.iterations)[0]
+    dev, engine, memory = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf,
+                                        coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
+                                        iterations=settings.iterations)
+    if dev.is_gpu:  # the run's CUDA modules build on threads while CuPy's own are compiled ahead (kernels.warmup)
+        prefetch(run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
     prepare = functools.partial(prepare_on_device, device=dev) if dev.is_gpu else prepare_scan
     ready, record = prepare(scan, **settings.prepare_keywords())

@@ -109,8 +109,9 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     at relative residual ``tol``; ``filter_sigma``: Gaussian post-filter (voxels); ``device``: ``"auto" |
     "cpu" | "gpu" | "gpu:N"``; ``method``: ``"auto" | "exact" | "nufft"`` (the engine used is
     ``parameters["method"]``); ``progress``: a callback ``(stage, iteration, total, residual)`` or True;
-    ``psf``: this trajectory's PSF from :func:`mri_recon.psf`, or ``psf_cache`` (:mod:`mri_recon.io.cache`;
-    on a GPU also the memo of :mod:`mri_recon.operators.memo`); ``estimate_maps`` (``"walsh" | "espirit"``)
+    ``psf``: this trajectory's PSF from :func:`mri_recon.psf`, or ``psf_cache`` (:mod:`mri_recon.io.cache`);
+    on a GPU the last trajectory's plan and spectrum are kept between calls (:mod:`mri_recon.operators.memo`,
+    ``MRI_RECON_MEMO_MAX=0`` turns it off); ``estimate_maps`` (``"walsh" | "espirit"``)
     and ``maps_basis``: the preparation's coil-map stage (:class:`mri_recon.prep.maps_stage.CoilMapEstimate`);
     ``field_map_correction`` (``"auto" | "exact" | "segmented"``) and ``segments`` with a field map
     (:mod:`mri_recon.operators.offres.setup`). :class:`mri_recon.stages.Options` states each setting in full.

@@ -1,9 +1,10 @@
 """Record the CuPy kernels GPU reconstructions compile into ``mri_recon/kernels/cupy_kernels.json`` (needs a GPU).
 
 Runs ``mri-recon reconstruct`` in this process on simulated scans (the 2D problem of the cold-start benchmark,
-256^2 with 8 coils and 512 x 512 radial samples, with each method; a 1-coil 2D scan; a 64^3 kooshball with 8
-coils) while every compile request made of CuPy is recorded (:func:`mri_recon.kernels.cupy_kernels.recording`),
-then writes them in the order of first use with the CuPy version (the record is used only with that version).
+256^2 with 8 coils and 512 x 512 radial samples, with each method, ramp weights and Walsh maps; a 1-coil 2D
+scan; a 64^3 kooshball with 8 coils) while every compile request made of CuPy is recorded
+(:func:`mri_recon.kernels.cupy_kernels.recording`), then writes them in the order of first use with the CuPy
+version (the record is used only with that version).
 Rerun after a CuPy upgrade or a change to what the pipeline computes with CuPy (the warm-up,
 :mod:`mri_recon.kernels.warmup`, compiles what it lists); see docs/kernels.md.
 
@@ -19,10 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-SCANS = (  # (name, simulate options, methods)
-    ("radial_256", ["--matrix", "256", "--coils", "8", "--spokes", "512", "--samples", "512"], ("auto", "exact")),
-    ("radial_64_1coil", ["--matrix", "64", "--coils", "1"], ("auto",)),
-    ("kooshball_64", ["--matrix", "64", "--coils", "8", "--trajectory", "kooshball"], ("auto",)),
+SCANS = (  # (name, simulate options, the reconstructions' options)
+    ("radial_256", ["--matrix", "256", "--coils", "8", "--spokes", "512", "--samples", "512"],
+     (["--method", "auto"], ["--method", "exact"], ["--dcf", "ramp"], ["--coil-maps", "walsh"])),
+    ("radial_64_1coil", ["--matrix", "64", "--coils", "1"], (["--method", "auto"],)),
+    ("kooshball_64", ["--matrix", "64", "--coils", "8", "--trajectory", "kooshball"], (["--method", "auto"],)),
 )
 
 
@@ -43,12 +45,12 @@ def main() -> int:
         from mri_recon.cli import main as cli
 
         with cupy_kernels.recording(compiler, assemble_cupy_compiler_options) as requests:
-            for name, options, methods in SCANS:
+            for name, options, runs in SCANS:
                 scan = str(Path(tmp) / f"{name}.h5")
                 cli(["simulate", scan, *options, "-q"], standalone_mode=False)
-                for method in methods:
-                    cli(["reconstruct", scan, "--device", "gpu", "--method", method, "-q",
-                         "-o", str(Path(tmp) / f"{name}_{method}_out.h5")], standalone_mode=False)
+                for index, extra in enumerate(runs):
+                    cli(["reconstruct", scan, "--device", "gpu", *extra, "-q",
+                         "-o", str(Path(tmp) / f"{name}_{index}_out.h5")], standalone_mode=False)
                 print(f"{name}: {len(requests)} CuPy kernel(s) recorded so far", file=sys.stderr)
     record = {"format": cupy_kernels.FORMAT, "cupy": cupy.__version__, "requests": requests}
     args.out.write_text(json.dumps(record, indent=0, sort_keys=True) + "\n")

@@ -5,7 +5,8 @@ to a server started as its own process with ``--spokes-per-frame S``, the spokes
 fast as the socket takes them). The server cuts the stream into frames of S consecutive spokes and
 reconstructs each as soon as its S-th spoke arrives; the latency is measured by the client (a frame's last
 spoke sent to its image received) and read from the server's log (last spoke received to image sent). The
-first frame is reported apart (it builds the engine's plans). JSON on stdout (or ``--json``).
+first frame is reported apart. ``--warmup N`` (default 1) streams the scan N times first, untimed and unpaced,
+so that the timed stream finds the server's kernels compiled and its plans made. JSON on stdout (or ``--json``).
 
     python scripts/server_frames.py --matrix 128 --coils 8 --spokes 21 --frames 20 --device gpu
 """
@@ -79,6 +80,9 @@ def main() -> None:
     parser.add_argument("--tr-ms", type=float, default=0.0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed streams of the same scan first, unpaced (the server's first builds its plans "
+                             "and compiles its kernels)")
     parser.add_argument("serve_options", nargs="*", help="Options for serve after --, e.g. -- --iterations 10")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,14 +94,18 @@ def main() -> None:
         server, port = start_server(tmp / "server.log", args.device, "--spokes-per-frame", str(args.spokes),
                                     *args.serve_options)
         try:
+            for _ in range(args.warmup):
+                stream_paced(port, xml, acquisitions, 0.0, args.spokes)
             reply = stream_paced(port, xml, acquisitions, args.tr_ms / 1e3, args.spokes)
         finally:
             server.terminate()
             server.wait(60)
         logged = [float(m) for m in re.findall(r"sent ([\d.]+) ms after its last acquisition",
                                                (tmp / "server.log").read_text())]
+        logged = logged[len(logged) - len(reply.images):] if reply.images else []  # the timed stream's frames
     report = {"matrix": args.matrix, "coils": args.coils, "spokes_per_frame": args.spokes, "frames": args.frames,
-              "tr_ms": args.tr_ms, "device": args.device, "serve_options": args.serve_options,
+              "tr_ms": args.tr_ms, "warmup_streams": args.warmup, "device": args.device,
+              "serve_options": args.serve_options,
               "images": len(reply.images), "repetitions": [int(im.repetition) for im in reply.images],
               "errors": reply.errors,
               "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged)}

@@ -151,8 +151,11 @@ def test_gpu_engines_reconstruct_the_same_image(scan):
 
 
 @pytest.mark.gpu
-def test_gpu_nufft_does_not_use_the_psf_cache(scan, tmp_path):
+def test_gpu_nufft_does_not_use_the_psf_cache(scan, tmp_path, monkeypatch):
     from mri_recon.io.cache import PsfCache
+    from mri_recon.operators.memo import LIMIT_VARIABLE
+
+    monkeypatch.setenv(LIMIT_VARIABLE, "0")  # the disk cache alone (the memo would serve the earlier tests' scan)
 
     cache = PsfCache(tmp_path)
     result = reconstruct(scan, iterations=3, device="gpu", method="nufft", progress=False, psf_cache=cache)

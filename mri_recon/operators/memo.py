@@ -8,8 +8,11 @@ them costs as much as the 30 CG iterations of a 2D scan. :class:`SpectrumMemo` k
 trajectory and weights it was made for (device arrays), the encoding and the spectrum. A new scan is a hit
 only when its engine and matrix are the same and its trajectory and (scaled) weights are *bit-identical* to the
 entry's, compared on the device (one boolean read back), so a hit can never serve another trajectory's
-spectrum. An entry larger than :func:`memo_limit` bytes is not kept. The pipeline consults the memo when the
-caller passes a PSF cache (:class:`mri_recon.io.cache.PsfCache`), the disk tier of the same idea.
+spectrum. An entry larger than :func:`memo_limit` bytes is not kept. The pipeline consults the memo in every
+GPU reconstruction that is not given a PSF (a loop of ``mri_recon.reconstruct`` calls over the slices or
+repetitions of one trajectory plans once, as the one-shot functions below do); the result says ``psf:
+"memory"`` when it was served. The PSF cache (:class:`mri_recon.io.cache.PsfCache`) is the disk tier of the
+same idea.
 
 :class:`PlanCache` (one per device, :func:`plan_cache`) holds the same kind of thing for the public functions:
 up to :func:`plan_entries` plans (an encoding, or a PSF plan), least recently used first out, within

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .finish import combine, download, post_filter, result
 from .options import Options
-from .state import SOLVER_KERNELS, State, gpu_lock, held, plan, upload
+from .state import SOLVER_KERNELS, State, gpu_lock, held, plan, run_kernels, upload
 from .work import coil_maps, encoding, normal_operator, right_hand_side, scale_maps, solve
 
 __all__ = ["SOLVER_KERNELS", "Options", "State", "coil_maps", "combine", "download", "encoding", "gpu_lock", "held",
-           "normal_operator", "plan", "post_filter", "result", "right_hand_side", "scale_maps", "solve", "upload"]
+           "normal_operator", "plan", "post_filter", "result", "right_hand_side", "run_kernels", "scale_maps", "solve",
+           "upload"]

@@ -105,6 +105,12 @@ def _scaled_weights(scan: Scan) -> tuple[np.ndarray, float]:
     return (scan.weights.astype(np.float64) / weight_scale).astype(np.float32), weight_scale
 
 
+def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict]]:
+    """The CUDA modules a reconstruction with ``engine`` builds (off-resonance correction aside): the engine's
+    for ``ndim`` axes and ``coil_batch`` coils at a time, and the solver's."""
+    return [*engine.kernel_configs(ndim, coil_batch), *SOLVER_KERNELS]
+
+
 def plan(scan: Scan, options: Options, planner: Planner) -> State:
     """Plan: the device, the engine, the memory (``planner``: refuse or batch coils), the off-resonance
     correction; start building this run's CUDA modules on threads."""
@@ -120,7 +126,7 @@ def plan(scan: Scan, options: Options, planner: Planner) -> State:
     log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
              list(scan.matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
-        prefetch([*engine.kernel_configs(len(scan.matrix), budget.coil_batch), *SOLVER_KERNELS,
+        prefetch([*run_kernels(engine, len(scan.matrix), budget.coil_batch),
                   *(offres.kernel_configs(sense) if offres is not None else ())], dev)
     clock = Clock(dev, progress_callback(options.progress), options.iterations)
     return State(scan, sense, combine, weights, weight_scale, weight_sum, dev, engine, budget, offres, clock)

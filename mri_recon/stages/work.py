@@ -64,8 +64,7 @@ def encoding(options: Options, state: State) -> None:
     one of the engine, with off-resonance when the scan has a field map; start the PSF cache lookup on a host
     thread (hashing and reading release the GIL) when the engine's PSF is worth caching."""
     scan, dev, offres = state.scan, state.device, state.offres
-    use_memo = (options.psf_cache is not None and options.psf is None and dev.is_gpu and not offres
-                and state.engine.memo)
+    use_memo = options.psf is None and dev.is_gpu and not offres and state.engine.memo
     state.memo = spectrum_memo(dev) if use_memo else None
     state.kept = state.memo.lookup(state.engine.key, scan.matrix, state.trajectory, state.w) if use_memo else None
     plain = (state.engine(state.trajectory, scan.matrix, scan.n_coils) if state.kept is None

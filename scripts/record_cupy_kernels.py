@@ -52,7 +52,7 @@ def main() -> int:
                     cli(["reconstruct", scan, "--device", "gpu", *extra, "-q",
                          "-o", str(Path(tmp) / f"{name}_{index}_out.h5")], standalone_mode=False)
                 print(f"{name}: {len(requests)} CuPy kernel(s) recorded so far", file=sys.stderr)
-    record = {"format": cupy_kernels.FORMAT, "cupy": cupy.__version__, "requests": requests}
+    record = cupy_kernels.pack(cupy.__version__, requests)
     args.out.write_text(json.dumps(record, indent=0, sort_keys=True) + "\n")
     print(f"wrote {len(requests)} requests (CuPy {cupy.__version__}) to {args.out}")
     return 0

@@ -69,14 +69,15 @@ def test_ahead_writes_one_entry_per_request_and_finds_them_again(compiled):
 def test_ahead_reports_a_request_that_does_not_compile(record, tmp_path):
     broken = tmp_path / "record.json"
     request = dict(record[1][0], source=record[1][0]["source"] + "\nthis is not C++;\n")
-    broken.write_text(json.dumps({"format": cupy_kernels.FORMAT, "cupy": record[0], "requests": [request]}))
+    broken.write_text(json.dumps(cupy_kernels.pack(record[0], [request])))
     done = _ahead(tmp_path / "cache", broken, 0)
     assert done.returncode == 1 and "did not compile ahead" in done.stderr
     assert not list((tmp_path / "cache").glob("*.cubin"))
 
 
 LOOKUP = """
-import json, sys
+import sys
+from mri_recon.kernels.ahead import read_record
 from cupy._core.core import assemble_cupy_compiler_options as assemble
 from cupy.cuda import compiler
 from cupy.cuda._compiler_cache import DiskKernelCacheBackend
@@ -94,7 +95,7 @@ class Lookup(DiskKernelCacheBackend):  # CuPy's own disk backend on CUPY_CACHE_D
         raise SystemExit(f"CuPy compiled {name}: not found in the cache")
 
 arch, record, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
-request = json.loads(open(record).read())["requests"][index]
+request = read_record(record)[1][index]
 compiler._set_kernel_cache_backend(Lookup())
 compiler._get_arch_for_options_for_nvrtc = lambda arch=arch: (
     (f"-arch=sm_{arch}", "cubin") if not compiler._use_ptx else (f"-arch=compute_{arch}", "ptx"))
@@ -129,7 +130,7 @@ def folder(record, tmp_path, monkeypatch):
     settled in this process; returns the folder, the mark path and the stand-in CuPy."""
     target, mark = tmp_path / "cache", tmp_path / "cache" / "mri-recon-warmup-test"
     small = tmp_path / "record.json"
-    small.write_text(json.dumps({"format": cupy_kernels.FORMAT, "cupy": record[0], "requests": [record[1][2]]}))
+    small.write_text(json.dumps(cupy_kernels.pack(record[0], [record[1][2]])))
     monkeypatch.setattr(cupy_kernels, "RECORD_FILE", small)
     monkeypatch.setattr(warmup, "where", lambda cupy, index: (None, target, ARCH, mark))
     monkeypatch.setattr(warmup, "_SETTLED", {})

@@ -14,6 +14,49 @@ from __future__ import annotations
 import json
 import sys
 
+FORMAT = 2
+"""The record's format: ``{"format", "cupy", "texts", "requests"}``, each request's ``source`` and
+``extra_source`` an index into ``texts`` (or None): the generated sources share long headers, kept once."""
+TEXTS = ("source", "extra_source")
+
+
+def pack(cupy_version: str, requests: list[dict]) -> dict:
+    """The record of ``requests`` (full texts) for CuPy ``cupy_version``: each distinct text stored once."""
+    texts: list[str] = []
+    index: dict[str, int] = {}
+    packed = []
+    for request in requests:
+        entry = dict(request)
+        for name in TEXTS:
+            text = request.get(name)
+            if text is not None:
+                entry[name] = index.setdefault(text, len(texts))
+                if entry[name] == len(texts):
+                    texts.append(text)
+        packed.append(entry)
+    return {"format": FORMAT, "cupy": cupy_version, "texts": texts, "requests": packed}
+
+
+def unpack(data: dict) -> tuple[str, list[dict]]:
+    """``(cupy_version, requests)`` with their full texts, from a record :func:`pack` made (ValueError when
+    it is not one)."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("texts"), list):
+        raise ValueError(f"not a CuPy kernel record of format {FORMAT}")
+    texts, requests = data["texts"], []
+    for entry in data["requests"]:
+        request = dict(entry)
+        for name in TEXTS:
+            if request.get(name) is not None:
+                request[name] = texts[int(request[name])]
+        requests.append(request)
+    return str(data["cupy"]), requests
+
+
+def read_record(path: str) -> tuple[str, list[dict]]:
+    """:func:`unpack` of the record file at ``path``."""
+    with open(path, encoding="utf-8") as stream:
+        return unpack(json.load(stream))
+
 
 class Stored(Exception):  # noqa: N818 - not an error: how CuPy is stopped once an entry is in its cache
     pass
@@ -68,7 +111,7 @@ def main(argv: list[str]) -> int:
     from cupy._core.core import assemble_cupy_compiler_options as assemble
     from cupy.cuda import compiler
 
-    requests = json.loads(open(record, encoding="utf-8").read())["requests"]
+    requests = read_record(record)[1]
     compiler._set_kernel_cache_backend(backend_for(cache_dir))
     compiler._get_arch_for_options_for_nvrtc = lambda arch=arch: arch_options(compiler, arch)
     done = [compile_request(compiler, assemble, requests[i], arch) for i in indices]

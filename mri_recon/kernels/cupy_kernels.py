@@ -22,12 +22,12 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from .ahead import FORMAT, pack, read_record
 from .sources import KERNEL_DIR
 
 log = logging.getLogger(__name__)
 
 RECORD_FILE = KERNEL_DIR / "cupy_kernels.json"
-FORMAT = 1
 ARGUMENTS = ("extra_source", "backend", "enable_cooperative_groups", "name_expressions", "jitify")
 """Arguments of CuPy's compile call kept with each request (``arch`` is the device's, ``log_stream`` none)."""
 
@@ -85,12 +85,13 @@ def recording(compiler, assemble) -> Iterator[list[dict]]:
 def recorded(path: Path = RECORD_FILE) -> tuple[str, tuple[dict, ...]]:
     """``(cupy_version, requests)`` of the record file; ``("", ())`` when there is none or it is unreadable."""
     try:
-        data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"not a record of format {FORMAT}")
-        return str(data["cupy"]), tuple(dict(r) for r in data["requests"])
+        version, requests = read_record(str(path))
+        return version, tuple(requests)
     except FileNotFoundError:
         return "", ()
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         log.debug("CuPy kernel record %s not used: %s", path, exc)
         return "", ()
+
+
+__all__ = ["FORMAT", "RECORD_FILE", "pack", "recorded", "recording", "user_options"]

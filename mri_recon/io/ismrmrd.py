@@ -247,8 +247,14 @@ def _noise(src: str, records: np.ndarray, rows: np.ndarray, coils: int) -> np.nd
 
 def _scans(path: str | os.PathLike, traj_units: str, space: str, dataset: str | None,
            chosen: dict[str, int | None], allow_external: bool) -> list[tuple[dict, Scan]]:
-    src = str(path)
     header, records, dataset = _read(path, dataset, allow_external)
+    return scans_of(str(path), header, records, dataset, traj_units, space, chosen)
+
+
+def scans_of(src: str, header: Any, records: np.ndarray, dataset: str, traj_units: str, space: str,
+             chosen: dict[str, int | None]) -> list[tuple[dict, Scan]]:
+    """The chosen images of ``records`` (ISMRMRD acquisition records, ``acquisition_dtype``) with the parsed
+    ``header``, as ``(key, Scan)`` pairs (:func:`load_ismrmrd_all`; ``src`` names them in messages)."""
     acq = _records(src, records)
     geometry = encoding_space(src, header, acq["ref"], space)
     extra: dict[str, Any] = {}  # Cartesian, or stack of stars with its partitions in kspace_encode_step_2

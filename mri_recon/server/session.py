@@ -203,7 +203,7 @@ class Session:
                      frame: int | None = None) -> None:
         """Reconstruct these acquisitions (with the noise) as a file of them alone and send the images;
         ``frame``: their repetition index."""
-        try:  # no socket in here: an OSError is the spool file's (a full disk, ...)
+        try:  # no socket in here: an OSError is the reconstruction's (a PSF cache on a full disk, ...)
             scans = self.recon.load(self.header, self.noise + acquisitions, self.settings)
             if frame is not None:
                 scans = [({**key, "repetition": frame}, frame_scan(scan, frame, len(acquisitions)))

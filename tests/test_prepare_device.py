@@ -243,6 +243,19 @@ def test_gpu_preparation_matches_the_host_one(choices):
     _compare(ready, record, ref, ref_record, 1e-5)
 
 
+def _rounding_spread(ready: Scan, record: dict, device: str) -> float:
+    """How far the image moves when the prepared k-space moves by float32 rounding (a relative 2^-24 per
+    sample): the agreement two preparations equal to float32 rounding can reach. Walsh maps of this noisy
+    scan amplify it about 2400 times (1.4e-4 on the CPU), the other choices keep it near 5e-7."""
+    rng = np.random.default_rng(3)
+    noise = rng.standard_normal(ready.kspace.shape) + 1j * rng.standard_normal(ready.kspace.shape)
+    moved = ready.replace(kspace=(ready.kspace * (1 + 2.0**-24 * noise)).astype(np.complex64))
+    images = [pipeline.reconstruct(r, device=device, method="nufft", iterations=8,
+                                   estimate_maps=record["estimate_maps"], maps_basis=record["maps_basis"]).image
+              for r in (ready, moved)]
+    return relative(images[1], images[0])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("choices", CHOICES[:4], ids=IDS[:4])
 def test_gpu_images_match_cpu_and_host_preparation(choices):
@@ -253,8 +266,9 @@ def test_gpu_images_match_cpu_and_host_preparation(choices):
     host_prep = pipeline.reconstruct(host_ready, device="gpu", method="nufft", iterations=8,
                                      estimate_maps=host_record["estimate_maps"], maps_basis=host_record["maps_basis"])
     cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=8, **choices)[2]
-    assert relative(gpu[2].image, host_prep.image) <= 1e-5
-    assert relative(gpu[2].image, cpu.image) <= 1e-4  # GPU vs CPU NUFFT engines, eps 1e-6 each
+    spread = _rounding_spread(host_ready, host_record, "cpu")
+    assert relative(gpu[2].image, host_prep.image) <= max(1e-5, 10 * spread)
+    assert relative(gpu[2].image, cpu.image) <= max(1e-4, 10 * spread)  # GPU vs CPU NUFFT engines, eps 1e-6
 
 
 @pytest.mark.gpu

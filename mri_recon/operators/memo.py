@@ -44,6 +44,15 @@ LIMIT_VARIABLE = "MRI_RECON_MEMO_MAX"
 """Environment variable that sets the limit in bytes (0 turns the memo off)."""
 
 
+def _switched_off() -> bool:
+    """``$MRI_RECON_MEMO_MAX`` is 0 (read without asking the device for its memory)."""
+    value = os.environ.get(LIMIT_VARIABLE, "").strip()
+    try:
+        return bool(value) and int(value) <= 0
+    except ValueError:
+        return False
+
+
 def memo_limit(device: Device) -> int:
     """Most bytes one entry may hold on ``device``: ``$MRI_RECON_MEMO_MAX`` or :data:`LIMIT_SHARE` of its
     memory."""
@@ -95,7 +104,10 @@ class SpectrumMemo:
 
     def lookup(self, engine: str, matrix: tuple[int, ...], trajectory: Any, weights: Any
                ) -> tuple[Encoding, Any] | None:
-        """``(encoding, spectrum)`` of the entry when it was made for exactly these inputs, else None."""
+        """``(encoding, spectrum)`` of the entry when it was made for exactly these inputs, else None (always
+        None when :data:`LIMIT_VARIABLE` turns the memo off, whatever an earlier call kept)."""
+        if _switched_off():
+            return None
         with self._lock:
             entry = self._entry
         if (entry is None or entry.engine != engine or entry.matrix != tuple(matrix)

@@ -145,13 +145,15 @@ def test_serve_refuses_a_bad_spokes_per_frame():
     assert result.exit_code == 2 and "--spokes-per-frame" in result.output
 
 
-def test_pipe_mode_streams_frames_a_client_asks_for(series):
+def _piped_frames(series, configs, *options):
+    """``reconstruct - -o - OPTIONS`` of the series streamed with ``configs``: the reply, its frames checked
+    against each frame's reconstruction alone."""
     xml, acquisitions = read_scan(series)
     buffer = io.BytesIO()
-    stream_scan(buffer, xml, acquisitions, config_messages(settings=f'{{"spokes_per_frame": {K}}}'))
+    stream_scan(buffer, xml, acquisitions, configs)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
-                           "--no-cache", "-q"], input=buffer.getvalue(),
+                           "--no-cache", "-q", *options], input=buffer.getvalue(),
                           capture_output=True, env=_child_env(root), timeout=300)
     assert done.returncode == 0, done.stderr.decode()
     reply = Reply()
@@ -159,25 +161,18 @@ def test_pipe_mode_streams_frames_a_client_asks_for(series):
     assert reply.closed and [im.repetition for im in reply.images] == list(range(FRAMES))
     for record, want in zip(reply.images, _frame_references(series, K), strict=True):
         assert image_of(record).tobytes() == want.tobytes()
+    return reply
+
+
+def test_pipe_mode_streams_frames_a_client_asks_for(series):
+    reply = _piped_frames(series, config_messages(settings=f'{{"spokes_per_frame": {K}}}'))
     assert len(reply.texts) == 1 and reply.texts[0].startswith(f"WARNING  {LEFT} readout(s)")
 
 
 def test_pipe_mode_takes_spokes_per_frame_on_its_command_line(series):
     """``reconstruct - -o - --spokes-per-frame K``: the stream (no config asking for frames) comes back as
     frames of K readouts, each equal to the reconstruction of its readouts alone."""
-    xml, acquisitions = read_scan(series)
-    buffer = io.BytesIO()
-    stream_scan(buffer, xml, acquisitions, [])
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "mri_recon", "reconstruct", "-", "-o", "-", "--device", "cpu",
-                           "--no-cache", "-q", "--spokes-per-frame", str(K)], input=buffer.getvalue(),
-                          capture_output=True, env=_child_env(root), timeout=300)
-    assert done.returncode == 0, done.stderr.decode()
-    reply = Reply()
-    receive(io.BytesIO(done.stdout), reply, {})
-    assert reply.closed and [im.repetition for im in reply.images] == list(range(FRAMES))
-    for record, want in zip(reply.images, _frame_references(series, K), strict=True):
-        assert image_of(record).tobytes() == want.tobytes()
+    _piped_frames(series, [], "--spokes-per-frame", str(K))
 
 
 @pytest.mark.parametrize("extra", [["--temporal", "tv"], ["--frames", "2"], ["--temporal-lambda", "0.1"]])

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 
@@ -217,3 +218,29 @@ def test_the_folder_lock_keeps_a_second_process_out(folder, started, monkeypatch
     held.close()
     warmup.start(cupy, 0)  # released: this process starts its own
     assert len(started) == 1 and warmup.ensure(cupy, 0) is True and mark.exists()
+
+
+def test_the_lock_is_released_when_the_workers_end_without_ensure(folder, started, monkeypatch, tmp_path):
+    """A process that started the warm-up and never reaches its GPU work (a failed read) holds the folder's lock
+    only while its workers run: another process gets it then, and finds the mark."""
+    target, mark, cupy = folder
+    _worker(monkeypatch, tmp_path, "import time\ntime.sleep(0.5)\n")
+    warmup.start(cupy, 0)
+    assert len(started) == 1
+    other = warmup.FolderLock(target)  # another process's view of the lock
+    begun = time.monotonic()
+    assert other.acquire(wait=True) and time.monotonic() - begun < 10
+    other.close()
+    assert mark.exists()
+
+
+def test_a_wait_for_another_process_is_bounded(folder, monkeypatch):
+    target, _, _ = folder
+    held = warmup.FolderLock(target)
+    assert held.acquire(wait=False)
+    monkeypatch.setattr(warmup, "TIMEOUT_S", 0.3)
+    waiting = warmup.FolderLock(target)
+    begun = time.monotonic()
+    assert waiting.acquire(wait=True) is False and 0.25 <= time.monotonic() - begun < 5
+    waiting.close()
+    held.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.errors import SchemaError
+from mri_recon.errors import InvalidDataError, SchemaError
 from mri_recon.io import load_scans
 from mri_recon.io.ismrmrd_write import write_ismrmrd
 from mri_recon.io.mrd_stream import load_stream
@@ -71,3 +71,10 @@ def test_each_caller_gets_its_own_header(stream):
     _, xml, _ = stream
     first, second = stream_header(xml), stream_header(xml)
     assert first is not second and first == second
+
+
+def test_a_dataset_name_is_refused_for_a_stream(stream):
+    _, xml, acquisitions = stream
+    assert len(load_stream(xml, acquisitions, dataset="dataset")) == 3
+    with pytest.raises(InvalidDataError, match="a stream has none"):
+        load_stream(xml, acquisitions, dataset="other")

@@ -175,10 +175,16 @@ def test_pipe_mode_takes_spokes_per_frame_on_its_command_line(series):
     _piped_frames(series, [], "--spokes-per-frame", str(K))
 
 
-@pytest.mark.parametrize("extra", [["--temporal", "tv"], ["--frames", "2"], ["--temporal-lambda", "0.1"]])
-def test_pipe_mode_refuses_a_joint_time_series(extra):
-    result = CliRunner().invoke(main, ["reconstruct", "-", "-o", "-", "--spokes-per-frame", "4", *extra])
+@pytest.mark.parametrize("extra", [["--temporal", "tv"], ["--frames", "2"], ["--temporal-lambda", "0.1"],
+                                   ["--temporal-axis", "phase"], ["--temporal-solver", "pdhg"]])
+@pytest.mark.parametrize("spokes", [["--spokes-per-frame", "4"], []])
+def test_pipe_mode_refuses_a_joint_time_series(extra, spokes):
+    result = CliRunner().invoke(main, ["reconstruct", "-", "-o", "-", *spokes, *extra])
     assert result.exit_code == 2 and "pipe mode streams frames" in result.output
+
+
+def test_pipe_mode_takes_the_options_that_change_nothing(series):
+    _piped_frames(series, [], "--spokes-per-frame", str(K), "--temporal", "none", "--temporal-solver", "admm")
 
 
 def test_interleaved_slices_are_cut_into_frames_of_their_own():

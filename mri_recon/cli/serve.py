@@ -159,6 +159,7 @@ def send(scan: Path, host: str, port: int, output: Path | None, config: str | No
 
 
 PIPE_PARAMS = frozenset({"scans", "output", "format_", "device", "quiet", "verbose", "cache_dir", "spokes_per_frame",
+                         "temporal", "temporal_solver",
                          *(param_name(name) for name in CLIENT_FIELDS)})
 """reconstruct's parameters pipe mode reads: the client-settable settings and these."""
 

@@ -75,7 +75,7 @@ def reconstruct_options(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         params = click.get_current_context().params
-        if _streamed(kwargs):  # reconstruct - -o - --spokes-per-frame K: frames streamed by pipe mode (.serve)
+        if _streamed(kwargs):  # reconstruct - -o - [--spokes-per-frame K]: pipe mode (.serve)
             for name in NAMES:
                 kwargs.pop(name, None)
                 if name != "spokes_per_frame":
@@ -109,15 +109,16 @@ def simulate_options(func: Callable) -> Callable:
 
 
 def _streamed(params: Mapping[str, Any]) -> bool:
-    """True for pipe mode with ``--spokes-per-frame`` alone of the time-series options: the stream's frames are
-    reconstructed one by one as they arrive, as ``serve --spokes-per-frame`` does (a joint ``--temporal tv``
-    needs the whole series, and is refused in pipe mode)."""
+    """True for pipe mode (``reconstruct -``), which streams frames one by one with ``--spokes-per-frame`` as
+    ``serve --spokes-per-frame`` does; the joint time-series options need the whole file and are refused there
+    (``--temporal none`` and the default ``--temporal-solver`` change nothing and pass)."""
     scans = params.get("scans") or ()
-    if not (len(scans) == 1 and str(scans[0]) == "-") or params.get("spokes_per_frame") is None:
+    if not (len(scans) == 1 and str(scans[0]) == "-"):
         return False
     others = [f"--{name.replace('_', '-')}" for name in ("temporal_axis", "frames", "temporal_lam")
               if params.get(name) is not None]
     others += ["--temporal"] if params.get("temporal", "none") != "none" else []
+    others += ["--temporal-solver"] if params.get("temporal_solver", "admm") != "admm" else []
     if others:
         raise click.UsageError(f"{', '.join(others)}: pipe mode streams frames one by one (--spokes-per-frame "
                                f"alone); a joint time series needs the whole file: reconstruct FILE instead")

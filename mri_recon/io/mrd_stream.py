@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SchemaError, printable
+from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
 from .ismrmrd import DIMENSIONS, _ismrmrd, scans_of
 from .ismrmrd_encoding import one_line
@@ -48,12 +48,16 @@ def load_stream(header_xml: bytes, acquisitions: Sequence[Any], *, traj_units: s
                 allow_external: bool = False, source: str = SOURCE) -> list[tuple[dict, Scan]]:
     """The images of these acquisitions (``ismrmrd.Acquisition``) with this XML header, as
     :func:`~mri_recon.io.ismrmrd.load_ismrmrd_all` reads them from a file that holds them (same options;
-    ``allow_external`` has nothing to allow in memory)."""
+    ``allow_external`` has nothing to allow in memory; a ``dataset`` other than the default is refused: a stream
+    has no HDF5 groups)."""
     del allow_external
+    if dataset not in (None, "dataset"):
+        raise InvalidDataError(printable(f"{source}: --dataset {dataset!r} names an HDF5 group of an ISMRMRD file; "
+                                         f"a stream has none (leave the option out)"))
     header = stream_header(header_xml, source)
     if not acquisitions:
         raise SchemaError(f"{source}: holds no acquisitions")
     files = _ismrmrd().file
     records = np.array([files.Acquisitions.to_numpy(a) for a in acquisitions], dtype=files.acquisition_dtype)
     chosen = dict(zip(DIMENSIONS, (slice, contrast, phase, set, repetition)))
-    return scans_of(source, header, records, dataset or "dataset", traj_units, space, chosen)
+    return scans_of(source, header, records, "dataset", traj_units, space, chosen)

@@ -54,9 +54,14 @@ def cache_dir(compiler) -> Path | None:
 
 
 def mark_name(compiler, cupy_version: str, arch: str, record: Path) -> str:
-    """The warm-up mark of this CuPy (version and header checksum), NVRTC, architecture and record file."""
+    """The warm-up mark of this CuPy (version, header checksum, include folders, PTX or CUBIN), NVRTC,
+    architecture and record file: two installations sharing one cache folder (two virtual environments) each
+    warm their own entries, whose keys hold their own include folders."""
+    from cupy._core.core import assemble_cupy_compiler_options
+
     stat = record.stat()
     text = "\0".join([cupy_version, str(compiler._get_nvrtc_version()), arch, compiler._get_cupy_cache_key(),
+                      " ".join(assemble_cupy_compiler_options(())), str(bool(compiler._use_ptx)),
                       str(stat.st_size), str(int(stat.st_mtime))])
     return f"mri-recon-warmup-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
@@ -71,19 +76,21 @@ def workers(count: int) -> int:
     return 0 if cpus < 2 else min(MAX_WORKERS, cpus, count)
 
 
-RUN_SCRIPT = ("import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
-"""How a worker runs :mod:`ahead`: as a script, without importing mri-recon, and without its own folder (or the
-current one) on ``sys.path``."""
+RUN_SCRIPT = ("import runpy, sys\nif sys.path and sys.path[0] == '': del sys.path[0]\n"
+              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+"""How a worker runs :mod:`ahead`: as a script, without importing mri-recon, and without the current folder on
+``sys.path`` (``-c`` puts it first unless ``PYTHONSAFEPATH`` is set)."""
 
 
 class Warmup:
-    """Worker processes compiling the recorded requests for one architecture into one cache folder, holding
-    the folder's lock (:class:`FolderLock`) until :meth:`finish`."""
+    """Worker processes compiling the recorded requests for one architecture into one cache folder, and a
+    thread that waits for them (killed past :data:`TIMEOUT_S`), writes the mark when all succeeded and releases
+    the folder's lock (:class:`FolderLock`): the lock is never held past the workers, whether or not this
+    process ever calls :meth:`finish`."""
 
     def __init__(self, arch: str, target: Path, mark: Path, count: int, lock):
         self.arch, self.target, self.mark, self.lock = arch, target, mark, lock
-        self.jobs, self.started = workers(count), time.perf_counter()
+        self.jobs, self.started, self.ok = workers(count), time.perf_counter(), False
         script, record = Path(ahead.__file__), str(cupy_kernels.RECORD_FILE)
         self.procs: list[subprocess.Popen] = []
         # dealt round-robin in the record's order (the order of first use), so the first needed come first
@@ -99,10 +106,10 @@ class Warmup:
                 proc.communicate()
             lock.close()
             raise
+        self._reaper = threading.Thread(target=self._reap, name="mri-recon-warmup", daemon=True)
+        self._reaper.start()
 
-    def finish(self) -> bool:
-        """Wait for the workers (killed past :data:`TIMEOUT_S`), write the mark when all succeeded, release the
-        lock; True when every request is in the cache."""
+    def _reap(self) -> None:
         ok = True
         try:
             for proc in self.procs:
@@ -119,9 +126,14 @@ class Warmup:
                      time.perf_counter() - self.started, self.jobs, "" if ok else " (some left to first use)")
             if ok:
                 self.mark.touch()
+            self.ok = ok
         finally:
             self.lock.close()
-        return ok
+
+    def finish(self) -> bool:
+        """Wait for the workers; True when every request is in the cache."""
+        self._reaper.join()
+        return self.ok
 
 
 class FolderLock:
@@ -132,15 +144,23 @@ class FolderLock:
         self.handle = open(folder / ".mri-recon-warmup.lock", "a+b")  # noqa: SIM115 - held until close()
 
     def acquire(self, wait: bool) -> bool:
+        """The lock: at once, or (``wait``) within :data:`TIMEOUT_S`, the longest another process's warm-up
+        holds it; False when not granted. A file system without locks (``ENOLCK``) grants it."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not on Linux
             return True
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            return True
-        except BlockingIOError:
-            return False
+        deadline = time.monotonic() + (TIMEOUT_S if wait else 0.0)
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+            except OSError:  # no locks here: two processes may warm one folder, each entry is still whole
+                return True
 
     def close(self) -> None:
         self.handle.close()  # closing the file releases its lock
@@ -149,6 +169,7 @@ class FolderLock:
 _RUNNING: dict[tuple[str, str], Warmup] = {}
 _SETTLED: dict[tuple[str, str], bool] = {}
 """What :func:`ensure` found for each ``(cache folder, arch)`` of this process: True when the cache was warm."""
+_KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 
 
 def where(cupy, device_index: int):
@@ -166,38 +187,51 @@ def where(cupy, device_index: int):
     return compiler, target, arch, target / mark_name(compiler, cupy.__version__, arch, cupy_kernels.RECORD_FILE)
 
 
-def begin(cupy, device_index: int, wait: bool) -> tuple[tuple[str, str] | None, Warmup | None]:
-    """Start the warm-up of this device's architecture unless its cache is marked warm, another call of this
-    process settled or started it, or (``wait`` False) another process holds the folder's lock."""
-    found = where(cupy, device_index)
-    if found is None:
-        return None, None
-    compiler, target, arch, mark = found
-    key = (str(target), arch)
-    if key in _SETTLED or key in _RUNNING or mark.exists():  # a warm cache: one stat, the record is not read
-        return key, _RUNNING.get(key)
+def _key_lock(key: tuple[str, str]) -> threading.Lock:
+    """The lock of one ``(cache folder, arch)``: threads of this process warming it take turns, others not."""
+    with _LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
+
+
+def begin(cupy, found: tuple, key: tuple[str, str], wait: bool) -> Warmup | None:
+    """The warm-up of ``key`` (``found`` is :func:`where`'s): the one running in this process, or one started
+    now unless its cache is marked warm, the record is of another CuPy, one CPU is all there is, or another
+    process holds the folder's lock (``wait``: until it is released, at most :data:`TIMEOUT_S`)."""
+    _, target, arch, mark = found
+    if key in _RUNNING:
+        return _RUNNING[key]
+    if mark.exists():  # a warm cache: one stat, the record is not read
+        return None
     version, requests = cupy_kernels.recorded(cupy_kernels.RECORD_FILE)
     if version != cupy.__version__ or not requests:
         log.debug("no warm-up: the CuPy kernel record is of CuPy %s, this is %s", version or "nothing",
                   cupy.__version__)
-        return None, None
+        return None
+    if workers(len(requests)) == 0:
+        return None
     lock = FolderLock(target)
-    if not lock.acquire(wait):  # another process is warming this folder: ensure() waits for it
+    if not lock.acquire(wait) or mark.exists():  # another process warms (or warmed) this folder
         lock.close()
-        return key, None
-    if mark.exists() or workers(len(requests)) == 0:  # warmed while this one waited, or one CPU only
-        lock.close()
-        return key, None
+        return None
     _RUNNING[key] = Warmup(arch, target, mark, len(requests), lock)
-    return key, _RUNNING[key]
+    return _RUNNING[key]
 
 
 def start(cupy, device_index: int) -> None:
     """Start the warm-up for device ``device_index`` and return at once (the CLI calls it before it reads the
     scan, so the workers run while the file is read); :func:`ensure` later waits for it."""
     try:
-        with _LOCK:
-            begin(cupy, device_index, wait=False)
+        found = where(cupy, device_index)
+        if found is None:
+            return
+        key = (str(found[1]), found[2])
+        lock = _key_lock(key)
+        if lock.acquire(blocking=False):  # another thread of this process is on it already
+            try:
+                if key not in _SETTLED:
+                    begin(cupy, found, key, wait=False)
+            finally:
+                lock.release()
     except Exception as exc:  # noqa: BLE001 - a failed warm-up costs nothing: CuPy compiles on first use
         log.debug("CuPy's kernels not compiled ahead: %s", exc)
 
@@ -205,20 +239,26 @@ def start(cupy, device_index: int) -> None:
 def ensure(cupy, device_index: int) -> bool:
     """Before the first GPU work of a process on device ``device_index``: the warm-up started by
     :func:`start`, or one started now, waited for (see the module's docstring). True when the cache holds
-    every recorded kernel. Any error is logged at DEBUG; CuPy then compiles on first use."""
+    every recorded kernel. Any error is logged at DEBUG and settles the device as not warm; CuPy then compiles
+    on first use."""
+    key = None
     try:
-        with _LOCK:  # threads of this process wait for the one warming
-            key, running = begin(cupy, device_index, wait=True)
-            if key is None:
-                return False
+        found = where(cupy, device_index)
+        if found is None:
+            return False
+        key = (str(found[1]), found[2])
+        with _key_lock(key):  # threads of this process wait for the one warming
             if key in _SETTLED:
                 return _SETTLED[key]
+            running = begin(cupy, found, key, wait=True)
             # no worker of this process: the cache is warm, or another process warmed it (begin waited for its
             # lock), or it is left to first use (one CPU, a failed warm-up elsewhere while this one waited)
-            ok = running.finish() if running is not None else where(cupy, device_index)[3].exists()
+            ok = running.finish() if running is not None else found[3].exists()
             _RUNNING.pop(key, None)
             _SETTLED[key] = ok
             return ok
     except Exception as exc:  # noqa: BLE001 - a failed warm-up costs nothing: CuPy compiles on first use
         log.debug("CuPy's kernels not compiled ahead: %s", exc)
+        if key is not None:
+            _SETTLED[key] = False
         return False

@@ -110,12 +110,20 @@ class SpectrumMemo:
             return None
         with self._lock:
             entry = self._entry
-        if (entry is None or entry.engine != engine or entry.matrix != tuple(matrix)
-                or entry.trajectory.shape != trajectory.shape or entry.weights.shape != weights.shape):
+        if entry is None:
             return None
-        cupy = cupy_module()
-        same = cupy.array_equal(entry.trajectory, trajectory) & cupy.array_equal(entry.weights, weights)
-        return (entry.encoding, entry.spectrum) if bool(same.get()) else None
+        same = (entry.engine == engine and entry.matrix == tuple(matrix) and entry.trajectory.shape == trajectory.shape
+                and entry.weights.shape == weights.shape)
+        if same:
+            cupy = cupy_module()
+            equal = cupy.array_equal(entry.trajectory, trajectory) & cupy.array_equal(entry.weights, weights)
+            same = bool(equal.get())
+        if not same:  # a miss frees the entry before the new run builds its own (one of the two on the GPU at once)
+            with self._lock:
+                if self._entry is entry:
+                    self._entry = None
+            return None
+        return entry.encoding, entry.spectrum
 
     def store(self, engine: str, matrix: tuple[int, ...], trajectory: Any, weights: Any, encoding: Encoding,
               spectrum: Any) -> bool:
@@ -336,8 +344,14 @@ def plan_cache_info(device: Device | str | None = None) -> PlanCacheInfo:
 
 
 def plan_cache_clear() -> None:
-    """Drop every kept plan (freeing their memory) and reset the counters."""
+    """Drop every kept plan (freeing their memory) and reset the counters: the one-shot functions' plans, the
+    reconstructions' memo entries and the kept cuFFT plans."""
+    from .gpu.fft import release  # noqa: PLC0415 - the GPU's FFT plans, with the rest of what is kept
+
     with _MEMOS_LOCK:
-        caches = list(_PLANS.values())
+        caches, memos = list(_PLANS.values()), list(_MEMOS.values())
     for cache in caches:
         cache.clear()
+    for memo in memos:
+        memo.clear()
+    release()

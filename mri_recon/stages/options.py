@@ -55,9 +55,9 @@ class Options:
     this trajectory, these weights, this matrix, this engine and this mri-recon version exists and passes the
     cache's checks (its own, intact, bound to its key: :mod:`mri_recon.io.cache`), else computed and stored in
     it; a refused entry is logged as a warning and never changes the image. The GPU NUFFT does not use the disk
-    (it computes a PSF faster than a read). On a GPU, a cache also turns on :mod:`mri_recon.operators.memo`: the
-    last trajectory's encoding and spectrum stay on the device, and a scan with a bit-identical trajectory and
-    weights reuses them (``parameters["psf"] == "memory"``)."""
+    (it computes a PSF faster than a read). On a GPU, with or without a cache, :mod:`mri_recon.operators.memo`
+    keeps the last trajectory's encoding and spectrum on the device, and a scan with a bit-identical trajectory
+    and weights reuses them (``parameters["psf"] == "memory"``; ``MRI_RECON_MEMO_MAX=0`` turns it off)."""
     maps: CoilMapEstimate
     """The coil-map stage: ``"walsh"`` or ``"espirit"``: estimate coil maps from the k-space centre on the
     device, from the data already uploaded (:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`), instead of

@@ -80,10 +80,10 @@ def fine_size(n: int, width: int, sigma: float = SIGMA) -> int:
 
 def fourier_coefficients(n: int, fine: int, width: int, beta: float, nodes: int | None = None) -> np.ndarray:
     """Psi at the modes of an axis: ``Psi(l) = (w/2) int_{-1}^{1} phi(z) cos(pi l w z / fine) dz`` for
-    l = j - floor(n/2), j = 0 .. n-1 (float64, length n, read-only), by Gauss-Legendre quadrature in
-    theta = arcsin z. Kept per arguments: every plan of one image size needs the same (the quadrature costs
-    about a millisecond of host time per axis)."""
-    return _coefficients(int(n), int(fine), int(width), float(beta), int(nodes or (3 * width + 12)))
+    l = j - floor(n/2), j = 0 .. n-1 (float64, length n), by Gauss-Legendre quadrature in theta = arcsin z.
+    Computed once per arguments (every plan of one image size needs the same, and the quadrature costs about a
+    millisecond of host time per axis); each call returns its own copy."""
+    return _coefficients(int(n), int(fine), int(width), float(beta), int(nodes or (3 * width + 12))).copy()
 
 
 @functools.lru_cache(maxsize=64)

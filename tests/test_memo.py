@@ -27,6 +27,52 @@ def test_limit_from_the_environment(monkeypatch):
     assert memo_limit(_FakeDevice()) == 0
 
 
+class _Flag:
+    """A device boolean: ``&`` and ``.get()``."""
+
+    def __init__(self, value: bool):
+        self.value = bool(value)
+
+    def __and__(self, other):
+        return _Flag(self.value and other.value)
+
+    def get(self):
+        return self.value
+
+
+class _HostArrays:
+    """The part of CuPy the memo's lookup uses, on NumPy arrays."""
+
+    ndarray = np.ndarray
+
+    @staticmethod
+    def array_equal(a, b):
+        return _Flag(np.array_equal(a, b))
+
+
+def test_lookup_serves_only_the_same_inputs_and_a_miss_frees_the_entry(monkeypatch):
+    from mri_recon.operators import memo as memo_module
+
+    monkeypatch.setattr(memo_module, "cupy_module", lambda: _HostArrays)
+    monkeypatch.setattr(memo_module, "memo_limit", lambda device: 1 << 30)
+    monkeypatch.delenv(LIMIT_VARIABLE, raising=False)
+    rng = np.random.default_rng()
+    k, w = rng.standard_normal((50, 2)).astype(np.float32), rng.random(50).astype(np.float32)
+    memo = memo_module.SpectrumMemo(_FakeDevice())
+    assert memo.store("nufft-gpu", (8, 8), k, w, "encoding", "spectrum")
+    assert memo.lookup("nufft-gpu", (8, 8), k.copy(), w.copy()) == ("encoding", "spectrum")
+    monkeypatch.setenv(LIMIT_VARIABLE, "0")
+    assert memo.lookup("nufft-gpu", (8, 8), k, w) is None  # switched off: not served, and kept
+    monkeypatch.delenv(LIMIT_VARIABLE)
+    assert memo.lookup("nufft-gpu", (8, 8), k, w) == ("encoding", "spectrum")
+    moved = k.copy()
+    moved[3, 1] = np.nextafter(moved[3, 1], np.float32(1))
+    for args in (("nufft-gpu", (8, 8), moved, w), ("exact-gpu", (8, 8), k, w), ("nufft-gpu", (8, 9), k, w)):
+        memo.store("nufft-gpu", (8, 8), k, w, "encoding", "spectrum")
+        assert memo.lookup(*args) is None
+        assert memo.lookup("nufft-gpu", (8, 8), k, w) is None  # the miss freed the entry
+
+
 @pytest.fixture(scope="module")
 def scan():
     return simulate_scan((40, 36), "golden", coils=4, spokes=40, samples=80, snr=40.0, seed=11, dcf="pipe")

@@ -59,6 +59,8 @@ def test_config_preset_and_json_settings(server, files):
     tmp, scans = files
     _, fast = send_scan(scans[1], *server.address, config="fast")
     assert_same_images(fast.images, reference(scans[1], tmp, "--iterations", "10"))
+    _, named = send_scan(scans[1], *server.address, config="fast.xml")  # a Gadgetron client's file name
+    assert_same_images(named.images, reference(scans[1], tmp, "--iterations", "10"))
     _, tv = send_scan(scans[1], *server.address, settings='{"regularizer": "tv", "iterations": 3, "lambda": 0.01}')
     assert_same_images(tv.images, reference(scans[1], tmp, "--regularizer", "tv", "--iterations", "3",
                                             "--lambda", "0.01"))

@@ -76,6 +76,14 @@ def _empty_acq(samples: int, channels: int, dims: int):
     return acq
 
 
+def _compressed(acquisitions: list):
+    """An imaging acquisition flagged as NHLBI-compressed (ACQ_COMPRESSION2, as gadgetron_ismrmrd_client -P)."""
+    acq = next(a for a in acquisitions if not a.is_flag_set(ismrmrd.ACQ_IS_NOISE_MEASUREMENT))
+    flagged = ismrmrd.Acquisition.from_array(acq.data.copy(), acq.traj.copy())
+    flagged.set_flag(ismrmrd.ACQ_COMPRESSION2)
+    return flagged
+
+
 def _streams(xml: bytes, acquisitions: list) -> dict[str, tuple[bytes, str]]:
     """Name -> (bytes sent, a piece of the expected error)."""
     head = _sized(3, xml)
@@ -104,7 +112,9 @@ def _streams(xml: bytes, acquisitions: list) -> dict[str, tuple[bytes, str]]:
         "config text value too long": (_sized(2, b'{"method": "' + b"x" * 300 + b'"}') + head,
                                        "text of 300 characters"),
         "config bad preset in json": (_sized(2, b'{"preset": "nope"}') + head, "unknown config 'nope'"),
-        "config file unknown": (_config_file(b"default.xml") + head, "unknown config 'default.xml'"),
+        "config file unknown": (_config_file(b"Generic_Cartesian_Grappa.xml") + head,
+                                "unknown config 'Generic_Cartesian_Grappa.xml'"),
+        "compressed acquisition": (head + _acq(_compressed(acquisitions)), "compressed acquisition"),
         "config file not utf8": (_config_file(b"\xff\xfe") + head, "not UTF-8"),
         "config after header": (head + _config_file(b"fast"), "after the XML header"),
         "text not utf8": (_sized(5, b"\xc3\x28"), "not UTF-8"),

@@ -113,7 +113,10 @@ def client_keywords(chosen: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def preset(name: str) -> dict[str, Any]:
-    """The settings of a named preset (a CONFIG_FILE name), as ReconSettings keywords."""
+    """The settings of a named preset (a CONFIG_FILE name), as ReconSettings keywords. ``NAME.xml`` names the
+    preset ``NAME``: Gadgetron's client sends configuration file names (``default.xml`` when none is given)."""
+    if name.endswith(".xml") and name[:-4] in PRESETS:
+        name = name[:-4]
     if name not in PRESETS:
         raise ConfigError(printable(f"unknown config {name[:100]!r}: expected a preset name "
                                     f"({', '.join(PRESETS)}) or CONFIG_TEXT with JSON settings"))

@@ -136,10 +136,18 @@ def _length(stream: BinaryIO, what: str) -> int:
     return struct.unpack("<I", read_exactly(stream, 4, f"the length of {what}"))[0]
 
 
+COMPRESSION_FLAGS = ("ACQ_COMPRESSION1", "ACQ_COMPRESSION2", "ACQ_COMPRESSION3", "ACQ_COMPRESSION4")
+"""ISMRMRD acquisition flags of compressed data (Gadgetron's client sets them for ``-P`` and ``-Z``)."""
+
+
 def _acquisition(stream: BinaryIO, limits: Limits):
     mr = _ismrmrd()
     head = read_exactly(stream, ctypes.sizeof(mr.AcquisitionHeader), "an acquisition header")
     fields = mr.AcquisitionHeader.from_buffer_copy(head)  # sizes checked before the arrays are made
+    compressed = [n for n in COMPRESSION_FLAGS if fields.flags & (1 << (getattr(mr, n) - 1))]
+    if compressed:  # the payload is not samples x channels: the stream cannot be followed past it
+        raise ProtocolError(f"a compressed acquisition ({compressed[0]}: NHLBI or ZFP compression, e.g. "
+                            f"gadgetron_ismrmrd_client -P / -Z) is not supported; send the data uncompressed")
     samples, channels, dims = fields.number_of_samples, fields.active_channels, fields.trajectory_dimensions
     traj_bytes, data_bytes = samples * dims * 4, samples * channels * 8
     limits.check(f"an acquisition ({samples} samples, {channels} channels, {dims} trajectory dimensions)",

@@ -39,5 +39,10 @@ for step in $steps; do
     offres_profile) timeout ${T_PROFILE:-200} python3 scripts/offres_profile.py "$OUT/offres_profile.txt" 2>&1 | tail -60 ;;
     prepare) timeout ${T_PREPARE:-540} python3 scripts/bench_prepare.py "$OUT/bench_prepare.json" --sweep ${PREPARE_ARGS:-} 2>&1 | tail -30 ;;
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;
+    profile) timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_2d.txt" --problem 2d --repeats 15 2>&1 | head -9
+             timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_3d128.txt" --problem 3d128 --repeats 5 2>&1 | head -9 ;;
+    public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;
+    frames) timeout ${T_FRAMES:-120} python3 scripts/server_frames.py --device gpu --frames 40 --tr-ms 5 --spokes 21 --matrix 128 --coils 8 --json "$OUT/server_frames_gpu.json" 2>&1 | tail -14 ;;
+    record) timeout ${T_RECORD:-200} python3 scripts/record_cupy_kernels.py 2>&1 | tail -2 && cp mri_recon/kernels/cupy_kernels.json "$OUT/" ;;
   esac
 done

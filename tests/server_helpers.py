@@ -85,5 +85,4 @@ def running_server(**options):
     finally:
         server.stop()
         thread.join(60)
-        recon.close()
         assert not thread.is_alive()

@@ -114,10 +114,7 @@ def serve(host: str, port: int, max_message_bytes: int, max_scan_bytes: int, idl
             raise click.ClickException(printable(f"cannot listen on {host}:{port} ({why})")) from None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: server.stop())
-        try:
-            server.serve_forever()
-        finally:
-            recon.close()
+        server.serve_forever()
 
 
 @click.command("send")
@@ -200,7 +197,6 @@ def run_pipe(ctx: click.Context) -> None:
         finally:
             os.dup2(stream_fd, 1)
             os.close(stream_fd)
-            recon.close()
     if ending != "closed":
         raise click.ClickException(f"the input stream {'ended early' if ending == 'disconnected' else 'was refused'}"
                                    f" (see the log above); {session.images_sent} image(s) written")

@@ -110,6 +110,11 @@ def _flag(flags: np.ndarray, flag: int) -> np.ndarray:
 # Reading
 
 
+def header_error(src: str, exc: Exception) -> SchemaError:
+    """The error of an XML header the ``ismrmrd`` package's parser refused."""
+    return SchemaError(printable(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: {one_line(exc)}"))
+
+
 def _read(path: str | os.PathLike, dataset: str | None, allow_external: bool) -> tuple[Any, np.ndarray, str]:
     """Parsed XML header, the acquisition records and the dataset group name."""
     src = str(path)
@@ -138,8 +143,7 @@ def _read(path: str | os.PathLike, dataset: str | None, allow_external: bool) ->
                 warnings.simplefilter("ignore")
                 header = group.header
         except Exception as exc:  # the xsd parser raises TypeError, ParserError, ...
-            raise SchemaError(printable(f"{src}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
-                                        f"{one_line(exc)}")) from exc
+            raise header_error(src, exc) from exc
         records = group.acquisitions.data[()]
     if records.size == 0:
         raise SchemaError(printable(f"{src}: ISMRMRD dataset '{dataset}' holds no acquisitions ('data' is empty)"))

@@ -20,8 +20,7 @@ import numpy as np
 
 from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
-from .ismrmrd import DIMENSIONS, _ismrmrd, scans_of
-from .ismrmrd_encoding import one_line
+from .ismrmrd import DIMENSIONS, _ismrmrd, header_error, scans_of
 
 SOURCE = "the stream"
 
@@ -38,8 +37,7 @@ def stream_header(xml: bytes, source: str = SOURCE) -> Any:
     try:
         return copy.deepcopy(_parsed(bytes(xml)))
     except Exception as exc:  # the xsd parser raises TypeError, ParserError, ...
-        raise SchemaError(printable(f"{source}: the ISMRMRD XML header does not follow ismrmrd.xsd: "
-                                    f"{one_line(exc)}")) from exc
+        raise header_error(source, exc) from exc
 
 
 def load_stream(header_xml: bytes, acquisitions: Sequence[Any], *, traj_units: str = "auto", space: str = "recon",

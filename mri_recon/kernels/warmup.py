@@ -21,6 +21,7 @@ compiles what is missing on first use, as without the warm-up.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -53,10 +54,12 @@ def cache_dir(compiler) -> Path | None:
     return Path(backend._cache_dir)
 
 
+@functools.cache
 def mark_name(compiler, cupy_version: str, arch: str, record: Path) -> str:
     """The warm-up mark of this CuPy (version, header checksum, include folders, PTX or CUBIN), NVRTC,
     architecture and record file: two installations sharing one cache folder (two virtual environments) each
-    warm their own entries, whose keys hold their own include folders."""
+    warm their own entries, whose keys hold their own include folders. Computed once per process (every
+    reconstruction asks for it)."""
     from cupy._core.core import assemble_cupy_compiler_options
 
     stat = record.stat()

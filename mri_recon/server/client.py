@@ -22,8 +22,12 @@ from ..errors import InvalidDataError, MriReconError, printable
 from ..io.files import memory_output
 from ..io.schema import is_hdf5_scan
 from .protocol import DEFAULT_LIMITS, Limits, MessageID, MessageWriter, ProtocolError, read_message
-from .recon import HDF5_LOCK
 from .session import TRIGGERS, flag_mask, group_key
+
+HDF5_LOCK = threading.Lock()
+"""Held around the client's HDF5 reads and writes: the ``ismrmrd`` package's files (h5py's ``stdio`` driver,
+records of variable length) crash the process when threads read them at once (the soak's clients run as
+threads)."""
 
 
 def _ismrmrd():

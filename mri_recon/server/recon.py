@@ -36,9 +36,6 @@ from ..settings import ReconSettings
 
 log = logging.getLogger(__name__)
 _CPU_LOCK = threading.Lock()
-HDF5_LOCK = threading.Lock()
-"""Held around the HDF5 reads and writes of server threads: the ``ismrmrd`` package's files (h5py's ``stdio``
-driver, records of variable length) crash the process when threads read them at once."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +67,6 @@ class Reconstructor:
     def __init__(self, device: Device, psf_cache: Any = None) -> None:
         self.device = device
         self.psf_cache = psf_cache
-
-    def close(self) -> None:
-        """Nothing is held between groups (kept for the callers' ``finally``)."""
 
     def load(self, header_xml: bytes, acquisitions: list[Any], settings: ReconSettings) -> list[tuple[dict, Any]]:
         """The group's scans as :func:`mri_recon.load_scans` reads them from a file of these acquisitions."""

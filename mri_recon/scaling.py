@@ -43,13 +43,21 @@ def largest(array: Any) -> float:
 def rescale(array: Any, factor: float) -> Any:
     """``array *= factor`` for a power of two ``factor`` that float32 may not hold (up to 2^254), in steps
     that it does; exact unless the result leaves float32's range."""
-    exponent = round(math.log2(factor))
     with np.errstate(over="ignore"):  # an overflow is reported by the caller's finiteness check
-        while exponent:
-            step = max(MIN_EXPONENT, min(MAX_EXPONENT, exponent))
-            array *= np.float32(math.ldexp(1.0, step))
-            exponent -= step
+        for step in rescale_steps(factor):
+            array *= step
     return array
+
+
+def rescale_steps(factor: float) -> list[np.float32]:
+    """The float32 powers of two whose product is the power of two ``factor`` (none for 1), each a normal
+    float32 (2^-126 .. 2^127)."""
+    exponent, steps = round(math.log2(factor)), []
+    while exponent:
+        step = max(MIN_EXPONENT, min(MAX_EXPONENT, exponent))
+        steps.append(np.float32(math.ldexp(1.0, step)))
+        exponent -= step
+    return steps
 
 
 def unit_scale(array: Any) -> tuple[Any, float]:

@@ -14,9 +14,9 @@
 // the reverse (pre-deconvolve into a zeroed fine grid, forward FFT, interpolate with the same weights).
 //
 // Sorting (once per plan): mri_recon_nufft_bin_count gives every sample its bin and its rank in the bin
-// (atomicAdd), the host scans the counts (cupy.cumsum), mri_recon_nufft_bin_scatter writes the
-// permutation and the sorted per-axis (i1, z0). Subproblems: (first sorted sample, count, bin), built on
-// the host side from the counts with CuPy array operations.
+// (atomicAdd), mri_recon_nufft_bin_scan scans the counts (one block), mri_recon_nufft_bin_scatter writes the
+// permutation and the sorted per-axis (i1, z0), and mri_recon_nufft_subproblems lists the subproblems
+// (bin, first sorted sample, count: at most the subproblem size each), bin by bin in order.
 //
 // Spreading: one block per subproblem; a tile of BIN_d + W points per axis (origin s - floor(W/2)) in
 // dynamic shared memory, one plane of floats per coil and part (real, imaginary). The tile is then added
@@ -152,6 +152,60 @@ mri_recon_nufft_bin_scatter(const float* __restrict__ k, long long M, double s0,
     for (int d = 0; d < NUFFT_DIM; ++d) {
         first[d * M + dest] = p.first[d];
         z0[d * M + dest] = p.z0[d];
+    }
+}
+
+#define NUFFT_SCAN_THREADS 1024
+
+// Exclusive scans of the bin counts in one block: start[b] = sum_{j<b} counts[j] (first sorted sample of bin
+// b), sub_start[b] = sum_{j<b} ceil(counts[j] / size) (its first subproblem); *total = number of subproblems.
+// Each thread scans a contiguous run of bins; the run totals are scanned across the block.
+extern "C" __global__ void __launch_bounds__(NUFFT_SCAN_THREADS)
+mri_recon_nufft_bin_scan(const int* __restrict__ counts, int n_bins, int size, int* __restrict__ start,
+                         int* __restrict__ sub_start, int* __restrict__ total) {
+    __shared__ long long samples[NUFFT_SCAN_THREADS], subs[NUFFT_SCAN_THREADS];
+    const int t = threadIdx.x;
+    const int per = (n_bins + NUFFT_SCAN_THREADS - 1) / NUFFT_SCAN_THREADS;
+    const int lo = min(n_bins, t * per), hi = min(n_bins, lo + per);
+    long long a = 0, b = 0;
+    for (int i = lo; i < hi; ++i) {
+        a += counts[i];
+        b += (counts[i] + size - 1) / size;
+    }
+    samples[t] = a;
+    subs[t] = b;
+    __syncthreads();
+    for (int offset = 1; offset < NUFFT_SCAN_THREADS; offset <<= 1) {  // inclusive scan of the run totals
+        const long long va = t >= offset ? samples[t - offset] : 0, vb = t >= offset ? subs[t - offset] : 0;
+        __syncthreads();
+        samples[t] += va;
+        subs[t] += vb;
+        __syncthreads();
+    }
+    a = t ? samples[t - 1] : 0;
+    b = t ? subs[t - 1] : 0;
+    for (int i = lo; i < hi; ++i) {
+        start[i] = (int)a;
+        sub_start[i] = (int)b;
+        a += counts[i];
+        b += (counts[i] + size - 1) / size;
+    }
+    if (t == NUFFT_SCAN_THREADS - 1) *total = (int)subs[t];
+}
+
+// The subproblems of bin b: sub_start[b] + j for j = 0 .. ceil(counts[b] / size) - 1, each (b, first sorted
+// sample start[b] + j size, count min(size, counts[b] - j size)).
+extern "C" __global__ void __launch_bounds__(NUFFT_THREADS)
+mri_recon_nufft_subproblems(const int* __restrict__ counts, const int* __restrict__ start,
+                            const int* __restrict__ sub_start, int n_bins, int size, int* __restrict__ sub_bin,
+                            int* __restrict__ sub_first, int* __restrict__ sub_count) {
+    const int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= n_bins) return;
+    const int count = counts[b], first = start[b], at = sub_start[b];
+    for (int j = 0; j * size < count; ++j) {
+        sub_bin[at + j] = b;
+        sub_first[at + j] = first + j * size;
+        sub_count[at + j] = min(size, count - j * size);
     }
 }
 

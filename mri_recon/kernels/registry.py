@@ -40,11 +40,12 @@ DIMENSIONS = (2, 3)
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
     """``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
-    (with and without off-resonance), plus the Toeplitz product, CG and the compressed-sensing kernels (finite
+    (with and without off-resonance), plus the element-wise helpers (``arith.cu``), the Toeplitz product, CG
+    and the compressed-sensing kernels (finite
     differences, proximal steps, wavelets), which take no defines, and the time-segmented normal operator for
     every ``SEG_MAX`` tier (used by ``scripts/update_kernel_registry.py``)."""
     configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {}), ("tv.cu", {}), ("prox.cu", {}),
-                                                 ("wavelet.cu", {})]
+                                                 ("wavelet.cu", {}), ("arith.cu", {})]
     configs += [("segments.cu", segments_defines(tier)) for tier in SEGMENT_TIERS]
     for dim in DIMENSIONS:
         for coils in range(1, MAX_GROUP + 1):

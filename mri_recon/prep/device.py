@@ -31,6 +31,7 @@ import numpy as np
 from ..backend import Device, get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
+from ..operators.arith import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
 from . import check_choices, coil_map_method, reader_record
@@ -94,50 +95,61 @@ def whitening_of(scan: Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return w, receiver_basis(scan.noise), apply_whitening(w, scan.noise)
 
 
-def _weights(scan: Scan, dcf: str, trajectory: Any, device: Device) -> tuple[Any, list[tuple[Any, str]]]:
-    """The density weights on the device and the checks on them still to read (device booleans, each with
-    the error it stands for)."""
+def _weights(scan: Scan, dcf: str, trajectory: Any, device: Device, flags: Flags) -> tuple[Any, list[Check]]:
+    """The density weights on the device and the checks on them still to read (each with the error it stands
+    for)."""
     if dcf == "file" and scan.weights is None:
         raise SchemaError(f"{scan.source}: --dcf file needs a 'weights' dataset, and the scan has none")
     zero = (f"{scan.source}: density compensation '{dcf}' gave all-zero weights (are all samples at k = 0?); "
             f"the image would be zero")
     if dcf == "ramp":
         weights, moving, positive = ramp_weights(trajectory, scan.matrix)
+        checks = _weight_checks(flags, weights, scan.source, zero)
         return weights, [(moving, "ramp weights need samples away from k = 0, found all samples at the centre"),
                          (positive, "weights are zero near the centre of k-space: no sample within a few cycles "
-                                    "per FOV of k = 0 carries weight"), *_weight_checks(weights, scan.source, zero)]
+                                    "per FOV of k = 0 carries weight"), *checks]
     if dcf == "pipe":
         from .dcf import pipe_menon
 
         weights = upload(np.asarray(pipe_menon(scan.trajectory, scan.matrix)), device)
-        return weights, _weight_checks(weights, scan.source, zero)
+        return weights, _weight_checks(flags, weights, scan.source, zero)
     if dcf == "none" or scan.weights is None:
         return None, []
     return upload(scan.weights, device), []  # the scan's own: validated when the scan was made
 
 
-def _weight_checks(weights: Any, source: str, zero: str) -> list[tuple[Any, str]]:
-    """Device booleans for computed weights, in the order of the host path: some positive (prepare_scan),
-    finite, non-negative (the Scan's validation)."""
-    xp = get_xp(weights)
-    return [(xp.any(weights > 0), zero),
-            (xp.all(xp.isfinite(weights)), f"{source}: dataset 'weights' contains NaN or Inf value(s)"),
-            (xp.all(weights >= 0), f"{source}: weights must be non-negative")]
+Check = tuple[Any, str]
+"""A check still to read and the error it stands for: a device boolean, or ``(slot, bit, wanted)`` of the
+preparation's :class:`~mri_recon.operators.arith.Flags` (the check passes when the bit is set as wanted)."""
 
 
-def _finite(array: Any, name: str, source: str) -> tuple[Any, str]:
-    xp = get_xp(array)
-    flat = array.reshape(-1).view(array.real.dtype) if array.dtype.kind == "c" else array.reshape(-1)
-    return xp.all(xp.isfinite(flat)), f"{source}: dataset '{name}' contains NaN or Inf value(s) after prewhitening"
+def _weight_checks(flags: Flags, weights: Any, source: str, zero: str) -> list[Check]:
+    """Checks of computed weights, in the order of the host path: some positive (prepare_scan), finite,
+    non-negative (the Scan's validation)."""
+    slot = flags.check(weights)
+    return [((slot, POSITIVE, True), zero),
+            ((slot, NOT_FINITE, False), f"{source}: dataset 'weights' contains NaN or Inf value(s)"),
+            ((slot, NEGATIVE, False), f"{source}: weights must be non-negative")]
 
 
-def _read_checks(checks: list[tuple[Any, str]]) -> None:
-    """Read every device boolean in one transfer; raise the first failed check's error."""
+def _finite(flags: Flags, array: Any, name: str, source: str) -> Check:
+    return ((flags.check(array), NOT_FINITE, False),
+            f"{source}: dataset '{name}' contains NaN or Inf value(s) after prewhitening")
+
+
+def _read_checks(flags: Flags, checks: list[Check]) -> None:
+    """Read every check (the flags in one transfer, device booleans in another); raise the first failed
+    check's error."""
     if not checks:
         return
-    xp = get_xp(checks[0][0])
-    passed = to_host(xp.stack([xp.asarray(c, dtype=bool).reshape(()) for c, _ in checks]))
-    for ok, (_, message) in zip(passed.tolist(), checks):
+    bits = flags.read() if flags.count else []
+    booleans = [test for test, _ in checks if not isinstance(test, tuple)]
+    if booleans:
+        xp = get_xp(booleans[0])
+        booleans = to_host(xp.stack([xp.asarray(b, dtype=bool).reshape(()) for b in booleans])).tolist()
+    values = iter(booleans)
+    for test, message in checks:
+        ok = bool(bits[test[0]] & test[1]) == test[2] if isinstance(test, tuple) else next(values)
         if not ok:
             raise InvalidDataError(message)
 
@@ -160,26 +172,26 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         record["field_map"], attrs["field_map_correction"], field_values = "ignored", "ignored", (None, None)
     whiten = prewhiten and scan.noise is not None
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
-    checks: list[tuple[Any, str]] = []
-    warm_up(device)  # before CuPy's first kernel: its own kernels compiled ahead (kernels.warmup)
+    checks: list[Check] = []
+    warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
     with device.use():
+        flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
-        weights, weight_checks = _weights(scan, dcf, trajectory, device)
+        weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
         method = coil_map_method(scan, coil_maps)
         if method == "file" and scan.coil_maps is None:
-            _read_checks(weight_checks)  # the host path raises those first
+            _read_checks(flags, weight_checks)  # the host path raises those first
             raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
                               f"(use walsh, espirit or rss)")
-        transform = None if w is None else _whitener(w, device)
-        kspace = upload_columns(scan.kspace, device, transform)
+        kspace = upload_columns(scan.kspace, device, w)
         maps = None
         if method == "file":
             flat = scan.coil_maps.reshape(scan.n_coils, -1)
-            maps = upload_columns(flat, device, transform).reshape(scan.coil_maps.shape)
+            maps = upload_columns(flat, device, w).reshape(scan.coil_maps.shape)
         if w is not None:
-            checks += [_finite(kspace, "kspace", scan.source)]
-            checks += [_finite(maps, "coil_maps", scan.source)] if maps is not None else []
-        _read_checks(checks + weight_checks)
+            checks += [_finite(flags, kspace, "kspace", scan.source)]
+            checks += [_finite(flags, maps, "coil_maps", scan.source)] if maps is not None else []
+        _read_checks(flags, checks + weight_checks)
     if whiten:
         attrs["prewhitened"], record["prewhitened"] = True, True
     record["dcf"] = dcf if dcf != "auto" else ("file" if weights is not None else "none")
@@ -191,9 +203,3 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
                        ground_truth=scan.ground_truth, attrs=attrs, source=scan.source)
     return ready, record
 
-
-def _whitener(w: np.ndarray, device: Device):
-    """``chunk -> W chunk`` in complex64 on ``device`` (:func:`~mri_recon.prep.noise.apply_whitening`'s
-    precision)."""
-    matrix = device.xp.asarray(w.astype(np.complex64))
-    return lambda chunk: matrix @ chunk

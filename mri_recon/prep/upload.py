@@ -1,12 +1,11 @@
-"""Uploading a scan's arrays to the device once, with an optional transform applied there a column chunk at a
-time.
+"""Uploading a scan's arrays to the device once, noise-whitened there in place when asked.
 
 A 2-D host array ``(R, L)`` (k-space ``(C, M)``, coil maps ``(C, N)``, a flattened trajectory ``(1, M D)``)
-goes up in one copy from its own (pageable) memory, then the transform runs on the device over chunks of
-whole columns, in place: the device holds the array and one chunk's temporary, never a second copy of the
-array. The transform sees whole columns, so a matrix applied over the row (channel) axis -- the noise
-whitening ``W @ chunk`` -- gives the same values as applied to the whole array. On the CPU the same chunks
-are transformed in NumPy (the twin the tests compare with).
+goes up in one copy from its own (pageable) memory; a whitening matrix ``W`` ``(R, R)`` is then applied to every
+column in place (``kernels/arith.cu``: each thread holds one column), so the device never holds a second copy
+of the array. On the CPU the same product runs in NumPy over chunks of whole columns (the twin the tests
+compare with): a matrix applied over the row (channel) axis gives the same values chunk by chunk as on the
+whole array.
 
 One pageable copy is the fastest way up measured here: staging chunks through two pinned buffers, so that a
 chunk's transform overlapped the next one's copy, took longer on the H200 (2D, 16 MiB: 1.87 ms against 1.35 ms;
@@ -16,17 +15,15 @@ more than the driver's own staging of a pageable copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..backend import Device, cupy_module
+from ..operators.arith import whiten
 
 CHUNK_BYTES = 4 << 20
-"""Bytes of one chunk of the transform: the size of the device temporary it needs."""
-
-Transform = Callable[[Any], Any]
+"""Bytes of one chunk of columns whitened at a time on the host."""
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -46,26 +43,25 @@ def column_chunks(rows: int, columns: int, itemsize: int, chunk_bytes: int = CHU
     return [slice(start, min(start + width, columns)) for start in range(0, columns, width)]
 
 
-def upload_columns(host: np.ndarray, device: Device, transform: Transform | None = None,
+def upload_columns(host: np.ndarray, device: Device, whitening: np.ndarray | None = None,
                    chunk_bytes: int = CHUNK_BYTES) -> Any:
-    """``transform(host)`` on ``device`` (``host`` itself without a transform): one copy up, then the
-    transform in place chunk by chunk of columns (:func:`column_chunks`); ``transform`` maps a ``(R, n)``
-    array to one of the same shape and dtype and must act on each column alone."""
+    """``whitening @ host`` on ``device`` (``host`` itself without a matrix), in the dtype of ``host``
+    (complex64 when whitened): one copy up, then the product in place; on the CPU chunk by chunk of columns
+    (:func:`column_chunks`)."""
     if host.ndim != 2:
         raise ValueError(f"upload_columns takes a 2-D array, found shape {host.shape}")
-    chunks = column_chunks(host.shape[0], host.shape[1], host.dtype.itemsize, chunk_bytes)
     if not device.is_gpu:
         out = _host_empty(host.shape, host.dtype)
-        for part in chunks:
-            out[:, part] = host[:, part] if transform is None else transform(host[:, part])
+        matrix = None if whitening is None else whitening.astype(host.dtype)
+        for part in column_chunks(host.shape[0], host.shape[1], host.dtype.itemsize, chunk_bytes):
+            out[:, part] = host[:, part] if matrix is None else matrix @ host[:, part]
         return out
     cupy = cupy_module()
     with cupy.cuda.Device(device.index):
         out = empty(host.shape, host.dtype)
         out.set(np.ascontiguousarray(host))  # one copy, on the current stream
-        if transform is not None:
-            for part in chunks:
-                out[:, part] = transform(out[:, part])
+        if whitening is not None:
+            whiten(out, cupy.asarray(whitening.astype(host.dtype)))
         return out
 
 

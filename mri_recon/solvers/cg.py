@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backend import get_xp
 from ..errors import InvalidDataError, SchemaError
+from ..operators import arith
 
 CHUNK = 1 << 20
 """Elements per float64 conversion in :func:`inner` (bounds its temporary memory)."""
@@ -33,6 +34,8 @@ def inner(a: Any, b: Any) -> complex:
     xp = get_xp(a)
     wide = np.complex128 if (a.dtype.kind == "c" or b.dtype.kind == "c") else np.float64
     fa, fb = a.reshape(-1), b.reshape(-1)
+    if xp is not np and fa.dtype == fb.dtype == np.complex64 and fa.flags.c_contiguous and fb.flags.c_contiguous:
+        return arith.inner(fa, fb)  # float64 sums of kernels/arith.cu
     if xp is not np and fa.dtype == wide and fb.dtype == wide:
         return complex(xp.vdot(fa, fb))
     total = 0j
@@ -89,11 +92,11 @@ def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iteratio
         return xp.zeros_like(rhs), (0.0,)
     if x0 is None:
         x = xp.zeros_like(rhs)
-        r = rhs.copy()
+        r = arith.copy(rhs) if rhs.flags.c_contiguous else rhs.copy()
     else:
         x = xp.array(x0, dtype=rhs.dtype, copy=True)
         r = rhs - operator(x)
-    p = r.copy()
+    p = arith.copy(r) if r.flags.c_contiguous else r.copy()
     if xp is not np and x.dtype == xp.complex64 and x.flags.c_contiguous:
         from .gpu_cg import cg_fused  # noqa: PLC0415 - GPU only
 

@@ -51,9 +51,9 @@ def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: flo
     partial = xp.empty(grid[0], dtype=xp.float64)
     counter = xp.zeros(1, dtype=xp.uint32)
     done = xp.zeros(1, dtype=xp.int32)  # iterations completed, advanced by the direction kernel
-    rr = xp.empty(max_iterations + 1, dtype=xp.float64)  # ||r_i||^2
-    pap = xp.empty(max_iterations + 1, dtype=xp.float64)  # <p, A p> of iteration i (index 0 unused)
-    dot(grid, block, (r, r, n, partial, counter, rr, xp.full(1, -1, dtype=xp.int32)))  # rr[0]
+    histories = xp.empty((2, max_iterations + 1), dtype=xp.float64)  # read back together
+    pap, rr = histories[0], histories[1]  # <p, A p> of iteration i (index 0 unused), ||r_i||^2
+    dot(grid, block, (r, r, n, partial, counter, rr, xp.asarray(np.full(1, -1, dtype=np.int32))))  # rr[0]
     first = float(rr[0]) ** 0.5 / b_norm
     if first <= tolerance:
         return x, (first,)
@@ -82,7 +82,7 @@ def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: flo
         if iteration % check_every and iteration != max_iterations:
             continue
         # one read-back per check: <p, A p> and ||r||^2 of every iteration since the last check
-        history = xp.stack([pap[checked + 1:iteration + 1], rr[checked + 1:iteration + 1]]).get()
+        history = histories.get()[:, checked + 1:iteration + 1]
         _check_positive(history[0], iteration)
         residuals = np.sqrt(history[1]) / b_norm
         if callback is not None:
@@ -91,8 +91,8 @@ def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: flo
         checked = iteration
         if residuals[-1] <= tolerance:
             break
-    history = xp.sqrt(rr[: iteration + 1]) / b_norm
-    return x, tuple(float(v) for v in history.get())
+    history = np.sqrt(rr[: iteration + 1].get()) / b_norm
+    return x, tuple(float(v) for v in history)
 
 
 def _capture(xp: Any, work: Callable[[], None]) -> Any:

@@ -9,9 +9,9 @@ import numpy as np
 
 from ..backend import get_xp, to_host
 from ..errors import InvalidDataError
+from ..operators import arith
 from ..prep.maps_stage import unit_basis
 from ..result import Result
-from ..scaling import rescale
 from .options import Options
 from .state import State
 
@@ -37,8 +37,8 @@ def combine(options: Options, state: State) -> None:
     """The image (SENSE, root-sum-of-squares or the one coil) back in the data's units (powers of two: exact);
     refuse an image beyond float32's range."""
     image, combine_scale = _combined(state.x, state.combine, options.maps.basis if not state.sense else None)
-    image = rescale(image, state.data_scale * combine_scale / state.maps_scale)
-    if not bool(get_xp(image).isfinite(image).all()):
+    image = arith.rescale(image, state.data_scale * combine_scale / state.maps_scale)
+    if not arith.all_finite(image):
         raise InvalidDataError(f"{state.scan.source}: the image exceeds the float32 range (the k-space is near "
                                f"float32's largest values and the coil maps are small); scale the data down")
     state.image = image

@@ -15,18 +15,19 @@ import numpy as np
 
 from ..backend import Device, to_device
 from ..kernels import prefetch
+from ..operators.arith import largest, scaled, total
 from ..operators.engines import Encoding
 from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..planner import Plan, Preparation
 from ..prep_memory import preparation_of
 from ..progress import Clock, progress_callback
-from ..scaling import largest, power_of_two
+from ..scaling import power_of_two
 from ..scan import Scan
 from .options import Options
 
 log = logging.getLogger("mri_recon.pipeline")
 
-SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}))
+SOLVER_KERNELS = (("toeplitz.cu", {}), ("cg.cu", {}), ("arith.cu", {}))
 """The CUDA modules of the fused Toeplitz normal operator and the CG loop (every GPU reconstruction)."""
 
 Planner = Callable[[Scan, Any, str, int, bool, Preparation], tuple[Device, type[Encoding], Plan]]
@@ -101,8 +102,8 @@ def _scaled_weights(scan: Scan) -> tuple[np.ndarray, float]:
     """The weights divided by a power of two near their largest value (the PSF cache keys the scaled weights)."""
     if scan.weights is None:
         return np.ones(scan.n_samples, dtype=np.float32), 1.0
-    weight_scale = power_of_two(float(scan.weights.max()))  # > 0: a Scan refuses all-zero weights
-    return (scan.weights.astype(np.float64) / weight_scale).astype(np.float32), weight_scale
+    weight_scale = power_of_two(largest(scan.weights))  # > 0: a Scan refuses all-zero and negative weights
+    return scaled(scan.weights, 1.0 / weight_scale), weight_scale  # by a power of two: exact, as in float64
 
 
 def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict]]:
@@ -111,13 +112,27 @@ def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict
     return [*engine.kernel_configs(ndim, coil_batch), *SOLVER_KERNELS]
 
 
+def default_kernels() -> list[tuple[str, dict]]:
+    """Every CUDA module a reconstruction with the default settings may build on a GPU: those of each engine
+    ``method="auto"`` chooses among (non-Cartesian, 2-D and 3-D, 1 to MAX_GROUP coils at a time) and the
+    solver's, each once. The package ships these precompiled (``scripts/build_kernels.py --defaults``,
+    docs/kernels.md)."""
+    from ..kernels.configs import MAX_GROUP  # noqa: PLC0415 - the bundle's build and its test only
+    from ..operators.engines.registry import engines  # noqa: PLC0415
+
+    auto = [e for e in engines() if e.device_kind == "gpu" and e.auto and "non-cartesian" in e.samplings]
+    found = [config for engine in auto for dim in (2, 3) if dim in engine.dims
+             for coils in range(1, MAX_GROUP + 1) for config in run_kernels(engine, dim, coils)]
+    return [(f, dict(d)) for f, d in dict.fromkeys((f, tuple(sorted(d.items()))) for f, d in found)]
+
+
 def plan(scan: Scan, options: Options, planner: Planner) -> State:
     """Plan: the device, the engine, the memory (``planner``: refuse or batch coils), the off-resonance
     correction; start building this run's CUDA modules on threads."""
     sense = scan.coil_maps is not None or options.maps.method is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
     weights, weight_scale = _scaled_weights(scan)
-    weight_sum = float(np.sum(weights, dtype=np.float64))
+    weight_sum = total(weights)
     dev, engine, budget = planner(scan, options.device, options.method, options.iterations, sense,
                                   preparation_of(scan, estimate_maps=options.maps.method))
     offres = None if scan.field_map is None else plan_correction(

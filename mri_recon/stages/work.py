@@ -3,7 +3,6 @@ operator (the PSF from the caller, the memo, the disk cache or computed) and the
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,23 +11,16 @@ import numpy as np
 from ..backend import get_xp, to_device, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..io.cache import PsfCache, psf_key
-from ..operators.base import Sense
+from ..operators import arith
+from ..operators.arith import rss_peak, scaled
 from ..operators.engines import Encoding
 from ..operators.memo import spectrum_memo
 from ..operators.normal.toeplitz import kernel_spectrum
-from ..scaling import power_of_two, unit_scale
+from ..scaling import power_of_two
 from ..solvers.cg import cg
 from ..solvers.sparse import data_energy, solve_regularized
 from .options import Options
 from .state import State
-
-
-def rss_peak(maps: Any) -> float:
-    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``, without overflow or underflow (the
-    squares are taken of the maps divided by a power of two near their largest component)."""
-    xp = get_xp(maps)
-    unit, scale = unit_scale(maps)
-    return scale * math.sqrt(float(xp.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
 
 
 def coil_maps(options: Options, state: State) -> None:
@@ -47,7 +39,7 @@ def scale_maps(options: Options, state: State) -> None:
         raise InvalidDataError(f"{state.scan.source}: the coil maps are zero everywhere")
     unit = power_of_two(maps_peak)
     if unit != 1.0:
-        state.maps = state.maps * np.float32(1.0 / unit)
+        state.maps = scaled(state.maps, 1.0 / unit)
     state.maps_scale = unit / state.basis_scale
 
 
@@ -81,7 +73,7 @@ def right_hand_side(options: Options, state: State) -> None:
     """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``), or ``F^H (W d)`` per coil without maps,
     coils ``coil_batch`` at a time (bounds the memory of the coil images); ``d^H W d`` for the sparse solvers;
     the normal operator's peak."""
-    weighted = state.kspace * (state.w * np.float32(1.0 / state.data_scale))
+    weighted = arith.weighted(state.kspace, state.w, 1.0 / state.data_scale)
     state.rhs = _rhs(state.encoding, weighted, state.maps, state.budget.coil_batch)
     state.energy = data_energy(state.kspace, weighted, state.data_scale) if options.sparse else 0.0
     del weighted
@@ -93,11 +85,11 @@ def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
     xp = get_xp(weighted)
     if maps is None:
         return encoding.batched(weighted.shape[0]).H(weighted)
-    out = xp.zeros(encoding.matrix, dtype=np.complex64)
+    out = xp.empty(encoding.matrix, dtype=np.complex64)
     for start in range(0, weighted.shape[0], coil_batch):
         part = slice(start, start + coil_batch)
         images = encoding.batched(weighted[part].shape[0]).H(weighted[part])
-        out += Sense(maps[part]).H(images)
+        arith.combine_coils(maps[part], images, out, accumulate=start > 0)
     return out
 
 

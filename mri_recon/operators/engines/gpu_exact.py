@@ -35,6 +35,7 @@ from ...kernels.configs import (
     psf_defines,
 )
 from ...validation import validate_matrix
+from ..arith import records as arith_records
 from ..gpu.launch import (
     check_gpu_array,
     check_trajectory,
@@ -45,7 +46,7 @@ from ..gpu.launch import (
     on_device,
     sm_count,
 )
-from .gpu_layout import coil_groups, fixed_point_turns, grid_slices, line_positions
+from .gpu_layout import coil_groups, fixed_point_turns, grid_slices, line_positions, scaled_turns
 
 DEFAULT_ROW = 64
 """Threads along the voxels of one block row (F^H d kernels); a warp never spans two rows. Measured on an
@@ -163,8 +164,8 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     check_gpu_array("weights", weights, device, "f", 1)
     if weights.shape != (n_samples,):
         raise SchemaError(f"weights must have shape ({n_samples},), found {weights.shape}")
-    kfix = fixed_point_turns(trajectory.astype(cupy.float64) * 2.0, big)
-    records = _records(kfix, weights.astype(cupy.float32)[None, :], real=True)
+    kfix = scaled_turns(trajectory, big, 2.0)
+    records = _records(kfix, cupy.ascontiguousarray(weights, dtype=cupy.float32)[None, :], real=True)
     out = empty((1, math.prod(big)), cupy.complex64)
     fhd_launch(out, records, big, psf_defines(len(big)), True, 0, chunk, block, device)
     return out.reshape(big)
@@ -172,15 +173,8 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
 
 def _records(kfix: Any, data: Any, *, real: bool) -> Any:
     """The constant-memory records (M, words) uint32: fixed-point trajectory, padding, samples."""
-    cupy = cupy_module()
-    n_samples, dim = kfix.shape
-    coils = data.shape[0]
-    words = fhd_record_words(dim, coils, real)
-    records = cupy.zeros((n_samples, words), dtype=cupy.uint32)
-    records[:, :dim] = kfix
-    values = cupy.ascontiguousarray(data.T)
-    records[:, words - coils * (1 if real else 2):] = values.view(cupy.float32).view(cupy.uint32)
-    return records
+    dim, coils = kfix.shape[1], data.shape[0]
+    return arith_records(kfix, cupy_module().ascontiguousarray(data), fhd_record_words(dim, coils, real))
 
 
 def _pointer(array: Any) -> Any:

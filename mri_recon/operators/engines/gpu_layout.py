@@ -17,6 +17,7 @@ import numpy as np
 from ...backend import cupy_module
 from ...grid import centre
 from ...kernels.configs import MAX_GROUP
+from ..arith import turns
 
 WAVE_EFFICIENCY = 0.9
 """Smallest acceptable fill of the last wave of blocks before F^H d splits chunks into grid slices."""
@@ -28,10 +29,18 @@ def fixed_point_turns(trajectory: Any, matrix: tuple[int, ...]) -> Any:
     With ``Q_d = 2 j_d - 2 (N_d // 2)``, ``sum_d K_d Q_d mod 2^32`` is the phase ``k . r_j`` in units of
     2^-32 turns.
     """
+    return scaled_turns(trajectory, matrix, 1.0)
+
+
+def scaled_turns(trajectory: Any, matrix: tuple[int, ...], mult: float) -> Any:
+    """:func:`fixed_point_turns` of ``mult`` times the trajectory (the product in float64); on a GPU by
+    ``kernels/arith.cu`` with the same float64 operations, so the same bits."""
     cupy = cupy_module()
+    scales = [2.0 * n for n in matrix]
+    if cupy is not None and isinstance(trajectory, cupy.ndarray) and trajectory.dtype == np.float32:
+        return turns(trajectory, scales, mult)
     xp = cupy if cupy is not None and isinstance(trajectory, cupy.ndarray) else np
-    scale = xp.asarray([2.0 * n for n in matrix], dtype=xp.float64)
-    u = trajectory.astype(xp.float64) / scale
+    u = trajectory.astype(xp.float64) * mult / xp.asarray(scales, dtype=xp.float64)
     u -= xp.floor(u)
     k = xp.rint(u * 4294967296.0).astype(xp.uint64) & xp.uint64(0xFFFFFFFF)
     return xp.ascontiguousarray(k.astype(xp.uint32))

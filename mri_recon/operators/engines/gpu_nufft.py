@@ -23,12 +23,15 @@ import numpy as np
 from ...backend import Device, cupy_module, device_memory, resolve_device
 from ...errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
 from ...kernels import get_kernel
+from ..arith import scaled
 from ..gpu.fft import fft_plan
 from .nufft_params import NufftParams, kernel_width, nufft_params
 
 KERNEL_FILE = "nufft.cu"
 THREADS = 256
 """Threads per block of every NUFFT kernel (the launch bounds)."""
+SCAN_THREADS = 1024
+"""Threads of the one block that scans the bin counts (``NUFFT_SCAN_THREADS`` in ``kernels/nufft.cu``)."""
 SUBPROBLEM = 256
 """Most samples one spreading block takes (a crowded bin is split into several subproblems)."""
 COIL_STEPS = (1, 2, 4, 8)
@@ -232,23 +235,22 @@ class GpuNufft:
         counts = cupy.zeros(n_bins, dtype=cupy.int32)
         self._kernel("mri_recon_nufft_bin_count")(blocks, (THREADS,), (k, np.int64(m), *geometry, bin_of, rank,
                                                                       counts))
-        start = (cupy.cumsum(counts, dtype=cupy.int64) - counts).astype(cupy.int32)
+        size = self.subproblem
+        start, sub_start = cupy.empty(n_bins, dtype=cupy.int32), cupy.empty(n_bins, dtype=cupy.int32)
+        found = cupy.empty(1, dtype=cupy.int32)
+        self._kernel("mri_recon_nufft_bin_scan")((1,), (SCAN_THREADS,), (counts, np.int32(n_bins), np.int32(size),
+                                                                       start, sub_start, found))
         self._perm = cupy.empty(m, dtype=cupy.int32)
         self._first = cupy.empty((self.dim, m), dtype=cupy.int32)
         self._z0 = cupy.empty((self.dim, m), dtype=cupy.float32)
         self._kernel("mri_recon_nufft_bin_scatter")(
             blocks, (THREADS,), (k, np.int64(m), *geometry, bin_of, rank, start, self._perm, self._first,
                                  self._z0))
-        size = self.subproblem
-        n_sub = (counts + (size - 1)) // size
-        cum = cupy.cumsum(n_sub, dtype=cupy.int64)
-        total = int(cum[-1])  # the one host synchronization of a plan
-        ids = cupy.arange(total, dtype=cupy.int64)
-        sub_bin = cupy.searchsorted(cum, ids, side="right")
-        within = ids - (cum[sub_bin] - n_sub[sub_bin])
-        self._sub_bin = sub_bin.astype(cupy.int32)
-        self._sub_first = (start[sub_bin] + within * size).astype(cupy.int32)
-        self._sub_count = cupy.minimum(size, counts[sub_bin] - within * size).astype(cupy.int32)
+        total = int(found.get()[0])  # the one host synchronization of a plan
+        self._sub_bin, self._sub_first, self._sub_count = (cupy.empty(total, dtype=cupy.int32) for _ in range(3))
+        self._kernel("mri_recon_nufft_subproblems")((-(-n_bins // THREADS),), (THREADS,), (
+            counts, start, sub_start, np.int32(n_bins), np.int32(size), self._sub_bin, self._sub_first,
+            self._sub_count))
         self.n_subproblems = total
         self._geometry_args = geometry
 
@@ -378,7 +380,7 @@ def psf(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, eps: float = 
     k = cupy.asarray(trajectory)
     if k.dtype != cupy.float32:
         raise SchemaError(f"trajectory must be float32, found {k.dtype}")
-    plan = GpuNufft(2 * k, big, eps=eps, device=device, checked=checked)
+    plan = GpuNufft(scaled(cupy.ascontiguousarray(k), 2.0), big, eps=eps, device=device, checked=checked)
     w = cupy.asarray(weights)
     if w.dtype.kind == "c":
         raise SchemaError("PSF weights must be real, found complex values")

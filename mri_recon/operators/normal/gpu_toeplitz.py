@@ -18,6 +18,7 @@ import numpy as np
 
 from ...backend import Device, cupy_module
 from ...kernels import get_kernel
+from ..arith import scaled
 from ..base import LinearOperator
 from ..gpu.fft import fft_plan
 
@@ -76,7 +77,7 @@ class FusedSenseNormal(GridNormal):
         grid = tuple(int(n) for n in spectrum.shape)
         super().__init__(grid, coil_maps, lam, coil_batch)
         device = self._device
-        self._scaled = (spectrum / np.float32(self._grid_size)).astype(cupy.complex64)
+        self._scaled = scaled(cupy.ascontiguousarray(spectrum, dtype=cupy.complex64), 1.0 / self._grid_size)
         self._padded = cupy.empty((self._step, *grid), dtype=cupy.complex64)
         self._expand = get_kernel("toeplitz.cu", "mri_recon_sense_expand", None, device)
         self._reduce = get_kernel("toeplitz.cu", "mri_recon_sense_reduce", None, device)

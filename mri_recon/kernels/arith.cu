@@ -1,0 +1,243 @@
+// The element-wise operations and reductions a reconstruction needs around its operators (scaling, weighting,
+// noise whitening, checks of finite values, sums, maxima, inner products, the coil combination), so that a GPU
+// reconstruction runs none of CuPy's generated kernels: those are compiled by NVRTC on the first use in an
+// installation (seconds), these come precompiled with the package (docs/kernels.md).
+//
+// float2 is complex64. Reductions are deterministic: each block reduces its grid-stride share in a fixed order
+// (warp shuffles, then the warps in order) and stores its partial; the last block to finish (a counter in device
+// memory, zero on entry and reset by that block) combines the partials in block order and writes the result.
+// Sums are float64 whatever the input.
+
+#define ARITH_THREADS 256
+#define ARITH_WARPS (ARITH_THREADS / 32)
+
+#define GRID_STRIDE(k, n) \
+    for (long long k = blockIdx.x * (long long)ARITH_THREADS + threadIdx.x; k < (n); k += (long long)gridDim.x * ARITH_THREADS)
+
+struct Sum {
+    __device__ static double identity() { return 0.0; }
+    __device__ static double apply(double a, double b) { return a + b; }
+};
+
+struct Max {
+    __device__ static double identity() { return 0.0; }  // the reductions here take the maximum of values >= 0
+    __device__ static double apply(double a, double b) { return fmax(a, b); }
+};
+
+// Op-reduction of v over the block, valid in thread 0; fixed order.
+template <class Op>
+__device__ __forceinline__ double block_reduce(double v)
+{
+    __shared__ double warp_values[ARITH_WARPS];
+    for (int offset = 16; offset > 0; offset >>= 1) v = Op::apply(v, __shfl_down_sync(0xffffffffu, v, offset));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // warp_values may still be read by a previous call
+    if (lane == 0) warp_values[warp] = v;
+    __syncthreads();
+    double total = Op::identity();
+    if (threadIdx.x == 0) {
+        for (int w = 0; w < ARITH_WARPS; ++w) total = Op::apply(total, warp_values[w]);
+    }
+    return total;
+}
+
+// Store this block's partial (slot `part` of `parts` per block); the last block to arrive writes the reduction
+// of all partials to result[part] and resets the counter. Every thread of every block must call it once per
+// part, with parts called in the same order.
+template <class Op>
+__device__ __forceinline__ bool grid_reduce(double value, int part, int parts, double* partial, unsigned* counter,
+                                            double* result)
+{
+    __shared__ bool last;
+    const double block_value = block_reduce<Op>(value);
+    if (threadIdx.x == 0) {
+        partial[(long long)part * gridDim.x + blockIdx.x] = block_value;
+        __threadfence();
+        last = part == parts - 1 && atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    return last;
+}
+
+template <class Op>
+__device__ __forceinline__ void finish_reduce(int parts, double* partial, unsigned* counter, double* result)
+{
+    __threadfence();
+    for (int part = 0; part < parts; ++part) {
+        double v = Op::identity();
+        for (int b = threadIdx.x; b < (int)gridDim.x; b += ARITH_THREADS)
+            v = Op::apply(v, __ldcg(partial + (long long)part * gridDim.x + b));
+        const double total = block_reduce<Op>(v);
+        if (threadIdx.x == 0) result[part] = total;
+    }
+    if (threadIdx.x == 0) *counter = 0u;
+}
+
+// out = x * s over n floats (float32 arrays, or complex64 as 2n floats); out may be x.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_scale(const float* x, float s, float* out, long long n)
+{
+    GRID_STRIDE(k, n) out[k] = x[k] * s;
+}
+
+// out[c, m] = d[c, m] * (w[m] * s) for complex d (C, M) and real w (M): the density-weighted k-space.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_weighted(const float2* __restrict__ d, const float* __restrict__ w, float s, float2* __restrict__ out,
+                         long long m, long long total)
+{
+    GRID_STRIDE(k, total) {
+        const float ws = w[k % m] * s;
+        const float2 v = d[k];
+        out[k] = make_float2(v.x * ws, v.y * ws);
+    }
+}
+
+// x[:, j] = W x[:, j] for every column j of complex x (C, M) in place, W complex (C, C) row-major: the noise
+// whitening. Each thread keeps its column in dynamic shared memory (blockDim.x * C float2).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_whiten(float2* __restrict__ x, const float2* __restrict__ w, int c, long long m)
+{
+    extern __shared__ float2 column[];
+    const int t = threadIdx.x, width = blockDim.x;
+    for (long long j = blockIdx.x * (long long)width + t; j < m; j += (long long)gridDim.x * width) {
+        for (int r = 0; r < c; ++r) column[r * width + t] = x[r * m + j];
+        for (int i = 0; i < c; ++i) {
+            float2 acc = make_float2(0.f, 0.f);
+            for (int r = 0; r < c; ++r) {
+                const float2 a = __ldg(w + i * c + r), b = column[r * width + t];
+                acc.x = fmaf(a.x, b.x, fmaf(-a.y, b.y, acc.x));
+                acc.y = fmaf(a.x, b.y, fmaf(a.y, b.x, acc.y));
+            }
+            x[i * m + j] = acc;
+        }
+    }
+}
+
+// flags[0] |= 1 if some x[k] is not finite, 2 if some x[k] < 0, 4 if some x[k] > 0 (n floats).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_flags(const float* __restrict__ x, long long n, int* __restrict__ flags)
+{
+    unsigned bits = 0u;
+    GRID_STRIDE(k, n) {
+        const float v = x[k];
+        bits |= (isfinite(v) ? 0u : 1u) | (v < 0.f ? 2u : 0u) | (v > 0.f ? 4u : 0u);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, offset);
+    if ((threadIdx.x & 31) == 0 && bits) atomicOr(flags, (int)bits);
+}
+
+// result[0] = sum of x[k] (n floats), in float64.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_sum(const float* __restrict__ x, long long n, double* partial, unsigned* counter, double* result)
+{
+    double acc = 0.0;
+    GRID_STRIDE(k, n) acc += (double)x[k];
+    if (grid_reduce<Sum>(acc, 0, 1, partial, counter, result)) finish_reduce<Sum>(1, partial, counter, result);
+}
+
+// result[0] = max |x[k]| (n floats: a real array, or the components of a complex one).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_max_abs(const float* __restrict__ x, long long n, double* partial, unsigned* counter, double* result)
+{
+    float acc = 0.f;
+    GRID_STRIDE(k, n) acc = fmaxf(acc, fabsf(x[k]));
+    if (grid_reduce<Max>((double)acc, 0, 1, partial, counter, result)) finish_reduce<Max>(1, partial, counter, result);
+}
+
+// result[0] = max over voxels v of sum_c |S[c, v]|^2 for complex coil maps S (C, N), in float64.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_rss_max(const float2* __restrict__ s, int c, long long n, double* partial, unsigned* counter,
+                        double* result)
+{
+    double acc = 0.0;
+    GRID_STRIDE(v, n) {
+        double power = 0.0;
+        for (int k = 0; k < c; ++k) {
+            const float2 z = s[k * n + v];
+            power += (double)z.x * z.x + (double)z.y * z.y;
+        }
+        acc = fmax(acc, power);
+    }
+    if (grid_reduce<Max>(acc, 0, 1, partial, counter, result)) finish_reduce<Max>(1, partial, counter, result);
+}
+
+// result[0] + i result[1] = sum_k conj(a[k]) b[k] over n complex values, in float64.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_dot(const float2* __restrict__ a, const float2* __restrict__ b, long long n, double* partial,
+                    unsigned* counter, double* result)
+{
+    double re = 0.0, im = 0.0;
+    GRID_STRIDE(k, n) {
+        const float2 u = a[k], v = b[k];
+        re += (double)u.x * v.x + (double)u.y * v.y;
+        im += (double)u.x * v.y - (double)u.y * v.x;
+    }
+    grid_reduce<Sum>(re, 0, 2, partial, counter, result);
+    if (grid_reduce<Sum>(im, 1, 2, partial, counter, result)) finish_reduce<Sum>(2, partial, counter, result);
+}
+
+// out[v] = (accumulate ? out[v] : 0) + sum_c conj(S[c, v]) y[c, v]: the SENSE coil combination of coil images
+// y (C, N) with maps S (C, N).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_combine(const float2* __restrict__ s, const float2* __restrict__ y, float2* __restrict__ out, int c,
+                        long long n, int accumulate)
+{
+    GRID_STRIDE(v, n) {
+        float2 acc = accumulate ? out[v] : make_float2(0.f, 0.f);
+        for (int k = 0; k < c; ++k) {
+            const float2 a = s[k * n + v], b = y[k * n + v];
+            acc.x += a.x * b.x + a.y * b.y;
+            acc.y += a.x * b.y - a.y * b.x;
+        }
+        out[v] = acc;
+    }
+}
+
+// x[b, i0, i1, i2] *= s (-1)^(i0 + i1 + i2) in place over total complex values of a (B, n0, n1, n2) array:
+// the spectrum of the ifftshift of a grid of even sizes, from the spectrum of the grid itself.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_alternate(float2* __restrict__ x, float s, long long total, int n0, int n1, int n2)
+{
+    GRID_STRIDE(k, total) {
+        const long long i2 = k % n2, i1 = (k / n2) % n1, i0 = (k / ((long long)n1 * n2)) % n0;
+        const float sign = ((i0 + i1 + i2) & 1) ? -s : s;
+        const float2 v = x[k];
+        x[k] = make_float2(v.x * sign, v.y * sign);
+    }
+}
+
+// out[m, d] = round(2^32 frac(mult k[m, d] / scale_d)) mod 2^32 for float32 k (M, D), D <= 3, computed in float64
+// as the exact sums' fixed-point trajectory (operators/engines/gpu_layout.fixed_point_turns) defines it.
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_turns(const float* __restrict__ k, long long total, int dim, double mult, double scale0,
+                      double scale1, double scale2, unsigned* __restrict__ out)
+{
+    GRID_STRIDE(i, total) {
+        const int d = (int)(i % dim);
+        const double scale = d == 0 ? scale0 : (d == 1 ? scale1 : scale2);
+        double u = ((double)k[i] * mult) / scale;
+        u -= floor(u);
+        out[i] = (unsigned)((unsigned long long)rint(u * 4294967296.0) & 0xFFFFFFFFull);
+    }
+}
+
+// The exact sums' constant-memory records (M, words) of uint32: the fixed-point trajectory kfix (M, D), zero
+// padding, then the samples of every coil, per floats each (2: complex data (C, M); 1: real data (1, M)).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_records(const unsigned* __restrict__ kfix, const float* __restrict__ data, long long m, int dim,
+                        int coils, int per, int words, unsigned* __restrict__ out)
+{
+    const int values = coils * per, first = words - values;
+    GRID_STRIDE(i, m * words) {
+        const long long s = i / words;
+        const int w = (int)(i % words);
+        unsigned v = 0u;
+        if (w < dim) {
+            v = kfix[s * dim + w];
+        } else if (w >= first) {
+            const int c = (w - first) / per, part = (w - first) % per;
+            v = __float_as_uint(data[((long long)c * m + s) * per + part]);
+        }
+        out[i] = v;
+    }
+}

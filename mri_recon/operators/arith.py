@@ -1,0 +1,266 @@
+"""Element-wise operations and reductions of a reconstruction on NumPy or CuPy arrays: NumPy on the host, the
+kernels of ``kernels/arith.cu`` on a GPU.
+
+On a GPU these replace CuPy's generated kernels (``x * s``, ``isfinite(x).all()``, ``x.sum()``, ...), which
+NVRTC compiles on their first use in an installation, one after the other (about 10 s for a first 2-D
+reconstruction); ``arith.cu`` is one module, shipped precompiled (docs/kernels.md). Each function computes on the
+host what it computes on the device, to float32 rounding; sums are float64 on both. Reductions return host
+numbers (one small read); :class:`Flags` gathers checks so that a stage reads all of them at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..backend import Device, cupy_module, get_xp
+from ..kernels import get_kernel
+from ..scaling import largest as host_largest
+from ..scaling import rescale as host_rescale
+from ..scaling import rescale_steps
+
+KERNEL_FILE = "arith.cu"
+THREADS = 256
+"""Threads per block (``ARITH_THREADS`` in ``kernels/arith.cu``)."""
+BLOCKS = 1024
+"""Most blocks of one launch (grid-stride loops beyond); also the partial sums of a reduction."""
+WHITEN_SHARED = 32 * 1024
+"""Most bytes of shared memory the whitening kernel's block holds (its columns)."""
+
+NOT_FINITE, NEGATIVE, POSITIVE = 1, 2, 4
+"""The bits :meth:`Flags.check` sets: some value not finite, some below zero, some above zero."""
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialized device buffer: every output of these kernels comes from here (tests poison it)."""
+    return cupy_module().empty(shape, dtype)
+
+
+def _on_gpu(array: Any) -> bool:
+    return get_xp(array) is not np
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel(name: str, index: int):
+    return get_kernel(KERNEL_FILE, name, None, Device(index))
+
+
+def _launch(name: str, array: Any, n: int, args: tuple, shared: int = 0, threads: int = THREADS) -> None:
+    blocks = max(1, min(-(-int(n) // threads), BLOCKS))
+    _kernel(name, int(array.device.id))((blocks,), (threads,), args, shared_mem=shared)
+
+
+def _floats(array: Any) -> Any:
+    """A C-contiguous float32 or complex64 array as float32 values (complex: interleaved components)."""
+    if array.dtype not in (np.float32, np.complex64) or not array.flags.c_contiguous:
+        raise TypeError(f"expected a C-contiguous float32 or complex64 array, found {array.dtype}")
+    return array.reshape(-1).view(np.float32)
+
+
+def _reduce(name: str, array: Any, n: int, args: tuple, parts: int = 1) -> np.ndarray:
+    """The ``parts`` float64 results of reduction kernel ``name`` over ``n`` items (one read)."""
+    cupy = cupy_module()
+    blocks = max(1, min(-(-int(n) // THREADS), BLOCKS))
+    partial = cupy.empty(parts * blocks, dtype=np.float64)
+    counter = cupy.zeros(1, dtype=np.uint32)
+    result = cupy.empty(parts, dtype=np.float64)
+    _kernel(name, int(array.device.id))((blocks,), (THREADS,), (*args, partial, counter, result))
+    return result.get()
+
+
+def scaled(array: Any, factor: float, out: Any = None) -> Any:
+    """``array * float32(factor)`` (float32 or complex64), into ``out`` when given (``out`` may be ``array``)."""
+    factor = np.float32(factor)
+    if not _on_gpu(array):
+        if out is None:
+            return array * factor
+        np.multiply(array, factor, out=out)
+        return out
+    if out is None:
+        out = empty(array.shape, array.dtype)
+    flat, steps = _floats(array), [factor]
+    if 0 < abs(float(factor)) < np.finfo(np.float32).tiny:  # a subnormal factor: the kernels flush it to zero
+        steps = [np.float32(float(factor) * 2.0 ** 64), np.float32(2.0 ** -64)]
+    for step in steps:
+        _launch("mri_recon_arith_scale", array, flat.size, (flat, step, _floats(out), np.int64(flat.size)))
+        flat = _floats(out)
+    return out
+
+
+def alternate(array: Any, factor: float) -> Any:
+    """``array[b, i...] *= float32(factor) (-1)^(sum of i)`` in place for a CuPy complex64 ``(B, *grid)`` (one to
+    three grid axes, each of even size): the spectrum of a grid's ifftshift from the grid's own spectrum."""
+    sizes = [int(n) for n in array.shape[1:]]
+    if not 1 <= len(sizes) <= 3 or any(n % 2 for n in sizes):
+        raise ValueError(f"alternate takes 1 to 3 grid axes of even size, found {sizes}")
+    sizes = [1] * (3 - len(sizes)) + sizes
+    flat = array.reshape(-1)
+    _launch("mri_recon_arith_alternate", array, flat.size, (flat, np.float32(factor), np.int64(flat.size),
+                                                            *(np.int32(n) for n in sizes)))
+    return array
+
+
+def rescale(array: Any, factor: float) -> Any:
+    """``array *= factor`` in place for a power of two ``factor`` (:func:`mri_recon.scaling.rescale`)."""
+    if not _on_gpu(array):
+        return host_rescale(array, factor)
+    for step in rescale_steps(factor):
+        scaled(array, step, out=array)
+    return array
+
+
+def copy(array: Any) -> Any:
+    """A copy of a C-contiguous array (NumPy's ``copy``; on a GPU one device-to-device memcpy)."""
+    if not _on_gpu(array):
+        return array.copy()
+    out = empty(array.shape, array.dtype)
+    out.data.copy_from_device_async(array.data, array.nbytes)
+    return out
+
+
+def weighted(kspace: Any, weights: Any, factor: float) -> Any:
+    """``kspace * (weights * float32(factor))``: complex ``(C, M)`` k-space times real ``(M,)`` weights."""
+    factor = np.float32(factor)
+    if not _on_gpu(kspace):
+        return kspace * (weights * factor)
+    out = empty(kspace.shape, kspace.dtype)
+    m, total = int(kspace.shape[-1]), int(kspace.size)
+    _launch("mri_recon_arith_weighted", kspace, total,
+            (kspace, weights, factor, out, np.int64(m), np.int64(total)))
+    return out
+
+
+def whiten(array: Any, matrix: Any) -> Any:
+    """``array[:, j] = W array[:, j]`` in place for every column of complex64 ``(C, M)`` (``W``: complex64
+    ``(C, C)`` on the same device); returns ``array``. NumPy: ``W @ array`` written back."""
+    if not _on_gpu(array):
+        array[...] = matrix @ array
+        return array
+    coils, m = (int(n) for n in array.shape)
+    threads = max(32, min(THREADS, WHITEN_SHARED // (8 * coils)) // 32 * 32)
+    if 8 * coils * threads > WHITEN_SHARED:
+        array[...] = matrix @ array  # more coils than a block's columns hold: cuBLAS and a copy
+        return array
+    _launch("mri_recon_arith_whiten", array, m, (array, matrix, np.int32(coils), np.int64(m)),
+            shared=8 * coils * threads, threads=threads)
+    return array
+
+
+def total(array: Any) -> float:
+    """The sum of a real array in float64."""
+    if not _on_gpu(array):
+        return float(np.sum(array, dtype=np.float64))
+    flat = _floats(array)
+    return float(_reduce("mri_recon_arith_sum", array, flat.size, (flat, np.int64(flat.size)))[0])
+
+
+def largest(array: Any) -> float:
+    """``max |Re|, |Im|`` of a complex64 array, ``max |.|`` of a float32 one (:func:`mri_recon.scaling.largest`)."""
+    if not _on_gpu(array) or array.dtype not in (np.float32, np.complex64):
+        return host_largest(array)
+    if array.size == 0:
+        return 0.0
+    flat = _floats(get_xp(array).ascontiguousarray(array))
+    return float(_reduce("mri_recon_arith_max_abs", array, flat.size, (flat, np.int64(flat.size)))[0])
+
+
+def rss_peak(maps: Any) -> float:
+    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``, without overflow or underflow (the
+    squares in float64 on the GPU; on the host of the maps divided by a power of two near their largest
+    component)."""
+    if not _on_gpu(maps):
+        from ..scaling import unit_scale  # noqa: PLC0415 - the host twin only
+
+        unit, scale = unit_scale(maps)
+        return scale * math.sqrt(float(np.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
+    coils, n = int(maps.shape[0]), int(maps.size // max(1, maps.shape[0]))
+    peak = _reduce("mri_recon_arith_rss_max", maps, n, (maps, np.int32(coils), np.int64(n)))[0]
+    return math.sqrt(float(peak))
+
+
+def inner(a: Any, b: Any) -> complex:
+    """``sum conj(a) b`` of two C-contiguous complex64 CuPy arrays of one size, in float64."""
+    n = int(a.size)
+    re, im = _reduce("mri_recon_arith_dot", a, n, (a, b, np.int64(n)), parts=2)
+    return complex(re, im)
+
+
+def combine_coils(maps: Any, images: Any, out: Any, accumulate: bool) -> Any:
+    """``out (+)= sum_c conj(S_c) y_c`` for maps and coil images ``(C, *matrix)`` into ``out`` (``matrix``)."""
+    if not _on_gpu(maps):
+        product = (np.conj(maps) * images).sum(axis=0)
+        if accumulate:
+            out += product
+        else:
+            out[...] = product
+        return out
+    coils, n = int(maps.shape[0]), int(out.size)
+    _launch("mri_recon_arith_combine", out, n, (maps, images, out, np.int32(coils), np.int64(n),
+                                                np.int32(bool(accumulate))))
+    return out
+
+
+def turns(trajectory: Any, scales: list[float], mult: float) -> Any:
+    """``round(2^32 frac(mult k_d / scale_d)) mod 2^32`` as uint32 ``(M, D)`` of a CuPy float32 trajectory, in
+    float64 (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`)."""
+    k = get_xp(trajectory).ascontiguousarray(trajectory)
+    out = empty(k.shape, np.uint32)
+    padded = [np.float64(v) for v in [*scales, 1.0, 1.0, 1.0][:3]]
+    _launch("mri_recon_arith_turns", k, k.size, (k, np.int64(k.size), np.int32(k.shape[1]), np.float64(mult),
+                                                 *padded, out))
+    return out
+
+
+def records(kfix: Any, data: Any, words: int) -> Any:
+    """The exact sums' constant-memory records ``(M, words)`` uint32 (CuPy): the fixed-point trajectory
+    ``kfix`` ``(M, D)``, zeros, then the samples of C-contiguous ``data`` (complex64 ``(C, M)`` or float32
+    ``(1, M)``) of each sample."""
+    m, dim = (int(n) for n in kfix.shape)
+    per = 2 if data.dtype.kind == "c" else 1
+    out = empty((m, words), np.uint32)
+    _launch("mri_recon_arith_records", kfix, m * words, (kfix, _floats(data), np.int64(m), np.int32(dim),
+                                                         np.int32(data.shape[0]), np.int32(per), np.int32(words), out))
+    return out
+
+
+class Flags:
+    """Checks of arrays on one device, read together: :meth:`check` records which of :data:`NOT_FINITE`,
+    :data:`NEGATIVE` and :data:`POSITIVE` values an array holds; :meth:`read` returns each check's bits."""
+
+    def __init__(self, xp: Any, capacity: int = 8):
+        self.xp = xp
+        self.bits = xp.zeros(capacity, dtype=np.int32)
+        self.count = 0
+
+    def check(self, array: Any) -> int:
+        """Queue the check of ``array`` (float32 or complex64: both components); returns its slot."""
+        slot, self.count = self.count, self.count + 1
+        if slot >= self.bits.size:
+            raise IndexError(f"Flags holds {self.bits.size} checks")
+        if self.xp is np:
+            flat = array.reshape(-1).view(array.real.dtype) if array.dtype.kind == "c" else array.reshape(-1)
+            self.bits[slot] = ((0 if np.isfinite(flat).all() else NOT_FINITE) | (NEGATIVE if (flat < 0).any() else 0)
+                               | (POSITIVE if (flat > 0).any() else 0))
+            return slot
+        flat = _floats(self.xp.ascontiguousarray(array))
+        _launch("mri_recon_arith_flags", array, flat.size, (flat, np.int64(flat.size), self.bits[slot:]))
+        return slot
+
+    def read(self) -> list[int]:
+        """Every check's bits, in the order checked (one read)."""
+        bits = self.bits[:self.count]
+        return [int(b) for b in (bits if self.xp is np else bits.get())]
+
+
+def all_finite(array: Any) -> bool:
+    """Whether every value of a float32 or complex64 array is finite (one read)."""
+    flags = Flags(get_xp(array), 1)
+    flags.check(array)
+    return not flags.read()[0] & NOT_FINITE
+
+
+__all__ = ["NEGATIVE", "NOT_FINITE", "POSITIVE", "Flags", "all_finite", "alternate", "combine_coils", "copy", "inner",
+           "largest", "records", "rescale", "rss_peak", "scaled", "total", "turns", "weighted", "whiten"]

@@ -1,0 +1,156 @@
+"""The element-wise operations and reductions of ``mri_recon.operators.arith``: the NumPy twin against float64
+mathematics, and the kernels of ``kernels/arith.cu`` against the twin, over edge sizes (one element, a block
+and one more, beyond the most blocks of a launch), with poisoned outputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import poison_empty, relative
+
+from mri_recon.operators import arith
+
+SIZES = [1, 255, 256, 257, 100_003, 256 * 1024 + 1]
+
+
+def _complex(rng, shape):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+
+
+def test_flags_name_what_an_array_holds():
+    flags = arith.Flags(np, 4)
+    slots = [flags.check(np.array([1.0, 2.0], np.float32)), flags.check(np.array([0.0, -1.0], np.float32)),
+             flags.check(np.array([1 + 1j, np.inf], np.complex64)), flags.check(np.zeros(3, np.float32))]
+    bits = flags.read()
+    assert [bits[s] for s in slots] == [arith.POSITIVE, arith.NEGATIVE, arith.POSITIVE | arith.NOT_FINITE, 0]
+    full = arith.Flags(np, 1)
+    full.check(np.ones(1, np.float32))
+    with pytest.raises(IndexError):
+        full.check(np.ones(1, np.float32))
+
+
+def test_host_twin_is_the_mathematics():
+    rng = np.random.default_rng(1)
+    maps, images = _complex(rng, (3, 5, 4)), _complex(rng, (3, 5, 4))
+    out = np.empty((5, 4), np.complex64)
+    arith.combine_coils(maps, images, out, accumulate=False)
+    assert relative(out, np.sum(np.conj(maps.astype(complex)) * images, axis=0)) <= 1e-6
+    peak = math.sqrt(np.max(np.sum(np.abs(maps.astype(complex)) ** 2, axis=0)))
+    assert arith.rss_peak(maps) == pytest.approx(peak, rel=1e-6)
+    assert arith.rss_peak(maps * np.float32(2.0**-100)) == pytest.approx(peak * 2.0**-100, rel=1e-6)
+    w = rng.random(7).astype(np.float32)
+    k = _complex(rng, (2, 7))
+    np.testing.assert_array_equal(arith.weighted(k, w, 0.25), k * (w * np.float32(0.25)))
+    assert arith.total(w) == pytest.approx(float(np.sum(w.astype(np.float64))), rel=1e-15)
+    big = np.full(4, 2.0**120, np.float32)
+    np.testing.assert_array_equal(arith.rescale(big.copy(), 2.0**-200), big * np.float32(2.0**-100)
+                                  * np.float32(2.0**-100))
+    assert not arith.all_finite(np.array([1.0, np.nan], np.float32)) and arith.all_finite(np.ones(3, np.complex64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_elementwise_kernels_match_numpy(monkeypatch, n):
+    poison_empty(monkeypatch, arith)
+    import cupy
+
+    rng = np.random.default_rng(n)
+    x = _complex(rng, (n,))
+    w = rng.random(n).astype(np.float32)
+    gx, gw = cupy.asarray(x), cupy.asarray(w)
+    np.testing.assert_array_equal(arith.scaled(gx, 0.375).get(), x * np.float32(0.375))
+    big = (w + 1) * np.float32(512)  # times a subnormal factor: normal results, not flushed to zero
+    np.testing.assert_array_equal(arith.scaled(cupy.asarray(big), 2.0**-130).get(), big * np.float32(2.0**-130))
+    np.testing.assert_array_equal(arith.copy(gx).get(), x)
+    k = _complex(rng, (3, n))
+    np.testing.assert_array_equal(arith.weighted(cupy.asarray(k), gw, 0.5).get(), k * (w * np.float32(0.5)))
+    same = gx.copy()
+    np.testing.assert_array_equal(arith.rescale(same, 2.0**-3).get(), x * np.float32(0.125))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_reductions_match_float64(n):
+    import cupy
+
+    rng = np.random.default_rng(n + 1)
+    a, b = _complex(rng, (n,)), _complex(rng, (n,))
+    w = rng.random(n).astype(np.float32)
+    ga, gb = cupy.asarray(a), cupy.asarray(b)
+    exact = np.vdot(a.astype(np.complex128), b.astype(np.complex128))
+    got = arith.inner(ga, gb)
+    assert abs(got - exact) <= 1e-12 * np.linalg.norm(a) * np.linalg.norm(b)
+    assert arith.inner(ga, gb) == got  # deterministic: the same bits again
+    assert arith.total(cupy.asarray(w)) == pytest.approx(float(np.sum(w, dtype=np.float64)), rel=1e-13)
+    assert arith.largest(ga) == float(np.max(np.abs(a.view(np.float32))))
+    assert arith.largest(cupy.asarray(-w)) == float(np.max(w))
+    maps = _complex(rng, (3, n))
+    peak = math.sqrt(float(np.max(np.sum(np.abs(maps.astype(np.complex128)) ** 2, axis=0))))
+    assert arith.rss_peak(cupy.asarray(maps)) == pytest.approx(peak, rel=1e-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("coils", [1, 3, 8])
+def test_coil_combination_and_flags_on_the_gpu(monkeypatch, coils):
+    import cupy
+
+    rng = np.random.default_rng(coils)
+    maps, images, start = _complex(rng, (coils, 33, 7)), _complex(rng, (coils, 33, 7)), _complex(rng, (33, 7))
+    exact = np.sum(np.conj(maps.astype(np.complex128)) * images, axis=0)
+    out = cupy.full((33, 7), np.nan, np.complex64)  # every element written
+    arith.combine_coils(cupy.asarray(maps), cupy.asarray(images), out, accumulate=False)
+    assert relative(out.get(), exact) <= 1e-6
+    out = cupy.asarray(start)
+    arith.combine_coils(cupy.asarray(maps), cupy.asarray(images), out, accumulate=True)
+    assert relative(out.get(), exact + start) <= 1e-6
+    flags = arith.Flags(cupy, 3)
+    bad = np.ones(257 * 1024 + 3, np.float32)
+    bad[-1] = np.inf
+    slots = [flags.check(cupy.asarray(bad)), flags.check(cupy.asarray(-np.ones(5, np.float32))),
+             flags.check(cupy.zeros(4, np.complex64))]
+    bits = flags.read()
+    assert [bits[s] for s in slots] == [arith.POSITIVE | arith.NOT_FINITE, arith.NEGATIVE, 0]
+    assert not arith.all_finite(cupy.asarray(np.array([0, np.nan], np.complex64)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", [(4,), (6, 8), (4, 6, 10)])
+def test_alternate_is_the_spectrum_of_the_ifftshift(grid):
+    import cupy
+
+    rng = np.random.default_rng(len(grid))
+    x = _complex(rng, (2, *grid))
+    axes = tuple(range(1, x.ndim))
+    want = np.fft.fftn(np.fft.ifftshift(x.astype(np.complex128), axes=axes), axes=axes)
+    spectrum = cupy.asarray(np.fft.fftn(x.astype(np.complex128), axes=axes).astype(np.complex64))
+    assert relative(arith.alternate(spectrum, 1.0).get(), want) <= 1e-6
+    with pytest.raises(ValueError, match="even size"):
+        arith.alternate(cupy.zeros((1, 5), np.complex64), 1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("matrix", "coils"), [((16, 12), 1), ((8, 6, 10), 3)])
+def test_exact_sums_inputs_are_the_host_bits(monkeypatch, matrix, coils):
+    poison_empty(monkeypatch, arith)
+    import cupy
+
+    from mri_recon.operators.engines.gpu_layout import fixed_point_turns, scaled_turns
+
+    rng = np.random.default_rng(coils)
+    k = ((rng.random((1001, len(matrix))) - 0.5) * 3 * np.asarray(matrix)).astype(np.float32)
+    for mult in (1.0, 2.0):
+        np.testing.assert_array_equal(scaled_turns(cupy.asarray(k), matrix, mult).get(), scaled_turns(k, matrix, mult))
+    kfix = fixed_point_turns(k, matrix)
+    data = _complex(rng, (coils, 1001))
+    words = len(matrix) + 1 + 2 * coils  # one word of padding
+    want = np.zeros((1001, words), np.uint32)
+    want[:, :len(matrix)] = kfix
+    want[:, words - 2 * coils:] = np.ascontiguousarray(data.T).view(np.float32).view(np.uint32)
+    got = arith.records(cupy.asarray(kfix), cupy.asarray(data), words)
+    np.testing.assert_array_equal(got.get(), want)
+    weights = rng.random(1001).astype(np.float32)
+    real = arith.records(cupy.asarray(kfix), cupy.asarray(weights[None]), len(matrix) + 1).get()
+    np.testing.assert_array_equal(real[:, -1], weights.view(np.uint32))
+    np.testing.assert_array_equal(real[:, :len(matrix)], kfix)

@@ -8,8 +8,11 @@ hash, options, target and SHA-256. No GPU is needed. The output depends only on 
 the NVRTC version (no dates, no paths): two builds with one NVRTC write the same bytes. Entries of an existing
 bundle whose key and SHA-256 still match are kept without recompiling.
 
-Usage: python scripts/build_kernels.py [--out DIR] [--jobs N] [--files fhd.cu,cg.cu]
-       python scripts/build_kernels.py --check [--out DIR]   (exit 1 when an entry is missing, stale or altered)
+Usage: python scripts/build_kernels.py [--defaults] [--out DIR] [--jobs N] [--files fhd.cu,cg.cu]
+       python scripts/build_kernels.py --check [--defaults] [--out DIR]   (exit 1: an entry missing, stale, altered)
+
+``--defaults`` builds only the modules of a default reconstruction (``stages.state.default_kernels``): the
+bundle committed with the sources, so that an installation from a checkout loads them without compiling.
 """
 
 from __future__ import annotations
@@ -41,9 +44,17 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def plan(files: set[str] | None = None, targets: tuple[str, ...] = kb.TARGETS) -> list[tuple[str, dict[str, int], str]]:
-    """Every ``(file, defines, target)`` to build: the registry (restricted to ``files``) times ``targets``."""
-    return [(f, d, t) for f, d in registry.configurations() if files is None or f in files for t in targets]
+def plan(files: set[str] | None = None, targets: tuple[str, ...] = kb.TARGETS,
+         defaults: bool = False) -> list[tuple[str, dict[str, int], str]]:
+    """Every ``(file, defines, target)`` to build: the registry (or, ``defaults``, the modules of a default
+    reconstruction: ``mri_recon.stages.state.default_kernels``, the bundle a checkout ships), restricted to
+    ``files``, times ``targets``."""
+    configs = registry.configurations()
+    if defaults:
+        from mri_recon.stages.state import default_kernels
+
+        configs = default_kernels()
+    return [(f, d, t) for f, d in configs if files is None or f in files for t in targets]
 
 
 def compile_one(filename: str, defines: dict[str, int], target: str) -> bytes:
@@ -78,12 +89,12 @@ def _reusable(old: kb.Bundle, entry: dict) -> bytes | None:
 
 
 def build(out: Path, files: set[str] | None = None, jobs: int | None = None,
-          targets: tuple[str, ...] = kb.TARGETS) -> dict:
-    """Write the bundle of ``plan(files, targets)`` to ``out`` (atomically: a sibling folder, then renamed);
-    return the manifest."""
+          targets: tuple[str, ...] = kb.TARGETS, defaults: bool = False) -> dict:
+    """Write the bundle of ``plan(files, targets, defaults)`` to ``out`` (atomically: a sibling folder, then
+    renamed); return the manifest."""
     nvrtc = nvrtc_version()
     old = kb.Bundle(out)
-    entries = [entry_for(f, d, t, nvrtc) for f, d, t in plan(files, targets)]
+    entries = [entry_for(f, d, t, nvrtc) for f, d, t in plan(files, targets, defaults)]
 
     def make(entry: dict) -> tuple[dict, bytes]:
         kept = _reusable(old, entry)
@@ -109,14 +120,14 @@ def build(out: Path, files: set[str] | None = None, jobs: int | None = None,
     return manifest
 
 
-def check(out: Path, files: set[str] | None = None) -> list[str]:
+def check(out: Path, files: set[str] | None = None, defaults: bool = False) -> list[str]:
     """Problems of the bundle at ``out`` against the current sources and registry: missing or stale entries,
     binaries whose SHA-256 differs (empty when it is complete and intact)."""
     bundle = kb.Bundle(out)
     if not bundle.entries:
         return [f"no readable bundle at {out}"]
     problems = []
-    for filename, defines, target in plan(files):
+    for filename, defines, target in plan(files, defaults=defaults):
         want = entry_for(filename, defines, target, bundle.nvrtc)
         entry = bundle.entries.get(want["key"])
         if entry is None:
@@ -132,16 +143,18 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--files", default=None, help="comma-separated kernel files (default: all)")
     parser.add_argument("--check", action="store_true", help="verify an existing bundle instead of building")
+    parser.add_argument("--defaults", action="store_true",
+                        help="only the modules of a default reconstruction (the bundle a checkout ships)")
     args = parser.parse_args()
     files = set(args.files.split(",")) if args.files else None
     if args.check:
-        problems = check(args.out, files)
+        problems = check(args.out, files, args.defaults)
         for line in problems[:50]:
             print(line)
         print(f"{args.out}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
         return 1 if problems else 0
     start = time.perf_counter()
-    manifest = build(args.out, files, args.jobs)
+    manifest = build(args.out, files, args.jobs, defaults=args.defaults)
     packed = sum((args.out / e["binary"]).stat().st_size for e in manifest["entries"])
     raw = sum(e["bytes"] for e in manifest["entries"])
     print(f"{len(manifest['entries'])} binaries (NVRTC {manifest['nvrtc']}) in {args.out}: "

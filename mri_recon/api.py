@@ -23,7 +23,7 @@ from .backend import Device
 from .errors import InvalidDataError
 from .io import load_scans
 from .io.writers import write_result
-from .kernels import prefetch, start_warm_up
+from .kernels import prefetch
 from .operators.engines import Encoding
 from .planner import Plan
 from .prep import coil_map_method, prepare_scan
@@ -200,7 +200,6 @@ def reconstruct_file(source: str | os.PathLike, output: str | os.PathLike | None
     from .io.cache import PsfCache  # noqa: PLC0415 - with the reconstruction
 
     settings = settings if settings is not None else ReconSettings()
-    start_warm_up(settings.device)  # CuPy's kernels compile on other processes while the file is read
     images = load_images(source, settings, keys)
     if on_load is not None:
         on_load(images)

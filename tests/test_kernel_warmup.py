@@ -244,3 +244,20 @@ def test_a_wait_for_another_process_is_bounded(folder, monkeypatch):
     assert waiting.acquire(wait=True) is False and 0.25 <= time.monotonic() - begun < 5
     waiting.close()
     held.close()
+
+
+def test_cupy_waits_for_the_warm_up_only_before_a_kernel_of_its_own(monkeypatch):
+    compiler = pytest.importorskip("cupy.cuda.compiler")
+    compiled, waited = [], []
+    monkeypatch.setattr(compiler, "_compile_module_with_cache", lambda source, *args, **kw: compiled.append(source))
+    monkeypatch.setattr(warmup, "_HOOKED", [])
+    monkeypatch.setattr(warmup, "ensure", lambda cupy, index: waited.append(index) or True)
+    device = types.SimpleNamespace(id=3)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: device))
+    warmup.wait_before_compiling(fake)
+    warmup.wait_before_compiling(fake)  # hooked once
+    compiler._compile_module_with_cache('extern "C" __global__ void mri_recon_arith_scale() {}')
+    assert waited == [] and len(compiled) == 1  # mri-recon's own modules never wait
+    compiler._compile_module_with_cache("__global__ void cupy_copy() {}", ("-O3",))
+    compiler._compile_module_with_cache("__global__ void cupy_sum() {}")
+    assert waited == [3, 3] and len(compiled) == 3

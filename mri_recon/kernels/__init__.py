@@ -25,13 +25,13 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..backend import Device, cupy_module, resolve_device
+from ..backend import Device, cupy_module
 from ..errors import KernelError
 from . import bundle, warmup
 from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source
 
 __all__ = ["BASE_OPTIONS", "CONSTANT_BYTES", "KERNEL_DIR", "compile_ptx", "get_kernel", "get_module", "header_files",
-           "include_options", "kernel_files", "options", "prefetch", "source", "start_warm_up", "symbol_bytes",
+           "include_options", "kernel_files", "options", "prefetch", "source", "symbol_bytes",
            "upload_constant", "warm_up"]
 
 CONSTANT_BYTES = 65536  # size of the __constant__ bank every CUDA device has
@@ -112,26 +112,14 @@ def prefetch(configs: Iterable[tuple[str, Mapping[str, Any] | None]], device: De
     return futures
 
 
-def start_warm_up(device: Device | str | int | None) -> None:
-    """Start compiling CuPy's own kernels for ``device`` (a name as ``resolve_device`` takes it) on worker
-    processes, unless its cache already holds them, and return at once (:mod:`mri_recon.kernels.warmup`).
-    Nothing for the CPU, or when no GPU is there."""
-    try:
-        resolved = resolve_device(device)
-    except Exception:  # noqa: BLE001 - the device is refused with its message where the work starts
-        return
-    cupy = cupy_module()
-    if resolved.is_gpu and cupy is not None:
-        warmup.start(cupy, resolved.index)
-
-
 def warm_up(device: Device) -> None:
-    """Once per process and GPU: CuPy's own kernels in its cache (compiled ahead on worker processes, or
-    waited for when :func:`start_warm_up` started them), so that CuPy loads them instead of compiling each on
-    first use (:mod:`mri_recon.kernels.warmup`)."""
+    """Before the first GPU work: the first time CuPy is to compile a kernel of its own in this process, the
+    recorded ones are compiled ahead on worker processes first (unless the cache holds them), so that CuPy
+    loads them from its cache instead of compiling each on first use (:mod:`mri_recon.kernels.warmup`). Work
+    that asks nothing of CuPy's compiler (a default reconstruction) starts no worker and waits for none."""
     cupy = cupy_module()
     if device.is_gpu and cupy is not None:
-        warmup.ensure(cupy, device.index)
+        warmup.wait_before_compiling(cupy)
 
 
 def get_kernel(filename: str, name: str, defines: Mapping[str, Any] | None = None,

@@ -239,6 +239,30 @@ def start(cupy, device_index: int) -> None:
         log.debug("CuPy's kernels not compiled ahead: %s", exc)
 
 
+_HOOKED: list[bool] = []
+
+
+def wait_before_compiling(cupy) -> None:
+    """From now on in this process, CuPy waits for the warm-up of the current device (:func:`ensure`) before it
+    compiles or loads a kernel of its own; mri-recon's modules (their source names ``mri_recon_``) do not
+    wait. A run that asks nothing of CuPy's compiler (the 2-D reconstruction: every kernel of its own is in
+    ``kernels/*.cu``) never waits for the workers, which then warm the cache for later runs."""
+    from cupy.cuda import compiler
+
+    with _LOCK:
+        if _HOOKED:
+            return
+        real = compiler._compile_module_with_cache
+
+        def compile_after_warm_up(source, options=(), **kwargs):
+            if "mri_recon_" not in source:
+                ensure(cupy, int(cupy.cuda.Device().id))
+            return real(source, options, **kwargs)
+
+        compiler._compile_module_with_cache = compile_after_warm_up
+        _HOOKED.append(True)
+
+
 def ensure(cupy, device_index: int) -> bool:
     """Before the first GPU work of a process on device ``device_index``: the warm-up started by
     :func:`start`, or one started now, waited for (see the module's docstring). True when the cache holds

@@ -113,6 +113,14 @@ def test_coil_combination_and_flags_on_the_gpu(monkeypatch, coils):
     bits = flags.read()
     assert [bits[s] for s in slots] == [arith.POSITIVE | arith.NOT_FINITE, arith.NEGATIVE, 0]
     assert not arith.all_finite(cupy.asarray(np.array([0, np.nan], np.complex64)))
+    strided = cupy.asarray(np.concatenate([maps, maps], axis=-1))[..., ::2]  # views, not C-contiguous
+    out = cupy.empty((33, 7), np.complex64)
+    arith.combine_coils(strided, cupy.asarray(images), out, accumulate=False)
+    want = np.sum(np.conj(np.concatenate([maps, maps], axis=-1)[..., ::2].astype(np.complex128)) * images, axis=0)
+    assert relative(out.get(), want) <= 1e-6
+    w = cupy.asarray(rng.random((2, 7)).astype(np.float32))[0]
+    k = cupy.asarray(_complex(rng, (coils, 14)))[:, ::2]
+    np.testing.assert_array_equal(arith.weighted(k, w, 2.0).get(), k.get() * (w.get() * np.float32(2.0)))
 
 
 @pytest.mark.gpu

@@ -53,6 +53,11 @@ def _launch(name: str, array: Any, n: int, args: tuple, shared: int = 0, threads
     _kernel(name, int(array.device.id))((blocks,), (threads,), args, shared_mem=shared)
 
 
+def _dense(array: Any, dtype: Any) -> Any:
+    """``array`` as a C-contiguous CuPy array of ``dtype`` (itself when it is one already)."""
+    return get_xp(array).ascontiguousarray(array, dtype=dtype)
+
+
 def _floats(array: Any) -> Any:
     """A C-contiguous float32 or complex64 array as float32 values (complex: interleaved components)."""
     if array.dtype not in (np.float32, np.complex64) or not array.flags.c_contiguous:
@@ -96,6 +101,8 @@ def alternate(array: Any, factor: float) -> Any:
     sizes = [int(n) for n in array.shape[1:]]
     if not 1 <= len(sizes) <= 3 or any(n % 2 for n in sizes):
         raise ValueError(f"alternate takes 1 to 3 grid axes of even size, found {sizes}")
+    if array.dtype != np.complex64 or not array.flags.c_contiguous:
+        raise TypeError(f"alternate works in place on a C-contiguous complex64 array, found {array.dtype}")
     sizes = [1] * (3 - len(sizes)) + sizes
     flat = array.reshape(-1)
     _launch("mri_recon_arith_alternate", array, flat.size, (flat, np.float32(factor), np.int64(flat.size),
@@ -126,6 +133,7 @@ def weighted(kspace: Any, weights: Any, factor: float) -> Any:
     factor = np.float32(factor)
     if not _on_gpu(kspace):
         return kspace * (weights * factor)
+    kspace, weights = _dense(kspace, np.complex64), _dense(weights, np.float32)
     out = empty(kspace.shape, kspace.dtype)
     m, total = int(kspace.shape[-1]), int(kspace.size)
     _launch("mri_recon_arith_weighted", kspace, total,
@@ -176,6 +184,7 @@ def rss_peak(maps: Any) -> float:
 
         unit, scale = unit_scale(maps)
         return scale * math.sqrt(float(np.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
+    maps = _dense(maps, np.complex64)
     coils, n = int(maps.shape[0]), int(maps.size // max(1, maps.shape[0]))
     peak = _reduce("mri_recon_arith_rss_max", maps, n, (maps, np.int32(coils), np.int64(n)))[0]
     return math.sqrt(float(peak))
@@ -197,6 +206,9 @@ def combine_coils(maps: Any, images: Any, out: Any, accumulate: bool) -> Any:
         else:
             out[...] = product
         return out
+    if out.dtype != np.complex64 or not out.flags.c_contiguous:
+        raise TypeError(f"combine_coils writes a C-contiguous complex64 array, found {out.dtype}")
+    maps, images = _dense(maps, np.complex64), _dense(images, np.complex64)
     coils, n = int(maps.shape[0]), int(out.size)
     _launch("mri_recon_arith_combine", out, n, (maps, images, out, np.int32(coils), np.int64(n),
                                                 np.int32(bool(accumulate))))

@@ -1,9 +1,11 @@
-"""CuPy's own kernels compiled ahead, on worker processes, the first time a GPU reconstruction runs.
+"""CuPy's own kernels compiled ahead, on worker processes, the first time a GPU reconstruction asks CuPy for one.
 
-A GPU reconstruction makes CuPy compile about 40 small kernels of its own (elementwise operations, reductions,
-CUB passes) on first use, one after the other on the calling thread: 6.8 s of an 8.5 s first run on the H200,
-against 2.1 s warm. NVRTC does not speed up on threads of one process (54 compiles on threads took longer than
-one after another), but it does on processes. So the first :func:`ensure` of a process for a CuPy cache folder
+A default GPU reconstruction asks none (its kernels are mri-recon's, ``kernels/arith.cu`` among them), but other
+options (ramp or Pipe-Menon weights, Walsh or ESPIRiT maps, the sparse solvers, time series) make CuPy compile
+small kernels of its own (elementwise operations, reductions, CUB passes) on first use, one after the other on
+the calling thread: 0.1 s each, 1.6-2.2 s for a CUB pass on the H200. NVRTC does not speed up on threads of one
+process (54 compiles on threads took longer than one after another), but it does on processes. So CuPy's first
+compile request of a process (:func:`wait_before_compiling`) calls :func:`ensure`; the first for a CuPy cache folder
 and a device architecture, when that folder has no warm-up mark for this CuPy, NVRTC and record, starts worker
 processes (:mod:`mri_recon.kernels.ahead`, which imports only CuPy) that hand the recorded compile requests
 (``cupy_kernels.json``, :mod:`mri_recon.kernels.cupy_kernels`) to CuPy's own compile-with-cache function for

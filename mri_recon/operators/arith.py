@@ -48,9 +48,12 @@ def _kernel(name: str, index: int):
     return get_kernel(KERNEL_FILE, name, None, Device(index))
 
 
+def _blocks(n: int, threads: int = THREADS) -> int:
+    return max(1, min(-(-int(n) // threads), BLOCKS))
+
+
 def _launch(name: str, array: Any, n: int, args: tuple, shared: int = 0, threads: int = THREADS) -> None:
-    blocks = max(1, min(-(-int(n) // threads), BLOCKS))
-    _kernel(name, int(array.device.id))((blocks,), (threads,), args, shared_mem=shared)
+    _kernel(name, int(array.device.id))((_blocks(n, threads),), (threads,), args, shared_mem=shared)
 
 
 def _dense(array: Any, dtype: Any) -> Any:
@@ -68,7 +71,7 @@ def _floats(array: Any) -> Any:
 def _reduce(name: str, array: Any, n: int, args: tuple, parts: int = 1) -> np.ndarray:
     """The ``parts`` float64 results of reduction kernel ``name`` over ``n`` items (one read)."""
     cupy = cupy_module()
-    blocks = max(1, min(-(-int(n) // THREADS), BLOCKS))
+    blocks = _blocks(n)
     partial = cupy.empty(parts * blocks, dtype=np.float64)
     counter = cupy.zeros(1, dtype=np.uint32)
     result = cupy.empty(parts, dtype=np.float64)
@@ -120,8 +123,8 @@ def rescale(array: Any, factor: float) -> Any:
 
 
 def copy(array: Any) -> Any:
-    """A copy of a C-contiguous array (NumPy's ``copy``; on a GPU one device-to-device memcpy)."""
-    if not _on_gpu(array):
+    """A C-contiguous copy of an array (on a GPU one device-to-device memcpy when it is C-contiguous)."""
+    if not _on_gpu(array) or not array.flags.c_contiguous:
         return array.copy()
     out = empty(array.shape, array.dtype)
     out.data.copy_from_device_async(array.data, array.nbytes)
@@ -171,7 +174,7 @@ def largest(array: Any) -> float:
         return host_largest(array)
     if array.size == 0:
         return 0.0
-    flat = _floats(get_xp(array).ascontiguousarray(array))
+    flat = _floats(_dense(array, array.dtype))
     return float(_reduce("mri_recon_arith_max_abs", array, flat.size, (flat, np.int64(flat.size)))[0])
 
 
@@ -218,7 +221,7 @@ def combine_coils(maps: Any, images: Any, out: Any, accumulate: bool) -> Any:
 def turns(trajectory: Any, scales: list[float], mult: float) -> Any:
     """``round(2^32 frac(mult k_d / scale_d)) mod 2^32`` as uint32 ``(M, D)`` of a CuPy float32 trajectory, in
     float64 (:func:`mri_recon.operators.engines.gpu_layout.fixed_point_turns`)."""
-    k = get_xp(trajectory).ascontiguousarray(trajectory)
+    k = _dense(trajectory, np.float32)
     out = empty(k.shape, np.uint32)
     padded = [np.float64(v) for v in [*scales, 1.0, 1.0, 1.0][:3]]
     _launch("mri_recon_arith_turns", k, k.size, (k, np.int64(k.size), np.int32(k.shape[1]), np.float64(mult),
@@ -257,7 +260,7 @@ class Flags:
             self.bits[slot] = ((0 if np.isfinite(flat).all() else NOT_FINITE) | (NEGATIVE if (flat < 0).any() else 0)
                                | (POSITIVE if (flat > 0).any() else 0))
             return slot
-        flat = _floats(self.xp.ascontiguousarray(array))
+        flat = _floats(_dense(array, array.dtype))
         _launch("mri_recon_arith_flags", array, flat.size, (flat, np.int64(flat.size), self.bits[slot:]))
         return slot
 

@@ -92,11 +92,11 @@ def cg(operator: Callable[[Any], Any], rhs: Any, *, x0: Any = None, max_iteratio
         return xp.zeros_like(rhs), (0.0,)
     if x0 is None:
         x = xp.zeros_like(rhs)
-        r = arith.copy(rhs) if rhs.flags.c_contiguous else rhs.copy()
+        r = arith.copy(rhs)
     else:
         x = xp.array(x0, dtype=rhs.dtype, copy=True)
         r = rhs - operator(x)
-    p = arith.copy(r) if r.flags.c_contiguous else r.copy()
+    p = arith.copy(r)
     if xp is not np and x.dtype == xp.complex64 and x.flags.c_contiguous:
         from .gpu_cg import cg_fused  # noqa: PLC0415 - GPU only
 

@@ -76,6 +76,8 @@ class State:
     data_scale: float = 1.0
     maps_scale: float = 1.0
     """The maps solved with are the maps divided by this power of two."""
+    maps_peak: float = 1.0
+    """``max_n sqrt(sum_c |S_c(n)|^2)`` of the maps solved with (1 without maps)."""
     basis_scale: float = 1.0
     """Estimated maps in the receiver's basis: the maps are those returned divided by this."""
     memo: Any = None

@@ -41,6 +41,7 @@ def scale_maps(options: Options, state: State) -> None:
     if unit != 1.0:
         state.maps = scaled(state.maps, 1.0 / unit)
     state.maps_scale = unit / state.basis_scale
+    state.maps_peak = maps_peak / unit  # a power of two: the peak of the scaled maps, without a second pass
 
 
 def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray | None,
@@ -78,7 +79,7 @@ def right_hand_side(options: Options, state: State) -> None:
     state.energy = data_energy(state.kspace, weighted, state.data_scale) if options.sparse else 0.0
     del weighted
     # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
-    state.peak = state.weight_sum * (rss_peak(state.maps) ** 2 if state.maps is not None else 1.0)
+    state.peak = state.weight_sum * state.maps_peak ** 2
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:

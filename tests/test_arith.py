@@ -162,3 +162,12 @@ def test_exact_sums_inputs_are_the_host_bits(monkeypatch, matrix, coils):
     real = arith.records(cupy.asarray(kfix), cupy.asarray(weights[None]), len(matrix) + 1).get()
     np.testing.assert_array_equal(real[:, -1], weights.view(np.uint32))
     np.testing.assert_array_equal(real[:, :len(matrix)], kfix)
+
+
+def test_alternate_refuses_what_it_cannot_change_in_place():
+    with pytest.raises(ValueError, match="1 to 3 grid axes of even size"):
+        arith.alternate(np.zeros((1, 4, 3), np.complex64), 1.0)
+    with pytest.raises(TypeError, match="in place on a C-contiguous complex64 array"):
+        arith.alternate(np.zeros((1, 4), np.complex128), 1.0)
+    with pytest.raises(TypeError, match="in place on a C-contiguous complex64 array"):
+        arith.alternate(np.zeros((1, 4, 8), np.complex64)[:, :, ::2], 1.0)

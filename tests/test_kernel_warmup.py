@@ -162,6 +162,13 @@ def _worker(monkeypatch, tmp_path, body: str) -> None:
     monkeypatch.setattr(warmup, "ahead", types.SimpleNamespace(__file__=str(script)))
 
 
+def _start(cupy) -> None:
+    """The warm-up begun without waiting for it (as by a process whose work then stops before it waits)."""
+    found = warmup.where(cupy, 0)
+    if found is not None:
+        warmup.begin(cupy, found, (str(found[1]), found[2]), wait=False)
+
+
 def test_warm_up_compiles_marks_and_is_done_once(folder, started):
     target, mark, cupy = folder
     assert warmup.ensure(cupy, 0) is True
@@ -175,7 +182,7 @@ def test_warm_up_compiles_marks_and_is_done_once(folder, started):
 def test_a_failing_worker_leaves_no_mark(folder, started, monkeypatch, tmp_path):
     target, mark, cupy = folder
     _worker(monkeypatch, tmp_path, "import sys\nsys.exit(1)\n")
-    warmup.start(cupy, 0)
+    _start(cupy)
     assert len(started) == 1
     assert warmup.ensure(cupy, 0) is False and not mark.exists()
     assert warmup.ensure(cupy, 0) is False and len(started) == 1  # not tried again in this process
@@ -192,7 +199,7 @@ def test_switched_off_nothing_starts(folder, started, monkeypatch):
     monkeypatch.setattr(warmup, "where", REAL_WHERE)  # the switch is read before CuPy is asked anything
     monkeypatch.setenv(warmup.ENV_SWITCH, "0")
     cupy = folder[2]
-    warmup.start(cupy, 0)
+    _start(cupy)
     assert warmup.ensure(cupy, 0) is False and started == [] and not folder[0].exists()
 
 
@@ -213,10 +220,10 @@ def test_the_folder_lock_keeps_a_second_process_out(folder, started, monkeypatch
     _worker(monkeypatch, tmp_path, "pass\n")
     held = warmup.FolderLock(target)  # another process warming this folder
     assert held.acquire(wait=False)
-    warmup.start(cupy, 0)
+    _start(cupy)
     assert started == [] and warmup._RUNNING == {}
     held.close()
-    warmup.start(cupy, 0)  # released: this process starts its own
+    _start(cupy)  # released: this process starts its own
     assert len(started) == 1 and warmup.ensure(cupy, 0) is True and mark.exists()
 
 
@@ -225,7 +232,7 @@ def test_the_lock_is_released_when_the_workers_end_without_ensure(folder, starte
     only while its workers run: another process gets it then, and finds the mark."""
     target, mark, cupy = folder
     _worker(monkeypatch, tmp_path, "import time\ntime.sleep(0.5)\n")
-    warmup.start(cupy, 0)
+    _start(cupy)
     assert len(started) == 1
     other = warmup.FolderLock(target)  # another process's view of the lock
     begun = time.monotonic()

@@ -222,25 +222,6 @@ def begin(cupy, found: tuple, key: tuple[str, str], wait: bool) -> Warmup | None
     return _RUNNING[key]
 
 
-def start(cupy, device_index: int) -> None:
-    """Start the warm-up for device ``device_index`` and return at once (the CLI calls it before it reads the
-    scan, so the workers run while the file is read); :func:`ensure` later waits for it."""
-    try:
-        found = where(cupy, device_index)
-        if found is None:
-            return
-        key = (str(found[1]), found[2])
-        lock = _key_lock(key)
-        if lock.acquire(blocking=False):  # another thread of this process is on it already
-            try:
-                if key not in _SETTLED:
-                    begin(cupy, found, key, wait=False)
-            finally:
-                lock.release()
-    except Exception as exc:  # noqa: BLE001 - a failed warm-up costs nothing: CuPy compiles on first use
-        log.debug("CuPy's kernels not compiled ahead: %s", exc)
-
-
 _HOOKED: list[bool] = []
 
 
@@ -266,8 +247,8 @@ def wait_before_compiling(cupy) -> None:
 
 
 def ensure(cupy, device_index: int) -> bool:
-    """Before the first GPU work of a process on device ``device_index``: the warm-up started by
-    :func:`start`, or one started now, waited for (see the module's docstring). True when the cache holds
+    """Before CuPy's first compile of a process on device ``device_index`` (:func:`wait_before_compiling`): the
+    warm-up running in this process, or one started now, waited for (see the module's docstring). True when the cache holds
     every recorded kernel. Any error is logged at DEBUG and settles the device as not warm; CuPy then compiles
     on first use."""
     key = None

@@ -248,9 +248,9 @@ def wait_before_compiling(cupy) -> None:
 
 def ensure(cupy, device_index: int) -> bool:
     """Before CuPy's first compile of a process on device ``device_index`` (:func:`wait_before_compiling`): the
-    warm-up running in this process, or one started now, waited for (see the module's docstring). True when the cache holds
-    every recorded kernel. Any error is logged at DEBUG and settles the device as not warm; CuPy then compiles
-    on first use."""
+    warm-up running in this process, or one started now, waited for (see the module's docstring). True when the
+    cache holds every recorded kernel. Any error is logged at DEBUG and settles the device as not warm; CuPy then
+    compiles on first use."""
     key = None
     try:
         found = where(cupy, device_index)

@@ -39,12 +39,19 @@ def test_spread_coils_fit_the_shared_memory():
                 step = gpu_nufft.spread_coils(bins, 7, dim, coils, False, warps=warps)
                 assert step in gpu_nufft.COIL_STEPS
                 used = gpu_nufft.spread_bytes(bins, 7, dim, step, False, warps)
-                assert used <= gpu_nufft.SHARED_LIMIT or step == 1
+                assert used <= gpu_nufft.SHARED_LIMIT[dim] or step == 1
 
 
 @pytest.mark.parametrize(("coils", "step"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8)])
 def test_launch_coils(coils, step):
     assert gpu_nufft.launch_coils(coils) == step
+
+
+@pytest.mark.parametrize(("coils", "grid_bytes", "step"), [
+    (8, 2 << 20, 8), (8, 4 << 20, 4), (3, 4 << 20, 4), (8, 8 << 20, 2), (8, 128 << 20, 1), (1, 128 << 20, 1)])
+def test_launch_coils_keep_their_grids_within_the_cache_budget(coils, grid_bytes, step):
+    assert gpu_nufft.launch_coils(coils, grid_bytes) == step
+    assert step == 1 or step * grid_bytes <= gpu_nufft.INTERP_CACHE_BYTES
 
 
 def test_compile_configurations_cover_2d_3d_complex_and_real():

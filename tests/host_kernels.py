@@ -39,18 +39,24 @@ def argument(value):
 
 
 class HostPlan:
-    """cuFFT's batched in-place C2C plan in NumPy: unnormalized both ways, the shape checked."""
+    """cuFFT's batched in-place C2C plan in NumPy: unnormalized both ways, the shape checked. ``columns``: the
+    plan along the first axis of a ``(length, batch)`` layout (any array of that many elements)."""
 
-    def __init__(self, shape, device_index):
-        self.shape = tuple(shape)
+    def __init__(self, shape, device_index, columns=False):
+        self.shape, self.columns = tuple(shape), columns
 
     def fft(self, a, out, direction):
-        assert a.shape == self.shape and out is a
-        axes = tuple(range(1, a.ndim))
-        if direction == FORWARD:
-            out[...] = np.fft.fftn(a, axes=axes)
+        assert out is a
+        if self.columns:
+            assert a.shape[0] == self.shape[0] and a.size == np.prod(self.shape)
+            view, axes = a.reshape(self.shape), (0,)
         else:
-            out[...] = np.fft.ifftn(a, axes=axes) * np.prod(a.shape[1:])
+            assert a.shape == self.shape
+            view, axes = a, tuple(range(1, a.ndim))
+        if direction == FORWARD:
+            view[...] = np.fft.fftn(view, axes=axes)
+        else:
+            view[...] = np.fft.ifftn(view, axes=axes) * np.prod([view.shape[k] for k in axes])
 
 
 class HostMaps(np.ndarray):

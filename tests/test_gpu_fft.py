@@ -33,3 +33,29 @@ def test_plans_are_kept_within_the_budget(monkeypatch):
     ref = np.fft.fftn(cupy.asnumpy(x).astype(np.complex128), axes=(1, 2))
     assert np.linalg.norm(cupy.asnumpy(y) - ref) / np.linalg.norm(ref) < 1e-5
     gpu_fft.release()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", [(16, 12, 10), (10, 8, 6), (16, 12)])
+def test_corner_transform_is_the_full_transform_where_it_is_read(grid):
+    from cupy.cuda import cufft
+
+    from mri_recon.operators.gpu.fft import CornerFft
+
+    cupy = cupy_module()
+    rng = np.random.default_rng()
+    corner, batch, axes = grid[0] // 2, 3, tuple(range(1, len(grid) + 1))
+    transform = CornerFft(batch, grid, corner, 0)
+    assert transform.pruned == (len(grid) == 3)
+    x = (rng.standard_normal((batch, *grid)) + 1j * rng.standard_normal((batch, *grid))).astype(np.complex64)
+    x[:, corner:] = 0  # the forward input: the image in the corner of the padded grid
+    y = cupy.asarray(x)
+    transform(y, cufft.CUFFT_FORWARD)
+    ref = np.fft.fftn(x.astype(np.complex128), axes=axes)
+    assert np.linalg.norm(cupy.asnumpy(y) - ref) / np.linalg.norm(ref) < 2e-6
+    z = (rng.standard_normal((batch, *grid)) + 1j * rng.standard_normal((batch, *grid))).astype(np.complex64)
+    w = cupy.asarray(z)
+    transform(w, cufft.CUFFT_INVERSE)  # unnormalized; only the corner planes are wanted
+    ref = np.fft.ifftn(z.astype(np.complex128), axes=axes)[:, :corner] * np.prod(grid)
+    got = cupy.asnumpy(w)[:, :corner]
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-6

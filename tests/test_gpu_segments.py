@@ -17,6 +17,7 @@ import mri_recon
 from mri_recon.backend import cupy_module
 from mri_recon.errors import ResourceError
 from mri_recon.kernels import KERNEL_DIR
+from mri_recon.operators.gpu import fft as gpu_fft
 from mri_recon.operators.normal import gpu_toeplitz
 from mri_recon.operators.offres import gpu_segments, segmented
 from mri_recon.operators.offres.gpu_segments import MAX_FUSED_SEGMENTS, pair_row, spectra_store
@@ -122,7 +123,7 @@ def test_kernels_run_on_the_host_are_the_segmented_normal(rng, monkeypatch, host
     monkeypatch.setattr(gpu_segments, "cupy_module", lambda: np)
     monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)  # the shared grid set-up (GridNormal)
     monkeypatch.setattr(gpu_segments, "get_kernel", host_kernels)
-    monkeypatch.setattr(gpu_segments, "fft_plan", host.HostPlan)
+    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
     spectra, phases, maps, x = _problem(rng, matrix, segments, 3)
     op = gpu_segments.FusedSegmentedNormal(spectra, phases, maps.view(host.HostMaps), 0.3, coil_batch)
     ref = SegmentedNormal(spectra, phases, coil_maps=maps, lam=0.3)(x)

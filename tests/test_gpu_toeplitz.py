@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import ctypes
-from types import SimpleNamespace
 
 import host_kernels as host
 import numpy as np
 import pytest
 
 from mri_recon.backend import cupy_module
+from mri_recon.operators.gpu import fft as gpu_fft
 from mri_recon.operators.normal import gpu_toeplitz
 from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator
 
@@ -55,12 +55,9 @@ def host_toeplitz(tmp_path_factory):
 def test_kernels_run_on_the_host_are_the_sense_normal(rng, monkeypatch, host_toeplitz, matrix, coil_batch):
     """toeplitz.cu itself (threads run in turn) behind FusedSenseNormal's launches, NumPy FFTs for cuFFT's:
     every element written (poisoned buffers), equal to the NumPy normal operator, twice in a row."""
-    cupy = pytest.importorskip("cupy")
-    # cuFFT's direction constants without loading libcufft (absent without the CUDA toolkit's libraries)
-    monkeypatch.setitem(vars(cupy.cuda), "cufft", SimpleNamespace(CUFFT_FORWARD=-1, CUFFT_INVERSE=1))
     monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
     monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
-    monkeypatch.setattr(gpu_toeplitz, "fft_plan", host.HostPlan)
+    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
     psf = _crandn(rng, *(2 * n for n in matrix))
     maps, x = _crandn(rng, 3, *matrix), _crandn(rng, *matrix)
     spectrum = kernel_spectrum(psf)

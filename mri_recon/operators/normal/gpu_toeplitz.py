@@ -20,7 +20,7 @@ from ...backend import Device, cupy_module
 from ...kernels import get_kernel
 from ..arith import scaled
 from ..base import LinearOperator
-from ..gpu.fft import fft_plan
+from ..gpu.fft import FORWARD, INVERSE, CornerFft
 
 BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""
@@ -39,6 +39,7 @@ class GridNormal(LinearOperator):
         matrix = tuple(int(n) for n in coil_maps.shape[1:])
         super().__init__(matrix, matrix)
         self._device = Device(int(coil_maps.device.id))
+        self._grid = tuple(int(n) for n in grid)
         dims = list(matrix) + [1] * (3 - len(matrix))
         pdims = list(grid) + [1] * (3 - len(grid))
         self._grid_size = math.prod(grid)
@@ -53,6 +54,11 @@ class GridNormal(LinearOperator):
     def _pass_sizes(self) -> set[int]:
         """The coil counts of the passes (one cuFFT plan each)."""
         return {self._step, self._n_coils % self._step or self._step}
+
+    def _transforms(self, grids_per_coil: int = 1) -> dict[int, CornerFft]:
+        """Per pass size, the transform of its ``count * grids_per_coil`` work grids (the image in their corner)."""
+        return {count: CornerFft(count * grids_per_coil, self._grid, self.ishape[0], self._device.index)
+                for count in self._pass_sizes()}
 
     @staticmethod
     def _blocks(n: int) -> tuple[int]:
@@ -82,12 +88,10 @@ class FusedSenseNormal(GridNormal):
         self._expand = get_kernel("toeplitz.cu", "mri_recon_sense_expand", None, device)
         self._reduce = get_kernel("toeplitz.cu", "mri_recon_sense_reduce", None, device)
         self._multiply = get_kernel("toeplitz.cu", "mri_recon_sense_filter", None, device)
-        self._plans = {count: fft_plan((count, *grid), device.index) for count in self._pass_sizes()}
+        self._plans = self._transforms()
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
-        from cupy.cuda import cufft  # noqa: PLC0415 - GPU only
-
         step, grid_size, sizes = self._step, self._grid_size, self._sizes
         for first, start in enumerate(range(0, self._n_coils, step)):
             count = min(step, self._n_coils - start)
@@ -95,8 +99,8 @@ class FusedSenseNormal(GridNormal):
             work = self._padded[:count]
             blocks = self._blocks(count * grid_size)
             self._expand(blocks, (BLOCK,), (part, x, work, np.int32(count), *sizes))
-            self._plans[count].fft(work, work, cufft.CUFFT_FORWARD)
+            self._plans[count](work, FORWARD)
             self._multiply(blocks, (BLOCK,), (work, self._scaled, np.int32(count), np.int64(grid_size)))
-            self._plans[count].fft(work, work, cufft.CUFFT_INVERSE)  # unnormalized: 1/N is in `scaled`
+            self._plans[count](work, INVERSE)  # unnormalized: 1/N is in `scaled`
             self._reduce(self._blocks(self._nvox), (BLOCK,),
                          (part, work, x, out, np.int32(count), *sizes, self._lam, np.int32(first == 0)))

@@ -25,12 +25,11 @@ from ...backend import cupy_module, get_xp
 from ...errors import SchemaError
 from ...kernels import get_kernel
 from ...kernels.configs import SEGMENT_TIERS, segments_defines
-from ..gpu.fft import fft_plan
+from ..gpu.fft import FORWARD, INVERSE
 from ..normal.gpu_toeplitz import BLOCK, GridNormal
 
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
-FORWARD, INVERSE = -1, 1
 """cuFFT's ``CUFFT_FORWARD`` and ``CUFFT_INVERSE`` (fixed by its API)."""
 SHARED_MIX_MAX = 16
 """``SEG_SHARED_MAX`` of ``segments.cu`` (a test reads it there): tiers up to this ``SEG_MAX`` stage the spectra
@@ -100,16 +99,16 @@ class FusedSegmentedNormal(GridNormal):
         pairs = segments * (segments + 1) // 2
         self._mix_shared = pairs * 32 * 8 if defines["SEG_MAX"] <= SHARED_MIX_MAX else 0  # staged spectra
         self._reduce = get_kernel("segments.cu", "mri_recon_segments_reduce", defines, device)
-        self._plans = {count: fft_plan((count * segments, *grid), device.index) for count in self._pass_sizes()}
+        self._plans = self._transforms(segments)
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
         for first, start in enumerate(range(0, self._n_coils, self._step)):
             count = min(self._step, self._n_coils - start)
             work = self.expand(x, start, count)
-            self._plans[count].fft(work, work, FORWARD)
+            self._plans[count](work, FORWARD)
             self.mix(work, count)
-            self._plans[count].fft(work, work, INVERSE)  # unnormalized: 1/P is in the spectra
+            self._plans[count](work, INVERSE)  # unnormalized: 1/P is in the spectra
             self.reduce(x, out, start, count, first == 0)
 
     def expand(self, x: Any, start: int, count: int) -> Any:

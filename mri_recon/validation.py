@@ -139,11 +139,22 @@ def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str
         )
 
 
-def check_any_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tuple[int, ...]) -> Any:
+def nonfinite_error(source: str, name: str, value: Any) -> InvalidDataError | None:
+    """The error for NaN or Inf values in ``value`` (NumPy or CuPy; their count comes back to the host), or
+    None when every value is finite."""
+    xp = get_xp(value)
+    bad = int(value.size - int(xp.count_nonzero(xp.isfinite(value))))
+    return InvalidDataError(f"{source}: dataset '{name}' contains {bad} NaN or Inf value(s)") if bad else None
+
+
+def check_any_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tuple[int, ...],
+                    finite: bool = True) -> Any:
     """:func:`check_array` for NumPy or CuPy input.
 
     CuPy inputs get the same rules on their device, where only the finiteness count comes back to the host.
     Used at the boundary of the public operator functions; internal calls on validated device arrays skip it.
+    ``finite=False`` leaves a CuPy input's finiteness to the caller, which checks it on the device alongside
+    its own work (:func:`nonfinite_error` for the message).
     """
     if not is_gpu_array(value):
         return check_array(source, name, value, complex_=complex_, ranks=ranks)
@@ -157,9 +168,9 @@ def check_any_array(source: str, name: str, value: Any, *, complex_: bool, ranks
         raise SchemaError(f"{source}: dataset '{name}' must have rank {want}, found shape {value.shape}")
     if value.size == 0:
         raise InvalidDataError(f"{source}: dataset '{name}' is empty (shape {value.shape})")
-    bad = int(value.size - int(xp.count_nonzero(xp.isfinite(value))))
-    if bad:
-        raise InvalidDataError(f"{source}: dataset '{name}' contains {bad} NaN or Inf value(s)")
+    error = nonfinite_error(source, name, value) if finite else None
+    if error is not None:
+        raise error
     return xp.ascontiguousarray(value.astype(target, copy=False))
 
 

@@ -289,6 +289,27 @@ def test_a_kept_plan_still_checks_the_samples(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["nufft", "exact"])
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_gpu_inputs_with_nan_or_inf_are_refused_after_the_work_is_queued(rng, method, device):
+    """A CuPy input's finiteness is read after the transform was queued: the same error as for NumPy input,
+    every value counted, whichever device the operator is on; finite inputs then give their result."""
+    cupy = cupy_module()
+    matrix, m = (12, 10), 64
+    k = trajectory(rng, matrix, m)
+    op = mri_recon.EncodingOperator(k, matrix, coils=2, device=device, method=method)
+    y, x = crandn(rng, 2, m), crandn(rng, 2, *matrix)
+    y[1, 3], y[0, 5], x[1, 2, 3] = np.nan, np.inf, np.nan
+    for call, value, message in ((op.H, y, "EncodingOperator.H: dataset 'kspace' contains 2 NaN or Inf"),
+                                 (op, x, "EncodingOperator: dataset 'image' contains 1 NaN or Inf")):
+        for kind in (np.asarray, cupy.asarray):
+            with pytest.raises(InvalidDataError, match=message):
+                call(kind(value))
+    y[1, 3], y[0, 5] = 1.0, 2.0
+    assert rel(cupy.asnumpy(op.H(cupy.asarray(y))), nudft_adjoint(y, k, matrix)) < 2e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["nufft", "exact"])
 @pytest.mark.parametrize(("matrix", "coils"), CASES, ids=IDS)
 def test_gpu_operator_adjointness_oracle_and_array_types(rng, matrix, coils, method):
     cupy = cupy_module()

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, to_device
+from ..backend import Device, get_xp, is_gpu_array, to_device
 from ..errors import InvalidDataError, SchemaError
-from ..validation import check_any_array, check_trajectory, positive_int, validate_matrix
+from ..validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
+from .arith import NOT_FINITE, Flags
 from .base import Adjoint, LinearOperator
 from .engines import choose_engine
 from .memo import UseGuard
@@ -81,28 +82,41 @@ class EncodingOperator(LinearOperator):
         """F^H: samples ``(coils, M)`` (or ``(M,)`` for one coil) -> images."""
         return _CheckedAdjoint(self)
 
-    def _input(self, source: str, name: str, value: Any, shape: tuple[int, ...]) -> tuple[Any, bool]:
-        """``value`` checked (complex, finite, shape ``shape`` or, for one coil, ``shape[1:]``), complex64, with a
-        coil axis; and whether it had none."""
-        array = check_any_array(source, name, value, complex_=True, ranks=(len(shape) - 1, len(shape)))
+    def _input(self, source: str, name: str, value: Any, shape: tuple[int, ...],
+               finite: bool = True) -> tuple[Any, bool]:
+        """``value`` checked (complex, finite unless ``finite`` is False for a CuPy input, shape ``shape`` or,
+        for one coil, ``shape[1:]``), complex64, with a coil axis; and whether it had none."""
+        array = check_any_array(source, name, value, complex_=True, ranks=(len(shape) - 1, len(shape)),
+                                finite=finite)
         single = array.ndim == len(shape) - 1
         if tuple(array.shape) != (shape[1:] if single else shape) or (single and self.coils != 1):
             also = f" or {shape[1:]}" if self.coils == 1 else ""
             raise SchemaError(f"{source}: {name} must have shape {shape}{also}, found {tuple(array.shape)}")
         return (array[None] if single else array), single
 
-    def _run(self, fn: Any, array: Any, reference: Any, single: bool) -> Any:
+    def _run(self, fn: Any, source: str, name: str, value: Any, shape: tuple[int, ...]) -> Any:
+        """``fn`` of the checked input. On a GPU, a CuPy input's finiteness is checked on the device before
+        ``fn``'s work and read after it was queued (one wait for both, instead of a wait before the work); NaN
+        or Inf then raise, and the result is dropped. Other inputs are checked before the work."""
+        deferred = is_gpu_array(value) and self.device.is_gpu
+        array, single = self._input(source, name, value, shape, finite=not deferred)
         with self.device.use(), self._guard():
-            out = returned_like(fn(to_device(array, self.device)), reference)
+            moved = to_device(array, self.device)
+            flags = Flags(get_xp(moved), 1) if deferred else None
+            if flags is not None:
+                flags.check(moved)
+            out = fn(moved)
+            error = nonfinite_error(source, name, moved) if flags is not None and flags.read()[0] & NOT_FINITE else None
+            if error is not None:
+                raise error
+            out = returned_like(out, value)
         return out[0] if single else out
 
     def _apply(self, x: Any) -> Any:
-        image, single = self._input(NAME, "image", x, self.ishape)
-        return self._run(self._encoding.apply, image, x, single)
+        return self._run(self._encoding.apply, NAME, "image", x, self.ishape)
 
     def _adjoint(self, y: Any) -> Any:
-        data, single = self._input(f"{NAME}.H", "kspace", y, self.oshape)
-        return self._run(self._encoding.H.apply, data, y, single)
+        return self._run(self._encoding.H.apply, f"{NAME}.H", "kspace", y, self.oshape)
 
     def normal(self, weights: Any = None, maps: Any = None, lam: float = 0.0,
                coil_batch: int | None = None) -> PlannedNormal:

@@ -13,8 +13,10 @@ A reconstruction computes F^H d of every coil once and the Toeplitz PSF once, so
   ``NUFFT_FFT_S (2^D N)``; the PSF is one more plan and one real transform on the 2x grid.
 
 The constants are a non-negative least-squares fit (relative errors) to 32 problems timed on an NVIDIA
-H200 on 2026-11-30 (``scripts/bench_cost.py``: 2D 32^2..256^2 radial and 3D 16^3..64^3 kooshball, full and
-1/4 sampling, 1 and 8 coils; table in ``docs/benchmarks.md``). On another GPU the absolute times differ,
+H200 on 2026-12-02, after the NUFFT's spreading and interpolation were made faster (``scripts/bench_cost.py``:
+2D 32^2..256^2 radial and 3D 16^3..64^3 kooshball, full and 1/4 sampling, 1 and 8 coils;
+``docs/results/bench_cost_run13.json``, table in ``docs/benchmarks.md``): with them the model picks the faster
+engine in 30 of the 32 problems (the constants of 2026-11-30: 24). On another GPU the absolute times differ,
 but the crossover moves little, since both engines are bound by the same multiprocessors.
 """
 
@@ -22,25 +24,26 @@ from __future__ import annotations
 
 import math
 
-R_EXACT = 5.33e12
+R_EXACT = 7.04e12
 """Voxel-sample pairs per second of the exact F^H d term, one coil, as fitted over whole calls (the kernel
 alone measures 3.1e12 on large problems; the fit shares the cost with the PSF and fixed terms)."""
-EXACT_COIL_SHARE = 0.813
-"""Extra cost of each further coil of a group relative to the first (8 coils: 6.28e12 triples/s)."""
-R_PSF = 5.45e12
+EXACT_COIL_SHARE = 1.22
+"""Extra cost of each further coil of a group relative to the first, as fitted (8 coils: 5.9e12 triples/s; the
+fit's one-coil rate is high, so the share of a further coil comes out above 1)."""
+R_PSF = 5.16e12
 """Voxel-sample pairs per second of the exact PSF kernel on the 2x grid (real weights, mirror pairs)."""
-EXACT_LAUNCH_S = 5.57e-4
+EXACT_LAUNCH_S = 3.36e-4
 """Fixed cost of one exact call (host-side layout, constant uploads, launches, the Python around them)."""
 MAX_GROUP = 8
 """Coils per exact launch."""
 
-NUFFT_SETUP_S = 2.38e-3
+NUFFT_SETUP_S = 5.41e-4
 """Fixed cost of a NUFFT plan (allocations, the sort's one host synchronization)."""
 NUFFT_SETUP_PER_SAMPLE = 0.0
 """Sorting cost per sample (fitted as 0: the sort is a few launches whose cost is the fixed part)."""
-NUFFT_SPREAD_S = 1.29e-12
+NUFFT_SPREAD_S = 1.90e-12
 """Spreading (or interpolation) cost per sample, coil and kernel point."""
-NUFFT_FFT_S = 1.84e-10
+NUFFT_FFT_S = 7.24e-11
 """FFT and deconvolution cost per fine-grid point and coil (sigma = 2)."""
 NUFFT_WIDTH = 7
 """Kernel width at the GPU NUFFT's tolerance (1e-6)."""

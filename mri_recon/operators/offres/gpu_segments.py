@@ -30,7 +30,6 @@ from ..normal.gpu_toeplitz import BLOCK, GridNormal
 
 MIX_LANES = 8
 """Coil lanes of the mixing kernel's blocks (``SEG_COIL_LANES`` in ``segments.cu``): blocks of 32 x 8 threads."""
-"""cuFFT's ``CUFFT_FORWARD`` and ``CUFFT_INVERSE`` (fixed by its API)."""
 SHARED_MIX_MAX = 16
 """``SEG_SHARED_MAX`` of ``segments.cu`` (a test reads it there): tiers up to this ``SEG_MAX`` stage the spectra
 in shared memory, and their launches pass that shared size."""

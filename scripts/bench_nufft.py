@@ -27,7 +27,7 @@ from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
 from benchtools import section as run_section
 
 from mri_recon.backend import cupy_module
-from mri_recon.operators.engines import gpu_nufft
+from mri_recon.operators.engines import gpu_nufft, nufft_launch
 from mri_recon.sim import trajectories
 
 COILS = 8
@@ -96,7 +96,7 @@ def stages(plan, data) -> dict:
 
     return {"group": group, "spread_s": timed(spread, runs)["median_s"], "fft_s": timed(fft, runs)["median_s"],
             "deconv_s": timed(dec, runs)["median_s"], "subproblems": plan.n_subproblems,
-            "spread_coils_per_launch": gpu_nufft.spread_coils(plan.bins, plan.params.width, plan.dim, group,
+            "spread_coils_per_launch": nufft_launch.spread_coils(plan.bins, plan.params.width, plan.dim, group,
                                                                False, plan.shared_limit, plan.warps)}
 
 

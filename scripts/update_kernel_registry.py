@@ -10,7 +10,7 @@ import json
 
 from mri_recon.filters.gpu import compile_configurations as filter_configurations
 from mri_recon.kernels import registry
-from mri_recon.operators.engines.gpu_nufft import compile_configurations as nufft_configurations
+from mri_recon.operators.engines.nufft_launch import compile_configurations as nufft_configurations
 
 
 def launcher_configurations() -> list[tuple[str, dict[str, int]]]:

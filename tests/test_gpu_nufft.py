@@ -8,7 +8,7 @@ from helpers import random_problem, relative
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
-from mri_recon.operators.engines import gpu_nufft
+from mri_recon.operators.engines import gpu_nufft, nufft_launch
 from mri_recon.operators.engines.nufft_params import direct_adjoint, direct_forward
 
 TOL = 1e-5  # the issue's accuracy requirement (relative L2 error against the float64 sum)
@@ -28,37 +28,37 @@ def poisoned(shape):
 
 
 def test_spread_coils_fit_the_shared_memory():
-    assert gpu_nufft.tile_points((32, 32, 1), 7, 2) == 39 * 39
-    assert gpu_nufft.spread_bytes((32, 32, 1), 7, 2, 8, False) == 39 * 39 * 8 * 8
-    assert gpu_nufft.spread_bytes((8, 8, 8), 7, 3, 1, True, warps=2) == 2 * (15**3 * 4 + 21 * 4)
+    assert nufft_launch.tile_points((32, 32, 1), 7, 2) == 39 * 39
+    assert nufft_launch.spread_bytes((32, 32, 1), 7, 2, 8, False) == 39 * 39 * 8 * 8
+    assert nufft_launch.spread_bytes((8, 8, 8), 7, 3, 1, True, warps=2) == 2 * (15**3 * 4 + 21 * 4)
     for coils in range(1, 10):
-        for method in gpu_nufft.SPREAD_METHODS:
+        for method in nufft_launch.SPREAD_METHODS:
             for dim in (2, 3):
-                bins = gpu_nufft.DEFAULT_BINS[method][dim]
-                warps = gpu_nufft.DEFAULT_WARPS[dim] if method == "warp" else 0
-                step = gpu_nufft.spread_coils(bins, 7, dim, coils, False, warps=warps)
-                assert step in gpu_nufft.COIL_STEPS
-                used = gpu_nufft.spread_bytes(bins, 7, dim, step, False, warps)
-                assert used <= gpu_nufft.SHARED_LIMIT[dim] or step == 1
+                bins = nufft_launch.DEFAULT_BINS[method][dim]
+                warps = nufft_launch.DEFAULT_WARPS[dim] if method == "warp" else 0
+                step = nufft_launch.spread_coils(bins, 7, dim, coils, False, warps=warps)
+                assert step in nufft_launch.COIL_STEPS
+                used = nufft_launch.spread_bytes(bins, 7, dim, step, False, warps)
+                assert used <= nufft_launch.SHARED_LIMIT[dim] or step == 1
 
 
 @pytest.mark.parametrize(("coils", "step"), [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 8)])
 def test_launch_coils(coils, step):
-    assert gpu_nufft.launch_coils(coils) == step
+    assert nufft_launch.launch_coils(coils) == step
 
 
 @pytest.mark.parametrize(("coils", "grid_bytes", "step"), [
     (8, 2 << 20, 8), (8, 4 << 20, 4), (3, 4 << 20, 4), (8, 8 << 20, 2), (8, 128 << 20, 1), (1, 128 << 20, 1)])
 def test_launch_coils_keep_their_grids_within_the_cache_budget(coils, grid_bytes, step):
-    assert gpu_nufft.launch_coils(coils, grid_bytes) == step
-    assert step == 1 or step * grid_bytes <= gpu_nufft.INTERP_CACHE_BYTES
+    assert nufft_launch.launch_coils(coils, grid_bytes) == step
+    assert step == 1 or step * grid_bytes <= nufft_launch.INTERP_CACHE_BYTES
 
 
 def test_compile_configurations_cover_2d_3d_complex_and_real():
-    configs = gpu_nufft.compile_configurations()
+    configs = nufft_launch.compile_configurations()
     assert {d["NUFFT_DIM"] for _, d in configs} == {2, 3}
     assert {d["NUFFT_REAL"] for _, d in configs} == {0, 1}
-    assert {d["NUFFT_COILS"] for _, d in configs} == set(gpu_nufft.COIL_STEPS)
+    assert {d["NUFFT_COILS"] for _, d in configs} == set(nufft_launch.COIL_STEPS)
     assert all(f == "nufft.cu" for f, _ in configs)
 
 
@@ -69,7 +69,7 @@ def test_compile_configurations_cover_2d_3d_complex_and_real():
 @pytest.mark.gpu
 @pytest.mark.parametrize("matrix", MATRICES, ids=str)
 @pytest.mark.parametrize("coils", [1, 3, 8, 9])
-@pytest.mark.parametrize("spread", gpu_nufft.SPREAD_METHODS)
+@pytest.mark.parametrize("spread", nufft_launch.SPREAD_METHODS)
 def test_adjoint_matches_exact_sum(rng, matrix, coils, spread):
     cupy = cupy_module()
     traj, data = random_problem(rng, matrix, coils, 700)
@@ -93,7 +93,7 @@ def test_forward_matches_exact_sum(rng, matrix, coils):
 @pytest.mark.gpu
 @pytest.mark.parametrize("matrix", [(64, 48), (24, 20, 18)], ids=str)
 @pytest.mark.parametrize("subproblem", [16, 1024])
-@pytest.mark.parametrize("spread", gpu_nufft.SPREAD_METHODS)
+@pytest.mark.parametrize("spread", nufft_launch.SPREAD_METHODS)
 def test_crowded_bins_and_coil_groups(rng, matrix, subproblem, spread):
     """Many samples per bin (split into subproblems), reach up to N (the PSF's), coils in groups of 2."""
     cupy = cupy_module()

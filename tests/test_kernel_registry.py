@@ -92,7 +92,7 @@ def test_launchers_build_only_registered_files():
 
 def test_registry_file_is_what_the_launchers_build():
     from mri_recon.filters.gpu import compile_configurations as filter_configurations
-    from mri_recon.operators.engines.gpu_nufft import compile_configurations as nufft_configurations
+    from mri_recon.operators.engines.nufft_launch import compile_configurations as nufft_configurations
 
     built = registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
     assert registry.configurations() == built, "run: python scripts/update_kernel_registry.py"

@@ -2,7 +2,7 @@
 engines of Cartesian scans, :mod:`.cartesian`), their rates (:mod:`.cost`) and the registry that lists them
 and chooses among them (:mod:`.registry`). The kernels' launchers and host-side layouts live beside them
 (:mod:`.nudft`, :mod:`.finufft`, :mod:`.gpu_exact`, :mod:`.gpu_layout`, :mod:`.gpu_nufft`,
-:mod:`.nufft_params`)."""
+:mod:`.nufft_launch`, :mod:`.nufft_params`)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from ..base import LinearOperator
 from ..normal.toeplitz import ToeplitzNormal
 from . import cost
 from .encoding import GPU_NUFFT_EPS, Encoding
+from .nufft_launch import nufft_configurations
 
 COMPLEX64 = 8
 NUFFT_MAX_GROUP = 8
@@ -118,8 +119,6 @@ class GpuNufftEncoding(GpuEncoding):
 
     @classmethod
     def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
-        from .gpu_nufft import nufft_configurations  # noqa: PLC0415 - GPU engines only
-
         return nufft_configurations(dim, GPU_NUFFT_EPS)
 
     @property

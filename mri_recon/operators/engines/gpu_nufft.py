@@ -25,95 +25,32 @@ from ...errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnit
 from ...kernels import get_kernel
 from ..arith import scaled
 from ..gpu.fft import fft_plan
-from .nufft_params import NufftParams, kernel_width, nufft_params
-
-KERNEL_FILE = "nufft.cu"
-THREADS = 256
-"""Threads per block of every NUFFT kernel (the launch bounds)."""
-SCAN_THREADS = 1024
-"""Threads of the one block that scans the bin counts (``NUFFT_SCAN_THREADS`` in ``kernels/nufft.cu``)."""
-SUBPROBLEM = 256
-"""Most samples one spreading block takes (a crowded bin is split into several subproblems)."""
-COIL_STEPS = (1, 2, 4, 8)
-"""Coils per spread / interpolation launch that are compiled (a launch may leave some unused)."""
-SHARED_LIMIT = {2: 110 * 1024, 3: 28 * 1024}
-"""Most dynamic shared memory of a spreading block by default, per dimension (it sets the coils per launch,
-:func:`spread_coils`). 2D: four coils per block of four warps; 3D: one coil's 15^3 tile per one-warp block, eight
-blocks per H200 multiprocessor: 3D 128^3 8-coil adjoint 10.0 ms against 11.7 ms with four warps per block."""
-SPREAD_METHODS = ("warp", "atomic")
-"""How a spreading block adds samples to its shared tile: "warp" (a private tile per warp, lanes over the
-stencil, no atomics; the default) or "atomic" (one tile, a thread per sample, shared atomicAdd: cufinufft)."""
-DEFAULT_WARPS = {2: 4, 3: 1}
-"""Warps per spreading block of the "warp" method (each holds its own tile)."""
-INTERP_CACHE_BYTES = 16 * 1024 * 1024
-"""Most fine-grid bytes one interpolation launch reads: the coils of a launch share each sample's weights, but
-their grids compete for the L2 cache (50 MB on an H200). 3D 128^3, 8 coils: 6.4 ms with one coil per launch
-(128 MB grids) against 9.6 ms with eight; 2D 256^2 (2 MB grids) takes all eight."""
-GRID_MEMORY_SHARE = 0.35
-"""Share of the free device memory the fine grids of one coil group may take."""
-DEFAULT_BINS = {"warp": {2: (16, 16, 1), 3: (8, 8, 8)}, "atomic": {2: (32, 32, 1), 3: (16, 16, 8)}}
-DEFAULT_EPS = 1e-6
-COMPILED_EPS = (1e-5, 1e-6)
-"""Tolerances whose kernel widths :func:`compile_configurations` lists (others compile on first use)."""
-
-
-def tile_points(bins: tuple[int, int, int], width: int, dim: int) -> int:
-    """Points of a spreading tile: bin + w per axis (a sample touches floor(w/2) before its bin and
-    ceil(w/2) - 1 after it)."""
-    return math.prod(b + width for b in bins[:dim])
-
-
-def spread_bytes(bins: tuple[int, int, int], width: int, dim: int, coils: int, real: bool,
-                 warps: int = 0) -> int:
-    """Dynamic shared memory of one spreading block: one tile ("atomic", ``warps = 0``) or one tile per
-    warp plus each warp's 3 w weights ("warp")."""
-    tile = tile_points(bins, width, dim) * coils * (1 if real else 2) * 4
-    return tile if warps == 0 else warps * (tile + 3 * width * 4)
-
-
-def spread_coils(bins: tuple[int, int, int], width: int, dim: int, coils: int, real: bool,
-                 limit: int | None = None, warps: int = 0) -> int:
-    """The largest step of :data:`COIL_STEPS` whose tiles fit ``limit``, no larger than needed for
-    ``coils``; 1 if even one coil does not fit (the launch then takes the one coil's tiles, and fails only
-    where they exceed the device). ``limit``: default :data:`SHARED_LIMIT` of ``dim``."""
-    limit = SHARED_LIMIT[dim] if limit is None else limit
-    fits = [s for s in COIL_STEPS if spread_bytes(bins, width, dim, s, real, warps) <= limit] or [1]
-    enough = [s for s in fits if s >= coils]
-    return enough[0] if enough else fits[-1]
-
-
-def launch_coils(coils: int, grid_bytes: int = 0) -> int:
-    """The smallest compiled coil step >= ``coils`` (capped at 8) whose grids of ``grid_bytes`` each fit
-    :data:`INTERP_CACHE_BYTES`; at least 1."""
-    step = next((s for s in COIL_STEPS if s >= coils), COIL_STEPS[-1])
-    while step > 1 and step * grid_bytes > INTERP_CACHE_BYTES:
-        step //= 2
-    return step
-
-
-def nufft_defines(dim: int, width: int, coils: int, bins: tuple[int, int, int], real: bool) -> dict[str, int]:
-    return {"NUFFT_DIM": dim, "NUFFT_W": width, "NUFFT_COILS": coils, "NUFFT_REAL": int(real),
-            "NUFFT_BIN0": bins[0], "NUFFT_BIN1": bins[1], "NUFFT_BIN2": bins[2] if dim == 3 else 1,
-            "NUFFT_THREADS": THREADS}
-
-
-def compile_configurations() -> list[tuple[str, dict[str, int]]]:
-    """Every ``(file, defines)`` the default plans launch: both spreading methods, 2D and 3D, the widths of
-    :data:`COMPILED_EPS` (:func:`nufft_configurations` of each)."""
-    return [config for method in SPREAD_METHODS for dim in (2, 3) for eps in COMPILED_EPS
-            for config in nufft_configurations(dim, eps, method)]
-
-
-def nufft_configurations(dim: int, eps: float = DEFAULT_EPS, spread: str = "warp") -> list[tuple[str, dict[str, int]]]:
-    """The modules a default plan of ``dim`` dimensions at ``eps`` launches: every coil step of complex data
-    (spreading, interpolation, the sort and the deconvolution live in each) and the real PSF data."""
-    bins, width = DEFAULT_BINS[spread][dim], kernel_width(eps)
-    return [(KERNEL_FILE, nufft_defines(dim, width, coils, bins, False)) for coils in COIL_STEPS] + [
-        (KERNEL_FILE, nufft_defines(dim, width, 1, bins, True))]
+from .nufft_launch import (
+    DEFAULT_BINS,
+    DEFAULT_EPS,
+    DEFAULT_WARPS,
+    GRID_MEMORY_SHARE,
+    KERNEL_FILE,
+    SCAN_THREADS,
+    SHARED_LIMIT,
+    SPREAD_METHODS,
+    SUBPROBLEM,
+    THREADS,
+    launch_coils,
+    nufft_defines,
+    spread_bytes,
+    spread_coils,
+)
+from .nufft_params import NufftParams, nufft_params
 
 
 def _padded(values: tuple[int, ...]) -> tuple[int, int, int]:
     return tuple(values) + (1,) * (3 - len(values))  # type: ignore[return-value]
+
+
+def _rows(array: Any, first: int, count: int) -> Any:
+    """Rows ``first .. first + count - 1`` of ``array``: the array itself when that is all of it (no view)."""
+    return array if first == 0 and count == array.shape[0] else array[first:first + count]
 
 
 def _require(array: Any, name: str, dtype: str, shape: tuple[int, ...], device: Device) -> None:
@@ -183,6 +120,9 @@ class GpuNufft:
             raise InvalidDataError(f"bins must be {self.dim} positive sizes, found {bins!r}")
         self.subproblem = int(subproblem)
         self.shared_limit = int(SHARED_LIMIT[self.dim] if shared_limit is None else shared_limit)
+        self._kernels: dict[tuple[str, int, bool], Any] = {}
+        self._spreaders: dict[tuple[int, bool], tuple[Any, int, int, int]] = {}
+        self._size_args = self._sizes()
         with cupy.cuda.Device(self.device.index):
             k = self._trajectory(trajectory, checked)
             self.n_samples = int(k.shape[0])
@@ -227,8 +167,14 @@ class GpuNufft:
         return k
 
     def _kernel(self, name: str, coils: int = 1, real: bool = False):
-        defines = nufft_defines(self.dim, self.params.width, coils, self.bins, real)
-        return get_kernel(KERNEL_FILE, name, defines, self.device)
+        """The kernel ``name`` compiled for ``coils`` per launch, looked up once per plan (a transform's launches
+        then cost no module lookup)."""
+        key = (name, coils, real)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            defines = nufft_defines(self.dim, self.params.width, coils, self.bins, real)
+            kernel = self._kernels[key] = get_kernel(KERNEL_FILE, name, defines, self.device)
+        return kernel
 
     def _geometry(self) -> tuple[Any, ...]:
         fine = _padded(self.params.fine)
@@ -291,22 +237,30 @@ class GpuNufft:
     # ------------------------------------------------------------------------------------------------
     # transforms
 
+    def _spreader(self, coils: int, real: bool) -> tuple[Any, int, int, int]:
+        """The spreading launch of ``coils`` coils: (kernel, coils per launch, shared bytes, threads), made once
+        (the kernel's shared-memory limit raised for it)."""
+        key = (coils, real)
+        if key not in self._spreaders:
+            step = spread_coils(self.bins, self.params.width, self.dim, coils, real, self.shared_limit, self.warps)
+            name = "mri_recon_nufft_spread_warp" if self.warps else "mri_recon_nufft_spread"
+            kernel = self._kernel(name, step, real)
+            shared = spread_bytes(self.bins, self.params.width, self.dim, step, real, self.warps)
+            if kernel.max_dynamic_shared_size_bytes < shared:
+                kernel.max_dynamic_shared_size_bytes = shared
+            self._spreaders[key] = (kernel, step, shared, 32 * self.warps if self.warps else THREADS)
+        return self._spreaders[key]
+
     def _spread(self, data: Any, grid: Any, coils: int, real: bool) -> None:
         """Add the spread samples of ``coils`` coils (``data`` rows) to ``grid`` (zeroed by the caller)."""
-        step = spread_coils(self.bins, self.params.width, self.dim, coils, real, self.shared_limit, self.warps)
-        name = "mri_recon_nufft_spread_warp" if self.warps else "mri_recon_nufft_spread"
-        kernel = self._kernel(name, step, real)
-        shared = spread_bytes(self.bins, self.params.width, self.dim, step, real, self.warps)
-        threads = 32 * self.warps if self.warps else THREADS
-        if kernel.max_dynamic_shared_size_bytes < shared:
-            kernel.max_dynamic_shared_size_bytes = shared
+        kernel, step, shared, threads = self._spreader(coils, real)
         _, _, _, n0, n1, n2, nb1, nb2 = self._geometry_args
         for c in range(0, coils, step):
             active = min(step, coils - c)
             kernel((self.n_subproblems,), (threads,),
                    (self._sub_first, self._sub_count, self._sub_bin, self._perm, self._first, self._z0,
-                    data[c:c + active], np.int64(self.n_samples), np.int32(active),
-                    np.float32(self.params.beta), grid[c:c + active], n0, n1, n2, nb1, nb2),
+                    _rows(data, c, active), np.int64(self.n_samples), np.int32(active),
+                    np.float32(self.params.beta), _rows(grid, c, active), n0, n1, n2, nb1, nb2),
                    shared_mem=shared)
 
     def _deconv_blocks(self, sizes: tuple[int, ...]) -> tuple[int, int]:
@@ -322,10 +276,10 @@ class GpuNufft:
             for c0, group in self._groups(coils):
                 grid = self._grid(group)
                 cupy.cuda.runtime.memsetAsync(grid.data.ptr, 0, grid.nbytes, stream.ptr)
-                self._spread(data[c0:c0 + group], grid, group, real)
+                self._spread(_rows(data, c0, group), grid, group, real)
                 self._fft(grid, inverse=True)
                 deconv(self._deconv_blocks(self.matrix), (128,),
-                       (grid, out[c0:c0 + group], self._ker, np.int32(group), *self._sizes()))
+                       (grid, _rows(out, c0, group), self._ker, np.int32(group), *self._size_args))
         return out
 
     def adjoint(self, kspace: Any, *, out: Any | None = None) -> Any:
@@ -352,7 +306,7 @@ class GpuNufft:
             for c0, group in self._groups(coils):
                 grid = self._grid(group)
                 pad(self._deconv_blocks(self.params.fine), (128,),
-                    (image[c0:c0 + group], grid, self._ker, np.int32(group), *self._sizes()))
+                    (_rows(image, c0, group), grid, self._ker, np.int32(group), *self._size_args))
                 self._fft(grid, inverse=False)
                 step = launch_coils(group, grid[0].nbytes)
                 interp = self._kernel("mri_recon_nufft_interp", step)
@@ -360,8 +314,8 @@ class GpuNufft:
                 for c in range(0, group, step):
                     active = min(step, group - c)
                     interp((-(-self.n_samples // THREADS),), (THREADS,),
-                           (self._perm, self._first, self._z0, grid[c:c + active], np.int64(self.n_samples),
-                            np.int32(active), np.float32(self.params.beta), out[c0 + c:c0 + c + active],
+                           (self._perm, self._first, self._z0, _rows(grid, c, active), np.int64(self.n_samples),
+                            np.int32(active), np.float32(self.params.beta), _rows(out, c0 + c, active),
                             n0, n1, n2))
         return out
 

@@ -243,12 +243,25 @@ def records(kfix: Any, data: Any, words: int) -> Any:
 
 class Flags:
     """Checks of arrays on one device, read together: :meth:`check` records which of :data:`NOT_FINITE`,
-    :data:`NEGATIVE` and :data:`POSITIVE` values an array holds; :meth:`read` returns each check's bits."""
+    :data:`NEGATIVE` and :data:`POSITIVE` values an array holds; :meth:`read` returns each check's bits.
+
+    On a GPU, :meth:`send` starts the copy of the bits to the host right after the checks queued so far; a
+    later :meth:`read` then waits for those checks only, not for the work queued after them. :meth:`clear`
+    makes the flags ready for new checks (a caller that checks on every call keeps one instance)."""
 
     def __init__(self, xp: Any, capacity: int = 8):
         self.xp = xp
         self.bits = xp.zeros(capacity, dtype=np.int32)
         self.count = 0
+        self._sent: tuple[Any, Any] | None = None  # (pinned host copy, event after it) of a send
+
+    def clear(self) -> None:
+        """Forget every check: the bits are zeroed (on the device, in stream order) and slots count from 0."""
+        self.count, self._sent = 0, None
+        if self.xp is np:
+            self.bits[:] = 0
+        else:
+            self.bits.data.memset_async(0, self.bits.nbytes)
 
     def check(self, array: Any) -> int:
         """Queue the check of ``array`` (float32 or complex64: both components); returns its slot."""
@@ -264,8 +277,24 @@ class Flags:
         _launch("mri_recon_arith_flags", array, flat.size, (flat, np.int64(flat.size), self.bits[slot:]))
         return slot
 
+    def send(self) -> None:
+        """Queue the copy of the checks' bits to (pinned) host memory now; :meth:`read` waits for it alone."""
+        if self.xp is np:
+            return
+        cupy = cupy_module()
+        out = cupy.cuda.alloc_pinned_memory(4 * max(1, self.count))
+        out = np.ndarray((self.count,), dtype=np.int32, buffer=out)
+        self.bits[:self.count].get(out=out, blocking=False)
+        done = cupy.cuda.Event(block=False, disable_timing=True)
+        done.record()
+        self._sent = (out, done)
+
     def read(self) -> list[int]:
-        """Every check's bits, in the order checked (one read)."""
+        """Every check's bits, in the order checked (one read: of what :meth:`send` sent, if it was called)."""
+        if self._sent is not None:
+            out, done = self._sent
+            done.synchronize()
+            return [int(b) for b in out]
         bits = self.bits[:self.count]
         return [int(b) for b in (bits if self.xp is np else bits.get())]
 

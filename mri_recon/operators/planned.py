@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, is_gpu_array, to_device
+from ..backend import Device, is_gpu_array, to_device
 from ..errors import InvalidDataError, SchemaError
 from ..validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
 from .arith import NOT_FINITE, Flags
@@ -65,6 +65,7 @@ class EncodingOperator(LinearOperator):
         with dev.use():
             self._encoding = engine(owned(traj, dev), matrix, coils).prepare()
         self._guard = UseGuard(dev)
+        self._flags: Flags | None = None
 
     @property
     def name(self) -> str:
@@ -95,22 +96,29 @@ class EncodingOperator(LinearOperator):
         return (array[None] if single else array), single
 
     def _run(self, fn: Any, source: str, name: str, value: Any, shape: tuple[int, ...]) -> Any:
-        """``fn`` of the checked input. On a GPU, a CuPy input's finiteness is checked on the device before
-        ``fn``'s work and read after it was queued (one wait for both, instead of a wait before the work); NaN
-        or Inf then raise, and the result is dropped. Other inputs are checked before the work."""
+        """``fn`` of the checked input. On a GPU, a CuPy input's finiteness is checked by a kernel queued before
+        ``fn``'s work, whose verdict is copied back right behind it: the call waits for the check, not for the
+        work (which stays queued, as CuPy's own calls do). NaN or Inf then raise, and the result is dropped.
+        Other inputs are checked before the work."""
         deferred = is_gpu_array(value) and self.device.is_gpu
         array, single = self._input(source, name, value, shape, finite=not deferred)
         with self.device.use(), self._guard():
             moved = to_device(array, self.device)
-            flags = Flags(get_xp(moved), 1) if deferred else None
-            if flags is not None:
-                flags.check(moved)
-            out = fn(moved)
-            error = nonfinite_error(source, name, moved) if flags is not None and flags.read()[0] & NOT_FINITE else None
-            if error is not None:
-                raise error
-            out = returned_like(out, value)
+            flags = self._finiteness(moved) if deferred else None
+            out = returned_like(fn(moved), value)
+            if flags is not None and flags.read()[0] & NOT_FINITE:
+                raise nonfinite_error(source, name, moved) or InvalidDataError(
+                    f"{source}: dataset '{name}' contains NaN or Inf values")
         return out[0] if single else out
+
+    def _finiteness(self, array: Any) -> Flags:
+        """The operator's flags (one set, reused: one use at a time) with ``array``'s check queued and sent."""
+        if self._flags is None:
+            self._flags = Flags(self.device.xp, 1)
+        self._flags.clear()
+        self._flags.check(array)
+        self._flags.send()
+        return self._flags
 
     def _apply(self, x: Any) -> Any:
         return self._run(self._encoding.apply, NAME, "image", x, self.ishape)

@@ -93,6 +93,24 @@ def test_ramp_weights_match_the_host_ramp(trajectory):
     assert not bool(moving)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(32, 24), (33, 17), (64, 64), (16, 16, 12), (15, 9, 4)])
+def test_gpu_ramp_weights_match_the_host_ramp_and_the_numpy_twin(matrix):
+    cupy = cupy_module()
+    rng = np.random.default_rng(sum(matrix))
+    k = radial(matrix, 23, 50) if len(matrix) == 2 else kooshball(matrix, 70)
+    k = (k + rng.uniform(-0.3, 0.3, k.shape)).astype(np.float32)
+    weights, moving, positive = ramp_weights(cupy.asarray(k), matrix)
+    twin = ramp_weights(k, matrix)[0]
+    assert weights.dtype == np.float32 and bool(moving) and bool(positive)
+    assert relative(to_host(weights), dcf_module.ramp(k, matrix)) <= 1e-6
+    assert relative(to_host(weights), twin) <= 1e-6
+    centred = ramp_weights(cupy.zeros((7, len(matrix)), np.float32), matrix)
+    assert not bool(centred[1]) and not bool(centred[2])  # no sample moves: both checks fail
+    far = np.full((5, len(matrix)), 0.9, np.float32) * np.asarray(matrix, np.float32)  # beyond the blob's reach
+    assert bool(ramp_weights(cupy.asarray(far), matrix)[1]) and not bool(ramp_weights(cupy.asarray(far), matrix)[2])
+
+
 @pytest.mark.parametrize("choices", CHOICES, ids=IDS)
 def test_numpy_twin_prepares_as_prepare_scan(choices):
     scan = _scan(3)

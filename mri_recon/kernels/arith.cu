@@ -24,6 +24,11 @@ struct Max {
     __device__ static double apply(double a, double b) { return fmax(a, b); }
 };
 
+struct Min {
+    __device__ static double identity() { return __longlong_as_double(0x7ff0000000000000LL); }  // +infinity
+    __device__ static double apply(double a, double b) { return fmin(a, b); }
+};
+
 // Op-reduction of v over the block, valid in thread 0; fixed order.
 template <class Op>
 __device__ __forceinline__ double block_reduce(double v)
@@ -239,5 +244,88 @@ mri_recon_arith_records(const unsigned* __restrict__ kfix, const float* __restri
             v = __float_as_uint(data[((long long)c * m + s) * per + part]);
         }
         out[i] = v;
+    }
+}
+
+// The ramp density weights of prep/device_dcf.py (the mathematics of prep/dcf.py's ramp and normalize), in
+// float64 on a float32 trajectory k (M, D), three launches with no host read between them.
+// 1. radius[m] = |k_m s| (axis d scaled by s_d = max N / N_d); result[0] = the smallest radius above `still`
+//    (the readout spacing delta; +infinity when no sample moves).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_ramp_radius(const float* __restrict__ k, long long m, int dims, double s0, double s1, double s2,
+                            double still, double* __restrict__ radius, double* partial, unsigned* counter,
+                            double* result)
+{
+    const double s[3] = {s0, s1, s2};
+    double acc = Min::identity();
+    GRID_STRIDE(i, m) {
+        double r2 = 0.0;
+        for (int d = 0; d < dims; ++d) {
+            const double v = (double)k[i * dims + d] * s[d];
+            r2 += v * v;
+        }
+        const double r = sqrt(r2);
+        radius[i] = r;
+        if (r > still) acc = fmin(acc, r);
+    }
+    if (grid_reduce<Min>(acc, 0, 1, partial, counter, result)) finish_reduce<Min>(1, partial, counter, result);
+}
+
+// 2. weights[m] = radius^(D - 1) for a moving sample, else the centre's share (2 / D) (delta / 2)^D / delta;
+//    result[0] = sum_m weights[m] Re prod_d B_d(k_md), the blob's gain: B_d(k) = sum_j g_d[j] exp(-2 pi i k r_j)
+//    at r_j = (j - floor(N_d / 2)) / N_d, for the samples within `reach` on every axis (zero elsewhere).
+//    gauss: the blob's samples g_0, g_1, g_2 one after the other (N_0 + N_1 + N_2 doubles).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_ramp_gain(const float* __restrict__ k, const double* __restrict__ radius, long long m, int dims,
+                          double still, const double* __restrict__ delta, const double* __restrict__ gauss,
+                          int n0, int n1, int n2, double reach0, double reach1, double reach2,
+                          double* __restrict__ weights, double* partial, unsigned* counter, double* result)
+{
+    const int n[3] = {n0, n1, n2};
+    const double reach[3] = {reach0, reach1, reach2};
+    const double step = delta[0] < Min::identity() ? delta[0] : 1.0;
+    const double half = step / 2, centre = (2.0 / dims) * (dims == 3 ? half * half * half : half * half) / step;
+    double acc = 0.0;
+    GRID_STRIDE(i, m) {
+        const double r = radius[i];
+        const double w = r > still ? (dims == 3 ? r * r : r) : centre;
+        weights[i] = w;
+        bool near = true;
+        for (int d = 0; d < dims; ++d) near = near && fabs((double)k[i * dims + d]) <= reach[d];
+        if (!near) continue;
+        double re = 1.0, im = 0.0;
+        const double* g = gauss;
+        for (int d = 0; d < dims; ++d) {
+            const double kd = (double)k[i * dims + d];
+            double sr = 0.0, si = 0.0;
+            for (int j = 0; j < n[d]; ++j) {
+                double sn, cs;
+                sincospi(-2.0 * (kd * ((double)(j - n[d] / 2) / n[d])), &sn, &cs);
+                sr = fma(g[j], cs, sr);
+                si = fma(g[j], sn, si);
+            }
+            const double t = re * sr - im * si;
+            im = re * si + im * sr;
+            re = t;
+            g += n[d];
+        }
+        acc += w * re;
+    }
+    if (grid_reduce<Sum>(acc, 0, 1, partial, counter, result)) finish_reduce<Sum>(1, partial, counter, result);
+}
+
+// 3. out[m] = float32(weights[m] / gain) (gain 1 unless positive); verdict[0]: some sample moves, verdict[1]:
+//    it does and the gain is positive (the checks the host path raises on).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_ramp_finish(const double* __restrict__ weights, long long m, const double* __restrict__ delta,
+                            const double* __restrict__ gain, float* __restrict__ out, bool* __restrict__ verdict)
+{
+    const double g = gain[0];
+    const double scale = g > 0.0 ? g : 1.0;
+    GRID_STRIDE(i, m) out[i] = (float)(weights[i] / scale);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        const bool moving = delta[0] < Min::identity();
+        verdict[0] = moving;
+        verdict[1] = moving && g > 0.0;
     }
 }

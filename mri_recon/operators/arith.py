@@ -241,6 +241,41 @@ def records(kfix: Any, data: Any, words: int) -> Any:
     return out
 
 
+def _reduction_buffers(blocks: int) -> tuple[Any, Any, Any]:
+    """A reduction's partials (one per block), its counter (zero) and its one result, all on the device."""
+    cupy = cupy_module()
+    return cupy.empty(blocks, np.float64), cupy.zeros(1, np.uint32), cupy.empty(1, np.float64)
+
+
+def ramp_density(trajectory: Any, matrix: tuple[int, ...], scales: tuple[float, ...], still: float, gaussians: Any,
+                 reach: tuple[float, ...]) -> tuple[Any, Any, Any]:
+    """The normalized ramp weights of a CuPy float32 trajectory ``(M, D)`` on its device, in three launches
+    and no read: ``(weights, moving, positive)`` as :func:`mri_recon.prep.device_dcf.ramp_weights` returns
+    them (its NumPy code is the host's twin), for image size ``matrix``. ``scales``: the axes' factors
+    ``max N / N_d``; ``still``: the radius at or below which a sample is at k = 0; ``gaussians``: the blob's
+    float64 samples, axis after axis (``matrix[d]`` each); ``reach``: per axis, the largest ``|k_d|`` where
+    the blob's spectrum is kept."""
+    cupy = cupy_module()
+    k = _dense(trajectory, np.float32)
+    m, dims = (int(n) for n in k.shape)
+    sizes = [int(n) for n in matrix]
+    blocks, device = _blocks(m), int(k.device.id)
+    radius, weights = cupy.empty(m, np.float64), cupy.empty(m, np.float64)
+    out, verdict = empty((m,), np.float32), cupy.empty(2, dtype=bool)
+    pad = [np.float64(v) for v in [*scales, 1.0, 1.0][:3]]
+    partial, counter, delta = _reduction_buffers(blocks)
+    _kernel("mri_recon_arith_ramp_radius", device)((blocks,), (THREADS,), (
+        k, np.int64(m), np.int32(dims), *pad, np.float64(still), radius, partial, counter, delta))
+    partial, counter, gain = _reduction_buffers(blocks)
+    _kernel("mri_recon_arith_ramp_gain", device)((blocks,), (THREADS,), (
+        k, radius, np.int64(m), np.int32(dims), np.float64(still), delta, gaussians,
+        *(np.int32(n) for n in [*sizes, 0, 0][:3]), *(np.float64(v) for v in [*reach, 0.0, 0.0][:3]),
+        weights, partial, counter, gain))
+    _kernel("mri_recon_arith_ramp_finish", device)((blocks,), (THREADS,), (
+        weights, np.int64(m), delta, gain, out, verdict))
+    return out, verdict[0], verdict[1]
+
+
 class Flags:
     """Checks of arrays on one device, read together: :meth:`check` records which of :data:`NOT_FINITE`,
     :data:`NEGATIVE` and :data:`POSITIVE` values an array holds; :meth:`read` returns each check's bits.
@@ -307,4 +342,5 @@ def all_finite(array: Any) -> bool:
 
 
 __all__ = ["NEGATIVE", "NOT_FINITE", "POSITIVE", "Flags", "all_finite", "alternate", "combine_coils", "copy", "inner",
-           "largest", "records", "rescale", "rss_peak", "scaled", "total", "turns", "weighted", "whiten"]
+           "largest", "ramp_density", "records", "rescale", "rss_peak", "scaled", "total", "turns", "weighted",
+           "whiten"]

@@ -48,22 +48,32 @@ def _axes(axes, ndim: int) -> list[int]:
     return axes
 
 
-def _blob_spectrum(k: np.ndarray, matrix: tuple[int, ...]) -> np.ndarray:
-    """``(F b)(k)`` of the separable Gaussian blob ``b`` on the voxel grid (``b = 1`` at r = 0).
-
-    Standard deviation ``max(BLOB_WIDTH, 1.5 / N_d)`` FOV along axis d; zero where the continuous
-    spectrum is negligible (beyond 8 of its standard deviations) or beyond the Nyquist extent.
-    """
-    out = np.zeros(len(k))
+def blob_extent(matrix: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The blob's standard deviation per axis, ``max(BLOB_WIDTH, 1.5 / N_d)`` FOV, and the reach of its
+    spectrum per axis (cycles per FOV): beyond 8 of the spectrum's standard deviations or the Nyquist extent
+    it is taken as zero."""
     width = np.maximum(BLOB_WIDTH, 1.5 / np.asarray(matrix, dtype=np.float64))
-    reach = np.minimum(8 / (2 * np.pi * width), np.asarray(matrix) / 2)
+    return width, np.minimum(8 / (2 * np.pi * width), np.asarray(matrix) / 2)
+
+
+def blob_samples(matrix: tuple[int, ...]) -> list[np.ndarray]:
+    """The blob on each axis's voxel positions (float64, ``b = 1`` at r = 0)."""
+    width, _ = blob_extent(matrix)
+    return [np.exp(-(axis_positions(n) ** 2) / (2 * s**2)) for n, s in zip(matrix, width)]
+
+
+def blob_spectrum(k: np.ndarray, matrix: tuple[int, ...]) -> np.ndarray:
+    """``(F b)(k)`` of the separable Gaussian blob ``b`` on the voxel grid at float64 positions ``k`` (M, D):
+    zero beyond the reach of :func:`blob_extent`."""
+    out = np.zeros(len(k))
+    _, reach = blob_extent(matrix)
     near = np.nonzero(np.all(np.abs(k) <= reach, axis=1))[0]
+    blobs = blob_samples(matrix)
     for start in range(0, len(near), 8192):
         part = near[start:start + 8192]
         spectrum = np.ones(len(part), dtype=np.complex128)
-        for d, (n, s) in enumerate(zip(matrix, width)):
-            r = axis_positions(n)
-            spectrum *= np.exp(-2j * np.pi * np.outer(k[part, d], r)) @ np.exp(-(r**2) / (2 * s**2))
+        for d, (n, g) in enumerate(zip(matrix, blobs)):
+            spectrum *= np.exp(-2j * np.pi * np.outer(k[part, d], axis_positions(n))) @ g
         out[part] = spectrum.real
     return out
 
@@ -71,11 +81,11 @@ def _blob_spectrum(k: np.ndarray, matrix: tuple[int, ...]) -> np.ndarray:
 def normalize(weights: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...]) -> np.ndarray:
     """Scale ``weights`` so that ``F^H W F`` reproduces a smooth blob at its centre (module docstring).
 
-    The blob is the Gaussian of :func:`_blob_spectrum` on the voxel grid, so that a full Cartesian grid
+    The blob is the Gaussian of :func:`blob_spectrum` on the voxel grid, so that a full Cartesian grid
     gets exactly ``1 / prod(matrix)``.
     """
     k = np.asarray(trajectory, dtype=np.float64)
-    gain = float(np.sum(weights * _blob_spectrum(k, tuple(matrix))))
+    gain = float(np.sum(weights * blob_spectrum(k, tuple(matrix))))
     if not gain > 0:
         raise InvalidDataError("weights are zero near the centre of k-space: no sample within a few cycles "
                                "per FOV of k = 0 carries weight")

@@ -1,10 +1,13 @@
 """Where the whole call ``mri_recon.reconstruct(scan)`` spends its time on the GPU: the stage timings, the host
 time outside them, and a cProfile of the calls (host functions by their own time and by cumulative time).
 
-Problems: ``scripts/bench_prepare.py``'s 2D 256^2 8-coil scan (file weights and maps, correlated noise) and,
-with ``--problem 3d128``, its 3D kooshball; 30 CG iterations, lambda 1e-3. After two warm-up calls, ``--repeats``
-calls are timed (device synchronized around each), then as many are profiled. Writes the text report to OUT.
-Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128] [--repeats N] [--top N]
+Problems: ``scripts/bench_prepare.py``'s 2D 256^2 8-coil scan (file weights and maps, correlated noise); with
+``--problem 3d128``, its 3D kooshball; with ``--problem sweep --matrix 64x64 --coils 1``, a row of its host-share
+sweep (random k-space, ramp weights computed on the device). 30 CG iterations, lambda 1e-3. After two warm-up
+calls, ``--repeats`` calls are timed (device synchronized around each), then as many are profiled. Writes the
+text report to OUT.
+Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep] [--matrix NxN[xN]] [--coils C]
+       [--repeats N] [--top N]
 """
 
 from __future__ import annotations
@@ -27,23 +30,23 @@ import mri_recon  # noqa: E402
 from mri_recon.backend import resolve_device, synchronize  # noqa: E402
 
 
-def timed_calls(scan, dev, repeats: int) -> tuple[list[float], list[dict]]:
+def timed_calls(scan, dev, repeats: int, settings: dict) -> tuple[list[float], list[dict]]:
     walls, timings = [], []
     for _ in range(repeats):
         synchronize(dev)
         start = time.perf_counter()
-        result = mri_recon.reconstruct(scan, device=dev, **bench_prepare.SETTINGS)
+        result = mri_recon.reconstruct(scan, device=dev, **settings)
         synchronize(dev)
         walls.append(time.perf_counter() - start)
         timings.append(dict(result.timings))
     return walls, timings
 
 
-def profiled(scan, dev, repeats: int, top: int) -> str:
+def profiled(scan, dev, repeats: int, top: int, settings: dict) -> str:
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(repeats):
-        mri_recon.reconstruct(scan, device=dev, **bench_prepare.SETTINGS)
+        mri_recon.reconstruct(scan, device=dev, **settings)
         synchronize(dev)
     profile.disable()
     out = io.StringIO()
@@ -56,21 +59,29 @@ def profiled(scan, dev, repeats: int, top: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
-    parser.add_argument("--problem", choices=("2d", "3d128"), default="2d")
+    parser.add_argument("--problem", choices=("2d", "3d128", "sweep"), default="2d")
+    parser.add_argument("--matrix", default="64x64", help="the sweep row's matrix")
+    parser.add_argument("--coils", type=int, default=1, help="the sweep row's coils")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--top", type=int, default=45)
     args = parser.parse_args()
     dev = resolve_device("gpu")
-    scan = bench_prepare.with_noise(bench_recon.problem() if args.problem == "2d" else bench_recon.problem_3d(128))
-    timed_calls(scan, dev, 2)
-    walls, timings = timed_calls(scan, dev, args.repeats)
+    settings = dict(bench_prepare.SETTINGS)
+    if args.problem == "sweep":
+        matrix = tuple(int(n) for n in args.matrix.split("x"))
+        scan, settings["dcf"] = bench_prepare.synthetic(matrix, args.coils), "ramp"
+    else:
+        scan = bench_prepare.with_noise(bench_recon.problem() if args.problem == "2d" else bench_recon.problem_3d(128))
+    timed_calls(scan, dev, 2, settings)
+    walls, timings = timed_calls(scan, dev, args.repeats, settings)
     stages = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}
     whole = statistics.median(walls)
     inside = sum(stages.values())
-    lines = [f"{args.problem}: whole call median {whole * 1e3:.2f} ms (min {min(walls) * 1e3:.2f}), "
+    name = f"{args.problem} {args.matrix} x {args.coils}" if args.problem == "sweep" else args.problem
+    lines = [f"{name}: whole call median {whole * 1e3:.2f} ms (min {min(walls) * 1e3:.2f}), "
              f"stages {inside * 1e3:.2f} ms, outside the stages {(whole - inside) * 1e3:.2f} ms"]
     lines += [f"  {k}: {v * 1e3:.3f} ms" for k, v in stages.items()]
-    report = "\n".join(lines) + "\n" + profiled(scan, dev, args.repeats, args.top)
+    report = "\n".join(lines) + "\n" + profiled(scan, dev, args.repeats, args.top, settings)
     print("\n".join(lines), flush=True)
     with open(args.out, "w") as f:
         f.write(report)

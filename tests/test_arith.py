@@ -1,5 +1,6 @@
-"""The element-wise operations and reductions of ``mri_recon.operators.arith``: the NumPy twin against float64
-mathematics, and the kernels of ``kernels/arith.cu`` against the twin, over edge sizes (one element, a block
+"""The element-wise operations of ``mri_recon.operators.arith`` and the checks and reductions read back
+(``mri_recon.operators.reads``): the NumPy twin against float64 mathematics, and the kernels of
+``kernels/arith.cu`` against the twin, over edge sizes (one element, a block
 and one more, beyond the most blocks of a launch), with poisoned outputs."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import poison_empty, relative
 
-from mri_recon.operators import arith
+from mri_recon.operators import arith, reads
 
 SIZES = [1, 255, 256, 257, 100_003, 256 * 1024 + 1]
 
@@ -20,15 +21,49 @@ def _complex(rng, shape):
 
 
 def test_flags_name_what_an_array_holds():
-    flags = arith.Flags(np, 4)
+    flags = reads.Flags(np, 4)
     slots = [flags.check(np.array([1.0, 2.0], np.float32)), flags.check(np.array([0.0, -1.0], np.float32)),
              flags.check(np.array([1 + 1j, np.inf], np.complex64)), flags.check(np.zeros(3, np.float32))]
     bits = flags.read()
-    assert [bits[s] for s in slots] == [arith.POSITIVE, arith.NEGATIVE, arith.POSITIVE | arith.NOT_FINITE, 0]
-    full = arith.Flags(np, 1)
+    assert [bits[s] for s in slots] == [reads.POSITIVE, reads.NEGATIVE, reads.POSITIVE | reads.NOT_FINITE, 0]
+    full = reads.Flags(np, 1)
     full.check(np.ones(1, np.float32))
     with pytest.raises(IndexError):
         full.check(np.ones(1, np.float32))
+
+
+def _comparisons(xp, n: int) -> tuple[list[tuple], list[bool]]:
+    """Pairs of arrays of ``n`` items and whether each pair differs bit for bit."""
+    rng = np.random.default_rng(n + 7)
+    a = rng.standard_normal(n).astype(np.float32)
+    last, signed, nan = a.copy(), np.zeros(n, np.float32), np.full(n, np.nan, np.float32)
+    last[-1] = np.nextafter(last[-1], np.float32(np.inf))
+    signed[n // 2] = -0.0
+    wide = rng.standard_normal((n, 2))  # float64: 8-byte items
+    wider = wide.copy()
+    wider[0, 1] = np.nextafter(wider[0, 1], 0.0)
+    pairs = [(a, a.copy()), (a, last), (np.zeros(n, np.float32), signed), (nan, nan.copy()), (wide, wide.copy()),
+             (wide, wider)]
+    return [(xp.asarray(x), xp.asarray(y)) for x, y in pairs], [False, True, True, False, False, True]
+
+
+def test_flags_compare_bit_for_bit():
+    pairs, differ = _comparisons(np, 5)
+    flags = reads.Flags(np, len(pairs))
+    slots = [flags.compare(x, y) for x, y in pairs]
+    bits = flags.read()
+    assert [bool(bits[s] & reads.DIFFERENT) for s in slots] == differ
+    with pytest.raises(TypeError):
+        reads.Flags(np, 1).compare(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+def test_scalars_read_together_what_each_reads_alone():
+    rng = np.random.default_rng(3)
+    w, k, maps = rng.random(11).astype(np.float32), _complex(rng, (2, 11)), _complex(rng, (3, 4, 5))
+    scalars = reads.Scalars()
+    slots = [scalars.total(w), scalars.largest(k), scalars.rss_peak(maps), scalars.largest(np.zeros(0, np.float32))]
+    assert scalars.read() == [[reads.total(w), reads.largest(k), reads.rss_peak(maps), 0.0][s] for s in slots]
+    assert reads.total(w) == float(np.sum(w, dtype=np.float64)) and reads.largest(k) == np.abs(k.view(np.float32)).max()
 
 
 def test_host_twin_is_the_mathematics():
@@ -38,16 +73,16 @@ def test_host_twin_is_the_mathematics():
     arith.combine_coils(maps, images, out, accumulate=False)
     assert relative(out, np.sum(np.conj(maps.astype(complex)) * images, axis=0)) <= 1e-6
     peak = math.sqrt(np.max(np.sum(np.abs(maps.astype(complex)) ** 2, axis=0)))
-    assert arith.rss_peak(maps) == pytest.approx(peak, rel=1e-6)
-    assert arith.rss_peak(maps * np.float32(2.0**-100)) == pytest.approx(peak * 2.0**-100, rel=1e-6)
+    assert reads.rss_peak(maps) == pytest.approx(peak, rel=1e-6)
+    assert reads.rss_peak(maps * np.float32(2.0**-100)) == pytest.approx(peak * 2.0**-100, rel=1e-6)
     w = rng.random(7).astype(np.float32)
     k = _complex(rng, (2, 7))
     np.testing.assert_array_equal(arith.weighted(k, w, 0.25), k * (w * np.float32(0.25)))
-    assert arith.total(w) == pytest.approx(float(np.sum(w.astype(np.float64))), rel=1e-15)
+    assert reads.total(w) == pytest.approx(float(np.sum(w.astype(np.float64))), rel=1e-15)
     big = np.full(4, 2.0**120, np.float32)
     np.testing.assert_array_equal(arith.rescale(big.copy(), 2.0**-200), big * np.float32(2.0**-100)
                                   * np.float32(2.0**-100))
-    assert not arith.all_finite(np.array([1.0, np.nan], np.float32)) and arith.all_finite(np.ones(3, np.complex64))
+    assert not reads.all_finite(np.array([1.0, np.nan], np.float32)) and reads.all_finite(np.ones(3, np.complex64))
 
 
 @pytest.mark.gpu
@@ -80,15 +115,42 @@ def test_reductions_match_float64(n):
     w = rng.random(n).astype(np.float32)
     ga, gb = cupy.asarray(a), cupy.asarray(b)
     exact = np.vdot(a.astype(np.complex128), b.astype(np.complex128))
-    got = arith.inner(ga, gb)
+    got = reads.inner(ga, gb)
     assert abs(got - exact) <= 1e-12 * np.linalg.norm(a) * np.linalg.norm(b)
-    assert arith.inner(ga, gb) == got  # deterministic: the same bits again
-    assert arith.total(cupy.asarray(w)) == pytest.approx(float(np.sum(w, dtype=np.float64)), rel=1e-13)
-    assert arith.largest(ga) == float(np.max(np.abs(a.view(np.float32))))
-    assert arith.largest(cupy.asarray(-w)) == float(np.max(w))
+    assert reads.inner(ga, gb) == got  # deterministic: the same bits again
+    assert reads.total(cupy.asarray(w)) == pytest.approx(float(np.sum(w, dtype=np.float64)), rel=1e-13)
+    assert reads.largest(ga) == float(np.max(np.abs(a.view(np.float32))))
+    assert reads.largest(cupy.asarray(-w)) == float(np.max(w))
     maps = _complex(rng, (3, n))
     peak = math.sqrt(float(np.max(np.sum(np.abs(maps.astype(np.complex128)) ** 2, axis=0))))
-    assert arith.rss_peak(cupy.asarray(maps)) == pytest.approx(peak, rel=1e-13)
+    assert reads.rss_peak(cupy.asarray(maps)) == pytest.approx(peak, rel=1e-13)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SIZES)
+def test_scalars_and_comparisons_on_the_gpu(n):
+    import cupy
+
+    rng = np.random.default_rng(n + 2)
+    w, k, maps = rng.random(n).astype(np.float32), _complex(rng, (2, n)), _complex(rng, (3, n))
+    gw, gk, gmaps = cupy.asarray(w), cupy.asarray(k), cupy.asarray(maps)
+    scalars = reads.Scalars()  # device and host reductions interleaved, one read
+    slots = [scalars.largest(gk), scalars.total(w), scalars.total(gw), scalars.rss_peak(gmaps), scalars.largest(gw)]
+    alone = [reads.largest(gk), reads.total(w), reads.total(gw), reads.rss_peak(gmaps), reads.largest(gw)]
+    values = scalars.read()
+    assert [values[s] for s in slots] == alone  # the same bits as read alone
+    assert values[slots[0]] == float(np.abs(k.view(np.float32)).max())
+    assert values[slots[2]] == pytest.approx(float(np.sum(w, dtype=np.float64)), rel=1e-13)
+    full = reads.Scalars()
+    for _ in range(reads.Scalars.CAPACITY):
+        full.largest(gw)
+    with pytest.raises(IndexError):
+        full.largest(gw)
+    pairs, differ = _comparisons(cupy, n)
+    flags = reads.Flags(cupy, len(pairs))
+    slots = [flags.compare(x, y) for x, y in pairs]
+    bits = flags.read()
+    assert [bool(bits[s] & reads.DIFFERENT) for s in slots] == differ
 
 
 @pytest.mark.gpu
@@ -105,14 +167,14 @@ def test_coil_combination_and_flags_on_the_gpu(monkeypatch, coils):
     out = cupy.asarray(start)
     arith.combine_coils(cupy.asarray(maps), cupy.asarray(images), out, accumulate=True)
     assert relative(out.get(), exact + start) <= 1e-6
-    flags = arith.Flags(cupy, 3)
+    flags = reads.Flags(cupy, 3)
     bad = np.ones(257 * 1024 + 3, np.float32)
     bad[-1] = np.inf
     slots = [flags.check(cupy.asarray(bad)), flags.check(cupy.asarray(-np.ones(5, np.float32))),
              flags.check(cupy.zeros(4, np.complex64))]
     bits = flags.read()
-    assert [bits[s] for s in slots] == [arith.POSITIVE | arith.NOT_FINITE, arith.NEGATIVE, 0]
-    assert not arith.all_finite(cupy.asarray(np.array([0, np.nan], np.complex64)))
+    assert [bits[s] for s in slots] == [reads.POSITIVE | reads.NOT_FINITE, reads.NEGATIVE, 0]
+    assert not reads.all_finite(cupy.asarray(np.array([0, np.nan], np.complex64)))
     strided = cupy.asarray(np.concatenate([maps, maps], axis=-1))[..., ::2]  # views, not C-contiguous
     out = cupy.empty((33, 7), np.complex64)
     arith.combine_coils(strided, cupy.asarray(images), out, accumulate=False)

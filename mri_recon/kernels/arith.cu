@@ -131,6 +131,17 @@ mri_recon_arith_flags(const float* __restrict__ x, long long n, int* __restrict_
     if ((threadIdx.x & 31) == 0 && bits) atomicOr(flags, (int)bits);
 }
 
+// flags[0] |= 8 if the n 32-bit words of a and b differ anywhere: equality bit for bit (0.0 and -0.0 differ, a
+// NaN equals the same NaN).
+extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
+mri_recon_arith_differ(const unsigned* __restrict__ a, const unsigned* __restrict__ b, long long n,
+                       int* __restrict__ flags)
+{
+    unsigned words = 0u;
+    GRID_STRIDE(k, n) words |= a[k] ^ b[k];
+    if (__any_sync(0xffffffffu, words != 0u) && (threadIdx.x & 31) == 0) atomicOr(flags, 8);
+}
+
 // result[0] = sum of x[k] (n floats), in float64.
 extern "C" __global__ void __launch_bounds__(ARITH_THREADS)
 mri_recon_arith_sum(const float* __restrict__ x, long long n, double* partial, unsigned* counter, double* result)

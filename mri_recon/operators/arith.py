@@ -1,24 +1,21 @@
-"""Element-wise operations and reductions of a reconstruction on NumPy or CuPy arrays: NumPy on the host, the
-kernels of ``kernels/arith.cu`` on a GPU.
+"""Element-wise operations of a reconstruction on NumPy or CuPy arrays: NumPy on the host, the kernels of
+``kernels/arith.cu`` on a GPU (its checks and reductions, read back to the host, are :mod:`.reads`).
 
 On a GPU these replace CuPy's generated kernels (``x * s``, ``isfinite(x).all()``, ``x.sum()``, ...), which
 NVRTC compiles on their first use in an installation, one after the other (about 10 s for a first 2-D
 reconstruction); ``arith.cu`` is one module, shipped precompiled (docs/kernels.md). Each function computes on the
-host what it computes on the device, to float32 rounding; sums are float64 on both. Reductions return host
-numbers (one small read); :class:`Flags` gathers checks so that a stage reads all of them at once.
+host what it computes on the device, to float32 rounding.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
 
 from ..backend import Device, cupy_module, get_xp
 from ..kernels import get_kernel
-from ..scaling import largest as host_largest
 from ..scaling import rescale as host_rescale
 from ..scaling import rescale_steps
 
@@ -29,9 +26,6 @@ BLOCKS = 1024
 """Most blocks of one launch (grid-stride loops beyond); also the partial sums of a reduction."""
 WHITEN_SHARED = 32 * 1024
 """Most bytes of shared memory the whitening kernel's block holds (its columns)."""
-
-NOT_FINITE, NEGATIVE, POSITIVE = 1, 2, 4
-"""The bits :meth:`Flags.check` sets: some value not finite, some below zero, some above zero."""
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -66,17 +60,6 @@ def _floats(array: Any) -> Any:
     if array.dtype not in (np.float32, np.complex64) or not array.flags.c_contiguous:
         raise TypeError(f"expected a C-contiguous float32 or complex64 array, found {array.dtype}")
     return array.reshape(-1).view(np.float32)
-
-
-def _reduce(name: str, array: Any, n: int, args: tuple, parts: int = 1) -> np.ndarray:
-    """The ``parts`` float64 results of reduction kernel ``name`` over ``n`` items (one read)."""
-    cupy = cupy_module()
-    blocks = _blocks(n)
-    partial = cupy.empty(parts * blocks, dtype=np.float64)
-    counter = cupy.zeros(1, dtype=np.uint32)
-    result = cupy.empty(parts, dtype=np.float64)
-    _kernel(name, int(array.device.id))((blocks,), (THREADS,), (*args, partial, counter, result))
-    return result.get()
 
 
 def scaled(array: Any, factor: float, out: Any = None) -> Any:
@@ -160,46 +143,6 @@ def whiten(array: Any, matrix: Any) -> Any:
     return array
 
 
-def total(array: Any) -> float:
-    """The sum of a real array in float64."""
-    if not _on_gpu(array):
-        return float(np.sum(array, dtype=np.float64))
-    flat = _floats(array)
-    return float(_reduce("mri_recon_arith_sum", array, flat.size, (flat, np.int64(flat.size)))[0])
-
-
-def largest(array: Any) -> float:
-    """``max |Re|, |Im|`` of a complex64 array, ``max |.|`` of a float32 one (:func:`mri_recon.scaling.largest`)."""
-    if not _on_gpu(array) or array.dtype not in (np.float32, np.complex64):
-        return host_largest(array)
-    if array.size == 0:
-        return 0.0
-    flat = _floats(_dense(array, array.dtype))
-    return float(_reduce("mri_recon_arith_max_abs", array, flat.size, (flat, np.int64(flat.size)))[0])
-
-
-def rss_peak(maps: Any) -> float:
-    """``max_n sqrt(sum_c |S_c(n)|^2)`` of coil maps ``(C, *matrix)``, without overflow or underflow (the
-    squares in float64 on the GPU; on the host of the maps divided by a power of two near their largest
-    component)."""
-    if not _on_gpu(maps):
-        from ..scaling import unit_scale  # noqa: PLC0415 - the host twin only
-
-        unit, scale = unit_scale(maps)
-        return scale * math.sqrt(float(np.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0))))
-    maps = _dense(maps, np.complex64)
-    coils, n = int(maps.shape[0]), int(maps.size // max(1, maps.shape[0]))
-    peak = _reduce("mri_recon_arith_rss_max", maps, n, (maps, np.int32(coils), np.int64(n)))[0]
-    return math.sqrt(float(peak))
-
-
-def inner(a: Any, b: Any) -> complex:
-    """``sum conj(a) b`` of two C-contiguous complex64 CuPy arrays of one size, in float64."""
-    n = int(a.size)
-    re, im = _reduce("mri_recon_arith_dot", a, n, (a, b, np.int64(n)), parts=2)
-    return complex(re, im)
-
-
 def combine_coils(maps: Any, images: Any, out: Any, accumulate: bool) -> Any:
     """``out (+)= sum_c conj(S_c) y_c`` for maps and coil images ``(C, *matrix)`` into ``out`` (``matrix``)."""
     if not _on_gpu(maps):
@@ -276,71 +219,5 @@ def ramp_density(trajectory: Any, matrix: tuple[int, ...], scales: tuple[float, 
     return out, verdict[0], verdict[1]
 
 
-class Flags:
-    """Checks of arrays on one device, read together: :meth:`check` records which of :data:`NOT_FINITE`,
-    :data:`NEGATIVE` and :data:`POSITIVE` values an array holds; :meth:`read` returns each check's bits.
-
-    On a GPU, :meth:`send` starts the copy of the bits to the host right after the checks queued so far; a
-    later :meth:`read` then waits for those checks only, not for the work queued after them. :meth:`clear`
-    makes the flags ready for new checks (a caller that checks on every call keeps one instance)."""
-
-    def __init__(self, xp: Any, capacity: int = 8):
-        self.xp = xp
-        self.bits = xp.zeros(capacity, dtype=np.int32)
-        self.count = 0
-        self._sent: tuple[Any, Any] | None = None  # (pinned host copy, event after it) of a send
-
-    def clear(self) -> None:
-        """Forget every check: the bits are zeroed (on the device, in stream order) and slots count from 0."""
-        self.count, self._sent = 0, None
-        if self.xp is np:
-            self.bits[:] = 0
-        else:
-            self.bits.data.memset_async(0, self.bits.nbytes)
-
-    def check(self, array: Any) -> int:
-        """Queue the check of ``array`` (float32 or complex64: both components); returns its slot."""
-        slot, self.count = self.count, self.count + 1
-        if slot >= self.bits.size:
-            raise IndexError(f"Flags holds {self.bits.size} checks")
-        if self.xp is np:
-            flat = array.reshape(-1).view(array.real.dtype) if array.dtype.kind == "c" else array.reshape(-1)
-            self.bits[slot] = ((0 if np.isfinite(flat).all() else NOT_FINITE) | (NEGATIVE if (flat < 0).any() else 0)
-                               | (POSITIVE if (flat > 0).any() else 0))
-            return slot
-        flat = _floats(_dense(array, array.dtype))
-        _launch("mri_recon_arith_flags", array, flat.size, (flat, np.int64(flat.size), self.bits[slot:]))
-        return slot
-
-    def send(self) -> None:
-        """Queue the copy of the checks' bits to (pinned) host memory now; :meth:`read` waits for it alone."""
-        if self.xp is np:
-            return
-        cupy = cupy_module()
-        out = cupy.cuda.alloc_pinned_memory(4 * max(1, self.count))
-        out = np.ndarray((self.count,), dtype=np.int32, buffer=out)
-        self.bits[:self.count].get(out=out, blocking=False)
-        done = cupy.cuda.Event(block=False, disable_timing=True)
-        done.record()
-        self._sent = (out, done)
-
-    def read(self) -> list[int]:
-        """Every check's bits, in the order checked (one read: of what :meth:`send` sent, if it was called)."""
-        if self._sent is not None:
-            out, done = self._sent
-            done.synchronize()
-            return [int(b) for b in out]
-        bits = self.bits[:self.count]
-        return [int(b) for b in (bits if self.xp is np else bits.get())]
-
-
-def all_finite(array: Any) -> bool:
-    """Whether every value of a float32 or complex64 array is finite (one read)."""
-    flags = Flags(get_xp(array), 1)
-    flags.check(array)
-    return not flags.read()[0] & NOT_FINITE
-
-
-__all__ = ["NEGATIVE", "NOT_FINITE", "POSITIVE", "Flags", "all_finite", "alternate", "combine_coils", "copy", "inner",
-           "largest", "ramp_density", "records", "rescale", "rss_peak", "scaled", "total", "turns", "weighted",
-           "whiten"]
+__all__ = ["alternate", "combine_coils", "copy", "empty", "ramp_density", "records", "rescale", "scaled", "turns",
+           "weighted", "whiten"]

@@ -26,11 +26,11 @@ import numpy as np
 from ..backend import Device, is_gpu_array, to_device
 from ..errors import InvalidDataError, SchemaError
 from ..validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
-from .arith import NOT_FINITE, Flags
 from .base import Adjoint, LinearOperator
 from .engines import choose_engine
 from .memo import UseGuard
 from .public import owned, returned_like
+from .reads import NOT_FINITE, Flags
 
 NAME = "EncodingOperator"
 

@@ -31,7 +31,7 @@ import numpy as np
 from ..backend import Device, get_xp, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
-from ..operators.arith import NEGATIVE, NOT_FINITE, POSITIVE, Flags
+from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
 from . import check_choices, coil_map_method, reader_record
@@ -120,7 +120,7 @@ def _weights(scan: Scan, dcf: str, trajectory: Any, device: Device, flags: Flags
 
 Check = tuple[Any, str]
 """A check still to read and the error it stands for: a device boolean, or ``(slot, bit, wanted)`` of the
-preparation's :class:`~mri_recon.operators.arith.Flags` (the check passes when the bit is set as wanted)."""
+preparation's :class:`~mri_recon.operators.reads.Flags` (the check passes when the bit is set as wanted)."""
 
 
 def _weight_checks(flags: Flags, weights: Any, source: str, zero: str) -> list[Check]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend import get_xp
 from ..errors import InvalidDataError, SchemaError
-from ..operators import arith
+from ..operators import arith, reads
 
 CHUNK = 1 << 20
 """Elements per float64 conversion in :func:`inner` (bounds its temporary memory)."""
@@ -35,7 +35,7 @@ def inner(a: Any, b: Any) -> complex:
     wide = np.complex128 if (a.dtype.kind == "c" or b.dtype.kind == "c") else np.float64
     fa, fb = a.reshape(-1), b.reshape(-1)
     if xp is not np and fa.dtype == fb.dtype == np.complex64 and fa.flags.c_contiguous and fb.flags.c_contiguous:
-        return arith.inner(fa, fb)  # float64 sums of kernels/arith.cu
+        return reads.inner(fa, fb)  # float64 sums of kernels/arith.cu
     if xp is not np and fa.dtype == wide and fb.dtype == wide:
         return complex(xp.vdot(fa, fb))
     total = 0j

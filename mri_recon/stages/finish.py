@@ -9,7 +9,7 @@ import numpy as np
 
 from ..backend import get_xp, to_host
 from ..errors import InvalidDataError
-from ..operators import arith
+from ..operators import arith, reads
 from ..prep.maps_stage import unit_basis
 from ..result import Result
 from .options import Options
@@ -38,7 +38,7 @@ def combine(options: Options, state: State) -> None:
     refuse an image beyond float32's range."""
     image, combine_scale = _combined(state.x, state.combine, options.maps.basis if not state.sense else None)
     image = arith.rescale(image, state.data_scale * combine_scale / state.maps_scale)
-    if not arith.all_finite(image):
+    if not reads.all_finite(image):
         raise InvalidDataError(f"{state.scan.source}: the image exceeds the float32 range (the k-space is near "
                                f"float32's largest values and the coil maps are small); scale the data down")
     state.image = image

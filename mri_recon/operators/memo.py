@@ -7,7 +7,7 @@ samples sorted into bins) and the spectrum of their point-spread function are th
 them costs as much as the 30 CG iterations of a 2D scan. :class:`SpectrumMemo` keeps one entry per GPU: the
 trajectory and weights it was made for (device arrays), the encoding and the spectrum. A new scan is a hit
 only when its engine and matrix are the same and its trajectory and (scaled) weights are *bit-identical* to the
-entry's, compared on the device (one boolean read back), so a hit can never serve another trajectory's
+entry's, compared on the device (one read back), so a hit can never serve another trajectory's
 spectrum. An entry larger than :func:`memo_limit` bytes is not kept. The pipeline consults the memo in every
 GPU reconstruction that is not given a PSF (a loop of ``mri_recon.reconstruct`` calls over the slices or
 repetitions of one trajectory plans once, as the one-shot functions below do); the result says ``psf:
@@ -18,7 +18,7 @@ same idea.
 up to :func:`plan_entries` plans (an encoding, or a PSF plan), least recently used first out, within
 :func:`plan_limit` bytes. An entry is found by its key (engine, matrix, the trajectory's shape, dtype and
 device) and then by the trajectory's *bits*, compared with a private copy kept at the time (on the array's own
-device: NumPy on the host, CuPy on its GPU, one boolean read back for all candidates), so a trajectory modified
+device: NumPy on the host, CuPy on its GPU, one read back for all candidates), so a trajectory modified
 in place, or another one of the same shape, is never served a stale plan. Comparing costs one pass over the
 trajectory (about 10 us for 2 MB on an H200, plus one read-back), against a few milliseconds for a NUFFT plan.
 """
@@ -37,6 +37,7 @@ import numpy as np
 
 from ..backend import Device, cupy_module, device_memory, get_xp, is_gpu_array, resolve_device
 from .engines.encoding import Encoding
+from .reads import DIFFERENT, Flags
 
 LIMIT_SHARE = 0.05
 """Default limit of one entry: this share of the GPU's total memory (7 GB on an H200)."""
@@ -115,9 +116,10 @@ class SpectrumMemo:
         same = (entry.engine == engine and entry.matrix == tuple(matrix) and entry.trajectory.shape == trajectory.shape
                 and entry.weights.shape == weights.shape)
         if same:
-            cupy = cupy_module()
-            equal = cupy.array_equal(entry.trajectory, trajectory) & cupy.array_equal(entry.weights, weights)
-            same = bool(equal.get())
+            flags = Flags(get_xp(trajectory), 2)
+            flags.compare(entry.trajectory, trajectory)
+            flags.compare(entry.weights, weights)
+            same = not any(bits & DIFFERENT for bits in flags.read())
         if not same:  # a miss frees the entry before the new run builds its own (one of the two on the GPU at once)
             with self._lock:
                 if self._entry is entry:
@@ -244,8 +246,12 @@ def _same(entries: list[_Plan], array: Any) -> list[bool]:
         return [bool(np.array_equal(e.kept, bits)) for e in entries]
     cupy = cupy_module()
     with cupy.cuda.Device(int(array.device.id)):
-        flags = cupy.stack([cupy.array_equal(e.kept, bits) for e in entries])
-        return [bool(f) for f in flags.get()]
+        if bits.dtype.itemsize not in (4, 8):
+            return [bool(f) for f in cupy.stack([cupy.array_equal(e.kept, bits) for e in entries]).get()]
+        flags = Flags(cupy, len(entries))
+        for entry in entries:
+            flags.compare(entry.kept, bits)
+        return [not f & DIFFERENT for f in flags.read()]
 
 
 def trajectory_key(kind: str, engine: str, matrix: tuple[int, ...], trajectory: Any) -> tuple:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import pipeline
+from . import pipeline, stages
 from .backend import Device
 from .errors import InvalidDataError
 from .io import load_scans
@@ -34,7 +34,6 @@ from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
 from .settings import API_FIELDS, FIELDS, ReconSettings, refuse_unknown
-from .stages import run_kernels
 
 if TYPE_CHECKING:
     from .io.cache import PsfCache
@@ -70,8 +69,9 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
                             psf_cache: PsfCache | None = None, psf: Any = None,
                             **keywords: Any) -> tuple[Scan | DeviceScan, dict[str, Any], Result]:
     """``(prepared scan, preparation record, result)``: :func:`~mri_recon.prep.prepare_scan` with the
-    settings' choices, then :func:`mri_recon.pipeline.reconstruct` with their solver's, and the coil-map
-    estimation and receiver basis the preparation asks for. ``keywords``: fields of
+    settings' choices, then the solver's stages with theirs (:func:`mri_recon.pipeline.run`, on the memory plan
+    made here, the preparation counted) and the coil-map estimation and receiver basis the preparation asks
+    for. ``keywords``: fields of
     :class:`~mri_recon.settings.ReconSettings` that change ``settings``. On a GPU the preparation runs there
     (:func:`~mri_recon.prep.device.prepare_on_device`) and the prepared scan is a
     :class:`~mri_recon.prep.device.DeviceScan` (``.to_scan()`` brings it to the host)."""
@@ -85,14 +85,14 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
                                         coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
                                         iterations=settings.iterations)
     if dev.is_gpu:  # the run's CUDA modules build on threads while CuPy's own are compiled ahead (kernels.warmup)
-        prefetch(run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
+        prefetch(stages.run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
     prepare = functools.partial(prepare_on_device, device=dev) if dev.is_gpu else prepare_scan
     ready, record = prepare(scan, **settings.prepare_keywords())
     maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
-    result = pipeline.reconstruct(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
-                                  psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
-    return ready, record, result
+    options = stages.Options.of(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
+                                psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
+    return ready, record, pipeline.run(ready, options, planned=(dev, engine, memory))  # planned once, above
 
 
 @keywords_checked

@@ -36,7 +36,7 @@ from .scan import Scan
 from .stages import SOLVER_KERNELS, gpu_lock
 
 __all__ = ["SOLVER_KERNELS", "STAGES", "Result", "gpu_lock", "memory_plan", "plan_reconstruction", "power_of_two",
-           "print_progress", "reconstruct"]
+           "print_progress", "reconstruct", "run"]
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None,
@@ -95,7 +95,6 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
     return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
 
 
-@blas_on_one_thread
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float | None = None,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
@@ -123,8 +122,18 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
         method=method, psf=psf, psf_cache=psf_cache, estimate_maps=estimate_maps, maps_basis=maps_basis,
         regularizer=regularizer, rho=rho, inner_iterations=inner_iterations, anisotropic=anisotropic,
         solver=solver, field_map_correction=field_map_correction, segments=segments)
-    state = stages.plan(scan, options, plan_reconstruction)
-    clock = state.clock
+    return run(scan, options)
+
+
+@blas_on_one_thread
+def run(scan: Scan, options: stages.Options,
+        planned: tuple[Device, type[Encoding], Plan] | None = None) -> Result:
+    """The stages of :func:`reconstruct` with its settings checked (:meth:`stages.Options.of
+    <mri_recon.stages.Options.of>`). ``planned``: the device, engine and memory plan that
+    :func:`plan_reconstruction` gave the caller for this scan (:func:`mri_recon.api.plan_prepared`, which also
+    counts the preparation), used instead of planning again."""
+    state = stages.plan(scan, options, plan_reconstruction, planned)
+    clock, filter_sigma = state.clock, options.filter_sigma
     with stages.held(state):
         with clock.stage("upload"):
             stages.upload(options, state)

@@ -15,9 +15,10 @@ import numpy as np
 
 from ..backend import Device, to_device
 from ..kernels import prefetch
-from ..operators.arith import largest, scaled, total
+from ..operators.arith import scaled
 from ..operators.engines import Encoding
 from ..operators.offres.setup import OffresCorrection, plan_correction
+from ..operators.reads import Scalars
 from ..planner import Plan, Preparation
 from ..prep_memory import preparation_of
 from ..progress import Clock, progress_callback
@@ -58,16 +59,16 @@ class State:
     """One image with coil maps (the scan's or estimated), or one per coil."""
     combine: str
     """``"sense"``, ``"rss"`` (per-coil images) or ``"single"`` (one coil)."""
-    weights: np.ndarray
-    """float32 ``(M,)``: the scan's density weights divided by ``weight_scale`` (ones without)."""
-    weight_scale: float
-    weight_sum: float
     device: Device
     engine: type[Encoding]
     budget: Plan
     offres: OffresCorrection | None
     clock: Clock
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    weights: Any = None
+    """float32 ``(M,)``, where the scan's are: its density weights divided by ``weight_scale`` (ones without)."""
+    weight_scale: float = 1.0
+    weight_sum: float = 0.0
     kspace: Any = None
     trajectory: Any = None
     w: Any = None
@@ -77,7 +78,8 @@ class State:
     maps_scale: float = 1.0
     """The maps solved with are the maps divided by this power of two."""
     maps_peak: float = 1.0
-    """``max_n sqrt(sum_c |S_c(n)|^2)`` of the maps solved with (1 without maps)."""
+    """``max_n sqrt(sum_c |S_c(n)|^2)`` of the maps solved with (1 without maps); of the scan's maps as given
+    until :func:`~mri_recon.stages.work.scale_maps`."""
     basis_scale: float = 1.0
     """Estimated maps in the receiver's basis: the maps are those returned divided by this."""
     memo: Any = None
@@ -100,14 +102,6 @@ class State:
     host: np.ndarray | None = None
 
 
-def _scaled_weights(scan: Scan) -> tuple[np.ndarray, float]:
-    """The weights divided by a power of two near their largest value (the PSF cache keys the scaled weights)."""
-    if scan.weights is None:
-        return np.ones(scan.n_samples, dtype=np.float32), 1.0
-    weight_scale = power_of_two(largest(scan.weights))  # > 0: a Scan refuses all-zero and negative weights
-    return scaled(scan.weights, 1.0 / weight_scale), weight_scale  # by a power of two: exact, as in float64
-
-
 def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict]]:
     """The CUDA modules a reconstruction with ``engine`` builds (off-resonance correction aside): the engine's
     for ``ndim`` axes and ``coil_batch`` coils at a time, and the solver's."""
@@ -128,15 +122,14 @@ def default_kernels() -> list[tuple[str, dict]]:
     return [(f, dict(d)) for f, d in dict.fromkeys((f, tuple(sorted(d.items()))) for f, d in found)]
 
 
-def plan(scan: Scan, options: Options, planner: Planner) -> State:
-    """Plan: the device, the engine, the memory (``planner``: refuse or batch coils), the off-resonance
-    correction; start building this run's CUDA modules on threads."""
+def plan(scan: Scan, options: Options, planner: Planner, planned: tuple[Device, type[Encoding], Plan] | None = None
+         ) -> State:
+    """Plan: the device, the engine, the memory (``planned``, or ``planner``'s: refuse or batch coils), the
+    off-resonance correction; start building this run's CUDA modules on threads."""
     sense = scan.coil_maps is not None or options.maps.method is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
-    weights, weight_scale = _scaled_weights(scan)
-    weight_sum = total(weights)
-    dev, engine, budget = planner(scan, options.device, options.method, options.iterations, sense,
-                                  preparation_of(scan, estimate_maps=options.maps.method))
+    dev, engine, budget = planned or planner(scan, options.device, options.method, options.iterations, sense,
+                                             preparation_of(scan, estimate_maps=options.maps.method))
     offres = None if scan.field_map is None else plan_correction(
         scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.field_map_correction,
         segments=options.segments, iterations=options.iterations)
@@ -146,7 +139,7 @@ def plan(scan: Scan, options: Options, planner: Planner) -> State:
         prefetch([*run_kernels(engine, len(scan.matrix), budget.coil_batch),
                   *(offres.kernel_configs(sense) if offres is not None else ())], dev)
     clock = Clock(dev, progress_callback(options.progress), options.iterations)
-    return State(scan, sense, combine, weights, weight_scale, weight_sum, dev, engine, budget, offres, clock)
+    return State(scan, sense, combine, dev, engine, budget, offres, clock)
 
 
 @contextlib.contextmanager
@@ -161,13 +154,33 @@ def held(state: State) -> Iterator[State]:
         yield state
 
 
+def _scales(scan: Scan, state: State) -> None:
+    """The data's scale, the weights divided by theirs and their sum, the peak of the scan's maps: one read."""
+    reads = Scalars()
+    data = reads.largest(state.kspace)
+    weights = None if scan.weights is None else (reads.largest(scan.weights), reads.total(scan.weights))
+    maps = None if state.maps is None else reads.rss_peak(state.maps)
+    values = reads.read()
+    state.data_scale = power_of_two(values[data])
+    if weights is None:
+        state.weights, state.weight_sum = np.ones(scan.n_samples, dtype=np.float32), float(scan.n_samples)
+    else:  # > 0 (a Scan refuses all-zero and negative weights); by a power of two: exact, and so is the sum
+        state.weight_scale = power_of_two(values[weights[0]])
+        state.weights = scaled(scan.weights, 1.0 / state.weight_scale)
+        state.weight_sum = values[weights[1]] / state.weight_scale
+    if maps is not None:
+        state.maps_peak = values[maps]
+
+
 def upload(options: Options, state: State) -> None:
-    """Upload k-space, trajectory, weights and the scan's maps once; the data's scale; the field map."""
+    """Upload k-space, trajectory and the scan's maps once; the scales of the data and the weights and the
+    peak of the scan's maps, read together (:class:`~mri_recon.operators.reads.Scalars`); the weights divided
+    by theirs, uploaded; the field map."""
     scan, dev = state.scan, state.device
     state.kspace = to_device(scan.kspace, dev)
     state.trajectory = to_device(scan.trajectory, dev)
-    state.w = to_device(state.weights, dev)
     state.maps = to_device(scan.coil_maps, dev) if state.sense and options.maps.method is None else None
-    state.data_scale = power_of_two(largest(state.kspace))
+    _scales(scan, state)
+    state.w = to_device(state.weights, dev)
     if state.offres is not None:
         state.offres.upload(dev)

@@ -12,10 +12,11 @@ from ..backend import get_xp, to_device, to_host
 from ..errors import InvalidDataError, SchemaError
 from ..io.cache import PsfCache, psf_key
 from ..operators import arith
-from ..operators.arith import rss_peak, scaled
+from ..operators.arith import scaled
 from ..operators.engines import Encoding
 from ..operators.memo import spectrum_memo
 from ..operators.normal.toeplitz import kernel_spectrum
+from ..operators.reads import rss_peak
 from ..scaling import power_of_two
 from ..solvers.cg import cg
 from ..solvers.sparse import data_energy, solve_regularized
@@ -31,10 +32,11 @@ def coil_maps(options: Options, state: State) -> None:
 
 
 def scale_maps(options: Options, state: State) -> None:
-    """Divide the maps by a power of two near their largest root-sum-of-squares (refuse maps zero everywhere)."""
+    """Divide the maps by a power of two near their largest root-sum-of-squares (refuse maps zero everywhere):
+    the scan's maps' peak was read with the upload's scales, estimated maps' is read now."""
     if state.maps is None:
         return
-    maps_peak = rss_peak(state.maps)
+    maps_peak = rss_peak(state.maps) if options.maps.method is not None else state.maps_peak
     if maps_peak == 0.0:
         raise InvalidDataError(f"{state.scan.source}: the coil maps are zero everywhere")
     unit = power_of_two(maps_peak)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -184,8 +185,8 @@ class ReconSettings:
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.matrix is not None:  # one form, "NxM" or sizes, one record
             object.__setattr__(self, "matrix", parse_matrix(self.matrix))
-        for item in dataclasses.fields(self):
-            check_value(item.name, option_of(item.name), getattr(self, item.name))
+        for name, spec in _OPTIONS.items():
+            check_value(name, spec, getattr(self, name))
 
     @classmethod
     def from_keywords(cls, keywords: Mapping[str, Any], where: str = "ReconSettings",
@@ -207,16 +208,16 @@ class ReconSettings:
 
     def solver_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.pipeline.reconstruct`: the ``solve`` and ``device`` options."""
-        return {name: getattr(self, name) for name in FIELDS if option_of(name).section in ("solve", "device")}
+        return {name: getattr(self, name) for name in fields_in("solve", "device")}
 
     def prepare_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.prep.prepare_scan`."""
-        return {name: getattr(self, name) for name in FIELDS if option_of(name).section == "prepare"}
+        return {name: getattr(self, name) for name in fields_in("prepare")}
 
     def reader_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.io.load_scans`: the ``input`` options (the image choice as its
         indices: ``slice=``, ...) and ``allow_external``."""
-        given = {name: getattr(self, name) for name in FIELDS if option_of(name).section == "input"}
+        given = {name: getattr(self, name) for name in fields_in("input")}
         choice = given.pop("choice")
         return {**given, **choice, "allow_external": self.allow_external}
 
@@ -240,9 +241,18 @@ API_FIELDS = tuple(name for name in FIELDS
 """The options that are keywords of :func:`mri_recon.reconstruct`, in its signature's order."""
 
 
+_OPTIONS = {item.name: item.metadata["option"] for item in dataclasses.fields(ReconSettings)}
+
+
 def option_of(name: str) -> Option:
     """The :class:`Option` of the field ``name``."""
-    return ReconSettings.__dataclass_fields__[name].metadata["option"]
+    return _OPTIONS[name]
+
+
+@functools.cache
+def fields_in(*sections: str) -> tuple[str, ...]:
+    """The names of the options of ``sections``, in order."""
+    return tuple(name for name, spec in _OPTIONS.items() if spec.section in sections)
 
 
 def default_of(name: str) -> Any:

@@ -4,8 +4,8 @@ Layering: no import circles, and no module imports one from a layer above it. Ev
 inside functions (imported on use). Layers, lowest first; a module may import from its own layer and below.
 Inside one folder, modules may import each other as long as no circle forms.
 
-Sizes and shape: no module over 400 lines, no function over 80 lines, ``pipeline.reconstruct`` and ``pipeline.run`` under 60;
-engine names are compared only inside the engine registry, and every throughput constant lives in
+Sizes and shape: no module over 400 lines, no function over 80 lines, ``pipeline.reconstruct`` and ``pipeline.run``
+under 60; engine names are compared only inside the engine registry, and every throughput constant lives in
 ``operators/engines/cost.py``.
 """
 

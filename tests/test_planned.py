@@ -399,3 +399,53 @@ def test_gpu_uses_from_two_streams_are_ordered(rng):
             outs.append(op.H(d))
     cupy.cuda.Device().synchronize()
     assert all(rel(cupy.asnumpy(o), ref) < 1e-5 for o, ref in zip(outs, serial))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("matrix", "coils"), CASES, ids=IDS)
+def test_gpu_replayed_transforms_are_the_transforms_call_after_call(rng, matrix, coils, monkeypatch):
+    """The GPU NUFFT's transforms, replayed as CUDA graphs from the second call on, give call after call with
+    fresh inputs what the one-shot functions give (float32 rounding: the spreading adds with atomics) and the
+    float64 sums, each into a new array that is written everywhere."""
+    from helpers import poison_empty
+
+    from mri_recon.operators import replay
+
+    cupy = cupy_module()
+    poison_empty(monkeypatch, replay)
+    captured, real = [], replay.capture
+    monkeypatch.setattr(replay, "capture", lambda xp, work: captured.append(1) or real(xp, work))
+    m = 333
+    k = trajectory(rng, matrix, m)
+    op = mri_recon.EncodingOperator(cupy.asarray(k), matrix, coils=coils, method="nufft")
+    adjoints, forwards = [], []
+    for _ in range(4):
+        y, x = crandn(rng, coils, m), crandn(rng, coils, *matrix)
+        fhy, fx = op.H(cupy.asarray(y)), op(cupy.asarray(x))
+        assert rel(cupy.asnumpy(fhy), nudft_adjoint(y, k, matrix)) < 2e-5
+        assert rel(cupy.asnumpy(fx), nudft_forward(x, k)) < 2e-5
+        assert rel(cupy.asnumpy(fhy), cupy.asnumpy(mri_recon.fhd(cupy.asarray(y), cupy.asarray(k), matrix,
+                                                                   method="nufft"))) < 1e-5
+        adjoints.append((y, fhy))
+        forwards.append((x, fx))
+    assert len(captured) == 2  # F and F^H, each once
+    for y, fhy in adjoints:  # earlier results are not overwritten by later calls
+        assert rel(cupy.asnumpy(fhy), nudft_adjoint(y, k, matrix)) < 2e-5
+    for x, fx in forwards:
+        assert rel(cupy.asnumpy(fx), nudft_forward(x, k)) < 2e-5
+
+
+@pytest.mark.gpu
+def test_gpu_transforms_run_as_they_are_where_capture_is_refused(rng, monkeypatch):
+    from mri_recon.operators import replay
+
+    cupy = cupy_module()
+    monkeypatch.setattr(replay, "capture", lambda xp, work: None)
+    matrix, m = (16, 12), 333
+    k = trajectory(rng, matrix, m)
+    op = mri_recon.EncodingOperator(cupy.asarray(k), matrix, coils=2, method="nufft")
+    for _ in range(3):
+        y = crandn(rng, 2, m)
+        assert rel(cupy.asnumpy(op.H(cupy.asarray(y))), nudft_adjoint(y, k, matrix)) < 2e-5
+        assert rel(op.H(y), nudft_adjoint(y, k, matrix)) < 2e-5  # NumPy in, uploaded
+

@@ -12,13 +12,15 @@ NumPy out; CuPy in, CuPy out on the input's GPU), as the one-shot functions do.
 
 The operator owns its plan and a private copy of the trajectory (the caller's array may change afterwards). One
 thread at a time uses it; on a GPU, calls from different streams are ordered on the device
-(:class:`~mri_recon.operators.memo.UseGuard`).
+(:class:`~mri_recon.operators.memo.UseGuard`). On a GPU the GPU NUFFT's transforms of a small problem are
+replayed as CUDA graphs from the second call on (:mod:`~mri_recon.operators.replay`): the host launches one
+graph and two copies instead of the transform's launches.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from .engines import choose_engine
 from .memo import UseGuard
 from .public import owned, returned_like
 from .reads import NOT_FINITE, Flags
+from .replay import Replay, replayable
 
 NAME = "EncodingOperator"
 
@@ -66,6 +69,15 @@ class EncodingOperator(LinearOperator):
             self._encoding = engine(owned(traj, dev), matrix, coils).prepare()
         self._guard = UseGuard(dev)
         self._flags: Flags | None = None
+        self._forward, self._backward = self._transforms()
+
+    def _transforms(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """F and F^H of the plan: replayed as CUDA graphs where the engine allows it and the problem is small
+        (:mod:`mri_recon.operators.replay`), else the engine's own calls."""
+        into = self._encoding.transforms_into() if self.device.is_gpu else None
+        if into is None or not replayable(self.ishape, self.oshape):
+            return self._encoding.apply, self._encoding.H.apply
+        return Replay(into[0], self.ishape, self.oshape), Replay(into[1], self.oshape, self.ishape)
 
     @property
     def name(self) -> str:
@@ -121,10 +133,10 @@ class EncodingOperator(LinearOperator):
         return self._flags
 
     def _apply(self, x: Any) -> Any:
-        return self._run(self._encoding.apply, NAME, "image", x, self.ishape)
+        return self._run(self._forward, NAME, "image", x, self.ishape)
 
     def _adjoint(self, y: Any) -> Any:
-        return self._run(self._encoding.H.apply, f"{NAME}.H", "kspace", y, self.oshape)
+        return self._run(self._backward, f"{NAME}.H", "kspace", y, self.oshape)
 
     def normal(self, weights: Any = None, maps: Any = None, lam: float = 0.0,
                coil_batch: int | None = None) -> PlannedNormal:

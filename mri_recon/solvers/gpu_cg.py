@@ -18,6 +18,7 @@ import numpy as np
 from ..backend import Device, get_xp
 from ..errors import InvalidDataError
 from ..kernels import get_kernel
+from ..operators.replay import capture
 
 
 def _check_positive(paps: Any, iteration: int) -> None:
@@ -78,7 +79,7 @@ def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: flo
         else:
             iterate()
             if iteration == 1 and into is not None and max_iterations > 2:
-                graph = _capture(xp, iterate)
+                graph = capture(xp, iterate)
         if iteration % check_every and iteration != max_iterations:
             continue
         # one read-back per check: <p, A p> and ||r||^2 of every iteration since the last check
@@ -93,20 +94,3 @@ def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: flo
             break
     history = np.sqrt(rr[: iteration + 1].get()) / b_norm
     return x, tuple(float(v) for v in history)
-
-
-def _capture(xp: Any, work: Callable[[], None]) -> Any:
-    """``work`` (launches only: no allocation, no host synchronization) as a CUDA graph, or None when the
-    driver or library refuses to capture it. Nothing runs during capture; the caller replays the graph."""
-    stream = xp.cuda.Stream(non_blocking=True)
-    stream.wait_event(xp.cuda.get_current_stream().record())
-    try:
-        with stream:
-            stream.begin_capture()
-            try:
-                work()
-            finally:
-                graph = stream.end_capture()
-    except Exception:  # noqa: BLE001 - capture is an optimization; eager launches give the same results
-        return None
-    return graph

@@ -114,6 +114,13 @@ class Encoding(LinearOperator):
         """Make the engine's plan now rather than on first use (engines without a plan: nothing); ``self``."""
         return self
 
+    def transforms_into(self) -> tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]] | None:
+        """``(forward, adjoint)``, each ``(input, out) -> out`` writing a given complex64 output and, once it has
+        run once, only launching work (no allocation, no synchronization; its buffers and plans held by the
+        engine): what a CUDA graph can replay (:mod:`mri_recon.operators.replay`). None: the engine's
+        transforms allocate or read back (the default)."""
+        return None
+
     def psf_plan(self) -> Callable[[Any], Any]:
         """``weights -> psf`` with the values of :meth:`psf`, for many weights of this trajectory. An engine
         whose PSF needs a plan of its own (the GPU NUFFT's, on the 2x grid) makes it once here and the

@@ -134,6 +134,10 @@ class GpuNufftEncoding(GpuEncoding):
             return self
         return GpuNufftEncoding(self.trajectory, self.matrix, batch, plan=self.plan)
 
+    def transforms_into(self) -> tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]:
+        plan = self.plan  # its fine grids and cuFFT plans are kept with it
+        return (lambda x, out: plan.forward(x, out=out)), (lambda y, out: plan.adjoint(y, out=out))
+
     def prepare(self) -> Encoding:
         _ = self.plan
         return self

@@ -24,7 +24,7 @@ from ...backend import Device, cupy_module, device_memory, resolve_device
 from ...errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
 from ...kernels import get_kernel
 from ..arith import scaled
-from ..gpu.fft import fft_plan
+from ..gpu.fft import CACHE_LIMIT, fft_plan
 from .nufft_launch import (
     DEFAULT_BINS,
     DEFAULT_EPS,
@@ -135,6 +135,7 @@ class GpuNufft:
                 max_group = int(min(8, max(1, GRID_MEMORY_SHARE * free // per_coil)))
             self.max_group = int(max_group)
         self._grids: dict[int, Any] = {}
+        self._ffts: dict[tuple[int, ...], Any] = {}  # the cuFFT plans of the grids, held (see _fft)
 
     # ------------------------------------------------------------------------------------------------
     # setup
@@ -219,13 +220,19 @@ class GpuNufft:
         return self._grids[group]
 
     def _fft(self, grid: Any, inverse: bool) -> None:
-        """In-place unnormalized FFT over the grid axes of every coil (batched), plans cached per batch."""
+        """In-place unnormalized FFT over the grid axes of every coil (batched). The plans of grids up to
+        :data:`~mri_recon.operators.gpu.fft.CACHE_LIMIT` bytes are also held by this plan, so that a CUDA graph
+        of its transforms (:mod:`mri_recon.operators.replay`) never outlives their work areas."""
         cupy = cupy_module()
         from cupy.cuda import cufft  # noqa: PLC0415 - CuPy is optional
 
         direction = cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD
+        shape = tuple(grid.shape)
         with cupy.cuda.Device(self.device.index):
-            fft_plan(tuple(grid.shape), self.device.index).fft(grid, grid, direction)
+            plan = self._ffts.get(shape) or fft_plan(shape, self.device.index)
+            if grid.nbytes <= CACHE_LIMIT:
+                self._ffts[shape] = plan
+            plan.fft(grid, grid, direction)
 
     def _groups(self, coils: int) -> list[tuple[int, int]]:
         group = min(coils, self.max_group)

@@ -1,0 +1,84 @@
+"""Work captured once as a CUDA graph and replayed: the fused CG loop's iterations and a planned operator's
+transform.
+
+A call of a planned GPU transform costs the host a few dozen launches and the Python around them. For a 2D
+problem, whose transform keeps the device busy for about 0.3 ms, the device spends a third of the call waiting
+for the launches that start it. :class:`Replay` captures the transform once (its launches only) and replays it:
+per call the input is copied into the buffer the graph reads, the graph is launched, and the result is copied
+out of the buffer it writes into a new array (two device-to-device copies of a few microseconds). Capture is an
+optimization: where the driver refuses it, the transform runs as before, with the same results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..backend import cupy_module
+
+REPLAY_BYTES = 64 << 20
+"""Inputs and outputs of at most this many bytes together are replayed (the replay keeps a buffer of each); a
+larger transform's launches are a small part of its time."""
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> Any:
+    """A device buffer (a name of its own, so that tests can fill it with NaN first)."""
+    return cupy_module().empty(shape, dtype=dtype)
+
+
+def capture(xp: Any, work: Callable[[], None]) -> Any:
+    """``work`` (launches only: no allocation, no host synchronization) as a CUDA graph, or None when the
+    driver or library refuses to capture it. Nothing runs during capture; the caller replays the graph."""
+    stream = xp.cuda.Stream(non_blocking=True)
+    stream.wait_event(xp.cuda.get_current_stream().record())
+    try:
+        with stream:
+            stream.begin_capture()
+            try:
+                work()
+            finally:
+                graph = stream.end_capture()
+    except Exception:  # noqa: BLE001 - capture is an optimization; eager launches give the same results
+        return None
+    return graph
+
+
+class Replay:
+    """``transform(x, out)`` (complex64 ``in_shape`` -> ``out_shape`` on the current GPU; launches only once it
+    has run once: no allocation, no synchronization, buffers and plans kept by its owner) replayed as a CUDA
+    graph. The first call runs it as it is; the second captures it; every call returns a new array. One use at a
+    time (the caller's :class:`~mri_recon.operators.memo.UseGuard`): the buffers are shared between calls."""
+
+    def __init__(self, transform: Callable[[Any, Any], Any], in_shape: tuple[int, ...],
+                 out_shape: tuple[int, ...]) -> None:
+        self._transform = transform
+        self._shapes = (tuple(in_shape), tuple(out_shape))
+        self._buffers: tuple[Any, Any] | None = None  # (source, target): what the graph reads and writes
+        self._graph: Any = None
+        self._eager = False  # capture was refused: every call runs the transform as it is
+
+    def __call__(self, array: Any) -> Any:
+        out = empty(self._shapes[1], np.complex64)
+        if self._eager or self._buffers is None:
+            if not self._eager:
+                self._buffers = (empty(self._shapes[0], np.complex64), empty(self._shapes[1], np.complex64))
+            return self._transform(array, out)
+        source, target = self._buffers
+        if array.shape != source.shape or array.dtype != source.dtype or not array.flags.c_contiguous:
+            return self._transform(array, out)  # not what the graph reads: as it is
+        if self._graph is None:
+            self._graph = capture(cupy_module(), lambda: self._transform(source, target))
+            if self._graph is None:
+                self._eager, self._buffers = True, None
+                return self._transform(array, out)
+        source.data.copy_from_device_async(array.data, source.nbytes)
+        self._graph.launch(cupy_module().cuda.get_current_stream())
+        out.data.copy_from_device_async(target.data, out.nbytes)
+        return out
+
+
+def replayable(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a complex64 transform of these shapes is small enough to be replayed (:data:`REPLAY_BYTES`)."""
+    return 8 * (int(np.prod(in_shape)) + int(np.prod(out_shape))) <= REPLAY_BYTES

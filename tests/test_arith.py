@@ -28,8 +28,10 @@ def test_flags_name_what_an_array_holds():
     assert [bits[s] for s in slots] == [reads.POSITIVE, reads.NEGATIVE, reads.POSITIVE | reads.NOT_FINITE, 0]
     full = reads.Flags(np, 1)
     full.check(np.ones(1, np.float32))
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="Flags holds 1 checks"):
         full.check(np.ones(1, np.float32))
+    with pytest.raises(IndexError, match="Flags holds 1 checks"):
+        full.compare(np.ones(1, np.float32), np.ones(1, np.float32))
 
 
 def _comparisons(xp, n: int) -> tuple[list[tuple], list[bool]]:
@@ -53,8 +55,10 @@ def test_flags_compare_bit_for_bit():
     slots = [flags.compare(x, y) for x, y in pairs]
     bits = flags.read()
     assert [bool(bits[s] & reads.DIFFERENT) for s in slots] == differ
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="compare takes two arrays of one shape"):
         reads.Flags(np, 1).compare(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="4- or 8-byte dtype"):
+        reads.Flags(np, 1).compare(np.ones(3, np.float16), np.ones(3, np.float16))
 
 
 def test_scalars_read_together_what_each_reads_alone():
@@ -144,7 +148,7 @@ def test_scalars_and_comparisons_on_the_gpu(n):
     full = reads.Scalars()
     for _ in range(reads.Scalars.CAPACITY):
         full.largest(gw)
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="Scalars holds 8 device reductions"):
         full.largest(gw)
     pairs, differ = _comparisons(cupy, n)
     flags = reads.Flags(cupy, len(pairs))

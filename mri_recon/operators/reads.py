@@ -159,11 +159,16 @@ class Flags:
         else:
             self.bits.data.memset_async(0, self.bits.nbytes)
 
+    def _slot(self) -> int:
+        """The next check's slot (refused beyond the capacity)."""
+        if self.count >= self.bits.size:
+            raise IndexError(f"Flags holds {self.bits.size} checks")
+        self.count += 1
+        return self.count - 1
+
     def check(self, array: Any) -> int:
         """Queue the check of ``array`` (float32 or complex64: both components); returns its slot."""
-        slot, self.count = self.count, self.count + 1
-        if slot >= self.bits.size:
-            raise IndexError(f"Flags holds {self.bits.size} checks")
+        slot = self._slot()
         if self.xp is np:
             flat = array.reshape(-1).view(array.real.dtype) if array.dtype.kind == "c" else array.reshape(-1)
             self.bits[slot] = ((0 if np.isfinite(flat).all() else NOT_FINITE) | (NEGATIVE if (flat < 0).any() else 0)
@@ -179,9 +184,7 @@ class Flags:
         if a.shape != b.shape or a.dtype != b.dtype or a.dtype.itemsize not in (4, 8):
             raise TypeError(f"compare takes two arrays of one shape and a 4- or 8-byte dtype, found {a.shape} "
                             f"{a.dtype} and {b.shape} {b.dtype}")
-        slot, self.count = self.count, self.count + 1
-        if slot >= self.bits.size:
-            raise IndexError(f"Flags holds {self.bits.size} checks")
+        slot = self._slot()
         words = [self.xp.ascontiguousarray(x).reshape(-1).view(np.uint32) for x in (a, b)]
         if self.xp is np:
             self.bits[slot] = 0 if np.array_equal(*words) else DIFFERENT

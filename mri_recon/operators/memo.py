@@ -181,14 +181,16 @@ def plan_limit(device: Device) -> int:
 
 class UseGuard:
     """One use of a plan at a time. A plan's work buffers (the NUFFT's fine grids) are shared by its uses: one
-    thread at a time enqueues work with it, and on a GPU a use waits, on the device, for the work the last use
-    enqueued (an event recorded on that use's stream), so uses from different streams never overlap. The CPU's
-    plans hold no work buffers: there the guard does nothing and calls run in parallel."""
+    thread at a time enqueues work with it, and on a GPU a use from another stream (or thread) than the last use
+    first waits, on the device, for everything queued on the last use's stream so far (an event recorded there
+    when the new use starts), so uses from different streams never overlap. Uses from one stream and thread are
+    ordered by the stream itself and cost no event. The CPU's plans hold no work buffers: there the guard does
+    nothing and calls run in parallel."""
 
     def __init__(self, device: Device) -> None:
         self._gpu = device.is_gpu
         self._lock = threading.Lock()
-        self._event: Any = None
+        self._last: tuple[Any, int] | None = None  # (stream, thread) of the last use; the stream is kept alive
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -197,14 +199,15 @@ class UseGuard:
             return
         cupy = cupy_module()
         with self._lock:
-            if self._event is not None:
-                cupy.cuda.get_current_stream().wait_event(self._event)
+            stream, thread = cupy.cuda.get_current_stream(), threading.get_ident()
+            if self._last is not None:
+                last, last_thread = self._last
+                if last.ptr != stream.ptr or last_thread != thread:  # a per-thread stream has one ptr everywhere
+                    stream.wait_event(last.record())
             try:
                 yield
             finally:
-                event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
-                event.record()
-                self._event = event
+                self._last = (stream, thread)
 
 
 @dataclass(frozen=True)

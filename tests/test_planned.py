@@ -392,13 +392,32 @@ def test_gpu_uses_from_two_streams_are_ordered(rng):
     data = [cupy.asarray(crandn(rng, 4, m)) for _ in range(4)]
     op = mri_recon.EncodingOperator(k, matrix, coils=4, method="nufft")
     serial = [cupy.asnumpy(op.H(d)) for d in data]
-    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(4)]
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(3)]
+    order = [streams[0], streams[0], cupy.cuda.Stream.null, streams[1], streams[0], streams[2], streams[2]]
     outs = []
-    for d, s in zip(data, streams):
+    for i, s in enumerate(order):  # back to a stream used before, the same stream twice, the null stream
         with s:
-            outs.append(op.H(d))
+            outs.append(op.H(data[i % 4]))
     cupy.cuda.Device().synchronize()
-    assert all(rel(cupy.asnumpy(o), ref) < 1e-5 for o, ref in zip(outs, serial))
+    assert all(rel(cupy.asnumpy(o), serial[i % 4]) < 1e-5 for i, o in enumerate(outs))
+
+
+@pytest.mark.gpu
+def test_gpu_finiteness_is_checked_once_the_input_is_ready(rng):
+    """The check runs on a stream of its own, after the work that makes the input on the caller's stream."""
+    cupy = cupy_module()
+    matrix, m = (64, 64), 50000
+    op = mri_recon.EncodingOperator(cupy.asarray(trajectory(rng, matrix, m)), matrix, coils=2, method="nufft")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        y = cupy.asarray(crandn(rng, 2, m))
+        op.H(y)
+        op.H(y)  # the second call replays the transform
+        for _ in range(50):  # queued ahead of the NaN on the caller's stream
+            y = y * cupy.complex64(1)
+        y[1, m - 1] = cupy.nan
+        with pytest.raises(InvalidDataError, match="EncodingOperator.H: dataset 'kspace' contains 1 NaN or Inf"):
+            op.H(y)
 
 
 @pytest.mark.gpu

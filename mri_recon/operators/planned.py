@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, is_gpu_array, to_device
+from ..backend import Device, cupy_module, is_gpu_array, to_device
 from ..errors import InvalidDataError, SchemaError
 from ..validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
 from .base import Adjoint, LinearOperator
@@ -68,7 +68,7 @@ class EncodingOperator(LinearOperator):
         with dev.use():
             self._encoding = engine(owned(traj, dev), matrix, coils).prepare()
         self._guard = UseGuard(dev)
-        self._flags: Flags | None = None
+        self._side_check = _SideCheck()
         self._forward, self._backward = self._transforms()
 
     def _transforms(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
@@ -108,29 +108,21 @@ class EncodingOperator(LinearOperator):
         return (array[None] if single else array), single
 
     def _run(self, fn: Any, source: str, name: str, value: Any, shape: tuple[int, ...]) -> Any:
-        """``fn`` of the checked input. On a GPU, a CuPy input's finiteness is checked by a kernel queued before
-        ``fn``'s work, whose verdict is copied back right behind it: the call waits for the check, not for the
-        work (which stays queued, as CuPy's own calls do). NaN or Inf then raise, and the result is dropped.
-        Other inputs are checked before the work."""
+        """``fn`` of the checked input. On a GPU, ``fn``'s work is queued first and a CuPy input's finiteness is
+        checked beside it (:class:`_SideCheck`): the call waits for the check, not for the work (which stays
+        queued, as CuPy's own calls do). NaN or Inf then raise, and the result is dropped. Other inputs are
+        checked before the work."""
         deferred = is_gpu_array(value) and self.device.is_gpu
         array, single = self._input(source, name, value, shape, finite=not deferred)
         with self.device.use(), self._guard():
             moved = to_device(array, self.device)
-            flags = self._finiteness(moved) if deferred else None
+            if deferred:
+                self._side_check.mark()
             out = returned_like(fn(moved), value)
-            if flags is not None and flags.read()[0] & NOT_FINITE:
+            if deferred and self._side_check.not_finite(moved):
                 raise nonfinite_error(source, name, moved) or InvalidDataError(
                     f"{source}: dataset '{name}' contains NaN or Inf values")
         return out[0] if single else out
-
-    def _finiteness(self, array: Any) -> Flags:
-        """The operator's flags (one set, reused: one use at a time) with ``array``'s check queued and sent."""
-        if self._flags is None:
-            self._flags = Flags(self.device.xp, 1)
-        self._flags.clear()
-        self._flags.check(array)
-        self._flags.send()
-        return self._flags
 
     def _apply(self, x: Any) -> Any:
         return self._run(self._forward, NAME, "image", x, self.ishape)
@@ -177,6 +169,35 @@ class EncodingOperator(LinearOperator):
         if w.shape[0] != self.samples:
             raise SchemaError(f"{source}: weights has {w.shape[0]} samples but trajectory has {self.samples}")
         return to_device(w, self.device)
+
+
+class _SideCheck:
+    """The finiteness check of an operator's CuPy inputs, on a stream of its own at the device's highest
+    priority: queued after the transform's launches, so that the device starts the transform first (the
+    host's launches of the check no longer stand before it), run beside it, and read alone. One use at a time
+    (the operator's :class:`~mri_recon.operators.memo.UseGuard`): its flags are reused."""
+
+    def __init__(self) -> None:
+        self._stream: Any = None
+        self._flags: Flags | None = None
+        self._ready: Any = None  # one event, recorded anew by each use (waited for before the next records it)
+
+    def mark(self) -> None:
+        """Record on the current stream (of the operator's GPU) where the input is ready."""
+        cupy = cupy_module()
+        if self._stream is None:  # CUDA clamps a priority to the device's range: this is its highest
+            self._stream = cupy.cuda.Stream(non_blocking=True, priority=-1 << 16)
+            self._flags, self._ready = Flags(cupy, 1), cupy.cuda.Event(block=False, disable_timing=True)
+        self._ready.record()
+
+    def not_finite(self, array: Any) -> bool:
+        """Whether ``array`` (on the current GPU) holds NaN or Inf, checked once the last :meth:`mark` passed."""
+        self._stream.wait_event(self._ready)
+        with self._stream:
+            self._flags.clear()
+            self._flags.check(array)
+            self._flags.send()
+        return bool(self._flags.read()[0] & NOT_FINITE)
 
 
 class _CheckedAdjoint(Adjoint):

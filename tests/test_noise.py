@@ -7,7 +7,15 @@ import pytest
 
 from mri_recon.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError
-from mri_recon.prep.noise import apply_whitening, noise_covariance, prewhiten, whitening_matrix
+from mri_recon.prep.noise import (
+    apply_whitening,
+    noise_covariance,
+    prewhiten,
+    prewhiten_with_basis,
+    receiver_basis,
+    whitening_and_basis,
+    whitening_matrix,
+)
 from mri_recon.scan import Scan
 
 
@@ -63,6 +71,28 @@ def test_prewhiten_makes_the_noise_covariance_the_identity(rng):
                             (a @ _complex(rng, (scan.n_coils, count))).astype(np.complex64))
     assert np.max(np.abs(noise_covariance(fresh) - np.eye(scan.n_coils))) < 8 / np.sqrt(count)
     assert white.attrs["prewhitened"] is True
+
+
+def test_one_covariance_gives_the_whitening_and_the_receiver_basis(rng):
+    """W = L^{-1} and L L^H = Psi, bit for bit what whitening_matrix and receiver_basis give one at a time."""
+    scan, _ = _scan(rng)
+    w, basis = whitening_and_basis(scan)
+    cov = noise_covariance(scan.noise)
+    np.testing.assert_array_equal(w, whitening_matrix(cov))
+    np.testing.assert_array_equal(basis, receiver_basis(scan.noise))
+    np.testing.assert_allclose(basis @ basis.conj().T, cov, rtol=1e-12, atol=1e-12 * np.abs(cov).max())
+    np.testing.assert_allclose(w @ basis, np.eye(scan.n_coils), atol=1e-12)
+    white, same = prewhiten_with_basis(scan)
+    np.testing.assert_array_equal(white.kspace, prewhiten(scan).kspace)
+    np.testing.assert_array_equal(same, basis)
+
+
+def test_a_singular_covariance_names_the_scan(rng):
+    scan, _ = _scan(rng)
+    noise = scan.noise.copy()
+    noise[1] = noise[0]  # a duplicated channel
+    with pytest.raises(InvalidDataError, match=r"<memory>: noise covariance is singular"):
+        whitening_and_basis(scan.replace(noise=noise))
 
 
 def test_prewhiten_keeps_the_sense_model(rng):

@@ -109,11 +109,10 @@ def _whiten_step(scan: Scan, prewhiten: bool, record: dict[str, Any]) -> tuple[S
     """Prewhiten with the scan's noise; the receiver basis (the noise's Cholesky factor) or None."""
     if not (prewhiten and scan.noise is not None):
         return scan, None
-    from .noise import prewhiten as whiten
-    from .noise import receiver_basis
+    from .noise import prewhiten_with_basis
 
     record["prewhitened"] = True
-    return whiten(scan), receiver_basis(scan.noise)
+    return prewhiten_with_basis(scan)
 
 
 def _dcf_step(scan: Scan, dcf: str, record: dict[str, Any]) -> Scan:

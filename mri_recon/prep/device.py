@@ -86,13 +86,10 @@ def _scan_from_fields(scan: Scan) -> Scan:
 def whitening_of(scan: Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(W, L, whitened noise)`` on the host: the whitening matrix, the receiver basis and ``W n``, with
     the errors of :func:`~mri_recon.prep.noise.prewhiten`."""
-    from .noise import apply_whitening, noise_covariance, receiver_basis, whitening_matrix
+    from .noise import apply_whitening, whitening_and_basis
 
-    try:
-        w = whitening_matrix(noise_covariance(scan.noise))
-    except InvalidDataError as exc:
-        raise InvalidDataError(f"{scan.source}: {exc}") from exc
-    return w, receiver_basis(scan.noise), apply_whitening(w, scan.noise)
+    w, basis = whitening_and_basis(scan)
+    return w, basis, apply_whitening(w, scan.noise)
 
 
 def _weights(scan: Scan, dcf: str, trajectory: Any, device: Device, flags: Flags) -> tuple[Any, list[Check]]:

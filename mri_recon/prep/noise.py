@@ -53,6 +53,11 @@ def whitening_matrix(cov: Any) -> Any:
         ``cov`` is not Hermitian positive definite, or is singular (condition number above
         :data:`MAX_CONDITION`, e.g. a dead or duplicated channel).
     """
+    return _inverse_factor(_checked_factor(cov))
+
+
+def _checked_factor(cov: Any) -> Any:
+    """The Cholesky factor ``L`` of ``cov`` (symmetrized), with the errors of :func:`whitening_matrix`."""
     xp = get_xp(cov)
     if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
         raise SchemaError(f"noise covariance must be square (C, C), found {tuple(cov.shape)}")
@@ -63,8 +68,22 @@ def whitening_matrix(cov: Any) -> Any:
     if not large > 0 or small <= large / MAX_CONDITION:
         raise InvalidDataError(f"noise covariance is singular: eigenvalues from {small:.3g} to {large:.3g} "
                                f"(condition above {MAX_CONDITION:.0e}); a channel may be dead or duplicated")
-    lower = xp.linalg.cholesky(cov)
+    return xp.linalg.cholesky(cov)
+
+
+def _inverse_factor(lower: Any) -> Any:
+    xp = get_xp(lower)
     return xp.tril(xp.linalg.inv(lower))  # L^{-1} is lower triangular: drop rounding above the diagonal
+
+
+def whitening_and_basis(scan: Scan) -> tuple[Any, Any]:
+    """``(W, L)`` of the scan's noise from one covariance: :func:`whitening_matrix` and
+    :func:`receiver_basis` (the same bits), with their errors prefixed by the scan's source."""
+    try:
+        lower = _checked_factor(noise_covariance(scan.noise))
+    except InvalidDataError as exc:
+        raise InvalidDataError(f"{scan.source}: {exc}") from exc
+    return _inverse_factor(lower), lower
 
 
 def apply_whitening(w: Any, data: Any) -> Any:
@@ -93,13 +112,16 @@ def prewhiten(scan: Scan) -> Scan:
     ``attrs["prewhitened"]`` is set. Raises :class:`InvalidDataError` when the scan has no noise (run
     without prewhitening instead), when it has too few noise samples or when their covariance is singular.
     """
+    return prewhiten_with_basis(scan)[0]
+
+
+def prewhiten_with_basis(scan: Scan) -> tuple[Scan, Any]:
+    """:func:`prewhiten` and the receiver basis ``L`` (:func:`receiver_basis`), from one covariance."""
     if scan.noise is None:
         raise InvalidDataError(f"{scan.source}: no 'noise' dataset to prewhiten with; acquire noise-only "
                                f"samples or reconstruct without prewhitening")
-    try:
-        w = whitening_matrix(noise_covariance(scan.noise))
-    except InvalidDataError as exc:
-        raise InvalidDataError(f"{scan.source}: {exc}") from exc
+    w, basis = whitening_and_basis(scan)
     maps = None if scan.coil_maps is None else apply_whitening(w, scan.coil_maps)
-    return scan.replace(kspace=apply_whitening(w, scan.kspace), noise=apply_whitening(w, scan.noise),
-                        coil_maps=maps, attrs={**scan.attrs, "prewhitened": True})
+    white = scan.replace(kspace=apply_whitening(w, scan.kspace), noise=apply_whitening(w, scan.noise),
+                         coil_maps=maps, attrs={**scan.attrs, "prewhitened": True})
+    return white, basis

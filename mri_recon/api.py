@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import pipeline, stages
-from .backend import Device
+from .backend import Device, synchronize
 from .errors import InvalidDataError
 from .io import load_scans
 from .io.writers import write_result
@@ -88,11 +89,15 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
         prefetch(stages.run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
     prepare = functools.partial(prepare_on_device, device=dev) if dev.is_gpu else prepare_scan
+    start = time.perf_counter()
     ready, record = prepare(scan, **settings.prepare_keywords())
+    synchronize(dev)  # timed as the pipeline's stages are
+    prepared_s = time.perf_counter() - start
     maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
     options = stages.Options.of(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
                                 psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
-    return ready, record, pipeline.run(ready, options, planned=(dev, engine, memory))  # planned once, above
+    result = pipeline.run(ready, options, planned=(dev, engine, memory), prepared_s=prepared_s)  # planned above
+    return ready, record, result
 
 
 @keywords_checked

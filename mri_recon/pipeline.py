@@ -126,14 +126,17 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
 
 
 @blas_on_one_thread
-def run(scan: Scan, options: stages.Options,
-        planned: tuple[Device, type[Encoding], Plan] | None = None) -> Result:
+def run(scan: Scan, options: stages.Options, planned: tuple[Device, type[Encoding], Plan] | None = None,
+        prepared_s: float | None = None) -> Result:
     """The stages of :func:`reconstruct` with its settings checked (:meth:`stages.Options.of
     <mri_recon.stages.Options.of>`). ``planned``: the device, engine and memory plan that
     :func:`plan_reconstruction` gave the caller for this scan (:func:`mri_recon.api.plan_prepared`, which also
-    counts the preparation), used instead of planning again."""
+    counts the preparation), used instead of planning again; ``prepared_s``: the seconds the caller's
+    preparation of ``scan`` took (device synchronized), the run's ``prepare`` stage."""
     state = stages.plan(scan, options, plan_reconstruction, planned)
     clock, filter_sigma = state.clock, options.filter_sigma
+    if prepared_s is not None:
+        clock.record("prepare", prepared_s)
     with stages.held(state):
         with clock.stage("upload"):
             stages.upload(options, state)

@@ -16,7 +16,7 @@ from .errors import InvalidDataError
 
 log = logging.getLogger("mri_recon.pipeline")
 
-STAGES = ("upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
+STAGES = ("prepare", "upload", "coil_maps", "fhd", "psf", "iterations", "filter", "download")
 
 
 Progress = Callable[[str, int | None, int | None, float | None], None]
@@ -43,7 +43,12 @@ class Clock:
         self._start = time.perf_counter()
         yield
         synchronize(self.device)
-        self.timings[name] += time.perf_counter() - self._start
+        self.record(name, time.perf_counter() - self._start)
+
+    def record(self, name: str, seconds: float) -> None:
+        """Stage ``name`` took ``seconds`` more (timed by the caller, the device synchronized): logged and
+        reported like a stage timed here."""
+        self.timings[name] += seconds
         log.info("%-10s  %.3f s", name, self.timings[name])
         if self.progress is not None:
             self.progress(name, None, None, None)

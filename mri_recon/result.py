@@ -24,7 +24,8 @@ class Result:
     iterations: int
     """CG iterations run (``len(residuals) - 1``); outer iterations for the tv and wavelet regularizers."""
     timings: Mapping[str, float]
-    """Seconds per stage: upload, fhd, psf, iterations, filter, download (device synchronized)."""
+    """Seconds per stage (device synchronized): prepare (:func:`mri_recon.reconstruct`'s preparation; 0 without
+    one), upload, coil_maps, fhd, psf, iterations, filter, download."""
     device: str
     """Where it ran: ``"cpu"`` or ``"gpu:N"``."""
     parameters: Mapping[str, Any]

@@ -8,15 +8,14 @@ given correlated receiver noise (4096 samples per coil) so that the preparation 
 lambda 1e-3. Preparations timed: the default (the scan's weights and maps, prewhitened) and ``dcf="ramp"``.
 
 Reported per case (medians after one warm-up): ``whole`` (wall of the call, device synchronized), ``stages``
-(the sum of the pipeline's stage timings: upload, coil maps, F^H d, PSF, CG, download, each synchronized),
-``prep`` (the preparation alone, synchronized) and two host shares of the whole call: ``host_share`` =
-1 - stages / whole (the device preparation counted as host time: an upper bound) and ``host_share_low`` =
-1 - (stages + prep on the device) / whole (the device preparation counted as GPU time, its host part
-included: a lower bound). The images of the two preparations are compared (relative L2) and against the
-ground truth (NRMSE). Also: the k-space upload by ``prep.upload.upload_columns`` against a plain ``cupy.asarray``.
-``--sweep`` adds the host share (same bounds) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils
-(random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table, and a third figure:
-``host_share_in_call`` = 1 - median(stages + the preparation as timed inside that call) / whole.
+(the sum of the call's stage timings, ``Result.timings``: prepare, upload, coil maps, F^H d, PSF, CG, download,
+each synchronized at its end), ``prep`` (the preparation alone, synchronized: for reference) and the host share of
+the whole call: ``host_share`` = 1 - stages / whole (the wall time outside the call's timed stages) and
+``host_share_upper`` = 1 - (stages but the preparation) / whole (the preparation counted as host time: an upper
+bound). The images of the two preparations are compared (relative L2) and against the ground truth (NRMSE).
+Also: the k-space upload by ``prep.upload.upload_columns`` against a plain ``cupy.asarray``. ``--sweep`` adds the
+host share (same figures) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils (random k-space, file
+maps, ramp weights computed, prewhitened), printed as a Markdown table.
 Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
 """
 
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_recon  # noqa: E402 - the problems live there
 
 import mri_recon  # noqa: E402
-from mri_recon import api, pipeline  # noqa: E402
+from mri_recon import pipeline  # noqa: E402
 from mri_recon.backend import cupy_module, resolve_device, synchronize, to_device  # noqa: E402
 from mri_recon.prep import prepare_scan, upload  # noqa: E402
 from mri_recon.prep.device import prepare_on_device  # noqa: E402
@@ -75,21 +74,24 @@ def host_prepared(scan: Scan, dev, choices: dict):
                                 maps_basis=record["maps_basis"], **SETTINGS)
 
 
+def stage_sums(results) -> tuple[float, float]:
+    """Medians of the calls' stage timings summed: all of them, and all but the preparation."""
+    return (statistics.median(sum(r.timings.values()) for r in results),
+            statistics.median(sum(r.timings.values()) - r.timings["prepare"] for r in results))
+
+
 def case(scan: Scan, dev, choices: dict, repeats: int, sync) -> dict:
     """One preparation choice: the whole call (device preparation), the host preparation, their stages."""
-    def stages(results):
-        return statistics.median(sum(r.timings.values()) for r in results)
-
     whole, new = median_of(lambda: mri_recon.reconstruct(scan, device=dev, **choices, **SETTINGS), repeats, sync)
     before, old = median_of(lambda: host_prepared(scan, dev, choices), repeats, sync)
     prep_device, _ = median_of(lambda: prepare_on_device(scan, dev, **choices), repeats, sync)
     prep_host, _ = median_of(lambda: prepare_scan(scan, **choices), repeats, sync)
-    s_new, s_old = stages(new), stages(old)
+    (s_new, solver_new), (s_old, _) = stage_sums(new), stage_sums(old)
     truth = scan.ground_truth
     return {
         "choices": choices,
         "device_prep": {"whole_s": whole, "stages_s": s_new, "prep_s": prep_device,
-                        "host_share": 1 - s_new / whole, "host_share_low": 1 - (s_new + prep_device) / whole,
+                        "host_share": 1 - s_new / whole, "host_share_upper": 1 - solver_new / whole,
                         "timings": new[-1].timings},
         "host_prep": {"whole_s": before, "stages_s": s_old, "prep_s": prep_host, "host_share": 1 - s_old / before,
                       "timings": old[-1].timings},
@@ -119,7 +121,7 @@ def run(name: str, scan: Scan, repeats: int) -> dict:
         d, h = c["device_prep"], c["host_prep"]
         print(f"{name} {c['choices'] or 'default'}: whole {d['whole_s'] * 1e3:.1f} ms (host prep "
               f"{h['whole_s'] * 1e3:.1f} ms), stages {d['stages_s'] * 1e3:.1f} ms, prep {d['prep_s'] * 1e3:.1f} ms "
-              f"(host {h['prep_s'] * 1e3:.1f} ms), host share {d['host_share_low']:.0%}..{d['host_share']:.0%} "
+              f"(host {h['prep_s'] * 1e3:.1f} ms), host share {d['host_share']:.0%}..{d['host_share_upper']:.0%} "
               f"(before {h['host_share']:.0%}), images differ by {c['image_difference']:.1e}", flush=True)
     return out
 
@@ -149,51 +151,31 @@ def synthetic(matrix: tuple[int, ...], coils: int, seed: int = 0) -> Scan:
     return with_noise(scan, seed)
 
 
-def in_call(fn, seconds: list[float]):
-    """``fn`` adding its wall clock to ``seconds`` at each call."""
-    def clocked(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - start)
-    return clocked
-
-
 def sweep_row(scan: Scan, dev, repeats: int) -> dict:
     def sync():
         synchronize(dev)
 
-    seconds: list[float] = []
-    original = api.prepare_on_device
-    api.prepare_on_device = in_call(original, seconds)  # the preparation as it runs inside each call
-    try:
-        whole, outs = median_of(lambda: mri_recon.reconstruct(scan, device=dev, dcf="ramp", **SETTINGS), repeats,
-                                sync)
-    finally:
-        api.prepare_on_device = original
-    inside = [s + sum(r.timings.values()) for s, r in zip(seconds[1:], outs, strict=True)]
+    whole, outs = median_of(lambda: mri_recon.reconstruct(scan, device=dev, dcf="ramp", **SETTINGS), repeats, sync)
     prep, _ = median_of(lambda: prepare_on_device(scan, dev, dcf="ramp"), repeats, sync)
-    stages = statistics.median(sum(r.timings.values()) for r in outs)
+    stages, solver = stage_sums(outs)
     return {"matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples, "whole_s": whole,
-            "stages_s": stages, "prep_s": prep, "prep_in_call_s": statistics.median(seconds[1:]),
-            "host_share": 1 - stages / whole, "host_share_low": 1 - (stages + prep) / whole,
-            "host_share_in_call": 1 - statistics.median(inside) / whole}
+            "stages_s": stages, "prep_in_call_s": statistics.median(r.timings["prepare"] for r in outs),
+            "prep_s": prep, "host_share": 1 - stages / whole, "host_share_upper": 1 - solver / whole}
 
 
 def sweep(repeats: int) -> list[dict]:
     """Host share of the whole call (file maps, ramp weights computed, prewhitened) over matrices and coils."""
     dev = resolve_device("gpu")
     rows = []
-    print("| matrix | coils | whole (ms) | GPU stages (ms) | prep on device (ms) | prep in the call (ms) | host share "
-          "| in the call |")
+    print("| matrix | coils | whole (ms) | stages (ms) | of which prepare (ms) | prepare alone (ms) | host share "
+          "| prepare counted as host |")
     print("|---|---|---|---|---|---|---|---|")
     for matrix, coils in SWEEP:
         row = sweep_row(synthetic(matrix, coils), dev, repeats)
         rows.append(row)
         print(f"| {'x'.join(map(str, matrix))} | {coils} | {row['whole_s'] * 1e3:.1f} | {row['stages_s'] * 1e3:.1f} "
-              f"| {row['prep_s'] * 1e3:.1f} | {row['prep_in_call_s'] * 1e3:.1f} | {row['host_share_low']:.1%}.."
-              f"{row['host_share']:.0%} | {row['host_share_in_call']:.1%} |", flush=True)
+              f"| {row['prep_in_call_s'] * 1e3:.1f} | {row['prep_s'] * 1e3:.1f} | {row['host_share']:.1%} "
+              f"| {row['host_share_upper']:.0%} |", flush=True)
     return rows
 
 

@@ -242,7 +242,7 @@ def _rounding_spread(ready: Scan, record: dict, device: str) -> float:
 def test_gpu_images_match_cpu_and_host_preparation(choices):
     scan = _scan(12, matrix=(40, 36), coils=4)
     gpu = prepare_and_reconstruct(scan, device="gpu", method="nufft", iterations=8, **choices)
-    assert isinstance(gpu[0], DeviceScan)
+    assert isinstance(gpu[0], DeviceScan) and gpu[2].timings["prepare"] > 0
     host_ready, host_record = prepare_scan(scan, **choices)
     host_prep = pipeline.reconstruct(host_ready, device="gpu", method="nufft", iterations=8,
                                      estimate_maps=host_record["estimate_maps"], maps_basis=host_record["maps_basis"])

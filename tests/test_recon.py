@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
 
+import mri_recon
 from mri_recon import pipeline as recon
 from mri_recon.backend import Device
 from mri_recon.errors import InvalidDataError, ResourceError, SchemaError
@@ -71,6 +73,20 @@ def test_cg_sense_recovers_the_image(sense_scan):
     assert residuals[-1] < 1e-4 and residuals[10] < 1e-2 * residuals[1]
     assert set(result.timings) == set(STAGES) and all(t >= 0 for t in result.timings.values())
     assert result.parameters["lam_abs"] == 0.0 and result.parameters["method"] == "nufft"
+
+
+def test_the_whole_call_times_its_preparation_as_a_stage(sense_scan, caplog):
+    """mri_recon.reconstruct: the preparation is the run's first stage, logged and within the call's wall time;
+    the solver alone has none."""
+    scan, _ = sense_scan
+    start = time.perf_counter()
+    with caplog.at_level(logging.INFO, logger="mri_recon.pipeline"):
+        result = mri_recon.reconstruct(scan, iterations=3, tol=0.0)
+    wall = time.perf_counter() - start
+    assert result.timings["prepare"] > 0 and sum(result.timings.values()) <= wall
+    assert [r.getMessage().split()[0] for r in caplog.records][1] == "prepare"
+    assert mri_recon.reconstruct(scan, prepare=False, iterations=3, tol=0.0).timings["prepare"] == 0.0
+    assert reconstruct(scan, iterations=3, tol=0.0).timings["prepare"] == 0.0
 
 
 def jittered_grid(rng, matrix: tuple[int, ...]) -> np.ndarray:

@@ -210,5 +210,7 @@ def test_offres_operators_adjointness(rng, matrix):
 @pytest.mark.parametrize("matrix", [(12, 10), (7, 6, 5)], ids=["2d", "3d"])
 def test_gpu_offres_operators_adjointness(rng, matrix):
     exact, segmented, normals = _offres_operators(rng, matrix, cupy_module())
+    # the device forms every phase 2 pi (k.x + f t) in float32, up to about 50 rad here (an ulp of 3.8e-6), and
+    # the forward and adjoint kernels round them apart: 1e-5 failed at 1.4e-5 on one seed of the H200's
     for op in (exact, segmented, *normals):
-        assert_adjoint(op, rng, cupy_module())
+        assert_adjoint(op, rng, cupy_module(), tol=5e-5)

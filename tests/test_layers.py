@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mri_recon"
 
 LAYERS = [
     {"_version", "errors"},
+    {"staging"},
     {"backend"},
     {"units"},
     {"validation", "grid", "scaling"},

@@ -13,15 +13,19 @@ each synchronized at its end), ``prep`` (the preparation alone, synchronized: fo
 the whole call: ``host_share`` = 1 - stages / whole (the wall time outside the call's timed stages) and
 ``host_share_upper`` = 1 - (stages but the preparation) / whole (the preparation counted as host time: an upper
 bound). The images of the two preparations are compared (relative L2) and against the ground truth (NRMSE).
-Also: the k-space upload by ``prep.upload.upload_columns`` against a plain ``cupy.asarray``. ``--sweep`` adds the
-host share (same figures) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils (random k-space, file
-maps, ramp weights computed, prewhitened), printed as a Markdown table.
+Also: the k-space upload by ``prep.upload.upload_columns`` and ``to_device`` (staged) against one pageable copy.
+``--sweep`` adds the host share (same figures) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils
+(random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table.
+``--compare-pageable`` adds each sweep row's whole call with every copy up by one pageable ``set`` (the copy
+before the staged one of ``mri_recon.staging``), in the same process, the two calls taken in turn.
 Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
+       [--compare-pageable]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_recon  # noqa: E402 - the problems live there
 
 import mri_recon  # noqa: E402
-from mri_recon import pipeline  # noqa: E402
+from mri_recon import pipeline, staging  # noqa: E402
 from mri_recon.backend import cupy_module, resolve_device, synchronize, to_device  # noqa: E402
 from mri_recon.prep import prepare_scan, upload  # noqa: E402
 from mri_recon.prep.device import prepare_on_device  # noqa: E402
@@ -101,10 +105,23 @@ def case(scan: Scan, dev, choices: dict, repeats: int, sync) -> dict:
     }
 
 
+@contextlib.contextmanager
+def pageable_uploads():
+    """Every copy up by one pageable ``set`` (as before the staged copy), for a comparison in the same process."""
+    threads, staging.THREADS = staging.THREADS, 1
+    try:
+        yield
+    finally:
+        staging.THREADS = threads
+
+
 def uploads(scan: Scan, dev, repeats: int, sync) -> dict:
-    pageable, _ = median_of(lambda: to_device(scan.kspace, dev), repeats, sync)
-    pinned, _ = median_of(lambda: upload.upload_columns(scan.kspace, dev), repeats, sync)
-    return {"bytes": int(scan.kspace.nbytes), "pageable_s": pageable, "upload_columns_s": pinned}
+    with pageable_uploads():
+        pageable, _ = median_of(lambda: to_device(scan.kspace, dev), repeats, sync)
+    staged, _ = median_of(lambda: to_device(scan.kspace, dev), repeats, sync)
+    columns, _ = median_of(lambda: upload.upload_columns(scan.kspace, dev), repeats, sync)
+    return {"bytes": int(scan.kspace.nbytes), "pageable_s": pageable, "staged_s": staged,
+            "upload_columns_s": columns}
 
 
 def run(name: str, scan: Scan, repeats: int) -> dict:
@@ -151,31 +168,55 @@ def synthetic(matrix: tuple[int, ...], coils: int, seed: int = 0) -> Scan:
     return with_noise(scan, seed)
 
 
-def sweep_row(scan: Scan, dev, repeats: int) -> dict:
+def sweep_row(scan: Scan, dev, repeats: int, compare: bool) -> dict:
     def sync():
         synchronize(dev)
 
-    whole, outs = median_of(lambda: mri_recon.reconstruct(scan, device=dev, dcf="ramp", **SETTINGS), repeats, sync)
+    def call():
+        return mri_recon.reconstruct(scan, device=dev, dcf="ramp", **SETTINGS)
+
+    if compare:
+        whole, outs, pageable = staged_and_pageable(call, repeats, sync)
+    else:
+        (whole, outs), pageable = median_of(call, repeats, sync), None
     prep, _ = median_of(lambda: prepare_on_device(scan, dev, dcf="ramp"), repeats, sync)
     stages, solver = stage_sums(outs)
-    return {"matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples, "whole_s": whole,
-            "stages_s": stages, "prep_in_call_s": statistics.median(r.timings["prepare"] for r in outs),
-            "prep_s": prep, "host_share": 1 - stages / whole, "host_share_upper": 1 - solver / whole}
+    row = {"matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples, "whole_s": whole,
+           "stages_s": stages, "prep_in_call_s": statistics.median(r.timings["prepare"] for r in outs),
+           "prep_s": prep, "host_share": 1 - stages / whole, "host_share_upper": 1 - solver / whole}
+    return row | ({"whole_pageable_s": pageable} if compare else {})
 
 
-def sweep(repeats: int) -> list[dict]:
+def staged_and_pageable(fn, repeats: int, sync):
+    """:func:`median_of` for ``fn`` as it is and with :func:`pageable_uploads`, the two taken in turn (so that a
+    drift of the machine's speed falls on both): (staged median, staged outputs, pageable median)."""
+    staged, pageable, outs = [], [], []
+    for turn in range(repeats + 1):  # the first turn warms both up
+        for times, copy in ((staged, contextlib.nullcontext), (pageable, pageable_uploads)):
+            with copy():
+                start = time.perf_counter()
+                out = fn()
+                sync()
+            if turn:
+                times.append(time.perf_counter() - start)
+                outs += [out] if times is staged else []
+    return statistics.median(staged), outs, statistics.median(pageable)
+
+
+def sweep(repeats: int, compare: bool) -> list[dict]:
     """Host share of the whole call (file maps, ramp weights computed, prewhitened) over matrices and coils."""
     dev = resolve_device("gpu")
     rows = []
     print("| matrix | coils | whole (ms) | stages (ms) | of which prepare (ms) | prepare alone (ms) | host share "
-          "| prepare counted as host |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| prepare counted as host |" + (" whole, pageable uploads (ms) |" if compare else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if compare else ""))
     for matrix, coils in SWEEP:
-        row = sweep_row(synthetic(matrix, coils), dev, repeats)
+        row = sweep_row(synthetic(matrix, coils), dev, repeats, compare)
         rows.append(row)
         print(f"| {'x'.join(map(str, matrix))} | {coils} | {row['whole_s'] * 1e3:.1f} | {row['stages_s'] * 1e3:.1f} "
               f"| {row['prep_in_call_s'] * 1e3:.1f} | {row['prep_s'] * 1e3:.1f} | {row['host_share']:.1%} "
-              f"| {row['host_share_upper']:.0%} |", flush=True)
+              f"| {row['host_share_upper']:.0%} |"
+              + (f" {row['whole_pageable_s'] * 1e3:.1f} |" if compare else ""), flush=True)
     return rows
 
 
@@ -185,6 +226,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--problem", choices=("2d", "3d128", "all", "none"), default="all")
     parser.add_argument("--sweep", action="store_true", help="also the host share over matrices and coil counts")
+    parser.add_argument("--compare-pageable", action="store_true",
+                        help="the sweep's whole call also with every copy up pageable (the staged copy's gain)")
     args = parser.parse_args()
     cupy = cupy_module()
     if cupy is None:
@@ -194,7 +237,7 @@ def main() -> None:
         results.append(run("2d256", with_noise(bench_recon.problem()), args.repeats))
     if args.problem in ("3d128", "all"):
         results.append(run("3d128", with_noise(bench_recon.problem_3d(128)), max(3, args.repeats // 2)))
-    table = sweep(max(3, args.repeats // 2)) if args.sweep else []
+    table = sweep(max(3, args.repeats // 2), args.compare_pageable) if args.sweep else []
     props = cupy.cuda.runtime.getDeviceProperties(0)
     report = {"device": props["name"].decode(), "cupy": cupy.__version__, "mri_recon": mri_recon.__version__,
               "python": platform.python_version(), "settings": SETTINGS, "results": results,

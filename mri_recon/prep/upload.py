@@ -7,8 +7,9 @@ of the array. On the CPU the same product runs in NumPy over chunks of whole col
 compare with): a matrix applied over the row (channel) axis gives the same values chunk by chunk as on the
 whole array.
 
-The copy up is :func:`mri_recon.backend.upload_into`: pinned buffers filled by several host threads, which
-a pageable copy (the driver's staging, filled by one thread) is 1.4-4.7x slower than on the H200's host.
+The copy up is :func:`mri_recon.backend.upload_into`: arrays above 64 MiB through pinned buffers filled by
+several host threads (a pageable copy, the driver's staging filled by one thread, took 3.3-3.4x as long for
+100-400 MiB on the H200's host), smaller ones by one pageable copy (:mod:`mri_recon.staging`).
 """
 
 from __future__ import annotations

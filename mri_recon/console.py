@@ -141,6 +141,19 @@ def truth_summary(results: list) -> str:
     return f", {'largest ' if len(errors) > 1 else ''}NRMSE vs ground truth {value:.3g} ({kind})"
 
 
+def delay_summary(results: list) -> str:
+    """The result line's words on the gradient delay: what was applied, or that an estimate was not and why
+    (empty when no image's preparation dealt with it). ``results`` as for :func:`run_log`."""
+    records = [record for _, _, record, _ in results if record.get("gradient_delay")]
+    if not records:
+        return ""
+    record = records[0]  # one estimate is shared by the images of a file
+    if record["gradient_delay"] == "none":
+        return f"; gradient delay not applied ({record['gradient_delay_note'].removeprefix('auto: ')})"
+    values = ", ".join(f"{v:.3f}" for v in record["gradient_delay_samples"])
+    return f"; gradient delay ({values}) samples applied ({record['gradient_delay']})"
+
+
 def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[str, Any]:
     """The record of a reconstruction run: settings, and per image its key, engine, device, iterations,
     residuals, stage timings, the pipeline's parameters and the preparation record, and the NRMSE against the

@@ -32,7 +32,7 @@ from .io.writers import FORMATS
 from .operators.engines import METHODS
 from .operators.offres.setup import CORRECTIONS
 from .prep import COIL_MAP_CHOICES, DCF_CHOICES
-from .prep.delay import parse_gradient_delay
+from .prep.gradient_delay import parse_gradient_delay
 from .solvers.regularizers import names as regularizer_names
 from .solvers.sparse import SOLVERS, lam_help
 from .units import TRAJ_UNITS
@@ -146,12 +146,14 @@ class ReconSettings:
                             "and times on purpose (recorded as field_map_correction = ignored).", str, "prepare",
                             choices=("correct", "ignore"), flag="--no-field-map", flag_value="ignore")
     """``"correct"`` or ``"ignore"`` (drop the scan's field map on purpose)."""
-    gradient_delay: Any = option("none", "Radial scans: auto (RING estimate when the scan is radial with enough "
-                                 "spokes), ring (estimate, or fail), none, or X,Y[,Z] delays in samples; the "
-                                 "trajectory is corrected before anything else.", str, "prepare",
-                                 check=parse_gradient_delay)
-    """``"none"``, ``"auto"``, ``"ring"`` or delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples
-    (:mod:`mri_recon.prep.gradient_delay`)."""
+    gradient_delay: Any = option("none", "Radial scans: auto (estimate with RING and with opposed spokes, apply "
+                                 "only what the data support, and say so), ring or opposed (that estimate, or "
+                                 "fail; opposed is bart estdelay's default), none, X,Y[,Z] delays in samples along "
+                                 "trajectory columns 0, 1[, 2], or BART's y:x:yx exactly as bart estdelay prints "
+                                 "it and bart traj -q takes it (colons; optional bart: prefix). The trajectory is "
+                                 "corrected before anything else.", str, "prepare", check=parse_gradient_delay)
+    """``"none"``, ``"auto"``, an estimator's name, delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples, or
+    BART's ``"y:x:yx"`` (:mod:`mri_recon.prep.gradient_delay`)."""
     traj_units: str = option("auto", "ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).",
                              str, "input", choices=TRAJ_UNITS)
     """:data:`mri_recon.units.TRAJ_UNITS`."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import mri_recon
-from mri_recon.prep import delay, ring
+from mri_recon.prep import delay, fit, ring
 from mri_recon.sim.simulate import simulate_scan
 
 DELAYS = [(0.0, 0.0), (0.3, -0.2), (1.0, 0.5)]
@@ -92,15 +92,15 @@ def radial_case(kind: str, truth, bart: str | None) -> dict:
 
 def other_cases(bart: str | None):
     """Rows, one at a time: fewer spokes, lower SNR, stack of stars, kooshball."""
-    least, ring.MIN_SPOKES["radial"] = ring.MIN_SPOKES["radial"], 4  # below the threshold, to show why it is there
+    least, fit.MIN_SPOKES["radial"] = fit.MIN_SPOKES["radial"], 4  # below the threshold, to show why it is there
     for spokes in (6, 8, 12, 16, 32):
         worst = []
         for seed in range(5):
             scan = simulate_scan((128, 128), "golden", spokes=spokes, snr=3, seed=seed, gradient_delay=(1.0, 0.5))
             worst.append(error(ring.estimate_delay(scan).parameters, (1.0, 0.5)))
         yield {"case": f"golden {spokes} spokes, SNR 3, 5 seeds", "ours_worst_error": max(worst)}
-    ring.MIN_SPOKES["radial"] = least
-    least, ring.MIN_SPOKES["kooshball"] = ring.MIN_SPOKES["kooshball"], 4
+    fit.MIN_SPOKES["radial"] = least
+    least, fit.MIN_SPOKES["kooshball"] = fit.MIN_SPOKES["kooshball"], 4
     for spokes in (32, 64, 128):
         worst = []
         for seed in range(3):
@@ -108,7 +108,7 @@ def other_cases(bart: str | None):
                                  gradient_delay=(1.0, 0.5, -0.4))
             worst.append(error(ring.estimate_delay(scan).parameters, (1.0, 0.5, -0.4)))
         yield {"case": f"kooshball 32^3 {spokes} spokes, SNR 10, 3 seeds", "ours_worst_error": max(worst)}
-    ring.MIN_SPOKES["kooshball"] = least
+    fit.MIN_SPOKES["kooshball"] = least
     for snr in (10, 3):
         scan = simulate_scan((128, 128), "golden", snr=snr, seed=5, gradient_delay=(1.0, 0.5))
         found = ring.estimate_delay(scan)

@@ -30,7 +30,7 @@ def test_simulate_and_reconstruct_record_the_estimate(tmp_path):
     with h5py.File(out) as f:
         assert f.attrs["gradient_delay"] == "ring"
         assert np.max(np.abs(f.attrs["gradient_delay_samples"] - [0.6, -0.3, 0.0])) < 0.02
-        assert "RING estimate from 80 spokes" in f.attrs["gradient_delay_note"]
+        assert "ring estimate" in f.attrs["gradient_delay_note"] and "from 80 spokes" in f.attrs["gradient_delay_note"]
     record = json.loads(log.read_text())
     assert record["settings"]["gradient_delay"] == "auto"
     preparation = record["images"][0]["preparation"]
@@ -46,7 +46,7 @@ def test_bad_values_and_non_radial_scans_end_in_one_line(tmp_path):
         assert done.exit_code == 1 and "X,Y[,Z]" in done.output and "Traceback" not in done.output
         assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()
     done = _run("reconstruct", spiral, "-o", tmp_path / "o.h5", "--device", "cpu", "--gradient-delay", "ring")
-    assert done.exit_code == 1 and "RING estimates radial scans only" in done.output
+    assert done.exit_code == 1 and "the ring estimate takes radial scans only" in done.output
     assert len(done.output.strip().splitlines()) == 1 and not (tmp_path / "o.h5").exists()
     done = _run("simulate", tmp_path / "s.h5", "--trajectory", "spiral", "--gradient-delay", "1,1")
     assert done.exit_code == 1 and "radial trajectories" in done.output
@@ -84,3 +84,31 @@ def test_the_frames_of_an_mrd_file_share_one_estimate(tmp_path):
     preparation = images[0]["preparation"]
     assert preparation["gradient_delay_spokes"] == 90 and "3 frames" in preparation["gradient_delay_note"]
     assert np.max(np.abs(np.subtract(preparation["gradient_delay_samples"], [0.7, -0.4, 0.0]))) < 0.02
+
+
+def test_the_result_line_says_what_was_done_with_the_delay(tmp_path):
+    for name, given in (("delayed", ["--gradient-delay", "0.6,-0.3"]), ("plain", [])):
+        assert _run("simulate", tmp_path / f"{name}.h5", "--matrix", "48", "--coils", "4", "--spokes", "80",
+                    *given, "-q").exit_code == 0
+    done = _run("reconstruct", tmp_path / "delayed.h5", "-o", tmp_path / "a.h5", "--device", "cpu",
+                "--iterations", "3", "--gradient-delay", "auto")
+    assert done.exit_code == 0, done.output
+    assert "; gradient delay (0.6" in done.output and "samples applied (ring)" in done.output
+    done = _run("reconstruct", tmp_path / "plain.h5", "-o", tmp_path / "b.h5", "--device", "cpu",
+                "--iterations", "3", "--gradient-delay", "auto")
+    assert done.exit_code == 0, done.output
+    assert "; gradient delay not applied (ring estimate (" in done.output
+    assert "no delay above 0.02 samples: not applied)" in done.output
+
+
+def test_bart_delays_and_out_of_range_delays_on_the_command_line(tmp_path):
+    scan = tmp_path / "scan.h5"
+    assert _run("simulate", scan, "--matrix", "32", "--coils", "2", "--spokes", "40", "-q").exit_code == 0
+    done = _run("reconstruct", scan, "-o", tmp_path / "o.h5", "--device", "cpu", "--iterations", "2",
+                "--gradient-delay", "bart:-0.3:0.6:0.1", "--quiet")
+    assert done.exit_code == 0, done.output
+    with h5py.File(tmp_path / "o.h5") as f:
+        assert np.allclose(f.attrs["gradient_delay_samples"], [0.6, -0.3, 0.1])
+    done = _run("reconstruct", scan, "-o", tmp_path / "p.h5", "--gradient-delay", "1e30,1e30")
+    assert done.exit_code == 1 and "out of range: a delay is at most 16 samples" in done.output
+    assert "Traceback" not in done.output and "traj-units" not in done.output

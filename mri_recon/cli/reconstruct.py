@@ -172,7 +172,7 @@ def write_preview(png: Path, results: list, axis: int, scan: Path) -> str:
 def result_line(output: Path, written: list[Path], what: str, shown: str, log_json: Path | None, results: list,
                 regularizer: str, seconds: float) -> str:
     """``wrote OUT (HDF5): 1 image(s), 30 CG iterations, final residual ..., ENGINE on DEVICE, S s``."""
-    from ..console import truth_summary
+    from ..console import delay_summary, truth_summary
 
     last = results[-1][3]
     solved = "CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective "
@@ -182,7 +182,7 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
             + solved
             + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
             f"{last.parameters['method']} on {last.device}, "
-            f"{seconds:.2f} s")
+            f"{seconds:.2f} s{delay_summary(results)}")
 
 
 def check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | None) -> None:

@@ -27,7 +27,7 @@ def parse_matrix(text: str) -> tuple[int, ...]:
 def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
     """``--gradient-delay X,Y[,Z]`` as numbers (auto, ring, none are reconstruct's)."""
     from ..errors import InvalidDataError
-    from ..prep.delay import parse_gradient_delay
+    from ..prep.gradient_delay import parse_gradient_delay
 
     try:
         choice, numbers = parse_gradient_delay(value) if value is not None else (None, None)

@@ -11,7 +11,7 @@ lags by ``tau`` sample periods gives ``S = -tau``.
 Parameters are listed as ``(Sxx, Syy, Sxy)`` in 2D (stack of stars: its in-plane axes) and
 ``(Sxx, Syy, Szz, Sxy, Sxz, Syz)`` in 3D, x and y being trajectory columns 0 and 1. BART's ``estdelay`` /
 ``traj -q`` print and take ``y:x:yx`` of *its* trajectory axes; for a BART trajectory ``(3, samples, spokes)``
-whose dims 0 and 1 are our columns 0 and 1 that is ``(Syy, Sxx, Sxy)``.
+whose dims 0 and 1 are our columns 0 and 1 that is ``(Syy, Sxx, Sxy)`` (:func:`from_bart`).
 
 The correction moves every sample by ``S dk`` (all of the shift: BART's ``traj -q ... -O``); BART's plain
 ``traj -q`` keeps only its component along the readout, ``(dk . S dk / |dk|^2) dk``, which
@@ -20,15 +20,12 @@ The correction moves every sample by ``S dk`` (all of the shift: BART's ``traj -
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InvalidDataError
 
-CHOICES = ("auto", "ring", "none")
-"""The named choices of ``gradient_delay=``; else ``X,Y[,Z]`` samples."""
 _LINEAR_TOL = 1e-3
 """A readout is straight and evenly spaced when no sample is farther than this many steps from its line."""
 _CENTRE_TOL = 0.05
@@ -60,36 +57,10 @@ class Readouts:
         return 3 if self.kind == "kooshball" else 2
 
 
-def parse_gradient_delay(value) -> tuple[str, tuple[float, ...] | None]:
-    """``("auto" | "ring" | "none", None)`` or ``("given", (X, Y[, Z]))`` from ``auto``, ``ring``, ``none``,
-    a string ``"X,Y[,Z]"`` (samples) or a sequence of 2 or 3 numbers; anything else raises
-    :class:`~mri_recon.errors.InvalidDataError`."""
-    if value is None:
-        return "none", None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in CHOICES:
-            return text, None
-        parts = [p.strip() for p in text.split(",")]
-    elif isinstance(value, (tuple, list, np.ndarray)):
-        parts = list(value)
-    else:
-        parts = None
-    numbers = None if parts is None else [_number(p) for p in parts]
-    if numbers is None or None in numbers or len(numbers) not in (2, 3):
-        raise InvalidDataError(f"gradient delay must be auto, ring, none or X,Y[,Z] (finite numbers of samples), "
-                               f"found {value!r}")
-    return "given", tuple(numbers)
-
-
-def _number(text) -> float | None:
-    if isinstance(text, bool):
-        return None
-    try:
-        number = float(text)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+def from_bart(values) -> tuple[float, float, float]:
+    """Our ``(Sxx, Syy, Sxy)`` from BART's ``y:x:yx`` (``estdelay``'s output, ``traj -q``'s argument)."""
+    y, x, yx = (float(v) for v in values)
+    return x, y, yx
 
 
 def tensor_of(values, plane: int) -> np.ndarray:

@@ -1,35 +1,104 @@
-"""The preparation's gradient-delay step: ``gradient_delay="auto" | "ring" | "none" | (X, Y[, Z])``.
+"""The preparation's gradient-delay step: ``gradient_delay="auto" | "ring" | "opposed" | "none"``, delays
+``"X,Y[,Z]"`` in our axis order, or BART's ``"y:x:yx"`` as ``bart estdelay`` prints it.
 
-:func:`correct_gradient_delay` returns the scan with its trajectory corrected (BART ``traj -q``: each spoke
-moved by the delay tensor applied to its step, :mod:`mri_recon.prep.delay`) and the record entries
-``gradient_delay`` (``"ring"``, ``"given"`` or ``"none"``), ``gradient_delay_samples`` (the tensor's
-parameters ``Sxx, Syy, Sxy`` or in 3D ``Sxx, Syy, Szz, Sxy, Sxz, Syz``, samples; absent for ``"none"``)
-and ``gradient_delay_note`` (one sentence: what was estimated from what, or why nothing was done); a RING
-estimate adds ``gradient_delay_std`` (standard errors) and ``gradient_delay_spokes``. ``"none"`` (the
-default) records nothing.
+:func:`correct_gradient_delay` returns the scan with its trajectory corrected (BART ``traj -q ... -O``: each
+spoke moved by the delay tensor applied to its step, :mod:`mri_recon.prep.delay`) and the record entries
+``gradient_delay`` (an estimator's name, ``"given"`` or ``"none"``), ``gradient_delay_samples`` (the tensor's
+parameters ``Sxx, Syy, Sxy`` or in 3D ``Sxx, Syy, Szz, Sxy, Sxz, Syz``, samples; absent when nothing was
+applied) and ``gradient_delay_note`` (one sentence: what was estimated from what, or why nothing was done).
+An estimate adds ``gradient_delay_std`` (standard errors), ``gradient_delay_spokes`` and
+``gradient_delay_halves`` (:attr:`~mri_recon.prep.fit.DelayEstimate.halves`); one that was not applied is
+recorded as ``gradient_delay_estimate``. ``"none"`` (the default) records nothing.
+
+The estimators (:data:`ESTIMATORS`): RING (:mod:`~mri_recon.prep.ring`) and BART's default, opposed spokes
+(:mod:`~mri_recon.prep.adaptive`). ``auto`` runs every estimator the scan allows and applies the first of
+:data:`ESTIMATORS` (RING, whose model includes the transverse shift of each spoke) whose estimate the data
+support: its two halves agree within :data:`HALVES_TOL` and its equations fit within :data:`RMS_TOL`; then
+the estimators that pass agree (:data:`AGREE_REL`), and some delay exceeds :data:`NEGLIGIBLE`. A named
+estimator whose estimate fails the first two tests raises :class:`~mri_recon.errors.InvalidDataError`
+naming the figure.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidDataError
 from ..scan import Scan
-from .delay import given_tensor, parameters_of, parse_gradient_delay, radial_readouts, readout_length, shift_trajectory
-from .ring import MIN_SPOKES, estimate_delay
+from . import adaptive, ring
+from .delay import from_bart, given_tensor, parameters_of, radial_readouts, readout_length, shift_trajectory, tensor_of
+from .fit import MIN_SPOKES, DelayEstimate
 
 log = logging.getLogger("mri_recon.prep")
+
+ESTIMATORS = {"ring": ring.estimate_delay, "opposed": adaptive.estimate_delay}
+"""Gradient-delay estimators by name: ``f(scans) -> DelayEstimate``."""
+CHOICES = ("auto", *ESTIMATORS, "none")
+"""The named choices of ``gradient_delay=``; else delays."""
+HALVES_TOL = 0.1
+"""Samples: the largest disagreement between the even and the odd spokes' estimates that is applied."""
+AGREE_TOL = 0.05
+AGREE_REL = 0.15
+"""Under ``auto``, two estimators agree when they differ by at most ``AGREE_TOL`` samples plus ``AGREE_REL``
+times the largest delay: the opposed-spoke method ignores the shift of each spoke across its line, which
+biases it by up to about a tenth of a strongly anisotropic delay (docs/gradient_delay.md)."""
+RMS_TOL = 0.2
+"""Samples: the largest RMS residual of the estimate's equations that is applied."""
+NEGLIGIBLE = 0.02
+"""Samples: under ``auto``, an estimate with no parameter larger than this is not applied."""
+MAX_DELAY = 16.0
+"""Samples: the largest delay accepted (a gradient delay is a few samples at most)."""
+_FORMS = "auto, ring, opposed, none, X,Y[,Z] (samples, our axes) or BART's y:x:yx (as bart estdelay prints it)"
+
+
+def parse_gradient_delay(value) -> tuple[str, tuple[float, ...] | None]:
+    """``(choice, None)`` for a name of :data:`CHOICES`, ``("given", (X, Y[, Z]))`` for delays ``"X,Y[,Z]"``
+    or a sequence of 2 or 3 numbers, ``("bart", (Sxx, Syy, Sxy))`` for BART's ``"y:x:yx"`` (optionally
+    ``"bart:y:x:yx"``); anything else raises :class:`~mri_recon.errors.InvalidDataError`."""
+    if value is None:
+        return "none", None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in CHOICES:
+            return text, None
+        if ":" in text:
+            return "bart", from_bart(_numbers(value, text.removeprefix("bart:").split(":"), (3,)))
+        return "given", _numbers(value, text.split(","), (2, 3))
+    if isinstance(value, (tuple, list, np.ndarray)):
+        return "given", _numbers(value, list(value), (2, 3))
+    raise InvalidDataError(f"gradient delay must be {_FORMS}, found {value!r}")
+
+
+def _numbers(value, parts: list, counts: tuple[int, ...]) -> tuple[float, ...]:
+    numbers = [_number(p) for p in parts]
+    if None in numbers or len(numbers) not in counts:
+        raise InvalidDataError(f"gradient delay must be {_FORMS}, with finite numbers; found {value!r}")
+    if max(abs(v) for v in numbers) > MAX_DELAY:
+        raise InvalidDataError(f"gradient delay {value!r} is out of range: a delay is at most {MAX_DELAY:g} "
+                               f"samples (a few samples at most on a scanner)")
+    return tuple(numbers)
+
+
+def _number(text) -> float | None:
+    if isinstance(text, bool):
+        return None
+    try:
+        number = float(text.strip() if isinstance(text, str) else text)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], dict[str, Any]]:
     """``(scans with corrected trajectories, record)`` for one scan or the frames of one acquisition: one
     estimate from all of them (pairs within each), applied to each. ``"auto"`` estimates only a radial scan
     (2D radial, stack of stars or kooshball, spokes through the centre) with at least
-    :data:`~mri_recon.prep.ring.MIN_SPOKES` spokes and otherwise leaves it as it is; ``"ring"`` estimates
-    or raises :class:`~mri_recon.errors.InvalidDataError` saying why it cannot."""
+    :data:`~mri_recon.prep.fit.MIN_SPOKES` spokes and applies only what the data support; an estimator's
+    name estimates or raises :class:`~mri_recon.errors.InvalidDataError` saying why it cannot."""
     scans = [scans] if isinstance(scans, Scan) else list(scans)
     choice, values = parse_gradient_delay(gradient_delay)
     if choice == "none":
@@ -38,30 +107,99 @@ def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], di
         readouts = [radial_readouts(s.trajectory, readout_length(s)) for s in scans]
     except InvalidDataError as exc:
         return _not_radial(scans, choice, str(exc))
-    kind = readouts[0].kind
-    if choice == "given":
-        tensor = given_tensor(values, readouts[0])
-        note = f"given gradient delay {_listed(parameters_of(tensor))} samples applied ({kind})"
+    if choice in ("given", "bart"):
+        tensor = _given(values, readouts[0], choice)
+        note = f"given gradient delay {_listed(parameters_of(tensor))} samples applied ({readouts[0].kind})"
         return _applied(scans, readouts, tensor, "given", note)
+    if choice == "auto":
+        return _auto(scans, readouts)
+    found = ESTIMATORS[choice](scans)
+    trouble = _trouble(found)
+    if trouble:
+        raise InvalidDataError(f"{scans[0].source}: the {choice} gradient-delay estimate {_listed(found.parameters)} "
+                               f"is not supported by the data: {trouble}; not applied (try --gradient-delay auto, "
+                               f"the other estimator, or give the delays)")
+    return _estimated(scans, readouts, found, "")
+
+
+def _auto(scans: list[Scan], readouts: list) -> tuple[list[Scan], dict[str, Any]]:
+    """Every estimator the scan allows; the one whose halves agree best, applied if the data support it."""
+    kind = readouts[0].kind
     spokes = min(_spokes(r) for r in readouts)
-    if choice == "auto" and spokes < MIN_SPOKES[kind]:
-        note = (f"auto: {kind} scan with {spokes} spokes{' per partition' if kind == 'stack-of-stars' else ''}, "
-                f"fewer than the {MIN_SPOKES[kind]} RING needs; no gradient-delay correction")
-        log.info("%s", note)
-        return scans, {"gradient_delay": "none", "gradient_delay_note": note}
-    try:
-        found = estimate_delay(scans)
-    except InvalidDataError as exc:
-        if choice != "auto":
-            raise
-        log.info("auto: %s; no gradient-delay correction", exc)
-        return scans, {"gradient_delay": "none", "gradient_delay_note": f"auto: {exc}; no gradient-delay correction"}
-    note = (f"{'auto: ' if choice == 'auto' else ''}RING estimate from {found.spokes} spokes ({found.pairs} "
-            f"pairs, {kind}{', ' + str(len(scans)) + ' frames' if len(scans) > 1 else ''}): "
-            f"{_listed(found.parameters)} samples (+- {_listed(found.std)}), residual {found.rms:.2g}; applied")
-    record = {"gradient_delay_std": [float(v) for v in found.std], "gradient_delay_spokes": found.spokes}
-    scans, done = _applied(scans, readouts, found.tensor, "ring", note)
-    return scans, {**done, **record}
+    if spokes < MIN_SPOKES[kind]:
+        per = " per partition" if kind == "stack-of-stars" else ""
+        return _left(scans, f"auto: {kind} scan with {spokes} spokes{per}, fewer than the {MIN_SPOKES[kind]} "
+                            f"an estimate needs; no gradient-delay correction")
+    found, refused = [], []
+    for name, estimate in ESTIMATORS.items():
+        try:
+            found.append(estimate(scans))
+        except InvalidDataError as exc:
+            refused.append(f"{name}: {exc}")
+    if not found:
+        return _left(scans, f"auto: {'; '.join(refused)}; no gradient-delay correction")
+    sound = [f for f in found if not _trouble(f)]
+    best = sound[0] if sound else found[0]
+    trouble = _trouble(best) or _disagreement(sound)
+    if trouble:
+        return _left(scans, f"auto: {_described(best)}, not applied: {trouble}", best)
+    if max(abs(v) for v in best.parameters) <= NEGLIGIBLE:
+        return _left(scans, f"auto: {_described(best)}, no delay above {NEGLIGIBLE:g} samples: not applied", best)
+    return _estimated(scans, readouts, best, "auto: ")
+
+
+def _trouble(found: DelayEstimate) -> str:
+    """Why the data do not support the estimate ``found`` (empty when they do)."""
+    if not found.halves <= HALVES_TOL:
+        return (f"its even and odd spokes' estimates differ by {found.halves:.3g} samples (at most "
+                f"{HALVES_TOL:g} is applied)")
+    if not found.rms <= RMS_TOL:
+        return f"its equations' RMS residual is {found.rms:.3g} samples (at most {RMS_TOL:g} is applied)"
+    return ""
+
+
+def _disagreement(found: list[DelayEstimate]) -> str:
+    """Why estimates that each pass :func:`_trouble` cannot be applied together (empty when they agree)."""
+    apart = max(np.max(np.abs(np.subtract(f.parameters, found[0].parameters))) for f in found)
+    allowed = AGREE_TOL + AGREE_REL * max(abs(v) for v in found[0].parameters)
+    if apart <= allowed:
+        return ""
+    names = " and ".join(f"{f.method} {_listed(f.parameters)}" for f in found)
+    return f"the estimators disagree by {apart:.3g} samples ({names}; at most {allowed:.3g} is applied)"
+
+
+def _described(found: DelayEstimate) -> str:
+    return (f"{found.method} estimate {_listed(found.parameters)} samples (+- {_listed(found.std)}, halves "
+            f"{found.halves:.2g}, residual {found.rms:.2g}) from {found.spokes} spokes")
+
+
+def _estimated(scans: list[Scan], readouts: list, found: DelayEstimate, prefix: str):
+    frames = f", {len(scans)} frames" if len(scans) > 1 else ""
+    note = f"{prefix}{_described(found)} ({readouts[0].kind}{frames}); applied"
+    scans, done = _applied(scans, readouts, found.tensor, found.method, note)
+    return scans, {**done, **_figures(found)}
+
+
+def _figures(found: DelayEstimate) -> dict[str, Any]:
+    return {"gradient_delay_std": [float(v) for v in found.std], "gradient_delay_spokes": found.spokes,
+            "gradient_delay_halves": found.halves}
+
+
+def _left(scans: list[Scan], note: str, found: DelayEstimate | None = None) -> tuple[list[Scan], dict[str, Any]]:
+    """The scans as they are, and the record of why (with the estimate that was not applied)."""
+    log.info("%s", note)
+    record = {"gradient_delay": "none", "gradient_delay_note": note}
+    if found is not None:
+        record = {**record, "gradient_delay_estimate": found.parameters, **_figures(found)}
+    return scans, record
+
+
+def _given(values: tuple[float, ...], readouts, choice: str) -> np.ndarray:
+    if choice == "given":
+        return given_tensor(values, readouts)
+    if readouts.plane != 2:
+        raise InvalidDataError(f"BART's y:x:yx delays are in-plane; a {readouts.kind} scan takes X,Y,Z")
+    return tensor_of(values, 2)
 
 
 def _spokes(readouts) -> int:
@@ -72,12 +210,10 @@ def _spokes(readouts) -> int:
 
 def _not_radial(scans: list[Scan], choice: str, why: str) -> tuple[list[Scan], dict[str, Any]]:
     if choice != "auto":
-        what = "RING estimates" if choice == "ring" else "a given gradient delay applies to"
+        what = f"the {choice} estimate takes" if choice in ESTIMATORS else "a given gradient delay applies to"
         raise InvalidDataError(f"{scans[0].source}: {what} radial scans only (2D radial, stack of stars, "
                                f"kooshball): {why}")
-    note = f"auto: not a radial scan ({why}); no gradient-delay correction"
-    log.info("%s", note)
-    return scans, {"gradient_delay": "none", "gradient_delay_note": note}
+    return _left(scans, f"auto: not a radial scan ({why}); no gradient-delay correction")
 
 
 def _applied(scans: list[Scan], readouts: list, tensor: np.ndarray, how: str, note: str):
@@ -98,4 +234,3 @@ def shared_gradient_delay(images: list, gradient_delay="none") -> tuple[list, di
         return images, {}
     scans, record = correct_gradient_delay([scan for _, scan in images], gradient_delay)
     return [(key, scan) for (key, _), scan in zip(images, scans)], record
-

@@ -4,10 +4,11 @@ Two nominal spokes cross at k = 0. Delayed by ``S`` (:mod:`mri_recon.prep.delay`
 ``a dk_i + S dk_i``: the point the two spokes really share is found where their data agree, at offsets
 ``(a, b)`` from their nominal centres, and ``a dk_i + S dk_i = b dk_j + S dk_j`` is linear in ``S``. Every
 spoke is paired with its most nearly orthogonal partners; the offsets of each pair come from a coarse search
-of the summed squared difference over all coils (each readout interpolated exactly through its band-limited
-Fourier series, the projection cropped to the field of view plus 20 %, as BART's crop 0.6 at oversampling 2),
-refined by Gauss-Newton; ``S`` is the least-squares solution of all pairs' equations, refitted once without
-the pairs whose residual is an outlier.
+of the summed squared difference over all coils, up to one phase factor per pair (so that a phase that
+differs from spoke to spoke does not move the intersection; :data:`FREE_PHASE_COILS`), each readout
+interpolated exactly through its band-limited Fourier series, the projection cropped to the field of view
+plus 20 % (as BART's crop 0.6 at oversampling 2), refined by Gauss-Newton in the offsets and the phase;
+``S`` is the least-squares solution of all pairs' equations (:func:`mri_recon.prep.fit.solve`).
 
 Stack of stars: each of the central partitions is a 2D radial scan of its own, their equations pooled.
 3D kooshball (BART issue #259): delayed 3D spokes are skew lines and no longer meet; a pair's data agree
@@ -17,89 +18,40 @@ equations used. This is exact in 2D and approximate in 3D (docs/gradient_delay.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..errors import InvalidDataError
-from .delay import Readouts, parameters_of, radial_readouts, readout_length, tensor_of
+from .delay import Readouts
+from .fit import DelayEstimate, Equations, coefficients, solve, spoke_groups
 
-MIN_SPOKES = {"radial": 8, "stack-of-stars": 8, "kooshball": 64}
-"""Spokes (per partition for a stack of stars) RING needs: below these the estimate is not trusted (2D:
-6 golden-angle spokes still give 0.01 samples at SNR 3, docs/gradient_delay.md)."""
-_PARTITIONS = 3
 _GRID = 0.125
-
-
-@dataclass(frozen=True)
-class DelayEstimate:
-    tensor: np.ndarray
-    """``(2, 2)`` or ``(3, 3)`` delay tensor in samples (:mod:`mri_recon.prep.delay`)."""
-    std: np.ndarray
-    """Standard errors of :attr:`parameters` (least squares), samples."""
-    spokes: int
-    pairs: int
-    rms: float
-    """RMS residual of the pairs' equations kept, samples."""
-
-    @property
-    def parameters(self) -> list[float]:
-        return parameters_of(self.tensor)
+FREE_PHASE_COILS = 3
+"""Coils from which each pair's data are compared up to a phase factor (a phase that changes from spoke to
+spoke: B0 drift, eddy currents, RF). With one or two coils the coil profiles alone do not fix the point of
+intersection, and the data are compared as they are (as BART's RING without ``-B``)."""
 
 
 def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int | None = None,
                    max_spokes: int = 2048) -> DelayEstimate:
-    """One gradient-delay estimate from one scan or a list of scans of the same acquisition (frames):
-    the pairs of every scan (within a scan only) pooled into one fit.
+    """One RING estimate from one scan or a list of scans of the same acquisition (frames): the pairs of
+    every scan (within a scan only) pooled into one fit (:func:`~mri_recon.prep.fit.solve`).
 
     ``partners``: intersecting spokes per spoke; ``radius``: the offsets searched, in samples on each side of
     a spoke's centre; ``window``: pair only spokes at most this many readouts apart (a moving object);
     ``max_spokes``: spokes used per scan (evenly chosen). Raises :class:`InvalidDataError` for a scan that is
     not radial or has too few spokes.
     """
-    scans = [scans] if not isinstance(scans, (list, tuple)) else list(scans)
-    if not scans:
-        raise InvalidDataError("a gradient-delay estimate needs at least one scan, found none")
-    groups, spokes, kinds = [], 0, set()
-    for scan in scans:
-        readouts = radial_readouts(scan.trajectory, readout_length(scan))
-        kinds.add(readouts.kind)
-        if len(kinds) > 1:
-            raise InvalidDataError(f"one gradient-delay estimate needs scans of one kind, found {sorted(kinds)}")
-        margin = radius + 2
-        if np.any(readouts.centre < margin) or np.any(readouts.centre > readouts.samples - 1 - margin):
-            raise InvalidDataError(f"RING needs spokes through the centre with k = 0 at least {margin:g} samples "
-                                   f"from either end; these readouts start or end at the centre (centre-out)")
-        for chosen in _groups(readouts, max_spokes):
-            if len(chosen) < MIN_SPOKES[readouts.kind]:
-                raise InvalidDataError(f"RING needs at least {MIN_SPOKES[readouts.kind]} spokes for a "
-                                       f"{readouts.kind} scan, found {len(chosen)}")
-            groups.append((readouts, chosen, _fourier(scan.kspace, readouts, chosen)))
-            spokes += len(chosen)
-    plane, found = groups[0][0].plane, None
+    groups = spoke_groups(scans, "RING", radius + 2, max_spokes)
+    series = [_fourier(g.kspace, g.readouts, g.chosen) for g in groups]
+    plane, found = groups[0].readouts.plane, None
     for _ in range(3 if plane == 3 else 1):  # 3D: twice more, pairing spokes whose lines the last fit says meet
-        rows, rhs = [], []
-        for readouts, chosen, series in groups:
-            steps = readouts.steps[chosen]
+        parts = []
+        for group, values in zip(groups, series):
+            steps = group.readouts.steps[group.chosen]
             pairs = _pairs(steps, partners, window, None if found is None else found.tensor)
-            offsets = _offsets(series, pairs, readouts.samples, radius)
-            a, b = _equations(steps[:, :plane], pairs, offsets)
-            rows.append(a)
-            rhs.append(b)
-        found = _solve(np.concatenate(rows), np.concatenate(rhs), plane, spokes)
+            offsets = _offsets(values, pairs, group.readouts.samples, radius)
+            parts.append(_equations(steps[:, :plane], pairs, offsets))
+        found = solve(Equations.joined(parts), plane, "ring", sum(len(g.chosen) for g in groups))
     return found
-
-
-def _groups(readouts: Readouts, max_spokes: int) -> list[np.ndarray]:
-    """Readout indices estimated together: all (a stack of stars: each of its central partitions)."""
-    if readouts.partition is None:
-        groups = [np.arange(readouts.count)]
-    else:
-        kz = np.round(readouts.partition, 6)
-        values = np.unique(kz)
-        central = values[np.argsort(np.abs(values), kind="stable")[:_PARTITIONS]]
-        groups = [np.flatnonzero(kz == v) for v in central]
-    return [g if len(g) <= max_spokes else g[np.linspace(0, len(g) - 1, max_spokes).astype(int)] for g in groups]
 
 
 def _fourier(kspace, readouts: Readouts, chosen: np.ndarray) -> np.ndarray:
@@ -149,62 +101,52 @@ def _values(series: np.ndarray, offsets: np.ndarray, samples: int, derivative: b
 
 
 def _offsets(series: np.ndarray, pairs: np.ndarray, samples: int, radius: float) -> np.ndarray:
-    """``(P, 2)`` offsets (samples) where each pair's data agree best: grid search, then Gauss-Newton."""
+    """``(P, 2)`` offsets (samples) where each pair's data agree best up to one phase factor (at least
+    :data:`FREE_PHASE_COILS` coils; fewer: exactly): grid search, then Gauss-Newton in the offsets and the
+    phase."""
+    free = series.shape[1] >= FREE_PHASE_COILS
     grid = np.arange(-radius, radius + _GRID / 2, _GRID)
     u = np.arange(samples) - samples // 2
     shifts = np.exp(2j * np.pi * u[:, None] * grid[None, :] / samples).astype(series.dtype)
     table = np.einsum("rcu,ug->rcg", series, shifts)
     power = np.sum(np.abs(table) ** 2, axis=1)  # (R, G)
     first, second = pairs[:, 0], pairs[:, 1]
-    cross = np.einsum("pcg,pch->pgh", np.conj(table[first]), table[second]).real
-    misfit = power[first][:, :, None] + power[second][:, None, :] - 2 * cross
+    cross = np.einsum("pcg,pch->pgh", np.conj(table[first]), table[second])
+    misfit = power[first][:, :, None] + power[second][:, None, :] - 2 * (np.abs(cross) if free else cross.real)
     flat = np.argmin(misfit.reshape(len(pairs), -1), axis=1)
     a, b = grid[flat // len(grid)], grid[flat % len(grid)]
+    turn = np.exp(-1j * np.angle(cross.reshape(len(pairs), -1)[np.arange(len(pairs)), flat])) if free else 1.0
     one, other = series[first], series[second]
     for _ in range(8):
-        ya, yb = _values(one, a, samples), _values(other, b, samples)
-        da, db = _values(one, a, samples, True), _values(other, b, samples, True)
-        r = ya - yb
-        jac = np.stack([da, -db], axis=2)  # (P, C, 2)
-        normal = np.einsum("pci,pcj->pij", np.conj(jac), jac).real + 1e-12 * np.eye(2)
-        grad = np.einsum("pci,pc->pi", np.conj(jac), r).real
-        step = np.linalg.solve(normal, grad[:, :, None])[:, :, 0]
-        step = np.clip(step, -_GRID, _GRID)
-        a, b = np.clip(a - step[:, 0], -radius, radius), np.clip(b - step[:, 1], -radius, radius)
+        a, b, turn = _gauss_newton(one, other, a, b, turn if free else None, samples, radius)
+        turn = 1.0 if turn is None else turn
     return np.stack([a, b], axis=1)
 
 
-def _coefficients(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Row of ``x . S w`` in the parameters of :func:`~mri_recon.prep.delay.parameters_of` ``(P, n)``."""
-    plane = x.shape[1]
-    pairs = [(0, 1)] if plane == 2 else [(0, 1), (0, 2), (1, 2)]
-    diagonal = [x[:, d] * w[:, d] for d in range(plane)]
-    off = [x[:, p] * w[:, q] + x[:, q] * w[:, p] for p, q in pairs]
-    return np.stack(diagonal + off, axis=1)
+def _gauss_newton(one, other, a, b, turn, samples: int, radius: float):
+    """One step of ``min |y_1(a) - t y_2(b)|^2`` in ``a``, ``b`` and (``turn`` not None) the phase of ``t``."""
+    factor = 1.0 if turn is None else turn[:, None]
+    ya, yb = _values(one, a, samples), factor * _values(other, b, samples)
+    da, db = _values(one, a, samples, True), factor * _values(other, b, samples, True)
+    columns = [da, -db] + ([] if turn is None else [-1j * yb])
+    jac = np.stack(columns, axis=2)  # (P, C, 2 or 3)
+    normal = np.einsum("pci,pcj->pij", np.conj(jac), jac).real + 1e-12 * np.eye(len(columns))
+    grad = np.einsum("pci,pc->pi", np.conj(jac), ya - yb).real
+    step = np.linalg.solve(normal, grad[:, :, None])[:, :, 0]
+    a = np.clip(a - np.clip(step[:, 0], -_GRID, _GRID), -radius, radius)
+    b = np.clip(b - np.clip(step[:, 1], -_GRID, _GRID), -radius, radius)
+    if turn is not None:
+        turn = turn * np.exp(-1j * np.clip(step[:, 2], -0.5, 0.5))
+    return a, b, turn
 
 
-def _equations(steps: np.ndarray, pairs: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows and right-hand sides, 2 per pair: ``x . S (u - v) = x . (b v - a u)`` for x = u, v, divided
-    by ``|u| |v|`` (samples)."""
+def _equations(steps: np.ndarray, pairs: np.ndarray, offsets: np.ndarray) -> Equations:
+    """Two equations per pair: ``x . S (u - v) = x . (b v - a u)`` for x = u, v, divided by ``|u| |v|``
+    (samples), both in the half of the pair's first spoke."""
     u, v = steps[pairs[:, 0]], steps[pairs[:, 1]]
     a, b = offsets[:, :1], offsets[:, 1:]
     gap = b * v - a * u
     scale = (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1))[:, None]
-    rows = [_coefficients(x, u - v) / scale for x in (u, v)]
+    rows = [coefficients(x, u - v) / scale for x in (u, v)]
     rhs = [np.sum(x * gap, axis=1) / scale[:, 0] for x in (u, v)]
-    return np.concatenate(rows), np.concatenate(rhs)
-
-
-def _solve(rows: np.ndarray, rhs: np.ndarray, plane: int, spokes: int) -> DelayEstimate:
-    """Least squares, refitted once without the pairs whose residual exceeds 5 robust deviations."""
-    keep = np.ones(len(rhs), dtype=bool)
-    for _ in range(2):
-        params, *_ = np.linalg.lstsq(rows[keep], rhs[keep], rcond=None)
-        residual = rows @ params - rhs
-        spread = 1.4826 * np.median(np.abs(residual[keep] - np.median(residual[keep])))
-        keep = np.abs(residual) <= max(5 * spread, 1e-3)
-    kept = residual[keep]
-    dof = max(int(keep.sum()) - rows.shape[1], 1)
-    cov = np.linalg.pinv(rows[keep].T @ rows[keep]) * float(kept @ kept) / dof
-    return DelayEstimate(tensor_of(params, plane), np.sqrt(np.clip(np.diag(cov), 0, None)), spokes,
-                         int(keep.sum()) // 2, float(np.sqrt(np.mean(kept**2))) if len(kept) else 0.0)
+    return Equations(np.concatenate(rows), np.concatenate(rhs), np.tile(pairs[:, 0], 2))

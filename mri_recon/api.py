@@ -186,7 +186,7 @@ def write_images(output: str | os.PathLike, results: list, source: str | os.Path
                  settings: ReconSettings) -> list[Path]:
     """Write ``results`` (in file order) to ``output`` in the settings' format and values."""
     return write_result(output, results, source, format=settings.format, complex_=settings.complex_,
-                        magnitude=settings.magnitude)
+                        magnitude=settings.magnitude, protect=settings.read_paths(source))
 
 
 def reconstruct_file(source: str | os.PathLike, output: str | os.PathLike | None,

@@ -216,6 +216,11 @@ class ReconSettings:
         """The keywords of :func:`mri_recon.prep.prepare_scan`."""
         return {name: getattr(self, name) for name in fields_in("prepare")}
 
+    def read_paths(self, source: str | os.PathLike) -> tuple[str | os.PathLike, ...]:
+        """Every file a run on ``source`` reads (the scan, a BART trajectory and sensitivities): what none of
+        its outputs may replace (:class:`mri_recon.io.files.FileSet`, which adds each BART file's pair)."""
+        return tuple(p for p in (source, self.trajectory, self.sensitivities) if p is not None)
+
     def reader_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.io.load_scans`: the ``input`` options (the image choice as its
         indices: ``slice=``, ...) and ``allow_external``."""

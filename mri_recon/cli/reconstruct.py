@@ -79,8 +79,9 @@ def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, 
     """Refuse before any work what cannot be written; returns what the output will hold."""
     from ..io.writers import output_format, output_values
 
-    check_outputs(scan, output, png, settings.format)
-    check_log_json(scan, log_json, output, png)
+    inputs = settings.read_paths(scan)
+    check_outputs(inputs, output, png, settings.format)
+    check_log_json(inputs, log_json, output, png)
     chosen = output_format(output, settings.format)  # a name of no output format: refused before work
     return output_values(chosen, complex_=settings.complex_, magnitude=settings.magnitude)
 
@@ -101,10 +102,11 @@ def reconstruct_one(scan: Path, output: Path, settings: ReconSettings, *, png: P
                                     on_image=run.image, on_done=run.close)
         finally:
             run.close()
-        shown = "" if png is None else f" and {png} ({write_preview(png, done.results, png_axis, scan)})"
+        inputs = settings.read_paths(scan)
+        shown = "" if png is None else f" and {png} ({write_preview(png, done.results, png_axis, inputs)})"
         seconds = time.perf_counter() - started
         if log_json is not None:
-            write_run_log(log_json, run_log({**logged, "output": output}, done.results, seconds), protect=(scan,))
+            write_run_log(log_json, run_log({**logged, "output": output}, done.results, seconds), protect=inputs)
     say(quiet, result_line(output, done.written, chosen.describe(values), shown, log_json, done.results,
                            settings.regularizer, seconds))
 
@@ -160,13 +162,13 @@ def resolve_with_notice(device: Any) -> Any:
     return resolved
 
 
-def write_preview(png: Path, results: list, axis: int, scan: Path) -> str:
-    """Write the PNG preview of ``results``; returns what it shows."""
+def write_preview(png: Path, results: list, axis: int, inputs: tuple) -> str:
+    """Write the PNG preview of ``results`` (never over one of the run's ``inputs``); returns what it shows."""
     from ..io.png import write_png
 
     images = [r.image for _, _, _, r in results]
     return write_png(png, images[0] if len(images) == 1 else np.stack(images), stacked=len(images) > 1,
-                     axis=axis, protect=(scan,))
+                     axis=axis, protect=inputs)
 
 
 def result_line(output: Path, written: list[Path], what: str, shown: str, log_json: Path | None, results: list,
@@ -185,8 +187,9 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
             f"{seconds:.2f} s{delay_summary(results)}")
 
 
-def check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | None) -> None:
-    """Fail before any work when the JSON log cannot be written or would replace another output."""
+def check_log_json(inputs: tuple, log_json: Path | None, output: Path, png: Path | None) -> None:
+    """Fail before any work when the JSON log cannot be written, would replace another output or one of the
+    run's ``inputs``."""
     from ..io.files import check_output, same_file
 
     if log_json is None:
@@ -194,12 +197,12 @@ def check_log_json(scan: Path, log_json: Path | None, output: Path, png: Path | 
     for other, option in ((output, "-o"), (png, "--png")):
         if other is not None and same_file(log_json, other):
             raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
-    check_output(log_json, protect=(scan,))
+    check_output(log_json, protect=inputs)
 
 
-def check_outputs(scan: Path, output: Path, png: Path | None, format: str | None = None) -> None:
-    """Fail before any work when an output cannot be written (the same checks the writers make; a folder
-    output, ``--format dicom``, by its format's ``check``)."""
+def check_outputs(inputs: tuple, output: Path, png: Path | None, format: str | None = None) -> None:
+    """Fail before any work when an output cannot be written or would replace one of the run's ``inputs``
+    (the same checks the writers make; a folder output, ``--format dicom``, by its format's ``check``)."""
     from ..io.files import check_output, same_file
     from ..io.png import check_png_name
     from ..io.writers import OUTPUTS
@@ -209,6 +212,6 @@ def check_outputs(scan: Path, output: Path, png: Path | None, format: str | None
     checks = ((output, OUTPUTS[format].check if format in OUTPUTS else check_output), (png, check_output))
     for target, check in checks:
         if target is not None:
-            check(target, protect=(scan,))
+            check(target, protect=inputs)
     if png is not None:
         check_png_name(png)

@@ -166,6 +166,10 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     started = time.perf_counter()
     settings = settings_from(params)
     refuse_unhonoured(settings, params)
+    from .reconstruct import check_outputs  # noqa: PLC0415
+
+    inputs = settings.read_paths(scan)
+    check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())
@@ -177,12 +181,12 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
             anisotropic=settings.anisotropic, tol=settings.tol, device=settings.device, method=settings.method,
             prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps)
         chosen = write_series(output, result, geometry, format=settings.format, complex_=settings.complex_,
-                              magnitude=settings.magnitude, protect=(scan,))
+                              magnitude=settings.magnitude, protect=inputs)
         shown = ""
         if params["png"] is not None:
             from ..io.series_files import write_series_png  # noqa: PLC0415
 
-            shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=(scan,))})"
+            shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=inputs)})"
     error = result.nrmse()
     dropped = f", {series.dropped_readouts} readout(s) dropped" if series.dropped_readouts else ""
     echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "

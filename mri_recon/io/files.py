@@ -143,12 +143,13 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 class FileSet:
     """Files to protect from being overwritten, checked many times at once (a batch's inputs against each of its
     outputs: one look at each input instead of one per input and output). A path is in the set when it is an
-    existing file of the set (same device and inode) or resolves to one of the set's paths."""
+    existing file of the set (same device and inode) or resolves to one of the set's paths. A BART file
+    stands for its pair: ``ksp``, ``ksp.cfl`` and ``ksp.hdr`` each put all three in the set."""
 
     def __init__(self, paths: Iterable[str | os.PathLike]) -> None:
         self._ids: set[tuple[int, int]] = set()
         self._paths: set[str] = set()
-        for path in paths:
+        for path in (member for given in paths for member in _with_pair(given)):
             with contextlib.suppress(OSError):
                 info = os.stat(path)
                 self._ids.add((info.st_dev, info.st_ino))
@@ -162,6 +163,18 @@ class FileSet:
         if info is not None and (info.st_dev, info.st_ino) in self._ids:
             return True
         return _resolved(path) in self._paths
+
+
+def _with_pair(path: str | os.PathLike) -> list[str | os.PathLike]:
+    """``path``, and for a BART name (``.cfl``, ``.hdr``, or a stem whose ``.cfl`` or ``.hdr`` exists) its
+    stem, header and data file."""
+    text = os.fspath(path)
+    stem, suffix = os.path.splitext(text)
+    if suffix not in (".cfl", ".hdr"):
+        if not (os.path.exists(text + ".cfl") or os.path.exists(text + ".hdr")):
+            return [path]
+        stem = text
+    return [path, stem, stem + ".cfl", stem + ".hdr"]
 
 
 def _resolved(path: str | os.PathLike) -> str:

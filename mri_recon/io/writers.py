@@ -84,8 +84,10 @@ def output_values(format: str, *, complex_: bool = False, magnitude: bool = Fals
 
 
 def write_result(output: str | os.PathLike, results: list, scan_path: str | os.PathLike, *,
-                 format: str | None = None, complex_: bool = False, magnitude: bool = False) -> list[Path]:
-    """Write reconstructions to ``output`` (atomically; the input ``scan_path`` is never replaced).
+                 format: str | None = None, complex_: bool = False, magnitude: bool = False,
+                 protect: tuple[str | os.PathLike, ...] = ()) -> list[Path]:
+    """Write reconstructions to ``output`` (atomically; the input ``scan_path`` and the files of ``protect``,
+    the other inputs the run read, are never replaced).
 
     Returns the files written: ``output``, or for NIfTI of 2-D slices that do not form one volume one file
     per slice (:func:`mri_recon.io.nifti_stack.write_nifti_stack`).
@@ -125,4 +127,4 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     chosen = OUTPUTS[output_format(output, format)]
     stack = ImageStack(results, scan_path)
     stack.check(lambda: output_values(chosen.name, complex_=complex_, magnitude=magnitude))
-    return chosen.write(output, stack, complex_=complex_, magnitude=magnitude, protect=(scan_path,))
+    return chosen.write(output, stack, complex_=complex_, magnitude=magnitude, protect=(scan_path, *protect))

@@ -158,7 +158,9 @@ class ReconSettings:
                              str, "input", choices=TRAJ_UNITS)
     """:data:`mri_recon.units.TRAJ_UNITS`."""
     trajectory: str | None = option(None, "BART input: the trajectory (3, RO, SPOKES) .cfl of SCAN's k-space (1, RO, "
-                                    "SPOKES, COILS).", str, "input", optional=True, path=True)
+                                    "SPOKES, COILS); none for Cartesian k-space (X, Y, Z, COILS) with zeros where "
+                                    "nothing was sampled, as bart pics takes it.", str, "input", optional=True,
+                                    path=True)
     """BART k-space's trajectory file (:func:`mri_recon.io.cfl_scan.load_cfl_scans`; refused for other inputs)."""
     sensitivities: str | None = option(None, "BART input: coil sensitivities (X, Y, Z, COILS) .cfl; they give the "
                                        "matrix.", str, "input", optional=True, path=True)

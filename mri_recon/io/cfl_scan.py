@@ -166,12 +166,12 @@ def load_cfl_scans(path: str | os.PathLike, *, trajectory: str | os.PathLike | N
         A trajectory in other units than cycles per FOV with ``traj_units="auto"``.
     """
     source = printable(cfl_pair(path)[1])
-    if trajectory is None:
-        raise SchemaError(f"{source}: BART k-space needs its trajectory: --trajectory traj.cfl (trajectory=)")
     units = check_units(traj_units)
     ksp = read_cfl(path, allow_external=allow_external)
-    traj = read_cfl(trajectory, allow_external=allow_external)
     sens = None if sensitivities is None else read_cfl(sensitivities, allow_external=allow_external)
+    if trajectory is None:
+        return _cartesian(source, ksp, sens, sensitivities, matrix, chosen)
+    traj = read_cfl(trajectory, allow_external=allow_external)
     kdims, tdims = ksp.shape, traj.shape
     if kdims[0] != 1:
         raise SchemaError(f"{source}: BART k-space has {kdims[0]} along dimension 0 (READ); non-Cartesian BART "
@@ -196,6 +196,26 @@ def load_cfl_scans(path: str | os.PathLike, *, trajectory: str | os.PathLike | N
         out.append((key, Scan(kspace=np.ascontiguousarray(data, dtype=np.complex64), trajectory=k,
                               matrix=shape, coil_maps=maps, attrs=attrs, source=source)))
     return out
+
+
+def _cartesian(source: str, ksp: np.ndarray, sens: np.ndarray | None, sensitivities, matrix,
+               chosen: Mapping[str, int | None]) -> list[tuple[dict, Scan]]:
+    """A k-space without trajectory: BART's Cartesian layout (:mod:`~mri_recon.io.cfl_cartesian`)."""
+    from .cfl_cartesian import cartesian_scans  # noqa: PLC0415 - the Cartesian reader, on use
+
+    kdims = ksp.shape
+    if kdims[0] == 1:
+        raise SchemaError(f"{source}: BART k-space (1, {kdims[1]}, {kdims[2]}, ...) is non-Cartesian and needs its "
+                          f"trajectory: --trajectory traj.cfl (trajectory=); Cartesian k-space is (X, Y, Z, COILS)")
+    _refuse_other_dims(source, "k-space", kdims, (0, 1, 2, COIL_DIM, *STACK_DIMS.values()))
+    grid = tuple(int(n) for n in kdims[:3])
+    shape = grid[:2] if grid[2] == 1 else grid
+    if sens is not None and tuple(sens.shape[:3]) != grid:
+        raise SchemaError(f"{printable(cfl_pair(sensitivities)[1])}: BART sensitivities of matrix "
+                          f"{list(trimmed(sens.shape[:3]))} do not fit the Cartesian k-space grid "
+                          f"{list(trimmed(grid))}")
+    maps = None if sens is None else _coil_maps(printable(cfl_pair(sensitivities)[1]), sens, kdims[COIL_DIM], shape)
+    return cartesian_scans(source, ksp, maps, None if matrix is None else parse_matrix(matrix), **chosen)
 
 
 def cfl_image(image: np.ndarray, keys: Sequence[Mapping[str, int]], ndim: int) -> np.ndarray:

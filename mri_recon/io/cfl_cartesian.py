@@ -27,8 +27,8 @@ from .stack import DIMENSIONS, select
 def cartesian_scans(source: str, ksp: np.ndarray, maps: np.ndarray | None, matrix: Sequence[int] | None,
                     **chosen: int | None) -> list[tuple[dict, Scan]]:
     """Every image of the Cartesian BART k-space ``ksp`` (16 dimensions) as ``(key, Scan)``; ``maps``:
-    sensitivities already read and checked against the grid (``(C, *matrix)``) or None; ``matrix``: a size the user gave, which must be
-    the grid's."""
+    sensitivities already read and checked against the grid (``(C, *matrix)``) or None; ``matrix``: a size
+    the user gave, which must be the grid's."""
     dims = ksp.shape
     grid = tuple(int(n) for n in dims[:3])
     shape = validate_matrix(list(grid[:2]) if grid[2] == 1 else list(grid), source)

@@ -64,7 +64,7 @@ def test_convert_refuses_the_header_of_its_input(bart):
     folder, before = bart
     done = _run("convert", folder / "ksp.cfl", folder / "ksp.hdr", "--trajectory", folder / "traj.cfl",
                 "--sensitivities", folder / "sens.cfl")
-    assert done.exit_code == 1 and "would overwrite an input file" in done.output
+    assert done.exit_code == 1 and "would overwrite the input file" in done.output
     assert _contents(folder) == before
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..errors import MriReconError, printable
+from ..errors import MriReconError, OutputError, printable
 
 
 def friendly(func: Callable) -> Callable:
@@ -37,3 +37,33 @@ def say(quiet: bool, message: str) -> None:
 
 
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+
+
+def check_log_json(inputs: tuple, log_json: Any, output: Any, png: Any) -> None:
+    """Fail before any work when the JSON log cannot be written, would replace another output or one of the
+    run's ``inputs``."""
+    from ..io.files import check_output, same_file
+
+    if log_json is None:
+        return
+    for other, option in ((output, "-o"), (png, "--png")):
+        if other is not None and same_file(log_json, other):
+            raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
+    check_output(log_json, protect=inputs)
+
+
+def check_outputs(inputs: tuple, output: Any, png: Any, format: str | None = None) -> None:
+    """Fail before any work when an output cannot be written or would replace one of the run's ``inputs``
+    (the same checks the writers make; a folder output, ``--format dicom``, by its format's ``check``)."""
+    from ..io.files import check_output, same_file
+    from ..io.png import check_png_name
+    from ..io.writers import OUTPUTS
+
+    if png is not None and same_file(png, output):
+        raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
+    checks = ((output, OUTPUTS[format].check if format in OUTPUTS else check_output), (png, check_output))
+    for target, check in checks:
+        if target is not None:
+            check(target, protect=inputs)
+    if png is not None:
+        check_png_name(png)

@@ -33,7 +33,7 @@ def convert(source: Path, output: Path, quiet: bool, **options: Any) -> None:
 
     settings = settings_from(options)
     if any(same_file(output, path) for path in settings.read_paths(source)):  # a BART file: its pair too
-        raise OutputError(f"{output}: output would overwrite an input file; choose another path")
+        raise OutputError(f"{output}: output would overwrite the input file; choose another path")
     run, keywords = _converter(source, settings)
     for path in run(source, output, **keywords):
         say(quiet, f"wrote {path}")

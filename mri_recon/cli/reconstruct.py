@@ -13,10 +13,9 @@ import click
 import numpy as np
 
 from ..batch.inputs import output_name
-from ..errors import OutputError
 from ..settings import ReconSettings
 from .batch import batch_options, is_batch, run_batch
-from .common import friendly, say
+from .common import check_log_json, check_outputs, friendly, say
 from .options import settings_from, settings_options
 from .serve import is_pipe, run_pipe
 from .temporal import reconstruct_options
@@ -187,31 +186,3 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
             f"{seconds:.2f} s{delay_summary(results)}")
 
 
-def check_log_json(inputs: tuple, log_json: Path | None, output: Path, png: Path | None) -> None:
-    """Fail before any work when the JSON log cannot be written, would replace another output or one of the
-    run's ``inputs``."""
-    from ..io.files import check_output, same_file
-
-    if log_json is None:
-        return
-    for other, option in ((output, "-o"), (png, "--png")):
-        if other is not None and same_file(log_json, other):
-            raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
-    check_output(log_json, protect=inputs)
-
-
-def check_outputs(inputs: tuple, output: Path, png: Path | None, format: str | None = None) -> None:
-    """Fail before any work when an output cannot be written or would replace one of the run's ``inputs``
-    (the same checks the writers make; a folder output, ``--format dicom``, by its format's ``check``)."""
-    from ..io.files import check_output, same_file
-    from ..io.png import check_png_name
-    from ..io.writers import OUTPUTS
-
-    if png is not None and same_file(png, output):
-        raise OutputError(f"{png}: --png names the same file as the output (-o); choose another PNG path")
-    checks = ((output, OUTPUTS[format].check if format in OUTPUTS else check_output), (png, check_output))
-    for target, check in checks:
-        if target is not None:
-            check(target, protect=inputs)
-    if png is not None:
-        check_png_name(png)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from ..errors import MriReconError, printable
+from .common import check_outputs
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -166,8 +167,6 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     started = time.perf_counter()
     settings = settings_from(params)
     refuse_unhonoured(settings, params)
-    from .reconstruct import check_outputs  # noqa: PLC0415
-
     inputs = settings.read_paths(scan)
     check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
     with cli_logging(params["verbose"], params["quiet"]):

@@ -158,3 +158,38 @@ def test_noise_samples(rng):
 def test_bad_arguments_raise(call, match):
     with pytest.raises(InvalidDataError, match=match):
         call()
+
+
+def _dark_ellipses(image):
+    """``(area, centre)`` of the two dark ellipses inside the head, smaller first."""
+    from scipy import ndimage
+
+    head = ndimage.binary_fill_holes(image > 0.5 * image.max())
+    inner = ndimage.binary_erosion(head, iterations=max(2, image.shape[0] // 20))
+    labels, count = ndimage.label(inner & (image < np.percentile(image[inner], 20)))
+    found = [(int((labels == i).sum()), ndimage.center_of_mass(labels == i)) for i in range(1, count + 1)]
+    return sorted(f for f in found if f[0] > image.size // 500)[-2:]
+
+
+def test_the_phantom_lies_as_barts_does():
+    """Axis 0 from the top of the classic picture down, axis 1 from left to right: the larger dark ellipse
+    on the left (small axis-1 index), the ellipse at y = 0.35 above the centre (small axis-0 index)."""
+    image = np.abs(phantom.shepp_logan_image((96, 96)))
+    (_, small), (_, large) = _dark_ellipses(image)
+    assert large[1] < 48 < small[1] and abs(large[0] - 48) < 3
+    column = image[:, 48]
+    top = np.argmax(column[14:46] > column[48] + 0.05) + 14  # inside the skull: the ellipse at y = 0.35
+    assert 15 < top < 40
+
+
+@pytest.mark.skipif(__import__("shutil").which("bart") is None, reason="needs BART (apt-get install bart)")
+def test_the_phantom_has_barts_orientation(tmp_path):
+    import subprocess
+
+    from mri_recon.io.cfl import read_cfl
+
+    subprocess.run(["bart", "phantom", "-x", "96", "ph"], cwd=tmp_path, check=True, capture_output=True)
+    theirs = np.abs(np.asarray(read_cfl(tmp_path / "ph")).reshape(96, 96))
+    ours = np.abs(phantom.shepp_logan_image((96, 96)))
+    for (_, a), (_, b) in zip(_dark_ellipses(theirs), _dark_ellipses(ours)):
+        assert np.max(np.abs(np.subtract(a, b))) < 4  # each dark ellipse at BART's place, to 4 voxels

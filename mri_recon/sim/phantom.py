@@ -3,8 +3,10 @@
 The phantom is the modified Shepp-Logan of Toft (higher-contrast intensities) in 2D (ten ellipses) and its
 3D extension (ten ellipsoids, rotated about z only). The classic definition lives in ``[-1, 1]^D``; here it
 is scaled by :data:`SCALE` = 0.45, so it fills 0.9 of the field of view ``r in [-0.5, 0.5)^D`` without
-touching its edge. Axis 0 is x and axis 1 is y (the classic picture has y pointing up: show ``image.T``
-with the origin at the bottom).
+touching its edge. It lies as ``bart phantom`` lays it out: image axis 0 runs from the top of the classic
+picture to its bottom and axis 1 from its left to its right (the classic ``(x, y)`` turned by 90 degrees:
+``axis 0 = -y``, ``axis 1 = x``), so the PNG preview and ``bart toimg`` show it upright, the larger dark
+ellipse on the left; axis 2 (3D) is z.
 
 The k-space is the continuous Fourier transform evaluated exactly at the trajectory (no inverse crime):
 an ellipse with semi-axes ``(a, b)``, rotation ``R`` and centre ``c`` contributes
@@ -70,8 +72,10 @@ def _shapes(ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     table = {2: _ELLIPSES, 3: _ELLIPSOIDS}[ndim]
     intensity = table[:, 0]
     axes = table[:, 1:1 + ndim] * SCALE
-    centres = table[:, 1 + ndim:1 + 2 * ndim] * SCALE
-    phi = np.deg2rad(table[:, -1])
+    classic = table[:, 1 + ndim:1 + 2 * ndim] * SCALE
+    centres = classic.copy()
+    centres[:, 0], centres[:, 1] = -classic[:, 1], classic[:, 0]  # turned by 90 degrees: BART's layout
+    phi = np.deg2rad(table[:, -1] + 90.0)
     rot = np.zeros((len(table), ndim, ndim))
     rot[:, 0, 0] = np.cos(phi)
     rot[:, 0, 1] = -np.sin(phi)

@@ -160,8 +160,24 @@ def test_a_3d_image_is_one_file_per_slice_at_the_documented_positions(tmp_path):
         np.testing.assert_allclose(np.array(ds.ImageOrientationPatient, float), np.r_[rot[:, 1], rot[:, 0]],
                                    atol=1e-8)
         assert (ds.Rows, ds.Columns) == (9, 6) and float(ds.SpacingBetweenSlices) == 3.25
+        # SliceLocation along the slice axis (rows x columns is phase x read = -slice_dir here)
+        assert float(ds.SliceLocation) == pytest.approx(float(rot[:, 2] @ corner), abs=1e-4)
         values = float(ds.RescaleSlope) * ds.pixel_array
         assert np.max(np.abs(values - np.abs(image[:, :, k]))) <= 0.51 * float(ds.RescaleSlope)
+
+
+def test_slice_location_has_the_sign_of_the_slice_axis(tmp_path):
+    from mri_recon import Scan
+    from mri_recon.io.dicom import write_dicom_series
+    from mri_recon.io.geometry import geometry_of
+
+    attrs = {"voxel_size_mm": [1.0, 1.0, 2.0], "position_mm": [0.0, 0.0, 30.0], "read_dir": [1.0, 0.0, 0.0],
+             "phase_dir": [0.0, 1.0, 0.0], "slice_dir": [0.0, 0.0, 1.0]}
+    scan = Scan(kspace=np.ones((1, 4), np.complex64), trajectory=np.zeros((4, 2), np.float32), matrix=(4, 4),
+                attrs=attrs)
+    [path] = write_dicom_series(tmp_path / "one", np.ones((4, 4), np.complex64), [geometry_of((4, 4), attrs)],
+                                [({}, scan, {}, None)])
+    assert float(pydicom.dcmread(path).SliceLocation) == pytest.approx(30.0)
 
 
 def test_a_dicom_batch_is_complete_on_its_second_run(tmp_path):

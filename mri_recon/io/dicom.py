@@ -151,7 +151,7 @@ def _series(results: list, geometries: Sequence[Geometry], depth: int) -> dict:
 
 
 def _dataset(shared: dict, pixels: np.ndarray, position: np.ndarray, orient: list[float], number: int,
-             key: dict, slope: str):
+             key: dict, slope: str, slice_dir: np.ndarray):
     pydicom = _pydicom()
     from .dicom_fields import decimal  # noqa: PLC0415
 
@@ -165,8 +165,7 @@ def _dataset(shared: dict, pixels: np.ndarray, position: np.ndarray, orient: lis
     ds.TemporalPositionIdentifier = int(key.get("phase", 0)) + 1
     ds.ImagePositionPatient = [decimal(v) for v in position]
     ds.ImageOrientationPatient = [decimal(v) for v in orient]
-    normal = np.cross(np.asarray(orient[:3]), np.asarray(orient[3:]))
-    ds.SliceLocation = decimal(float(normal @ position))
+    ds.SliceLocation = decimal(float(np.asarray(slice_dir, dtype=np.float64) @ position))  # along the slice axis
     ds.Rows, ds.Columns = int(pixels.shape[0]), int(pixels.shape[1])
     ds.RescaleSlope, ds.RescaleIntercept = slope, "0"
     ds.PixelData = np.ascontiguousarray(pixels, dtype="<u2").tobytes()
@@ -196,7 +195,8 @@ def series_datasets(image: np.ndarray, geometries: Sequence[Geometry], results: 
         orient = orientation(geometry)
         for k, position in enumerate(slice_positions(geometry, depth)):
             key_all = {name: key.get(name, 0) for name in DIMENSIONS}
-            out.append(_dataset(shared, stored[index, :, :, k], position, orient, len(out) + 1, key_all, slope_text))
+            out.append(_dataset(shared, stored[index, :, :, k], position, orient, len(out) + 1, key_all, slope_text,
+                                geometry.directions()[:, 2]))
     return out
 
 

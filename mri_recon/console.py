@@ -145,9 +145,13 @@ def delay_summary(results: list) -> str:
     """The result line's words on the gradient delay: what was applied, or that an estimate was not and why
     (empty when no image's preparation dealt with it). ``results`` as for :func:`run_log`."""
     records = [record for _, _, record, _ in results if record.get("gradient_delay")]
-    if not records:
+    return delay_words(records[0]) if records else ""  # one estimate is shared by the images of a file
+
+
+def delay_words(record: Mapping[str, Any]) -> str:
+    """:func:`delay_summary` of one preparation record (empty when it has no gradient-delay entries)."""
+    if not record.get("gradient_delay"):
         return ""
-    record = records[0]  # one estimate is shared by the images of a file
     if record["gradient_delay"] == "none":
         return f"; gradient delay not applied ({record['gradient_delay_note'].removeprefix('auto: ')})"
     values = ", ".join(f"{v:.3f}" for v in record["gradient_delay_samples"])
@@ -173,6 +177,19 @@ def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[
             totals[stage] = totals.get(stage, 0.0) + float(value)
     return {"mri_recon_version": __version__, "settings": dict(settings), "images": images,
             "timings_s": totals, "wall_s": seconds}
+
+
+def series_log(settings: Mapping[str, Any], result: Any, record: Mapping[str, Any], seconds: float) -> dict:
+    """The record of a time-series run (:func:`mri_recon.series.reconstruct_series`'s ``result``): the
+    settings, the frames, solver, residual history, timings and parameters, the preparation ``record`` (the
+    gradient delay shared by the frames) and the NRMSE against a simulated series' truth."""
+    error = result.nrmse()
+    series = {"frames": len(result.labels), "axis": result.axis, "labels": list(result.labels),
+              "device": result.device, "iterations": result.iterations,
+              "history": [float(h) for h in result.history], "timings_s": dict(result.timings),
+              "parameters": dict(result.parameters), "preparation": dict(record),
+              **({} if error is None else {"nrmse_vs_ground_truth": float(error)})}
+    return {"mri_recon_version": __version__, "settings": dict(settings), "series": series, "wall_s": seconds}
 
 
 def write_run_log(path: str | os.PathLike, log: Mapping[str, Any], *, protect: tuple = ()) -> None:

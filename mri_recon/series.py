@@ -58,7 +58,7 @@ RHO_DEFAULT = {"admm": 0.5}
 class SeriesResult:
     """The outcome of :func:`reconstruct_series`."""
 
-    image: np.ndarray
+    image: np.ndarray = field(repr=False)
     """complex64 ``(T, *matrix)``: the frames, time first."""
     history: tuple[float, ...]
     """Relative objective at the solver's checks (CG: the largest relative residual of any frame)."""

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ..errors import MriReconError, printable
-from .common import check_outputs
+from .common import check_log_json, check_outputs
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -134,10 +134,11 @@ def is_temporal(params: Mapping[str, Any]) -> bool:
 
 HONOURED = frozenset({"format", "complex_", "magnitude", "iterations", "lam", "regularizer", "inner_iterations", "rho",
                       "anisotropic", "tol", "method", "device", "coil_maps", "dcf", "prewhiten", "traj_units",
-                      "allow_external", "cache", "cache_dir", "choice", "trajectory", "sensitivities", "matrix"})
+                      "allow_external", "cache", "cache_dir", "choice", "trajectory", "sensitivities", "matrix",
+                      "gradient_delay"})
 """The settings a time-series reconstruction takes; any other set away from its default is refused."""
-ALSO_REFUSED = ("log_json", "workers", "scheduler")
-"""Options of the command that a time series does not take (a JSON run log, a batch)."""
+ALSO_REFUSED = ("workers", "scheduler")
+"""Options of the command that a time series does not take (a batch)."""
 
 
 def refuse_unhonoured(settings: Any, params: Mapping[str, Any]) -> None:
@@ -154,7 +155,7 @@ def refuse_unhonoured(settings: Any, params: Mapping[str, Any]) -> None:
 
 def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
     """``reconstruct`` of one file as a time series, with the command's ``params``."""
-    from ..console import cli_logging  # noqa: PLC0415
+    from ..console import cli_logging, delay_words  # noqa: PLC0415
     from ..io.frames import load_series  # noqa: PLC0415
     from ..io.geometry import geometry_of  # noqa: PLC0415
     from ..series import reconstruct_series, write_series  # noqa: PLC0415
@@ -169,9 +170,11 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     refuse_unhonoured(settings, params)
     inputs = settings.read_paths(scan)
     check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
+    check_log_json(inputs, params.get("log_json"), Path(output), params["png"])
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())
+        series, delays = _corrected(series, settings.gradient_delay)
         geometry = geometry_of(series.matrix, series.frames[0].attrs, str(scan))
         result = reconstruct_series(
             series, temporal=params["temporal"], temporal_lam=params["temporal_lam"],
@@ -186,12 +189,31 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
             from ..io.series_files import write_series_png  # noqa: PLC0415
 
             shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=inputs)})"
+    seconds = time.perf_counter() - started
+    if params.get("log_json") is not None:
+        from ..console import series_log, write_run_log  # noqa: PLC0415
+
+        logged = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
+        write_run_log(params["log_json"], series_log({**logged, "output": output}, result, delays, seconds),
+                      protect=inputs)
+        shown += f" and {params['log_json']}"
     error = result.nrmse()
     dropped = f", {series.dropped_readouts} readout(s) dropped" if series.dropped_readouts else ""
     echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
          f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
          + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
-         + f", {result.parameters['method']} on {result.device}, {time.perf_counter() - started:.2f} s")
+         + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}")
+
+
+def _corrected(series: Any, gradient_delay: Any) -> tuple[Any, dict]:
+    """The series with every frame's trajectory corrected by one gradient-delay estimate from all the frames
+    (:func:`mri_recon.prep.gradient_delay.correct_gradient_delay`), and its record."""
+    import dataclasses  # noqa: PLC0415
+
+    from ..prep.gradient_delay import correct_gradient_delay  # noqa: PLC0415
+
+    frames, record = correct_gradient_delay(list(series.frames), gradient_delay)
+    return (dataclasses.replace(series, frames=tuple(frames)) if record else series), record
 
 
 def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
@@ -204,12 +226,20 @@ def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None
     trajectory = params["trajectory"]
     if trajectory not in ("golden", "stack-of-stars"):
         raise click.UsageError(f"--frames simulates golden-angle radial or stack-of-stars, not {trajectory}")
+    unhonoured = [name for name, given in (("--spokes", params.get("spokes") is not None),
+                                           ("--interleaves", params.get("interleaves") is not None),
+                                           ("--field-map", params.get("field_map") is not None),
+                                           ("--readout-ms", params.get("readout_ms", 16.0) != 16.0)) if given]
+    if unhonoured:
+        raise click.UsageError(f"{', '.join(unhonoured)}: not available with --frames (a series has --frames x "
+                               f"--spokes-per-frame golden-angle spokes and no field map); drop them")
     sizes = tuple(int(p) for p in params["matrix"].replace("x", ",").split(",") if p.strip())
     size = sizes * (3 if trajectory == "stack-of-stars" else 2) if len(sizes) == 1 else sizes
     series = simulate_series(size, trajectory, frames=params["frames"],
                              spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],
                              snr=params["snr"], samples=params["samples"], seed=params["seed"],
-                             dcf=None if params["dcf"] == "none" else params["dcf"])
+                             dcf=None if params["dcf"] == "none" else params["dcf"],
+                             gradient_delay=params.get("gradient_delay"))
     save_series_mrd(params["output"], series)
     echo(f"wrote {params['output']}: {series.n_frames} frames (MRD repetitions) of "
          f"{series.attrs['spokes_per_frame']} spokes, "

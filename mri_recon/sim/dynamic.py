@@ -24,6 +24,7 @@ from ..prep import dcf as _dcf
 from ..scan import Scan
 from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
+from .simulate import delayed_positions
 
 CONTRACTION = 0.3
 """Relative shrink of the beating ellipses' semi-axes at peak contraction."""
@@ -98,13 +99,15 @@ def _readouts(kind: str, matrix: tuple[int, ...], total: int, samples: int | Non
 
 def simulate_series(matrix, trajectory: str = "golden", *, frames: int, spokes_per_frame: int, coils: int = 8,
                     snr: float | None = 30.0, samples: int | None = None, seed: int = 0, dcf: str | None = "pipe",
-                    cycles: float = 1.0, frame_ms: float | None = None) -> TimeSeries:
+                    cycles: float = 1.0, frame_ms: float | None = None, gradient_delay=None) -> TimeSeries:
     """A :class:`~mri_recon.io.frames.TimeSeries` of the moving phantom (see the module docstring).
 
     ``frames`` frames of ``spokes_per_frame`` consecutive golden-angle spokes each (stack-of-stars: each spoke
     on every partition); ``cycles`` beats over the series; noise as in
     :func:`mri_recon.sim.simulate.simulate_scan` (image-domain SNR of the first frame); ``dcf`` each frame's
-    own density weights; ``frame_ms`` the frame duration (default: 3.5 ms per readout, a golden-angle FLASH).
+    own density weights; ``frame_ms`` the frame duration (default: 3.5 ms per readout, a golden-angle FLASH);
+    ``gradient_delay`` delays as for :func:`~mri_recon.sim.simulate.simulate_scan` (the data those of the
+    delayed positions, every frame's trajectory the nominal one; attribute ``gradient_delay_samples``).
     """
     if trajectory not in KINDS:
         raise InvalidDataError(f"a moving phantom is simulated on {', '.join(KINDS)}, found {trajectory!r}")
@@ -125,10 +128,11 @@ def simulate_series(matrix, trajectory: str = "golden", *, frames: int, spokes_p
     block = k * per_spoke
     duration = (3.5 * block if frame_ms is None else float(frame_ms)) * 1e-3
     step_ms = 1e3 * duration / block  # one readout
-    out = []
+    out, delayed = [], {}
     for t, s in enumerate(phases):
         traj = readouts[t * block:(t + 1) * block].reshape(-1, len(matrix))
-        clean = frame_kspace(traj, matrix, coils, s)
+        sampled, delayed = delayed_positions(traj, trajectory, gradient_delay, {"samples": readouts.shape[1]})
+        clean = frame_kspace(sampled, matrix, coils, s)
         data = clean if sigma == 0 else (clean + phantom.noise_samples(coils, clean.shape[1], sigma, rng))
         weights = None if dcf is None else (_dcf.ramp if dcf == "ramp" else _dcf.pipe_menon)(
             traj, matrix, **({"axes": (0, 1)} if trajectory == "stack-of-stars" else {}))
@@ -139,6 +143,7 @@ def simulate_series(matrix, trajectory: str = "golden", *, frames: int, spokes_p
     attrs = {"trajectory_kind": trajectory, "snr": math.inf if snr is None else float(snr), "seed": int(seed),
              "noise_std": float(sigma), "coils": coils, "frames": frames, "spokes_per_frame": k,
              "samples": int(readouts.shape[1]), "cycles": float(cycles), "dcf": dcf or "none",
-             "phantom": "shepp-logan, beating"}
+             "phantom": "shepp-logan, beating",
+             **{k: v for k, v in delayed.items() if k == "gradient_delay_samples"}}
     return TimeSeries(frames=tuple(out), axis="readouts", labels=tuple(range(frames)), coil_maps=maps,
                       ground_truth=truth, frame_duration_s=duration, attrs=attrs, source="simulate_series")

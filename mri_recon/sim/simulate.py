@@ -97,7 +97,7 @@ def _weights(method: str | None, kind: str, k: np.ndarray, matrix: tuple[int, ..
     return _dcf.pipe_menon(k, matrix, axes=axes)
 
 
-def _delayed(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.ndarray, dict]:
+def delayed_positions(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.ndarray, dict]:
     """The true sample positions of the nominal trajectory ``k`` under ``gradient_delay`` (None: ``k``)."""
     if gradient_delay is None:
         return k, sizes
@@ -186,7 +186,7 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     truth = phantom.shepp_logan_image(matrix)
     maps = phantom.coil_maps(matrix, coils)
     rng = np.random.default_rng(int(seed))
-    sampled, sizes = _delayed(k, trajectory, gradient_delay, sizes)
+    sampled, sizes = delayed_positions(k, trajectory, gradient_delay, sizes)
     clean = phantom.coil_kspace(sampled, matrix, coils)
     clean, fmap, times = _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes)
     kspace, sigma = phantom.add_noise(clean, snr_value, rng, signal=phantom.cartesian_signal(maps * truth))

@@ -212,10 +212,15 @@ def _check_choices(temporal: str, regularizer: str, solver: str) -> None:
     resolve_lam(regularizer, None)  # refuses an unknown regularizer
 
 
+TEMPORAL_ITERATIONS = 200
+"""Iterations of a joint time-series solve when none are given (the library and the CLI): where it has
+converged on the beating phantom (docs/temporal.md)."""
+
+
 @blas_on_one_thread
 def reconstruct_series(series: TimeSeries, *, temporal: str = "tv", temporal_lam: float | None = None,
                        regularizer: str = "l2", lam: float | None = None, solver: str = "admm",
-                       iterations: int = 100, rho: float | None = None, inner_iterations: int = 1,
+                       iterations: int = TEMPORAL_ITERATIONS, rho: float | None = None, inner_iterations: int = 1,
                        anisotropic: bool = False, tol: float = 1e-6, device: str | int | Device | None = "auto",
                        method: str = "auto", prepare: bool = True, prewhiten: bool = True, dcf: str = "auto",
                        coil_maps: str = "auto", check_every: int = 10) -> SeriesResult:

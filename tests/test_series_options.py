@@ -61,3 +61,18 @@ def test_a_time_series_refuses_a_batch_by_name(tmp_path):
     assert _run("simulate", scan, *FRAMES).exit_code == 0
     done = _run("reconstruct", scan, "-o", tmp_path / "r.h5", "--temporal", "tv", "--workers", "2")
     assert done.exit_code == 2 and "--workers: not available with a time series" in done.output
+
+
+def test_a_joint_solve_without_iterations_runs_its_own_default(tmp_path):
+    from mri_recon.series import TEMPORAL_ITERATIONS
+
+    scan, log = tmp_path / "s.mrd.h5", tmp_path / "run.json"
+    assert _run("simulate", scan, "--matrix", "16", "--coils", "2", "--frames", "2", "--spokes-per-frame", "6",
+                "-q").exit_code == 0
+    done = _run("reconstruct", scan, "-o", tmp_path / "r.h5", "--temporal", "tv", "--device", "cpu", "--tol", "0",
+                "--log-json", log)
+    assert done.exit_code == 0, done.output
+    assert json.loads(log.read_text())["series"]["iterations"] == TEMPORAL_ITERATIONS == 200
+    done = _run("reconstruct", scan, "-o", tmp_path / "q.h5", "--temporal", "tv", "--device", "cpu", "--tol", "0",
+                "--iterations", "30", "--log-json", log)
+    assert done.exit_code == 0 and json.loads(log.read_text())["series"]["iterations"] == 30

@@ -168,6 +168,10 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     started = time.perf_counter()
     settings = settings_from(params)
     refuse_unhonoured(settings, params)
+    if params["temporal"] != "none" and not _given("iterations"):
+        from ..series import TEMPORAL_ITERATIONS  # noqa: PLC0415
+
+        settings = settings.replace(iterations=TEMPORAL_ITERATIONS)  # a joint solve's own default
     inputs = settings.read_paths(scan)
     check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
     check_log_json(inputs, params.get("log_json"), Path(output), params["png"])
@@ -203,6 +207,13 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
          f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
          + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
          + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}")
+
+
+def _given(name: str) -> bool:
+    """True when the command line gave option ``name`` (not its default)."""
+    ctx = click.get_current_context(silent=True)
+    source = None if ctx is None else ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
 
 
 def _corrected(series: Any, gradient_delay: Any) -> tuple[Any, dict]:

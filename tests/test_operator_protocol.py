@@ -95,6 +95,8 @@ def test_protocol_pieces(rng):
     x = crandn(rng, 2, 6, 5)
     np.testing.assert_allclose(n(x), op.H(op(x)), rtol=1e-6)
     assert isinstance(op.H @ op + Identity(op.ishape), Sum)
+    np.testing.assert_array_equal(op @ x, op(x))  # an operator applied to an array, as SciPy's A @ x
+    np.testing.assert_array_equal(op.H @ (op @ x), op.H(op(x)))
     np.testing.assert_allclose((2 * op)(x), 2 * op(x), rtol=1e-6)
     out = np.empty(op.oshape, dtype=np.complex64)
     op.apply_into(x, out)
@@ -109,6 +111,10 @@ def test_shape_errors(rng):
         op(crandn(rng, 6, 5))
     with pytest.raises(SchemaError, match=r"cannot compose .* \(2, 6, 5\) != \(3, 6, 5\)"):
         op @ Identity((3, 6, 5))
+    with pytest.raises(SchemaError, match=r"NudftEncoding input must have shape \(2, 6, 5\), found \(6, 5\)"):
+        op @ crandn(rng, 6, 5)
+    with pytest.raises(TypeError):
+        op @ "x"
     with pytest.raises(SchemaError, match="cannot add"):
         op + Identity((2, 6, 5))
     with pytest.raises(NotImplementedError, match="does not implement its forward map"):

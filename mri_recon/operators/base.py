@@ -83,10 +83,13 @@ class LinearOperator:
         """The normal operator ``A^H A`` (``ishape -> ishape``); subclasses may return a faster equivalent."""
         return self.H @ self
 
-    def __matmul__(self, other: LinearOperator) -> LinearOperator:
-        if not isinstance(other, LinearOperator):
-            return NotImplemented
-        return Compose(self, other)
+    def __matmul__(self, other: Any) -> Any:
+        """``A @ B``: the composition of two operators; ``A @ x``: ``A`` applied to an array (as SciPy's)."""
+        if isinstance(other, LinearOperator):
+            return Compose(self, other)
+        if hasattr(other, "shape") and hasattr(other, "dtype"):  # a NumPy or CuPy array
+            return self.apply(other)
+        return NotImplemented
 
     def __add__(self, other: LinearOperator) -> LinearOperator:
         if not isinstance(other, LinearOperator):

@@ -196,3 +196,17 @@ def test_a_dicom_batch_is_complete_on_its_second_run(tmp_path):
     third = _run(*args)
     assert third.exit_code == 0 and "1 done, 1 skipped" in third.output, third.output
     assert (tmp_path / "out" / "a.recon.dcm" / "IM00001.dcm").read_bytes()[:132] == written["a"][:132]
+
+
+def test_a_missing_pydicom_is_found_before_any_work(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    scan = tmp_path / "s.h5"
+    assert CliRunner().invoke(main, ["simulate", str(scan), "--matrix", "16", "--coils", "1", "-q"]).exit_code == 0
+    monkeypatch.setitem(sys.modules, "pydicom", None)  # import pydicom now raises ImportError
+    started = []
+    monkeypatch.setattr("mri_recon.api.prepare_and_reconstruct", lambda *a, **k: started.append(1))
+    done = CliRunner().invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "series"), "--format", "dicom"])
+    assert done.exit_code == 1 and "DICOM output needs pydicom" in done.output and not started

@@ -63,7 +63,9 @@ def _pydicom():
 
 
 def check_dicom_output(path: str | os.PathLike, *, protect: tuple[str | os.PathLike, ...] | FileSet = ()) -> Path:
-    """Check that ``path`` can become the series folder; returns its parent folder (see the module docstring)."""
+    """Check that ``path`` can become the series folder and that pydicom is installed (before any work);
+    returns its parent folder (see the module docstring)."""
+    _pydicom()
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
     if target in (protect if isinstance(protect, FileSet) else FileSet(protect)):

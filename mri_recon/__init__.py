@@ -32,12 +32,14 @@ import logging
 
 from ._version import __version__
 from .errors import MriReconError
-from .io import load_scan, load_scans, save_scan
-from .scan import Scan
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 _LAZY = {
+    "load_scan": "io",
+    "load_scans": "io",
+    "save_scan": "io",
+    "Scan": "scan",
     "fhd": "operators",
     "forward": "operators",
     "psf": "operators",
@@ -60,7 +62,7 @@ _LAZY = {
     "smooth": "filters",
 }
 
-__all__ = ["MriReconError", "Scan", "load_scan", "load_scans", "save_scan", "__version__", *_LAZY]
+__all__ = ["MriReconError", "__version__", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -311,3 +311,19 @@ def test_info_on_ismrmrd_reports_images_and_units(small_scan, tmp_path):
     assert "traj units  normalized" in result.output
     _assert_clean_error(_run("info", mrd, "--device", "cpu", "--traj-units", "cycles-per-fov"),
                         "looks normalized to [-0.5, 0.5]")
+
+
+def test_version_loads_no_numerical_library_and_help_lists_every_command():
+    """``mri-recon --version`` loads only click and the version (it took 1.8-3.2 s when every command and the
+    whole library were imported first); ``--help`` lists every command."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mri_recon.cli import main\n"
+            "try:\n    main(['--version'], prog_name='mri-recon')\nexcept SystemExit:\n    pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'scipy', 'h5py', 'finufft'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]" and done.stdout.startswith("mri-recon, version ")
+    shown = _run("--help").output
+    assert all(f"  {name} " in shown for name in ("reconstruct", "simulate", "info", "convert", "doctor", "cache",
+                                                   "serve", "send"))

@@ -133,7 +133,7 @@ def test_client_settings_change_the_servers_own_in_order():
 
 def test_client_names_are_the_options_of_reconstruct_and_serve():
     for command in ("reconstruct", "serve"):
-        options = {o for p in main.commands[command].params for o in p.opts}
+        options = {o for p in main.get_command(None, command).params for o in p.opts}
         assert {"--" + name.replace("_", "-") for name in ALLOWED} <= options
     assert not {"device", "cache_dir", "format", "complex", "allow_external_data", "slice"} & set(ALLOWED)
 

@@ -87,7 +87,7 @@ def test_the_choice_drops_unset_indices_and_the_record_leaves_out_how_it_ran():
 
 
 def test_the_commands_options_are_the_settings():
-    params = {p.name: p for p in main.commands["reconstruct"].params}
+    params = {p.name: p for p in main.get_command(None, "reconstruct").params}
     for name in FIELDS:
         spec = option_of(name)
         if spec.kind is dict:
@@ -99,9 +99,9 @@ def test_the_commands_options_are_the_settings():
             assert param.default == default_of(name), name
             if spec.choices is not None:
                 assert tuple(param.type.choices) == allowed(spec), name
-    context = main.commands["reconstruct"].make_context("reconstruct", ["scan.h5"])
+    context = main.get_command(None, "reconstruct").make_context("reconstruct", ["scan.h5"])
     assert settings_from(context.params) == ReconSettings()
-    given = main.commands["reconstruct"].make_context("reconstruct", [
+    given = main.get_command(None, "reconstruct").make_context("reconstruct", [
         "scan.h5", "--no-prewhiten", "--no-field-map", "--no-cache", "--lambda", "0.5", "--slice", "2",
         "--format", "nifti", "--complex", "--cache-dir", "c", "--allow-external-data"])
     assert settings_from(given.params) == ReconSettings(prewhiten=False, field_map="ignore", cache=False, lam=0.5,

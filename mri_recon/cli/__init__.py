@@ -8,25 +8,35 @@ never replace the input. The options of ``reconstruct`` come from :class:`~mri_r
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from .._version import __version__
-from .cache import cache
-from .convert import convert
-from .doctor import doctor
-from .info import info
-from .reconstruct import reconstruct
-from .serve import send, serve
-from .simulate import simulate
 
 __all__ = ["main"]
 
+COMMANDS = {"reconstruct": "reconstruct", "simulate": "simulate", "info": "info", "convert": "convert",
+            "doctor": "doctor", "cache": "cache", "serve": "serve", "send": "serve"}
+"""Each command and the module of this package that defines it, imported when the command runs (so that
+``mri-recon --version`` and ``--help`` of one command load only what they need)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """The commands of :data:`COMMANDS`, each imported on first use."""
+
+    def list_commands(self, ctx: click.Context | None) -> list[str]:
+        del ctx
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context | None, name: str) -> click.Command | None:
+        del ctx
+        if name not in COMMANDS:
+            return None
+        return getattr(importlib.import_module(f".{COMMANDS[name]}", __name__), name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mri-recon")
 def main() -> None:
     """Exact non-Cartesian MRI reconstruction (radial, spiral, 3D) on NVIDIA GPUs, with a CPU twin."""
-
-
-for _command in (reconstruct, simulate, info, convert, doctor, cache, serve, send):
-    main.add_command(_command)

@@ -24,7 +24,7 @@ from ..prep import dcf as _dcf
 from ..scan import Scan
 from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
-from .simulate import delayed_positions
+from .trajectories import delayed_positions
 
 CONTRACTION = 0.3
 """Relative shrink of the beating ellipses' semi-axes at peak contraction."""

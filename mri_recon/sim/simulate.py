@@ -16,6 +16,7 @@ from ..prep import dcf as _dcf
 from ..scan import Scan
 from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
+from .trajectories import delayed_positions
 
 KINDS = ("radial", "golden", "spiral", "kooshball", "stack-of-stars")
 """Trajectory kinds: uniform or golden-angle 2D radial, variable-density spiral, 3D radial, stack of stars."""
@@ -95,24 +96,6 @@ def _weights(method: str | None, kind: str, k: np.ndarray, matrix: tuple[int, ..
                                    "use dcf='pipe' or None")
         return _dcf.ramp(k, matrix, axes=axes)
     return _dcf.pipe_menon(k, matrix, axes=axes)
-
-
-def delayed_positions(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.ndarray, dict]:
-    """The true sample positions of the nominal trajectory ``k`` under ``gradient_delay`` (None: ``k``)."""
-    if gradient_delay is None:
-        return k, sizes
-    from ..prep import delay  # noqa: PLC0415 - loaded on use
-
-    if kind == "spiral":
-        raise InvalidDataError("gradient_delay is simulated for radial trajectories (radial, golden, kooshball, "
-                               "stack-of-stars), found trajectory 'spiral'")
-    readouts = delay.radial_readouts(k, sizes["samples"])
-    values = np.asarray(gradient_delay, dtype=np.float64).ravel()
-    if not np.all(np.isfinite(values)):
-        raise InvalidDataError(f"gradient_delay must be finite numbers of samples, found {gradient_delay!r}")
-    tensor = delay.tensor_of(values, readouts.plane)  # the axis delays, or all of the tensor's parameters
-    true = delay.shift_trajectory(k, readouts, tensor)
-    return true, {**sizes, "gradient_delay_samples": delay.parameters_of(tensor)}
 
 
 def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: float | None = 30.0,

@@ -201,3 +201,21 @@ def stack_of_stars(matrix, spokes: int, samples: int | None = None, *, golden: b
     k = np.concatenate([np.broadcast_to(plane[None], (len(kz), *plane.shape)),
                         np.broadcast_to(kz[:, None, None], (len(kz), len(plane), 1))], axis=-1)
     return k.reshape(-1, 3).astype(np.float32)
+
+
+def delayed_positions(k: np.ndarray, kind: str, gradient_delay, sizes: dict) -> tuple[np.ndarray, dict]:
+    """The true sample positions of the nominal trajectory ``k`` under ``gradient_delay`` (None: ``k``)."""
+    if gradient_delay is None:
+        return k, sizes
+    from ..prep import delay  # noqa: PLC0415 - loaded on use
+
+    if kind == "spiral":
+        raise InvalidDataError("gradient_delay is simulated for radial trajectories (radial, golden, kooshball, "
+                               "stack-of-stars), found trajectory 'spiral'")
+    readouts = delay.radial_readouts(k, sizes["samples"])
+    values = np.asarray(gradient_delay, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(values)):
+        raise InvalidDataError(f"gradient_delay must be finite numbers of samples, found {gradient_delay!r}")
+    tensor = delay.tensor_of(values, readouts.plane)  # the axis delays, or all of the tensor's parameters
+    true = delay.shift_trajectory(k, readouts, tensor)
+    return true, {**sizes, "gradient_delay_samples": delay.parameters_of(tensor)}

@@ -9,12 +9,16 @@ never replace the input. The options of ``reconstruct`` come from :class:`~mri_r
 from __future__ import annotations
 
 import importlib
+import time
 
 import click
 
 from .._version import __version__
 
 __all__ = ["main"]
+
+STARTED = time.perf_counter()
+"""When the command started (this package is imported first): the result lines give the time since."""
 
 COMMANDS = {"reconstruct": "reconstruct", "simulate": "simulate", "info": "info", "convert": "convert",
             "doctor": "doctor", "cache": "cache", "serve": "serve", "send": "serve"}

@@ -15,6 +15,7 @@ import numpy as np
 from ..batch.inputs import output_name
 from ..settings import ReconSettings
 from .batch import batch_options, is_batch, run_batch
+from . import STARTED
 from .common import check_log_json, check_outputs, friendly, say
 from .options import settings_from, settings_options
 from .serve import is_pipe, run_pipe
@@ -67,11 +68,21 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
     logged = typed_settings(ctx.command, ctx.params, leave=("quiet", "verbose"))
     settings = settings_from(ctx.params)
-    output = output or scans[0].with_name(output_name(scans[0], settings.format))
+    output = _output_path(scans[0], output, settings.format)
     checked = _checked(scans[0], output, png, log_json, settings)
     reconstruct_one(scans[0], output, settings, png=png, png_axis=png_axis, quiet=quiet, verbose=verbose,
                     log_json=log_json, logged=logged, values=checked)
     return None
+
+
+def _output_path(scan: Path, output: Path | None, format: str | None) -> Path:
+    """``-o``: a file; an existing folder (but a DICOM series, which is a folder itself) holds
+    ``NAME.recon.h5`` as a batch's OUTDIR does; none: that name beside the scan."""
+    if output is None:
+        return scan.with_name(output_name(scan, format))
+    if format != "dicom" and output.is_dir():
+        return output / output_name(scan, format)
+    return output
 
 
 def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, settings: ReconSettings) -> str:
@@ -183,6 +194,7 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
             + solved
             + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
             f"{last.parameters['method']} on {last.device}, "
-            f"{seconds:.2f} s{delay_summary(results)}")
+            f"{seconds:.2f} s ({time.perf_counter() - STARTED:.2f} s since the command started)"
+            f"{delay_summary(results)}")
 
 

@@ -223,3 +223,22 @@ def test_3d_cartesian_twix(tmp_path):
     full = np.fft.fftshift(np.fft.ifftn(np.fft.ifftshift(kspace.astype(np.complex128), axes=axes), axes=axes),
                            axes=axes)
     assert relative(image, np.sqrt((np.abs(full[:, 4:12]) ** 2).sum(axis=0))) < 1e-5
+
+
+def test_convert_writes_a_radial_twix_as_mrd(tmp_path):
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    base, views, coils = 16, 12, 2
+    radius = (np.arange(2 * base) - base) / 2.0
+    angles = np.pi * np.arange(views) / views
+    traj = np.stack([radius[None] * np.cos(angles)[:, None], radius[None] * np.sin(angles)[:, None]], axis=2)
+    data = coil_kspace(traj.reshape(-1, 2), (base, base), coils).reshape(coils, views, 2 * base)
+    mdbs = [_mdb(data[:, v], line=v, centre=(base, 0, 0)) for v in range(views)]
+    path = _write(tmp_path / "radial.dat", [{"hdr_str": _header(base, views, trajectory=2, views=views),
+                                             "mdb": mdbs}])
+    done = CliRunner().invoke(main, ["convert", str(path), str(tmp_path / "radial.mrd.h5")])
+    assert done.exit_code == 0, done.output
+    twix, mrd = load_scan(path), load_scan(tmp_path / "radial.mrd.h5")
+    assert relative(mrd.kspace, twix.kspace) < 1e-6 and relative(mrd.trajectory, twix.trajectory) < 1e-5

@@ -26,20 +26,21 @@ from .options import settings_from, settings_option
 @QUIET
 @friendly
 def convert(source: Path, output: Path, quiet: bool, **options: Any) -> None:
-    """Convert an ISMRMRD file SOURCE to schema v1 (one OUTPUT file per image: slice, contrast, phase, set
-    and repetition; the indices that vary are appended to OUTPUT's name), or BART .cfl k-space to MRD (every
-    image in one OUTPUT.mrd.h5) or schema v1 (one image)."""
+    """Convert SOURCE to MRD raw data (OUTPUT ending .mrd.h5 or .mrd: every image in one file) from any input
+    (schema v1, ISMRMRD, Siemens twix, BART .cfl), or to schema v1 from ISMRMRD (one OUTPUT file per image:
+    slice, contrast, phase, set and repetition; the indices that vary are appended to OUTPUT's name) or BART
+    .cfl (one image)."""
     from ..io.files import same_file
 
     settings = settings_from(options)
     if any(same_file(output, path) for path in settings.read_paths(source)):  # a BART file: its pair too
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    run, keywords = _converter(source, settings)
+    run, keywords = _converter(source, output, settings)
     for path in run(source, output, **keywords):
         say(quiet, f"wrote {path}")
 
 
-def _converter(source: Path, settings: ReconSettings) -> tuple[Callable[..., list], dict[str, Any]]:
+def _converter(source: Path, output: Path, settings: ReconSettings) -> tuple[Callable[..., list], dict[str, Any]]:
     """The converter of ``source`` (BART's for a .cfl pair, else the ISMRMRD one) and its keywords: the reader
     keywords, BART's refused for another input (:func:`mri_recon.io.readers.reader_options`)."""
     from ..io.readers import reader_of, reader_options
@@ -53,5 +54,12 @@ def _converter(source: Path, settings: ReconSettings) -> tuple[Callable[..., lis
 
         return convert_cfl, keywords
     from ..io.ismrmrd_write import convert as run
+    from ..io.ismrmrd_write import convert_to_mrd
+    from ..io.mrd_image import is_mrd_name
 
+    if is_mrd_name(output):
+        return convert_to_mrd, keywords
+    if reader.name != "ismrmrd":
+        raise OutputError(f"{output}: convert writes a {reader.name} scan as MRD raw data (a name ending .mrd.h5 "
+                          f"or .mrd)")
     return run, keywords

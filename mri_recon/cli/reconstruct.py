@@ -14,8 +14,8 @@ import numpy as np
 
 from ..batch.inputs import output_name
 from ..settings import ReconSettings
-from .batch import batch_options, is_batch, run_batch
 from . import STARTED
+from .batch import batch_options, is_batch, run_batch
 from .common import check_log_json, check_outputs, friendly, say
 from .options import settings_from, settings_options
 from .serve import is_pipe, run_pipe

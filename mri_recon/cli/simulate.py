@@ -67,15 +67,27 @@ def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float, spokes: int | None,
              interleaves: int | None, samples: int | None, dcf: str, seed: int, field_map: float | None,
              readout_ms: float, gradient_delay: tuple | None, quiet: bool) -> None:
-    """Write a Shepp-Logan phantom scan (schema v1, with its ground truth) to OUTPUT."""
+    """Write a Shepp-Logan phantom scan to OUTPUT: schema v1 with its ground truth, or MRD raw data for a name
+    ending .mrd.h5 or .mrd."""
     from ..io import save_scan
+    from ..io.mrd_image import is_mrd_name
     from ..sim.simulate import simulate_scan
 
     size = parse_matrix(matrix)
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
+    mrd = is_mrd_name(output)
+    if mrd and field_map is not None:
+        raise click.UsageError(f"{output}: MRD raw data has no place for a field map; simulate --field-map into a "
+                               f"schema-v1 file (.h5)")
     scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
                          interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
                          field_map_peak=field_map, readout_ms=readout_ms, gradient_delay=gradient_delay)
-    save_scan(output, scan)
-    say(quiet, f"wrote {output}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")
+    if mrd:
+        from ..io.ismrmrd_write import write_ismrmrd
+
+        write_ismrmrd(output, scan)
+    else:
+        save_scan(output, scan)
+    kind = " (MRD raw data: no ground truth or coil maps)" if mrd else ""
+    say(quiet, f"wrote {output}{kind}: matrix {list(scan.matrix)}, {scan.n_coils} coil(s), {scan.n_samples} samples")

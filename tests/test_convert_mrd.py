@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import h5py
-import numpy as np
 from click.testing import CliRunner
 from helpers import relative
 

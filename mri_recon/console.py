@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -60,6 +61,23 @@ def bar_shown(enabled: bool) -> bool:
     return enabled and isatty is not None and bool(isatty())
 
 
+@contextlib.contextmanager
+def sample_bar(quiet: bool) -> Iterator[Any]:
+    """A tqdm bar on stderr over the samples a simulation computes (a ``progress(done, total)`` callback),
+    drawn only on a terminal and not with ``quiet``."""
+    bar = tqdm(total=0, unit="sample", unit_scale=True, desc="k-space", file=sys.stderr, leave=False,
+               disable=not bar_shown(not quiet))
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        yield progress
+    finally:
+        bar.close()
+
+
 class ProgressBar:
     """One tqdm bar on stderr over the CG iterations of every image of a run (a progress callback), drawn only
     on a terminal (:func:`bar_shown`).
@@ -78,6 +96,13 @@ class ProgressBar:
         self._in_image = 0
         self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not bar_shown(enabled),
                         desc=name if images == 1 else f"{name}, image 1/{images}", dynamic_ncols=True, leave=True)
+        self._ticking = threading.Event()
+        if not self.bar.disable:  # redraw every second, so the elapsed time runs through a long stage
+            threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._ticking.wait(1.0):
+            self.bar.refresh()
 
     def start_image(self, index: int) -> None:
         """Image ``index`` (from 0) of the stack begins."""
@@ -87,7 +112,8 @@ class ProgressBar:
 
     def __call__(self, stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
         del total
-        if stage != "iterations":
+        if stage != "iterations":  # a stage before the iterations ended: say so (the timer shows the next one)
+            self.bar.set_postfix_str(f"{stage} done", refresh=True)
             return
         if iteration is None:  # CG ended: the iterations it did not run leave the total
             self.bar.total -= self.iterations - self._in_image
@@ -101,6 +127,7 @@ class ProgressBar:
         self.bar.update(step)
 
     def close(self) -> None:
+        self._ticking.set()
         self.bar.close()
 
 

@@ -111,3 +111,28 @@ def test_bad_arguments_raise(kwargs, match):
     trajectory = arguments.pop("trajectory")
     with pytest.raises(InvalidDataError, match=match):
         simulate_scan(matrix, trajectory, **arguments)
+
+
+def test_progress_reports_every_sample_of_the_k_space():
+    seen = []
+    scan = simulate_scan((16, 16, 16), "kooshball", coils=2, spokes=400, progress=lambda done, total: seen.append(
+        (done, total)))
+    assert seen and seen[-1] == (scan.n_samples, scan.n_samples) and all(b >= a for (a, _), (b, _) in
+                                                                          zip(seen, seen[1:]))
+
+
+def test_a_time_series_refuses_what_it_does_not_simulate():
+    with pytest.raises(InvalidDataError, match="spokes, field_map_peak: not simulated for a time series"):
+        simulate_scan((16, 16), "golden", frames=2, spokes=30, field_map_peak=20.0)
+    series = simulate_scan((16, 16), "golden", coils=2, frames=2, spokes_per_frame=10, gradient_delay=(0.5, 0.2))
+    assert np.allclose(series.attrs["gradient_delay_samples"], [0.5, 0.2, 0.0])
+
+
+def test_default_3d_simulations_are_64_cubed(tmp_path):
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    done = CliRunner().invoke(main, ["simulate", str(tmp_path / "k.h5"), "--trajectory", "kooshball", "--coils", "1",
+                                     "--spokes", "50"])
+    assert done.exit_code == 0 and "matrix [64, 64, 64]" in done.output

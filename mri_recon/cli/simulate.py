@@ -40,8 +40,9 @@ def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 
 @click.command()
 @click.argument("output", type=click.Path(path_type=Path))
-@click.option("--matrix", default="128", show_default=True,
-              help="N, NxM or NxMxK (one number: square for 2D kinds, cube for 3D kinds).")
+@click.option("--matrix", default=None,
+              help="N, NxM or NxMxK (one number: square for 2D kinds, cube for 3D kinds); default 128 for 2D "
+                   "kinds and 64 for 3D kinds (kooshball, stack-of-stars).")
 @click.option("--trajectory", type=click.Choice(list(KINDS)),
               default="golden", show_default=True)
 @click.option("--coils", type=click.IntRange(1, 128), default=8, show_default=True)
@@ -69,20 +70,24 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
              readout_ms: float, gradient_delay: tuple | None, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan to OUTPUT: schema v1 with its ground truth, or MRD raw data for a name
     ending .mrd.h5 or .mrd."""
+    from ..console import sample_bar
     from ..io import save_scan
     from ..io.mrd_image import is_mrd_name
     from ..sim.simulate import simulate_scan
 
-    size = parse_matrix(matrix)
+    three = trajectory in ("kooshball", "stack-of-stars")
+    size = parse_matrix(matrix if matrix is not None else "64" if three else "128")
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
-        size = size * (3 if trajectory in ("kooshball", "stack-of-stars") else 2)
+        size = size * (3 if three else 2)
     mrd = is_mrd_name(output)
     if mrd and field_map is not None:
         raise click.UsageError(f"{output}: MRD raw data has no place for a field map; simulate --field-map into a "
                                f"schema-v1 file (.h5)")
-    scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
-                         interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
-                         field_map_peak=field_map, readout_ms=readout_ms, gradient_delay=gradient_delay)
+    with sample_bar(quiet) as progress:
+        scan = simulate_scan(size, trajectory, coils=coils, snr=snr, spokes=spokes, samples=samples,
+                             interleaves=interleaves, seed=seed, dcf=None if dcf == "none" else dcf,
+                             field_map_peak=field_map, readout_ms=readout_ms, gradient_delay=gradient_delay,
+                             progress=progress)
     if mrd:
         from ..io.ismrmrd_write import write_ismrmrd
 

@@ -244,7 +244,8 @@ def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None
     if unhonoured:
         raise click.UsageError(f"{', '.join(unhonoured)}: not available with --frames (a series has --frames x "
                                f"--spokes-per-frame golden-angle spokes and no field map); drop them")
-    sizes = tuple(int(p) for p in params["matrix"].replace("x", ",").split(",") if p.strip())
+    text = params["matrix"] or ("64" if trajectory == "stack-of-stars" else "128")  # simulate's defaults
+    sizes = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
     size = sizes * (3 if trajectory == "stack-of-stars" else 2) if len(sizes) == 1 else sizes
     series = simulate_series(size, trajectory, frames=params["frames"],
                              spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],

@@ -23,6 +23,8 @@ Coil maps are short sums of complex exponentials ``S_c(r) = sum_q a_cq exp(i 2 p
 from __future__ import annotations
 
 import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from scipy.special import j1
@@ -166,15 +168,20 @@ def _unit_ft(q: np.ndarray, ndim: int) -> np.ndarray:
     return np.where(small, series, exact)
 
 
-def _phantom_ft(k: np.ndarray) -> np.ndarray:
-    """Continuous Fourier transform of the phantom at ``k`` (M, D), complex128 (M,)."""
+def _phantom_ft(k: np.ndarray, shifts: np.ndarray | None = None) -> np.ndarray:
+    """Continuous Fourier transform of the phantom at ``k - g`` for each shift ``g`` of ``shifts`` (Q, D)
+    (None: ``k`` itself), ``k`` (M, D): complex128 (Q, M), or (M,) without shifts. Each ellipse's rotated
+    frequencies and phase ``exp(-i 2 pi k.c)`` are formed once for all the shifts."""
     ndim = k.shape[1]
+    g = np.zeros((1, ndim)) if shifts is None else np.asarray(shifts, dtype=np.float64)
     intensity, axes, centres, rot = _shapes(ndim)
-    out = np.zeros(len(k), dtype=np.complex128)
+    out = np.zeros((len(g), len(k)), dtype=np.complex128)
     for a, ax, c, rm in zip(intensity, axes, centres, rot):
-        q = np.sqrt(np.sum(((k @ rm) * ax) ** 2, axis=1))  # |diag(axes) R^T k|
-        out += (a * np.prod(ax)) * _unit_ft(q, ndim) * np.exp(-2j * np.pi * (k @ c))
-    return out
+        turned, phase = k @ rm, np.exp(-2j * np.pi * (k @ c))
+        for row, (shift, moved) in enumerate(zip(g @ rm, np.exp(2j * np.pi * (g @ c)))):
+            q = np.sqrt(np.sum(((turned - shift) * ax) ** 2, axis=1))  # |diag(axes) R^T (k - g)|
+            out[row] += ((a * np.prod(ax)) * moved) * _unit_ft(q, ndim) * phase
+    return out if shifts is not None else out[0]
 
 
 def shepp_logan_kspace(trajectory, matrix) -> np.ndarray:
@@ -253,20 +260,30 @@ def coil_maps(matrix, coils: int) -> np.ndarray:
     return maps.reshape(coeffs.shape[0], *matrix)
 
 
-def coil_kspace(trajectory, matrix, coils: int) -> np.ndarray:
+def coil_kspace(trajectory, matrix, coils: int, *, progress=None) -> np.ndarray:
     """Exact k-space of ``S_c x phantom`` for each coil: complex64 ``(C, M)``.
 
     ``prod(matrix) * sum_q a_cq FT(k - g_q)`` with the coil model of :func:`coil_model`; the rasterized
-    counterpart is ``coil_maps(matrix, coils) * shepp_logan_image(matrix)``.
+    counterpart is ``coil_maps(matrix, coils) * shepp_logan_image(matrix)``. Chunks of samples are computed
+    on every core (NumPy releases the GIL); ``progress(done, total)`` is called with the samples done.
     """
     matrix = _matrix(matrix)
     k = _trajectory(trajectory, matrix)
     freqs, coeffs = coil_model(len(matrix), coils)
     out = np.empty((coeffs.shape[0], len(k)), dtype=np.complex64)
-    for start in range(0, len(k), _CHUNK):
-        chunk = k[start:start + _CHUNK]
-        shifted = np.stack([_phantom_ft(chunk - g) for g in freqs])  # (Q, m)
+
+    def chunk(start: int) -> int:
+        part = k[start:start + _CHUNK]
+        shifted = _phantom_ft(part, freqs)  # (Q, m)
         out[:, start:start + _CHUNK] = np.prod(matrix) * (coeffs @ shifted)
+        return len(part)
+
+    done = 0
+    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as pool:
+        for count in pool.map(chunk, range(0, len(k), _CHUNK)):
+            done += count
+            if progress is not None:
+                progress(done, len(k))
     return out
 
 

@@ -102,7 +102,7 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
                   spokes: int | None = None, samples: int | None = None, seed: int = 0,
                   dcf: str | None = "pipe", interleaves: int | None = None, field_map_peak: float | None = None,
                   readout_ms: float = 16.0, gradient_delay=None, frames: int | None = None,
-                  spokes_per_frame: int | None = None) -> Scan:
+                  spokes_per_frame: int | None = None, progress=None) -> Scan:
     """Simulate a Shepp-Logan scan with exact (analytic) multi-coil k-space.
 
     Parameters
@@ -140,7 +140,10 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     frames, spokes_per_frame : int, optional
         A beating phantom of ``frames`` frames of ``spokes_per_frame`` (default 21) consecutive spokes
         instead (golden or stack-of-stars): returns a :class:`~mri_recon.io.frames.TimeSeries`
-        (:func:`mri_recon.sim.dynamic.simulate_series`).
+        (:func:`mri_recon.sim.dynamic.simulate_series`, with ``gradient_delay``; ``spokes``, ``interleaves``
+        and ``field_map_peak`` are refused there).
+    progress : callable, optional
+        ``progress(done, total)`` as the samples' k-space is computed (the long step of a 3D scan).
 
     Returns
     -------
@@ -152,8 +155,14 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     if frames is not None or spokes_per_frame is not None:  # a time series (mri_recon.sim.dynamic)
         from .dynamic import simulate_series  # noqa: PLC0415
 
+        unused = [name for name, value in (("spokes", spokes), ("interleaves", interleaves),
+                                           ("field_map_peak", field_map_peak)) if value is not None]
+        if unused:
+            raise InvalidDataError(f"{', '.join(unused)}: not simulated for a time series (frames of "
+                                   f"spokes_per_frame golden-angle spokes, no field map); leave them out")
         return simulate_series(matrix, trajectory, frames=frames, spokes_per_frame=spokes_per_frame or 21,
-                               coils=coils, snr=snr, samples=samples, seed=seed, dcf=dcf)
+                               coils=coils, snr=snr, samples=samples, seed=seed, dcf=dcf,
+                               gradient_delay=gradient_delay)
     _choice("trajectory", trajectory, KINDS)
     _choice("dcf", dcf, DCFS)
     matrix = validate_matrix(matrix, "simulate_scan")
@@ -170,7 +179,7 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     maps = phantom.coil_maps(matrix, coils)
     rng = np.random.default_rng(int(seed))
     sampled, sizes = delayed_positions(k, trajectory, gradient_delay, sizes)
-    clean = phantom.coil_kspace(sampled, matrix, coils)
+    clean = phantom.coil_kspace(sampled, matrix, coils, progress=progress)
     clean, fmap, times = _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes)
     kspace, sigma = phantom.add_noise(clean, snr_value, rng, signal=phantom.cartesian_signal(maps * truth))
     noise = phantom.noise_samples(coils, NOISE_SAMPLES, sigma, rng) if sigma > 0 else None

@@ -135,7 +135,9 @@ def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str
     if max(matrix) >= 8 and float(np.max(extent)) <= 0.5:
         raise TrajectoryUnitsError(
             f"{source}: trajectory extent {float(np.max(extent)):.4g} looks normalized to [-0.5, 0.5]; "
-            f"schema v1 expects cycles per field of view (multiply axis d by matrix[d])"
+            f"mri-recon works in cycles per field of view: ISMRMRD and BART input take --traj-units normalized "
+            f"(traj_units='normalized'); otherwise multiply axis d by matrix[d] "
+            f"(mri_recon.units.to_cycles_per_fov(k, 'normalized', matrix))"
         )
 
 

@@ -68,3 +68,28 @@ def test_density_compensation_that_comes_out_zero_is_refused(scan, monkeypatch):
         prepare_scan(scan, dcf="pipe")
     with pytest.raises(InvalidDataError, match="weights are all zero"):
         scan.replace(weights=np.zeros(scan.n_samples, np.float32))
+
+
+def test_a_trajectory_well_past_nyquist_is_warned_about_and_recorded(caplog):
+    import logging
+
+    from mri_recon.prep import prepare_scan
+    from mri_recon.sim.simulate import simulate_scan
+
+    scan = simulate_scan((32, 32), "golden", coils=2, spokes=40)
+    wide = scan.replace(trajectory=(scan.trajectory * 1.99).astype(np.float32))
+    with caplog.at_level(logging.WARNING, logger="mri_recon"):
+        _, record = prepare_scan(wide)
+    assert "reaches 1.99x the Nyquist extent on axis" in record["trajectory_beyond_nyquist"]
+    assert any("readout oversampling" in r.getMessage() for r in caplog.records)
+    _, plain = prepare_scan(scan)
+    assert "trajectory_beyond_nyquist" not in plain
+
+
+def test_a_normalized_trajectory_is_refused_with_the_units_to_pass():
+    from mri_recon.errors import TrajectoryUnitsError
+    from mri_recon.sim.simulate import simulate_scan
+
+    scan = simulate_scan((32, 32), "golden", coils=2, spokes=40)
+    with pytest.raises(TrajectoryUnitsError, match=r"looks normalized .* --traj-units normalized .*to_cycles_per_fov"):
+        scan.replace(trajectory=(scan.trajectory / 32).astype(np.float32))

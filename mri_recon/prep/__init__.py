@@ -7,6 +7,7 @@ then choose the density weights (the coil-map estimate uses them), then the coil
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,10 @@ from ..backend import blas_on_one_thread
 from ..errors import InvalidDataError, SchemaError
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
-from ..validation import check_field_map_pair
+from ..validation import check_field_map_pair, trajectory_extent
 from .maps_stage import ESTIMATES, CoilMapEstimate
+
+log = logging.getLogger("mri_recon.prep")
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
 COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
@@ -70,6 +73,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # before anything uses the trajectory
     record: dict[str, Any] = {"prewhitened": False, **delays}
     record.update(reader_record(scan))
+    record.update(extent_record(scan))
     scan = _field_map_step(scan, field_map, record)
     scan, basis = _whiten_step(scan, prewhiten, record)
     scan = _dcf_step(scan, dcf, record)
@@ -83,6 +87,26 @@ def reader_record(scan: Scan) -> dict[str, Any]:
     ``readout_oversampling_removed`` (:mod:`mri_recon.io.cartesian`)."""
     return {name: scan.attrs[name] for name in ("partial_fourier", "readout_oversampling_removed")
             if name in scan.attrs}
+
+
+BEYOND_NYQUIST = 1.1
+"""A trajectory reaching past this many times the Nyquist extent ``matrix / 2`` on some axis is warned about
+(past 2x it is refused, :func:`mri_recon.validation.check_trajectory_units`)."""
+
+
+def extent_record(scan: Scan) -> dict[str, Any]:
+    """A warning (logged, and recorded as ``trajectory_beyond_nyquist``) for a trajectory that reaches well past
+    the frequencies the matrix holds: frequencies the image cannot represent, most often a trajectory scaled
+    for another matrix or for readout oversampling."""
+    reach = trajectory_extent(scan.trajectory) / (np.asarray(scan.matrix, dtype=np.float64) / 2)
+    axis = int(np.argmax(reach))
+    if reach[axis] <= BEYOND_NYQUIST:
+        return {}
+    note = (f"{scan.source}: the trajectory reaches {reach[axis]:.2f}x the Nyquist extent on axis {axis} "
+            f"(|k| up to {reach[axis] * scan.matrix[axis] / 2:.4g} for a matrix of {scan.matrix[axis]}): the image "
+            f"cannot hold those frequencies; is it scaled for a larger matrix or for readout oversampling?")
+    log.warning("%s", note)
+    return {"trajectory_beyond_nyquist": note}
 
 
 def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:

@@ -34,7 +34,7 @@ from ..kernels import warm_up
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
-from . import check_choices, coil_map_method, reader_record
+from . import check_choices, coil_map_method, extent_record, reader_record
 from .device_dcf import ramp_weights
 from .upload import upload, upload_columns
 
@@ -161,7 +161,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
 
     check_choices(dcf, coil_maps, field_map)
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # on the host, before the trajectory goes up
-    record: dict[str, Any] = {"prewhitened": False, **delays, **reader_record(scan)}
+    record: dict[str, Any] = {"prewhitened": False, **delays, **reader_record(scan), **extent_record(scan)}
     attrs, field_values = dict(scan.attrs), (scan.field_map, scan.times)
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)

@@ -94,14 +94,15 @@ def volume(tmp_path_factory):
 def test_format_mrd_overrides_the_extension_and_a_schema_v1_input_gets_a_minimal_header(volume, tmp_path):
     out = tmp_path / "v.h5"
     result = _recon(volume, out, "--format", "mrd")
-    assert "image headers have position 0, identity directions" in result.output
+    assert "image headers have position 0, axis 0 posterior and axis 1 left" in result.output
     assert "(MRD, complex images)" in result.output
     xml, [record] = _read(out)
     header = ismrmrd.xsd.CreateFromDocument(xml)  # valid against ismrmrd.xsd
     assert header.encoding[0].reconSpace.matrixSize.x == 8
     assert tuple(record.matrix_size) == (8, 8, 8)
-    np.testing.assert_array_equal(record.read_dir[:], [1, 0, 0])
-    np.testing.assert_array_equal(record.slice_dir[:], [0, 0, 1])
+    np.testing.assert_array_equal(record.read_dir[:], [0, 1, 0])  # UNPLACED: posterior, left, inferior
+    np.testing.assert_array_equal(record.phase_dir[:], [1, 0, 0])
+    np.testing.assert_array_equal(record.slice_dir[:], [0, 0, -1])
     _recon(volume, tmp_path / "v_ref.h5")
     np.testing.assert_array_equal(_pixels(record), _hdf5_image(tmp_path / "v_ref.h5"))
     result = _run("reconstruct", volume, "--format", "mrd", "--device", "cpu", "--iterations", "2", "--quiet")

@@ -18,7 +18,7 @@ nibabel = pytest.importorskip("nibabel")
 from mri_recon.cli import main  # noqa: E402
 from mri_recon.errors import OutputError, SchemaError  # noqa: E402
 from mri_recon.io import load_scans  # noqa: E402
-from mri_recon.io.geometry import Geometry, geometry_attrs, geometry_of  # noqa: E402
+from mri_recon.io.geometry import UNPLACED, Geometry, geometry_attrs, geometry_of  # noqa: E402
 from mri_recon.io.nifti import nifti_array  # noqa: E402
 from mri_recon.io.writers import output_format  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
@@ -207,8 +207,9 @@ def test_3d_scan_without_geometry_montage_and_warning(volume, tmp_path):
     assert _png_size(png) == (4 * 12, 3 * 12)
     nii = nibabel.load(out)
     assert nii.shape == (12, 12, 12)
-    expected = np.diag([-1.0, -1.0, 1.0, 1.0])  # identity directions in LPS (the MRD headers'), as RAS
-    expected[:3, 3] = [6.0, 6.0, -6.0]  # 1 mm voxels, voxel N//2 at the origin
+    expected = np.eye(4)
+    expected[:3, :3] = np.diag([-1.0, -1.0, 1.0]) @ UNPLACED  # the MRD headers' LPS directions, as RAS
+    expected[:3, 3] = -expected[:3, :3] @ [6.0, 6.0, 6.0]  # 1 mm voxels, voxel N//2 at the origin
     np.testing.assert_allclose(nii.affine, expected)
 
 

@@ -46,9 +46,45 @@ def test_the_written_nifti_and_mrd_outputs_point_axis_0_the_same_way(tmp_path):
         result = runner.invoke(main, ["reconstruct", str(scan), "-o", str(out), "--iterations", "1",
                                       "--device", "cpu"])
         assert result.exit_code == 0, result.output
-        assert "identity directions (LPS)" in result.output
+        assert "axis 0 posterior and axis 1 left (LPS: shown as the PNG)" in result.output
     with ismrmrd.Dataset(str(mrd), "dataset", create_if_needed=False, mode="r") as dataset:
         record = dataset.read_image("image_0", 0)
     world = _world_directions(nibabel.load(nii).affine)
     for d, name in enumerate(AXES):
         np.testing.assert_allclose(world[:, d], LPS_TO_RAS @ np.asarray(getattr(record, name)[:], float))
+
+
+def _radiological(nii) -> np.ndarray:
+    """The axial slice a radiological viewer shows: data turned to RAS (nibabel's canonical order), then rows
+    from anterior (top) to posterior and columns from the patient's right (left of the screen) to left."""
+    canonical = nibabel.as_closest_canonical(nii)
+    data = np.asarray(canonical.dataobj)[..., 0]  # axes R, A (the slice is one voxel thick)
+    return data[::-1, ::-1].T  # rows: A high to low; columns: R high to low (patient right on screen left)
+
+
+def test_one_scan_looks_the_same_in_the_png_a_nifti_viewer_and_a_dicom_viewer(tmp_path):
+    """A simulated phantom (``bart phantom``'s layout, tests/test_phantom.py) without geometry: the PNG (axis 0
+    down the rows, as ``bart toimg``), the NIfTI volume as a radiological viewer shows it in RAS, and the DICOM
+    pixels in a viewer's standard axial display (row direction the patient's left, column direction posterior)
+    are one picture."""
+    pydicom = pytest.importorskip("pydicom")
+    scan = tmp_path / "s.h5"
+    runner = CliRunner()
+    assert runner.invoke(main, ["simulate", str(scan), "--matrix", "32x24", "--coils", "1", "-q"]).exit_code == 0
+    outputs = {"h5": tmp_path / "x.h5", "nii": tmp_path / "x.nii", "dcm": tmp_path / "series"}
+    for name, out in outputs.items():
+        extra = ["--format", "dicom"] if name == "dcm" else []
+        done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(out), "--iterations", "3", "--device",
+                                    "cpu", "-q", *extra])
+        assert done.exit_code == 0, done.output
+    import h5py
+
+    with h5py.File(outputs["h5"]) as f:
+        image = np.abs(f["image"][...])  # what the PNG shows: rows = axis 0, columns = axis 1
+    shown_nifti = _radiological(nibabel.load(outputs["nii"]))
+    np.testing.assert_allclose(shown_nifti / shown_nifti.max(), image / image.max(), atol=1e-3)
+    [path] = sorted(outputs["dcm"].iterdir())
+    ds = pydicom.dcmread(path)
+    np.testing.assert_allclose(np.array(ds.ImageOrientationPatient, float), [1, 0, 0, 0, 1, 0])  # standard axial
+    pixels = ds.pixel_array.astype(float)
+    np.testing.assert_allclose(pixels / pixels.max(), image / image.max(), atol=2e-3)

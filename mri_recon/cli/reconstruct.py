@@ -138,7 +138,8 @@ class _Run:
         if not geometry.oriented and self.chosen.placed is not None:  # HDF5 records it in `geometry`
             voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
             say(self.quiet, f"warning: {self.scan} does not say where the image lies (no position or orientation): "
-                            f"the output's {self.chosen.placed} identity directions (LPS) and {voxel} mm voxels"
+                            f"the output's {self.chosen.placed} axis 0 posterior and axis 1 left (LPS: shown as "
+                            f"the PNG) and {voxel} mm voxels"
                             + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         self.device = resolve_with_notice(self.settings.device)
         regularizer = self.settings.regularizer

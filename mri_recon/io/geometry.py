@@ -39,6 +39,11 @@ ORIENTATION = ("position_mm", *DIRECTIONS)
 """The attributes that place an image in the scanner (all or none)."""
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0])
 """ISMRMRD's patient frame (LPS) to NIfTI's world frame (RAS+)."""
+UNPLACED = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+"""The LPS directions (column d: image axis d) of an image whose scan does not say where it lies: axis 0
+posterior, axis 1 patient left, axis 2 inferior (right-handed). A viewer that shows an axial slice as
+radiologists do (anterior up, the patient's right on the left: a DICOM viewer, a NIfTI viewer in RAS) then
+shows it as the PNG preview and ``bart toimg`` do, axis 0 down the rows and axis 1 across the columns."""
 ORTHONORMAL_TOL = 1e-3
 """How far direction cosines may be from unit length and mutual orthogonality."""
 
@@ -48,9 +53,8 @@ class Geometry:
     """Voxel size, position and orientation of one image of ``matrix`` voxels.
 
     ``position_mm`` and the directions are ``None`` when the scan does not say where it lies (a simulated
-    scan, a schema-v1 file without them). Unknown geometry has one convention for every output: identity
-    directions *in LPS* (image axes 0, 1, 2 along the patient frame's x, y, z, :meth:`directions`) and voxel
-    ``N // 2`` at position 0. The MRD headers get those directions as they are; :meth:`affine_ras` converts
+    scan, a schema-v1 file without them). Unknown geometry has one convention for every output: the
+    directions :data:`UNPLACED` (:meth:`directions`) and voxel ``N // 2`` at position 0. The MRD headers get those directions as they are; :meth:`affine_ras` converts
     them to RAS like any other (``diag(-1, -1, 1)`` times the voxel sizes), so axis 0 points the same way in
     world coordinates in the NIfTI and the MRD output.
     """
@@ -76,16 +80,16 @@ class Geometry:
         return self.position_mm is not None
 
     def directions(self) -> np.ndarray:
-        """3x3 LPS matrix whose column d is the direction of image axis d (identity, in LPS, where unknown)."""
+        """3x3 LPS matrix whose column d is the direction of image axis d (:data:`UNPLACED` where unknown)."""
         if not self.oriented:
-            return np.eye(3)
+            return UNPLACED.copy()
         return np.column_stack([self.read_dir, self.phase_dir, self.slice_dir]).astype(np.float64)
 
     def affine_ras(self) -> np.ndarray:
         """4x4 map from voxel indices ``(i, j, k, 1)`` to RAS+ mm (NIfTI's sform/qform).
 
-        Without orientation: the identity directions of :meth:`directions` (LPS), converted to RAS like
-        scanner directions are, and voxel ``N // 2`` at the origin.
+        Without orientation: the directions :data:`UNPLACED` (LPS), converted to RAS like scanner
+        directions are, and voxel ``N // 2`` at the origin.
         """
         centre = np.array([n // 2 for n in self.matrix], dtype=np.float64)
         linear = LPS_TO_RAS @ (self.directions() * np.asarray(self.voxel_size_mm, dtype=np.float64))
@@ -162,7 +166,7 @@ def geometry_attrs(geometries: Sequence[Geometry]) -> dict[str, np.ndarray | str
     """HDF5 output attributes of one image or a stack (each value gains a leading stack axis for several).
 
     ``voxel_size_mm`` and ``affine_ras`` always; ``position_mm`` and the directions when every image is
-    oriented; ``geometry``: ``"scanner"`` or ``"unknown"`` (identity orientation in ``affine_ras``).
+    oriented; ``geometry``: ``"scanner"`` or ``"unknown"`` (:data:`UNPLACED` directions in ``affine_ras``).
     """
     stacked = len(geometries) > 1
     oriented = all(g.oriented for g in geometries)

@@ -21,8 +21,9 @@ Header fields
 - ``matrix_size`` ``(N1, N2, N3)``; ``field_of_view`` the voxel size times the matrix in mm (a 2-D image:
   z is the slice thickness); ``channels`` 1.
 - ``position`` (the field of view's centre, voxel ``N // 2``), ``read_dir``, ``phase_dir``, ``slice_dir``:
-  the geometry's, LPS, mm. An image whose scan does not say where it lies gets position 0 and identity
-  directions in LPS (:meth:`Geometry.directions`), the directions NIfTI's affine then has, converted to RAS.
+  the geometry's, LPS, mm. An image whose scan does not say where it lies gets position 0 and the directions
+  :data:`~mri_recon.io.geometry.UNPLACED` (:meth:`Geometry.directions`), which NIfTI's affine then has too,
+  converted to RAS.
 - ``slice``, ``contrast``, ``phase``, ``set``, ``repetition``, ``average``: from the stack key where it
   names them (e.g. ``{"slice": 1, "repetition": 0}``), else 0.
 - ``image_index`` 1, 2, ... in the stack's order; ``image_series_index`` 0 (the one series ``image_0``).
@@ -131,7 +132,7 @@ def mrd_image(image: np.ndarray, geometry: Geometry, key: Mapping[str, Any], ind
     if image.shape != tuple(matrix):
         raise OutputError(f"MRD output: image {index} has shape {image.shape}; expected the matrix {list(matrix)}")
     values = np.abs(image.astype(np.complex64, copy=False)) if magnitude else image.astype(np.complex64, copy=False)
-    directions = geometry.directions()  # LPS; identity for unknown geometry, as NIfTI's affine (geometry.py)
+    directions = geometry.directions()  # LPS; UNPLACED for unknown geometry, as NIfTI's affine (geometry.py)
     place = {name: tuple(float(v) for v in directions[:, d]) for d, name in enumerate(DIRECTIONS)}
     place["position"] = tuple(geometry.position_mm) if geometry.oriented else (0.0, 0.0, 0.0)
     fov = tuple(float(v) * n for v, n in zip(geometry.voxel_size_mm, geometry.matrix))

@@ -54,9 +54,9 @@ class Geometry:
 
     ``position_mm`` and the directions are ``None`` when the scan does not say where it lies (a simulated
     scan, a schema-v1 file without them). Unknown geometry has one convention for every output: the
-    directions :data:`UNPLACED` (:meth:`directions`) and voxel ``N // 2`` at position 0. The MRD headers get those directions as they are; :meth:`affine_ras` converts
-    them to RAS like any other (``diag(-1, -1, 1)`` times the voxel sizes), so axis 0 points the same way in
-    world coordinates in the NIfTI and the MRD output.
+    directions :data:`UNPLACED` (:meth:`directions`) and voxel ``N // 2`` at position 0. The MRD headers get
+    those directions as they are; :meth:`affine_ras` converts them to RAS like any other, so axis 0 points
+    the same way in world coordinates in the NIfTI and the MRD output.
     """
 
     matrix: tuple[int, int, int]

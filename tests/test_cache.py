@@ -130,3 +130,17 @@ def test_cli_cache_info_and_clear_touch_only_our_files(tmp_path, rng, monkeypatc
     monkeypatch.setenv("MRI_RECON_CACHE_MAX", "many")
     result = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 1 and "MRI_RECON_CACHE_MAX must be a whole number" in result.output
+
+
+def test_clear_on_a_file_says_it_is_not_a_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from mri_recon.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a cache")
+    done = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(afile)])
+    assert done.exit_code == 1 and "is not a folder, so it holds no PSF cache" in done.output
+    assert "Traceback" not in done.output and afile.read_text() == "not a cache"
+    done = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(tmp_path / "missing")])
+    assert done.exit_code == 0, done.output

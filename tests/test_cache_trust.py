@@ -261,3 +261,21 @@ def test_a_psf_of_more_than_eight_dimensions_is_refused(tmp_path):
 
     with pytest.raises(InvalidDataError, match="a cached PSF has 1 to 8 dimensions, found 9"):
         PsfCache(tmp_path).store("k", np.zeros((1,) * 9, np.complex64))
+
+
+def test_a_format_1_entry_nested_too_deeply_is_not_the_caches(tmp_path):
+    from mri_recon.io.cache_entry import MAGIC_V1, own_entry
+
+    path = tmp_path / ("0" * 64 + ".psf")
+    body = b"[" * 4000
+    path.write_bytes(MAGIC_V1 + len(body).to_bytes(4, "little") + body)
+    assert own_entry(path) is None  # it was a RecursionError out of the cache's cleanup
+
+
+def test_a_completion_record_nested_too_deeply_is_unreadable(tmp_path):
+    from mri_recon.batch.record import complete, record_path
+
+    output = tmp_path / "a.recon.h5"
+    output.write_bytes(b"x")
+    record_path(output).write_text("[" * 100_000)
+    assert complete(output, tmp_path / "a.h5", {}) == "no completion record"

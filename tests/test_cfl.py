@@ -172,3 +172,12 @@ def test_writing_over_a_protected_input_is_refused_and_leaves_both_files(tmp_pat
     with pytest.raises(OutputError, match="would overwrite the input"):
         write_cfl(tmp_path / "k.cfl", np.zeros((5,), np.complex64), protect=(tmp_path / "k.cfl",))
     np.testing.assert_array_equal(np.asarray(read_cfl(tmp_path / "k")).reshape(3, 2), first)
+
+
+@pytest.mark.parametrize("dims", ["99999999999999999999999999", "1 64 288230376151711745 1",
+                                  "1 4294967296 4294967296 1"], ids=["one-huge", "int64-overflow", "empty-file"])
+def test_sizes_beyond_any_file_are_refused_by_the_header(tmp_path, dims):
+    (tmp_path / "k.hdr").write_text(f"# Dimensions\n{dims}\n")
+    (tmp_path / "k.cfl").write_bytes(b"")
+    with pytest.raises(SchemaError, match=r"declare .* bytes of data, more than any file holds"):
+        read_cfl(tmp_path / "k")

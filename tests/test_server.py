@@ -105,7 +105,8 @@ def test_send_says_when_no_server_listens(files):
     (None, '{"regularizer": "l7"}', "regularizer must be one of l2, tv, wavelet, found 'l7'"),
     (None, '{"iterations": [1, 2]}', "expected a number, text or true/false"),
     (None, "<gadgetron/>", "CONFIG_TEXT is not JSON"),
-], ids=["preset", "path", "device", "misspelled", "range", "choice", "type", "xml"])
+    (None, "[" * 100_000, "CONFIG_TEXT nests its JSON too deeply"),
+], ids=["preset", "path", "device", "misspelled", "range", "choice", "type", "xml", "nested"])
 def test_config_refused_with_its_reason(server, files, config, settings, expected):
     _, reply = send_scan(files[1][1], *server.address, config=config, settings=settings)
     assert not reply.images and reply.closed

@@ -70,7 +70,7 @@ def complete(output: str | os.PathLike, scan: str | os.PathLike, settings: Mappi
     path = record_path(output)
     try:
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return "no output" if not Path(output).is_file() else "no completion record"
     if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("files"), list):
         return "completion record unreadable"

@@ -50,7 +50,7 @@ import numpy as np
 
 from .._version import __version__
 from ..backend import to_host
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, OutputError, printable
 from .cache_entry import EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry, trust_problem
 from .files import atomic_output, clean_stale
 
@@ -292,8 +292,12 @@ class PsfCache:
 
     def clear(self) -> list[Path]:
         """Remove the cache's own files: its entries, its abandoned lock files and its abandoned temporary
-        files; any other file stays. Returns what was removed."""
-        removed = []
+        files; any other file stays. Returns what was removed; a missing folder holds nothing. Raises
+        :class:`~mri_recon.errors.OutputError` when the cache's path is not a folder."""
+        if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+            raise OutputError(f"{printable(self.directory)}: is not a folder, so it holds no PSF cache; nothing "
+                              f"was removed")
+        removed, locks = [], []
         with contextlib.suppress(OSError), os.scandir(self.directory) as listing:
             locks = [Path(item.path) for item in listing if own_lock(Path(item.path))]
         for path in [path for _, _, path in self._entries()] + locks:

@@ -22,6 +22,7 @@ BART's dimensions
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -55,6 +56,11 @@ def is_cfl_name(path: str | os.PathLike) -> bool:
     if text.lower().endswith(_SUFFIXES):
         return True
     return not os.path.lexists(text) and os.path.isfile(text + ".hdr")
+
+
+MAX_FILE_BYTES = 2**62
+"""The most data a header may declare (complex64 values times 8 bytes): beyond it no file is that large, and
+the product would overflow the 64-bit sizes of NumPy and the memory map."""
 
 
 def cfl_pair(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -117,6 +123,9 @@ def read_header(header: str | os.PathLike) -> tuple[tuple[int, ...], str | None]
     if any(n < 1 for n in sizes) or any(n != 1 for n in sizes[DIMS:]):
         raise SchemaError(f"{shown}: BART dimensions {sizes} must be positive, with at most {DIMS} of them above 1")
     sizes = (sizes + [1] * DIMS)[:DIMS]
+    if math.prod(sizes) * 8 > MAX_FILE_BYTES:  # Python's integers: no int64 to overflow
+        raise SchemaError(f"{shown}: BART dimensions {printable(' '.join(words)[:120])} declare "
+                          f"{math.prod(sizes) * 8:.3g} bytes of data, more than any file holds")
     data = sections.get("Data")
     return tuple(sizes), (data[0].strip() if data else None)
 
@@ -146,7 +155,7 @@ def read_cfl(path: str | os.PathLike, *, allow_external: bool = False) -> np.nda
     if not data.is_file():
         raise ScanFileError(f"{shown}: no such BART data file" if not data.exists()
                             else f"{shown}: is not a regular file")
-    expected = int(np.prod(dims, dtype=np.int64)) * 8
+    expected = math.prod(dims) * 8
     size = data.stat().st_size
     if size != expected:
         raise SchemaError(f"{shown}: holds {size} bytes but the header's dimensions {list(trimmed(dims))} need "

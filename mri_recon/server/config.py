@@ -131,6 +131,9 @@ def json_settings(text: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"CONFIG_TEXT is not JSON ({exc}); expected an object of settings such as "
                           f'{{"iterations": 20, "regularizer": "tv"}}') from None
+    except RecursionError:  # the parser recurses once per bracket
+        raise ConfigError('CONFIG_TEXT nests its JSON too deeply; expected a flat object of settings such as '
+                          '{"iterations": 20}') from None
     if not isinstance(value, dict):
         raise ConfigError(f"CONFIG_TEXT is JSON but not an object (found {type(value).__name__}); expected "
                           f'settings such as {{"iterations": 20}}')

@@ -210,3 +210,26 @@ def test_a_missing_pydicom_is_found_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setattr("mri_recon.api.prepare_and_reconstruct", lambda *a, **k: started.append(1))
     done = CliRunner().invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "series"), "--format", "dicom"])
     assert done.exit_code == 1 and "DICOM output needs pydicom" in done.output and not started
+
+
+def test_unicode_text_is_written_as_utf8_and_read_back(tmp_path, monkeypatch):
+    from mri_recon import Scan
+    from mri_recon.io import dicom
+    from mri_recon.io.geometry import geometry_of
+
+    names = {"PatientName": "Müller^Jürgen", "SeriesDescription": "日本語 シリーズ", "InstitutionName": "Zürich"}
+    monkeypatch.setattr("mri_recon.io.dicom_fields.header_fields", lambda header: dict(names))
+    scan = Scan(kspace=np.ones((1, 4), np.complex64), trajectory=np.zeros((4, 2), np.float32), matrix=(4, 4))
+    [path] = dicom.write_dicom_series(tmp_path / "u", np.ones((4, 4), np.complex64), [geometry_of((4, 4), {})],
+                                      [({}, scan, {}, None)])
+    raw = path.read_bytes()
+    assert "Müller^Jürgen".encode() in raw and "日本語".encode() in raw  # UTF-8 bytes, not Latin-1 or '?'
+    ds = pydicom.dcmread(path)
+    assert ds.SpecificCharacterSet == "ISO_IR 192"
+    assert str(ds.PatientName) == "Müller^Jürgen" and ds.SeriesDescription == "日本語 シリーズ"
+    assert ds.InstitutionName == "Zürich"
+
+
+def test_a_uid_longer_than_64_characters_is_replaced_not_cut():
+    long_uid = "1.2." + "3" * 78  # 82 characters: the first 64 would still look valid
+    assert valid_uid(long_uid) is None and valid_uid("1.2.840.10008.5.1.4.1.1.4") == "1.2.840.10008.5.1.4.1.1.4"

@@ -3,14 +3,20 @@
 Every string from a file is cleaned before it enters a data element: control characters and DICOM's value
 delimiter (backslash) are dropped, the text is cut to its value representation's length, dates and times
 must be digits of the right form (else left empty), and a UID from the header is used only when it is a
-valid DICOM UID (else a fresh one is generated). Nothing is evaluated.
+valid DICOM UID, whole (else a fresh one is generated, and the log says so). Text is written as Unicode
+(``SpecificCharacterSet`` ISO_IR 192, UTF-8). Nothing is evaluated.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..errors import printable
+
+log = logging.getLogger("mri_recon.io")
 
 MAX_LENGTH = {"PN": 64, "LO": 64, "SH": 16, "CS": 16, "LT": 10240}
 """Longest value of each value representation used here (PS3.5 table 6.2-1)."""
@@ -55,8 +61,11 @@ def time(value: Any) -> str:
 
 
 def valid_uid(value: Any) -> str | None:
-    """``value`` when it is a valid DICOM UID (digits and dots, no leading zeros, at most 64 characters)."""
-    text = clean(value, "LO")
+    """``value`` when it is a valid DICOM UID (digits and dots, no leading zeros, at most 64 characters, the
+    whole of it: a longer one is invalid, never cut)."""
+    if value is None:
+        return None
+    text = str(getattr(value, "value", value)).strip()
     return text if text and len(text) <= 64 and _UID.match(text) else None
 
 
@@ -126,6 +135,9 @@ def header_fields(header: Any) -> dict[str, Any]:
                          ("FrameOfReferenceUID", get(series, "frameOfReferenceUID", None))):
         if valid_uid(uid):
             found[keyword] = valid_uid(uid)
+        elif uid is not None:
+            log.info("the header's %s %r is not a valid DICOM UID; the series gets a fresh one", keyword,
+                     printable(str(uid)[:100]))
     number = get(series, "initialSeriesNumber", None)
     if isinstance(number, int) and 0 <= number < 2**31:
         found["SeriesNumber"] = number

@@ -132,7 +132,8 @@ def _series(results: list, geometries: Sequence[Geometry], depth: int) -> dict:
     pydicom = _pydicom()
     scan = results[0][1]
     now = datetime.datetime.now()
-    shared = {"SpecificCharacterSet": "ISO_IR 192", "Modality": "MR", "SOPClassUID": MR_IMAGE_STORAGE, "SeriesInstanceUID": pydicom.uid.generate_uid(),
+    shared = {"SpecificCharacterSet": "ISO_IR 192",  # UTF-8: names and descriptions as they are
+              "Modality": "MR", "SOPClassUID": MR_IMAGE_STORAGE, "SeriesInstanceUID": pydicom.uid.generate_uid(),
               "StudyInstanceUID": pydicom.uid.generate_uid(), "FrameOfReferenceUID": pydicom.uid.generate_uid(),
               "SeriesNumber": 1, "StudyDate": now.strftime("%Y%m%d"), "StudyTime": now.strftime("%H%M%S"),
               "PatientName": "", "PatientID": "", "PatientBirthDate": "", "PatientSex": "", "StudyID": "",

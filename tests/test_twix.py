@@ -242,3 +242,48 @@ def test_convert_writes_a_radial_twix_as_mrd(tmp_path):
     assert done.exit_code == 0, done.output
     twix, mrd = load_scan(path), load_scan(tmp_path / "radial.mrd.h5")
     assert relative(mrd.kspace, twix.kspace) < 1e-6 and relative(mrd.trajectory, twix.trajectory) < 1e-5
+
+
+def _first_block(path: Path) -> int:
+    """The file offset of the first measurement block (a VD file: the raid header, then the protocol)."""
+    raid = np.fromfile(path, dtype=twixtools.hdr_def.MultiRaidFileHeader, count=1)[0]
+    start = int(raid["entry"][0]["off_"])
+    return start + int(np.frombuffer(path.read_bytes()[start:start + 4], "<u4")[0])
+
+
+def test_a_block_of_dma_length_0_is_refused_not_read_forever(tmp_path):
+    rng = np.random.default_rng(1)
+    sync = _mdb(_random(rng, (2, 32)), flags=("SYNCDATA",))
+    image = _mdb(_random(rng, (2, 32)), centre=(16, 2, 0))
+    path = _write(tmp_path / "sync.dat", [{"hdr_str": _header(16, 4), "mdb": [sync, image]}])
+    raw = bytearray(path.read_bytes())
+    at = _first_block(path)
+    flags = int.from_bytes(raw[at:at + 4], "little") & ~((1 << 25) - 1)  # keep the flags, DMA length 0
+    raw[at:at + 4] = flags.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SchemaError, match="declares a DMA length of 0"):
+        load_scans(path)
+    assert twixtools.mdb.Mdb.__name__ == "Mdb"  # the library's own class is back
+
+
+def test_a_fifo_named_dat_is_refused(tmp_path):
+    fifo = tmp_path / "x.dat"
+    os.mkfifo(fifo)
+    with pytest.raises(SchemaError, match="is not a regular file"):
+        load_scans(fifo)
+
+
+def test_a_file_cut_short_says_truncated(tmp_path):
+    path = _cartesian_file(tmp_path / "c.dat", _random(np.random.default_rng(2), (2, 32, 8)))
+    raw = path.read_bytes()
+    cut = tmp_path / "cut.dat"
+    cut.write_bytes(raw[: len(raw) * 3 // 4])
+    with pytest.raises(SchemaError, match=r"truncated: image readout \d+ of \d+ holds"):
+        load_scans(cut)
+
+
+def test_a_protocol_size_beyond_reason_names_its_field(tmp_path):
+    readout = _mdb(_random(np.random.default_rng(3), (2, 32)), centre=(16, 2, 0))
+    path = _write(tmp_path / "big.dat", [{"hdr_str": _header(10**9, 4), "mdb": [readout]}])
+    with pytest.raises(SchemaError, match=r"big.dat: the protocol's lBaseResolution is 1000000000; expected 0 to"):
+        load_scans(path)

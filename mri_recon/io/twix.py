@@ -25,6 +25,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import stat
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -51,14 +54,53 @@ def _twixtools():
 
 def _read(src: str) -> list[dict]:
     twixtools = _twixtools()
+    _regular(src)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # twixtools prints its warnings
+        with _READING, _guarded_blocks(twixtools), contextlib.redirect_stdout(io.StringIO()):  # it prints warnings
             measurements = twixtools.read_twix(src, verbose=False, parse_pmu=False, parse_geometry=False)
     except Exception as exc:  # twixtools raises assorted errors on files that are not twix
         raise SchemaError(printable(f"{src}: not a readable Siemens twix file ({' '.join(str(exc).split())})")) from exc
     if not measurements:
         raise SchemaError(f"{src}: the twix file holds no measurement")
     return measurements
+
+
+_READING = threading.Lock()
+"""One twix read at a time in a process while :func:`_guarded_blocks` stands in for twixtools' block class."""
+
+
+def _regular(src: str) -> None:
+    """Refuse what is not a regular file (a FIFO named ``x.dat`` would block the read forever)."""
+    try:
+        info = os.stat(src)
+    except OSError as exc:
+        raise SchemaError(f"{printable(src)}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SchemaError(f"{printable(src)}: is not a regular file; expected a Siemens .dat file")
+
+
+@contextlib.contextmanager
+def _guarded_blocks(twixtools: Any) -> Iterator[None]:
+    """twixtools' measurement-block class, refusing a block whose DMA length is 0 while a read runs: twixtools
+    steps from block to block by that length, so such a block (a SYNCDATA or ACQEND header saying 0) made it
+    read the same block forever, its memory growing."""
+    base = twixtools.mdb.Mdb
+
+    class Checked(base):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if int(self.dma_len) <= 0:
+                raise SchemaError("a measurement block declares a DMA length of 0 (a corrupt or hostile file)")
+
+    twixtools.mdb.Mdb = Checked
+    try:
+        yield
+    finally:
+        twixtools.mdb.Mdb = base
+
+
+MAX_SIZE = 8192
+"""The largest base resolution, phase-encoding lines, partitions or radial views taken from a protocol."""
 
 
 def _protocol(src: str, hdr: dict) -> dict[str, Any]:
@@ -77,6 +119,10 @@ def _protocol(src: str, hdr: dict) -> dict[str, Any]:
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SchemaError(f"{src}: not a readable Siemens twix file: its protocol lacks {printable(str(exc))} "
                           f"(MeasYaps sKSpace / sSliceArray)") from exc
+    for name, value in (("lBaseResolution", base), ("lPhaseEncodingLines", lines), ("lPartitions", partitions),
+                        ("lRadialViews", views)):
+        if not 0 <= value <= MAX_SIZE:
+            raise SchemaError(f"{src}: the protocol's {name} is {value}; expected 0 to {MAX_SIZE}")
     return {"kind": kind, "base": base, "oversampling": oversampling, "three_d": three_d and partitions > 1,
             "fov": fov, "lines": lines, "partitions": partitions, "views": views}
 
@@ -97,6 +143,12 @@ def _image_scans(src: str, mdbs: list) -> list:
         raise SchemaError(f"{src}: the last measurement holds no image scans")
     if any(mdb.is_flag_set("REFLECT") for mdb in images):
         raise InvalidDataError(f"{src}: reversed readouts (REFLECT: EPI or bipolar echoes) are not supported")
+    for number, mdb in enumerate(images):
+        declared = (int(mdb.mdh.UsedChannels), int(mdb.mdh.SamplesInScan))
+        if mdb.data.shape != declared or 0 in declared:  # a block read past the end has a header of zeros
+            raise SchemaError(f"{src}: truncated: image readout {number + 1} of {len(images)} holds "
+                              f"{mdb.data.shape} (channels, samples) where {images[0].data.shape} were expected "
+                              f"(a file cut short?)")
     shapes = {mdb.data.shape for mdb in images}
     if len(shapes) > 1:
         raise InvalidDataError(f"{src}: image readouts of different shapes {sorted(shapes)} (channels, samples); "

@@ -113,7 +113,8 @@ class ProgressBar:
     def __call__(self, stage: str, iteration: int | None, total: int | None, residual: float | None) -> None:
         del total
         if stage != "iterations":  # a stage before the iterations ended: say so (the timer shows the next one)
-            self.bar.set_postfix_str(f"{stage} done", refresh=True)
+            if self._in_image == 0:  # after them the bar keeps the solver's last value
+                self.bar.set_postfix_str(f"{stage} done", refresh=True)
             return
         if iteration is None:  # CG ended: the iterations it did not run leave the total
             self.bar.total -= self.iterations - self._in_image

@@ -98,11 +98,15 @@ def test_an_estimate_the_data_do_not_support_is_refused_by_name_and_left_out_by_
         correct_gradient_delay(scan, "ring")
 
 
-def test_one_coil_biased_estimate_is_not_applied():
-    """One coil and 30 spokes: RING's equations fit badly (residual about 0.4 samples); never applied."""
+def test_one_coil_ring_is_refused_and_auto_falls_back_to_opposed_spokes():
+    """One coil and 30 spokes: RING's estimate is off by tenths of a sample, and its halves and residual say so,
+    so it is never applied; the opposed-spoke estimate passes its own checks and is (said on the result line)."""
     scan = simulate_scan((64, 64), "golden", coils=1, spokes=30, gradient_delay=(0.7, -0.4))
-    with pytest.raises(InvalidDataError, match="RMS residual is 0.[3-9]"):
+    with pytest.raises(InvalidDataError, match=r"not supported by the data: its (even and odd|equations' RMS)"):
         correct_gradient_delay(scan, "ring")
+    _, record = correct_gradient_delay(scan, "auto")
+    assert record["gradient_delay"] == "opposed" and record["gradient_delay_note"].startswith("auto: opposed")
+    assert np.max(np.abs(np.subtract(record["gradient_delay_samples"], (0.7, -0.4, 0.0)))) < 0.15
 
 
 def test_bart_order_is_taken_as_bart_writes_it():

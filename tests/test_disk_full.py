@@ -307,11 +307,12 @@ def test_a_path_over_path_max_is_one_line(inputs, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("option", ["-o", "--png", "--log-json"])
+@pytest.mark.parametrize("option", ["--png", "--log-json"])
 def test_an_output_path_that_is_a_directory_is_one_line(inputs, tmp_path, option):
+    """(``-o`` of an existing folder writes NAME.recon.h5 into it: tests/test_cli.py.)"""
     folder = tmp_path / "x.png"  # a folder with the name of a file
     folder.mkdir()
-    args = ["-o", folder] if option == "-o" else ["-o", tmp_path / "x.h5", option, folder]
+    args = ["-o", tmp_path / "x.h5", option, folder]
     _refused(_cli("reconstruct", inputs["scan"], *args, *RECON), rf"{re.escape(str(folder))}: output path is a "
                                                                    r"directory")
     assert [p.name for p in tmp_path.iterdir()] == ["x.png"] and list(folder.iterdir()) == []

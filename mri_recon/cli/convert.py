@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,12 @@ def _converter(source: Path, output: Path, settings: ReconSettings) -> tuple[Cal
         from ..io.cfl_scan import convert_cfl
 
         return convert_cfl, keywords
+    from ..io.convert import convert_to_mrd, refuse_schema_output
     from ..io.ismrmrd_write import convert as run
-    from ..io.ismrmrd_write import convert_to_mrd
     from ..io.mrd_image import is_mrd_name
 
     if is_mrd_name(output):
         return convert_to_mrd, keywords
     if reader.name != "ismrmrd":
-        raise OutputError(f"{output}: convert writes a {reader.name} scan as MRD raw data (a name ending .mrd.h5 "
-                          f"or .mrd)")
+        return functools.partial(refuse_schema_output, reader=reader.name), keywords
     return run, keywords

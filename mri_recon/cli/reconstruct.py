@@ -80,9 +80,11 @@ def _output_path(scan: Path, output: Path | None, format: str | None) -> Path:
     ``NAME.recon.h5`` as a batch's OUTDIR does; none: that name beside the scan."""
     if output is None:
         return scan.with_name(output_name(scan, format))
-    if format != "dicom" and output.is_dir():
-        return output / output_name(scan, format)
-    return output
+    try:
+        folder = format != "dicom" and output.is_dir()
+    except OSError:  # a name the system cannot look up (too long): the output checks say so
+        folder = False
+    return output / output_name(scan, format) if folder else output
 
 
 def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, settings: ReconSettings) -> str:

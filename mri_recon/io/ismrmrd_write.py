@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import h5py
 import numpy as np
@@ -256,19 +255,6 @@ def convert(in_path: str | os.PathLike, out_path: str | os.PathLike, *, traj_uni
     for target, (_, scan) in zip(targets, scans):
         save_scan(target, scan, protect=(in_path,))
     return targets
-
-
-def convert_to_mrd(source: str | os.PathLike, output: str | os.PathLike, **options: Any) -> list[Path]:
-    """Convert any scan file mri-recon reads (schema v1, ISMRMRD, Siemens twix; ``options``: the reader's
-    keywords) to MRD raw data, every image in one file (:func:`write_ismrmrd`; coil maps, field maps and a
-    ground truth have no place there and are left out). Returns the file written."""
-    from .readers import load_scans  # noqa: PLC0415 - the readers, on use
-
-    images = load_scans(source, **options)
-    if same_file(output, source):
-        raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    write_ismrmrd(output, images)
-    return [Path(output)]
 
 
 _TAGS = {"repetition": "rep"}

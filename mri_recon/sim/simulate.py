@@ -140,10 +140,10 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
     frames, spokes_per_frame : int, optional
         A beating phantom of ``frames`` frames of ``spokes_per_frame`` (default 21) consecutive spokes
         instead (golden or stack-of-stars): returns a :class:`~mri_recon.io.frames.TimeSeries`
-        (:func:`mri_recon.sim.dynamic.simulate_series`, with ``gradient_delay``; ``spokes``, ``interleaves``
-        and ``field_map_peak`` are refused there).
+        (:func:`mri_recon.sim.dynamic.simulate_series`, with ``gradient_delay``; refuses ``spokes``,
+        ``interleaves`` and ``field_map_peak``).
     progress : callable, optional
-        ``progress(done, total)`` as the samples' k-space is computed (the long step of a 3D scan).
+        ``progress(done, total)``, called as the k-space is computed.
 
     Returns
     -------
@@ -153,25 +153,10 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
         ``snr``, ``seed``, ``noise_std``, ``dcf``, ``coils``, ``phantom`` and the trajectory size.
     """
     if frames is not None or spokes_per_frame is not None:  # a time series (mri_recon.sim.dynamic)
-        from .dynamic import simulate_series  # noqa: PLC0415
-
-        unused = [name for name, value in (("spokes", spokes), ("interleaves", interleaves),
-                                           ("field_map_peak", field_map_peak)) if value is not None]
-        if unused:
-            raise InvalidDataError(f"{', '.join(unused)}: not simulated for a time series (frames of "
-                                   f"spokes_per_frame golden-angle spokes, no field map); leave them out")
-        return simulate_series(matrix, trajectory, frames=frames, spokes_per_frame=spokes_per_frame or 21,
-                               coils=coils, snr=snr, samples=samples, seed=seed, dcf=dcf,
-                               gradient_delay=gradient_delay)
-    _choice("trajectory", trajectory, KINDS)
-    _choice("dcf", dcf, DCFS)
-    matrix = validate_matrix(matrix, "simulate_scan")
-    ndim = _NDIM[trajectory]
-    if len(matrix) != ndim:
-        raise InvalidDataError(f"trajectory {trajectory!r} needs a {ndim}-D matrix, found {list(matrix)}")
-    coils = positive_int("coils", coils)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidDataError(f"seed must be a non-negative integer, found {seed!r}")
+        unused = {"spokes": spokes, "interleaves": interleaves, "field_map_peak": field_map_peak}
+        return _series(matrix, trajectory, frames, spokes_per_frame, unused, coils=coils, snr=snr,
+                       samples=samples, seed=seed, dcf=dcf, gradient_delay=gradient_delay)
+    matrix, coils = _checked(matrix, trajectory, dcf, coils, seed)
     snr_value = _snr(snr)
     k, sizes = _trajectory(trajectory, matrix, spokes, samples, interleaves)
     weights = _weights(dcf, trajectory, k, matrix)
@@ -187,6 +172,31 @@ def simulate_scan(matrix, trajectory: str = "golden", *, coils: int = 8, snr: fl
              "dcf": dcf or "none", "coils": coils, "phantom": "shepp-logan (modified, Toft)", **sizes}
     return Scan(kspace=kspace, trajectory=k, matrix=matrix, weights=weights, coil_maps=maps, noise=noise,
                 ground_truth=truth, field_map=fmap, times=times, attrs=attrs, source="simulate_scan")
+
+
+def _checked(matrix, trajectory: str, dcf: str | None, coils: int, seed: int) -> tuple[tuple[int, ...], int]:
+    """``(matrix, coils)`` of a single scan, checked with its trajectory kind, density weights and seed."""
+    _choice("trajectory", trajectory, KINDS)
+    _choice("dcf", dcf, DCFS)
+    matrix = validate_matrix(matrix, "simulate_scan")
+    ndim = _NDIM[trajectory]
+    if len(matrix) != ndim:
+        raise InvalidDataError(f"trajectory {trajectory!r} needs a {ndim}-D matrix, found {list(matrix)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidDataError(f"seed must be a non-negative integer, found {seed!r}")
+    return matrix, positive_int("coils", coils)
+
+
+def _series(matrix, trajectory: str, frames: int | None, spokes_per_frame: int | None, unused: dict, **options):
+    """:func:`~mri_recon.sim.dynamic.simulate_series` for ``simulate_scan(frames=...)``; the options a series
+    does not simulate (``unused``, given) are refused by name."""
+    from .dynamic import simulate_series  # noqa: PLC0415
+
+    given = [name for name, value in unused.items() if value is not None]
+    if given:
+        raise InvalidDataError(f"{', '.join(given)}: not simulated for a time series (frames of spokes_per_frame "
+                               f"golden-angle spokes, no field map); leave them out")
+    return simulate_series(matrix, trajectory, frames=frames, spokes_per_frame=spokes_per_frame or 21, **options)
 
 
 def _off_resonance(clean, sampled, matrix, coils, field_map_peak, readout_ms, sizes):

@@ -7,6 +7,7 @@ import io
 import logging
 import socket
 import threading
+import time
 
 import ismrmrd
 import numpy as np
@@ -190,18 +191,37 @@ def _reply_of(conn: socket.socket) -> Reply:
     return reply
 
 
-def test_idle_client_is_closed_and_extra_clients_are_told_busy(files):
+def test_idle_sockets_make_way_and_a_scan_in_progress_makes_others_busy(files):
     with running_server(idle_timeout=0.5, max_clients=1) as srv:
-        with _connect(srv) as idle:
+        with _connect(srv) as idle:  # config sent, no header: it gives its place to a real client
             MessageWriter(idle.makefile("wb")).send(config_messages("default")[0])
+            threading.Event().wait(0.1)
+            _, reply = send_scan(files[1][1], *srv.address)
+            assert len(reply.images) == 1
+            assert _reply_of(idle).closed
+        with _connect(srv) as silent:  # nothing at all: closed after the header timeout
+            quiet = _reply_of(silent)
+        assert quiet.closed and "idle timeout" in quiet.errors[0]
+        xml, _ = read_scan(files[1][1])
+        with _connect(srv) as started:  # a header sent: a scan in progress keeps its place
+            started.sendall(MessageID.HEADER.to_bytes(2, "little") + len(xml).to_bytes(4, "little") + xml)
             threading.Event().wait(0.1)
             with _connect(srv) as extra:
                 busy = _reply_of(extra)
-            quiet = _reply_of(idle)
         assert busy.closed and "server busy" in busy.errors[0]
-        assert quiet.closed and "idle timeout" in quiet.errors[0]
-        _, reply = send_scan(files[1][1], *srv.address)
-        assert len(reply.images) == 1
+
+
+def test_sixteen_idle_sockets_do_not_starve_a_real_client(files):
+    with running_server(max_clients=16, idle_timeout=30.0) as srv:
+        idle = [_connect(srv) for _ in range(16)]
+        try:
+            threading.Event().wait(0.2)
+            started = time.perf_counter()
+            _, reply = send_scan(files[1][1], *srv.address)
+            assert len(reply.images) == 1 and time.perf_counter() - started < 10
+        finally:
+            for conn in idle:
+                conn.close()
 
 
 def test_listening_beyond_loopback_is_warned_about(caplog):

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import OutputError, printable
-from ..server.config import CLIENT_FIELDS, MAX_SPOKES_PER_FRAME
+from ..server.config import CLIENT_FIELDS, DEFAULT_BOUNDS, MAX_SPOKES_PER_FRAME
 from ..server.protocol import DEFAULT_MAX_MESSAGE, DEFAULT_MAX_SCAN, Limits
 from ..settings import ReconSettings
 from .common import friendly
@@ -81,7 +81,19 @@ def _reconstructor(settings: ReconSettings):
 @click.option("--idle-timeout", type=click.FloatRange(min=0.0, min_open=True), default=60.0, show_default=True,
               help="Seconds a connection may stay silent before it is closed.")
 @click.option("--max-clients", type=click.IntRange(1, 1024), default=16, show_default=True,
-              help="Connections served at once (more are answered 'server busy').")
+              help="Connections served at once (when full, the oldest that has sent no header makes way; else "
+                   "'server busy').")
+@click.option("--header-timeout", type=click.FloatRange(min=0.0, min_open=True), default=10.0, show_default=True,
+              help="Seconds a new connection may take to send its XML header.")
+@click.option("--allow-users", default=None,
+              help="Users served besides the server's own (names or uids, comma-separated), or 'any' (every "
+                   "peer, remote ones too). Default: only the user running the server.")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=DEFAULT_BOUNDS.iterations, show_default=True,
+              help="The most iterations a client may choose.")
+@click.option("--max-inner-iterations", type=click.IntRange(min=1), default=DEFAULT_BOUNDS.inner_iterations,
+              show_default=True, help="The most inner (ADMM) iterations a client may choose.")
+@click.option("--max-filter-sigma", type=click.FloatRange(min=0.0), default=DEFAULT_BOUNDS.filter_sigma,
+              show_default=True, help="The widest post-filter (voxels) a client may choose.")
 @settings_option("cache_dir")
 @click.option("--spokes-per-frame", type=click.IntRange(1, MAX_SPOKES_PER_FRAME), default=None,
               help="Stream a time series: each K consecutive readouts (of a slice) are one frame, reconstructed "
@@ -91,7 +103,9 @@ def _reconstructor(settings: ReconSettings):
 @client_options
 @friendly
 def serve(host: str, port: int, max_message_bytes: int, max_scan_bytes: int, idle_timeout: float,
-          max_clients: int, spokes_per_frame: int | None, quiet: bool, verbose: int, **options: Any) -> None:
+          max_clients: int, header_timeout: float, allow_users: str | None, max_iterations: int,
+          max_inner_iterations: int, max_filter_sigma: float, spokes_per_frame: int | None, quiet: bool,
+          verbose: int, **options: Any) -> None:
     """Serve MRD streaming connections: config, XML header, noise and data in; MRD images and CLOSE out.
 
     The reconstruction options (--iterations, --regularizer, --coil-maps, ...) are reconstruct's and set
@@ -99,16 +113,23 @@ def serve(host: str, port: int, max_message_bytes: int, max_scan_bytes: int, idl
     tv, wavelet, rss, magnitude) or JSON (CONFIG_TEXT). --spokes-per-frame K streams frames of K readouts
     back as they complete (docs/server.md). SIGTERM stops accepting and finishes the running scans.
     """
-    from ..server.config import configurator
+    from ..server.config import Bounds, configurator
+    from ..server.peers import parse_users
     from ..server.service import Server
 
     settings = settings_from(options)
+    try:
+        users = parse_users(allow_users) if allow_users is not None else frozenset({os.getuid()})
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--allow-users") from None
+    bounds = Bounds(max_iterations, max_inner_iterations, max_filter_sigma)
     with server_logging(verbose, quiet):
         recon = _reconstructor(settings)
         try:
-            server = Server(recon, configurator(settings, spokes_per_frame), host, port,
+            server = Server(recon, configurator(settings, spokes_per_frame, bounds), host, port,
                             limits=Limits(max_message_bytes, min(max_message_bytes, 16 * 2 ** 20), max_scan_bytes),
-                            idle_timeout=idle_timeout, max_clients=max_clients)
+                            idle_timeout=idle_timeout, max_clients=max_clients, allowed_users=users,
+                            header_timeout=header_timeout)
         except OSError as exc:
             why = exc.strerror or exc
             raise click.ClickException(printable(f"cannot listen on {host}:{port} ({why})")) from None

@@ -61,6 +61,30 @@ TEXT_LIMIT = 200
 """The longest text value a client may send (no option takes more)."""
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The largest values a client may choose for the settings that set how long a reconstruction holds the
+    device (``serve --max-iterations``, ``--max-inner-iterations``, ``--max-filter-sigma``); the server's own
+    settings are not bounded. With the defaults a TV reconstruction runs at most 500 x 50 inner CG steps."""
+
+    iterations: int = 500
+    inner_iterations: int = 50
+    filter_sigma: float = 32.0
+
+    def check(self, base: ReconSettings, settings: ReconSettings) -> None:
+        """Refuse a setting a client raised above its bound, naming the bound and the option that sets it."""
+        for field, option in (("iterations", "--max-iterations"), ("inner_iterations", "--max-inner-iterations"),
+                              ("filter_sigma", "--max-filter-sigma")):
+            value, cap = getattr(settings, field), getattr(self, field)
+            if value is not None and value != getattr(base, field) and value > cap:
+                raise ConfigError(f"{typed_name(field)} {value:g} is over this server's limit of {cap:g} "
+                                  f"(serve {option})")
+
+
+DEFAULT_BOUNDS = Bounds()
+"""The :class:`Bounds` of ``serve`` without options."""
+
+
 def _checked(presets: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for name, chosen in presets.items():  # a preset that ReconSettings refuses is a mistake here
         ReconSettings.from_keywords(chosen, f"preset {name!r}", CLIENT_FIELDS)
@@ -144,9 +168,10 @@ def json_settings(text: str) -> dict[str, Any]:
     return {**(preset(named) if named is not None else {}), **client_keywords(chosen)}
 
 
-def configured(base: ReconSettings, configs: Sequence[tuple[str, str]]) -> ReconSettings:
-    """``base`` with a connection's config messages applied in order (later ones win); ``configs`` holds
-    ``("file", name)`` for CONFIG_FILE and ``("text", text)`` for CONFIG_TEXT messages."""
+def configured(base: ReconSettings, configs: Sequence[tuple[str, str]],
+               bounds: Bounds = DEFAULT_BOUNDS) -> ReconSettings:
+    """``base`` with a connection's config messages applied in order (later ones win), within ``bounds``;
+    ``configs`` holds ``("file", name)`` for CONFIG_FILE and ``("text", text)`` for CONFIG_TEXT messages."""
     settings = base
     for kind, text in configs:
         chosen = preset(text) if kind == "file" else json_settings(text)
@@ -154,6 +179,7 @@ def configured(base: ReconSettings, configs: Sequence[tuple[str, str]]) -> Recon
             settings = settings.replace(**chosen)
         except InvalidDataError as exc:  # ReconSettings' check of a value
             raise ConfigError(printable(f"config: {exc}")) from None
+    bounds.check(base, settings)
     return settings
 
 
@@ -187,13 +213,14 @@ class Choices:
     spokes_per_frame: int | None = None
 
 
-def chosen(base: ReconSettings, spokes_per_frame: int | None, configs: Sequence[tuple[str, str]]) -> Choices:
+def chosen(base: ReconSettings, spokes_per_frame: int | None, bounds: Bounds,
+           configs: Sequence[tuple[str, str]]) -> Choices:
     """The :class:`Choices` of a connection: :func:`configured` and :func:`stream_spokes`."""
-    return Choices(configured(base, configs), stream_spokes(configs, spokes_per_frame))
+    return Choices(configured(base, configs, bounds), stream_spokes(configs, spokes_per_frame))
 
 
-def configurator(base: ReconSettings, spokes_per_frame: int | None = None
+def configurator(base: ReconSettings, spokes_per_frame: int | None = None, bounds: Bounds = DEFAULT_BOUNDS
                  ) -> Callable[[Sequence[tuple[str, str]]], Choices]:
     """The :data:`~mri_recon.server.session.Configure` of a server whose own settings are ``base`` and
-    ``spokes_per_frame``."""
-    return functools.partial(chosen, base, checked_spokes(spokes_per_frame, "--spokes-per-frame"))
+    ``spokes_per_frame``, its clients' settings within ``bounds``."""
+    return functools.partial(chosen, base, checked_spokes(spokes_per_frame, "--spokes-per-frame"), bounds)

@@ -19,16 +19,27 @@ class IdleTimeout(TimeoutError):
     """Nothing arrived within the idle timeout."""
 
 
+ACQUISITION_OVERHEAD = 1024
+"""Bytes an acquisition holds besides its data and trajectory (its header and the ``ismrmrd.Acquisition``
+object: about 955 measured), counted with them against ``max_scan_bytes``."""
+KEPT_TEXT = 200
+"""Characters of a TEXT message kept for the log; the rest is not held."""
+
+
 class Inbox:
     """Reads ``reader`` into a queue until CLOSE, the stream's end or an error (handed on by :meth:`get`).
 
-    The acquisition bytes of the connection are counted here, as they arrive: more than
-    ``limits.max_scan_bytes`` stops the reading with a :class:`ProtocolError`.
+    What the connection holds is counted here, as it arrives: each acquisition's data, trajectory and
+    :data:`ACQUISITION_OVERHEAD`, and the config messages' text; more than ``limits.max_scan_bytes`` stops the
+    reading with a :class:`ProtocolError`. TEXT messages keep their first :data:`KEPT_TEXT` characters (they
+    are only logged) and WAVEFORM messages nothing. :attr:`left` is set when the stream ends without CLOSE
+    (the client left: a reconstruction of its data can stop).
     """
 
     def __init__(self, reader: BinaryIO, limits: Limits, name: str = "client") -> None:
         self._queue: queue.Queue = queue.Queue()
         self._limits = limits
+        self.left = threading.Event()
         self._thread = threading.Thread(target=self._receive, args=(reader,), name=f"mrd read {name}", daemon=True)
         self._thread.start()
 
@@ -38,15 +49,19 @@ class Inbox:
             while True:
                 message = read_message(reader, self._limits)
                 arrived = time.perf_counter()
-                if message is not None and message.id == MessageID.ACQUISITION:
-                    total += message.payload.data.nbytes + message.payload.traj.nbytes
+                if message is not None:
+                    message, size = _kept(message)
+                    total += size
                     if total > self._limits.max_scan_bytes:
-                        raise ProtocolError(f"the scan's acquisitions exceed {self._limits.max_scan_bytes} bytes "
-                                            f"(--max-scan-bytes)")
+                        raise ProtocolError(f"the connection's acquisitions and config exceed "
+                                            f"{self._limits.max_scan_bytes} bytes (--max-scan-bytes)")
                 self._queue.put((message, arrived))
                 if message is None or message.id == MessageID.CLOSE:
+                    if message is None:
+                        self.left.set()
                     return
         except Exception as exc:  # handed to the session, which answers it
+            self.left.set()
             self._queue.put((exc, time.perf_counter()))
 
     def get(self, timeout: float | None) -> tuple[Message | None, float]:
@@ -67,3 +82,17 @@ class Inbox:
         if isinstance(item, Exception):
             raise item
         return item, arrived
+
+
+def _kept(message: Message) -> tuple[Message, int]:
+    """``(what is kept of the message, the bytes it holds)``."""
+    if message.id == MessageID.ACQUISITION:
+        acq = message.payload
+        return message, acq.data.nbytes + acq.traj.nbytes + ACQUISITION_OVERHEAD
+    if message.id == MessageID.TEXT:
+        return Message(message.id, message.payload[:KEPT_TEXT]), KEPT_TEXT
+    if message.id == MessageID.WAVEFORM:
+        return Message(message.id, None), 0
+    if message.id in (MessageID.CONFIG_FILE, MessageID.CONFIG_TEXT, MessageID.HEADER):
+        return message, len(message.payload)
+    return message, 0

@@ -15,6 +15,7 @@ through one lock of this process (several at once would only share the cores).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -73,18 +74,34 @@ class Reconstructor:
         options = reader_options(ISMRMRD_INPUT, SOURCE, settings.reader_keywords())
         return load_stream(header_xml, acquisitions, **options)
 
-    def reconstruct(self, scans: list[tuple[dict, Any]], settings: ReconSettings) -> Reconstructed:
-        """Prepare and reconstruct each scan as ``mri-recon reconstruct`` does, holding the device's lock."""
+    def reconstruct(self, scans: list[tuple[dict, Any]], settings: ReconSettings,
+                    cancelled: threading.Event | None = None) -> Reconstructed:
+        """Prepare and reconstruct each scan as ``mri-recon reconstruct`` does, holding the device's lock;
+        :class:`Cancelled` once ``cancelled`` is set (the client left), checked at every stage and iteration
+        and before the device is taken."""
         queued = time.perf_counter()
         cache = self.psf_cache if settings.cache else None
+        progress = None if cancelled is None else functools.partial(_stop_if, cancelled)
         with device_lock(self.device):
             started = time.perf_counter()
             results = []
             for key, scan in scans:
+                _stop_if(cancelled)
                 ready, record, result = prepare_and_reconstruct(scan, settings, device=self.device,
-                                                                psf_cache=cache)
+                                                                psf_cache=cache, progress=progress)
                 results.append((key, ready, record, result))
         return Reconstructed(results, started - queued, time.perf_counter() - started)
+
+
+class Cancelled(Exception):
+    """The client of a reconstruction left; the reconstruction stopped."""
+
+
+def _stop_if(cancelled: threading.Event | None, *event: Any) -> None:
+    """A progress callback: raise :class:`Cancelled` once ``cancelled`` is set."""
+    del event
+    if cancelled is not None and cancelled.is_set():
+        raise Cancelled("the client left; its reconstruction was stopped")
 
 
 def image_records(done: Reconstructed, first_index: int, magnitude: bool) -> list[Any]:

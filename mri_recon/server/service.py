@@ -8,13 +8,16 @@ accepting, lets the running connections finish their scans and returns from :met
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import os
 import socket
 import threading
 from typing import Any
 
 from ..errors import printable
+from .peers import peer_uid, user_name
 from .protocol import DEFAULT_LIMITS, Limits, MessageWriter
 from .recon import Reconstructor
 from .session import Configure, Session
@@ -49,12 +52,19 @@ class Server:
         Seconds a connection may stay silent (or not read what it is sent) before it is closed.
     max_clients
         Connections served at once.
+    allowed_users
+        The uids served (default: this process's own); None serves every peer, remote ones too.
+    header_timeout
+        Seconds a new connection may take to send its XML header.
     """
 
     def __init__(self, recon: Reconstructor, configure: Configure, host: str = "127.0.0.1", port: int = 9002, *,
-                 limits: Limits = DEFAULT_LIMITS, idle_timeout: float = 60.0, max_clients: int = 16) -> None:
+                 limits: Limits = DEFAULT_LIMITS, idle_timeout: float = 60.0, max_clients: int = 16,
+                 allowed_users: frozenset[int] | None = frozenset({os.getuid()}),
+                 header_timeout: float = 10.0) -> None:
         self.recon, self.configure, self.limits = recon, configure, limits
         self.idle_timeout, self.max_clients = idle_timeout, max_clients
+        self.allowed_users, self.header_timeout = allowed_users, min(header_timeout, idle_timeout)
         if not is_loopback(host):
             log.warning("listening on %s: reachable beyond this machine; the MRD protocol has no "
                         "authentication or encryption", printable(host))
@@ -63,6 +73,7 @@ class Server:
         self._address = self._socket.getsockname()[:2]
         self._stop = threading.Event()
         self._threads: set[threading.Thread] = set()
+        self._sessions: dict[threading.Thread, tuple[socket.socket, Session]] = {}
         self._lock = threading.Lock()
         self.served = 0
         self.endings: dict[str, int] = {}
@@ -116,23 +127,56 @@ class Server:
             thread.join(timeout)
 
     def _start(self, conn: socket.socket, name: str) -> None:
+        refusal = self._refusal(conn)
+        if refusal is not None:
+            log.warning("%s: refused: %s", name, refusal)
+            self._answer(conn, refusal)
+            return
         with self._lock:
-            busy = len(self._threads) >= self.max_clients
+            busy = len(self._threads) >= self.max_clients and not self._make_way(name)
             if not busy:
                 thread = threading.Thread(target=self._serve, args=(conn, name), name=f"mrd {name}")
                 self._threads.add(thread)
         if busy:
             log.warning("%s: refused, %d connections are being served (--max-clients)", name, self.max_clients)
-            self._answer_busy(conn)
+            self._answer(conn, f"server busy: {self.max_clients} connections are being served; try again")
             return
         thread.start()
 
-    def _answer_busy(self, conn: socket.socket) -> None:
+    def _refusal(self, conn: socket.socket) -> str | None:
+        """Why this peer is not served (None: it is): its user is not one the server allows."""
+        if self.allowed_users is None:
+            return None
+        uid = peer_uid(conn)
+        if uid in self.allowed_users:
+            return None
+        allowed = ", ".join(user_name(u) for u in sorted(self.allowed_users))
+        return (f"this server serves user {allowed} only, and this connection's user is {user_name(uid)}; the "
+                f"server's owner can widen it with serve --allow-users")
+
+    def _make_way(self, name: str) -> bool:
+        """When full: close the oldest connection that has not sent its XML header (an idle socket must not
+        starve a real client); True when one was closed. Called holding the lock."""
+        waiting = [(session.connected_at, conn, session) for conn, session in self._sessions.values()
+                   if session.header is None]
+        if not waiting:
+            return False
+        _, conn, session = min(waiting, key=lambda item: item[0])
+        log.warning("%s: the server is full; closing %s, the oldest connection that has sent no header", name,
+                    session.name)
+        with contextlib.suppress(OSError):
+            session.writer.send("ERROR    the server is full and this connection sent no XML header; closed to "
+                                "serve another")
+            session.writer.close()
+            conn.shutdown(socket.SHUT_RDWR)
+        return True
+
+    def _answer(self, conn: socket.socket, error: str) -> None:
         conn.settimeout(5.0)
         try:
             with conn.makefile("wb") as out:
                 writer = MessageWriter(out)
-                writer.send(f"ERROR    server busy: {self.max_clients} connections are being served; try again")
+                writer.send(f"ERROR    {error}")
                 writer.close()
         except OSError:
             pass
@@ -146,7 +190,10 @@ class Server:
             conn.settimeout(self.idle_timeout)  # bounds each send; the session times the waits for input
             with conn.makefile("wb") as out:
                 session = Session(SocketInput(conn, done), MessageWriter(out), self.recon, self.configure,
-                                  limits=self.limits, idle_timeout=self.idle_timeout, name=name)
+                                  limits=self.limits, idle_timeout=self.idle_timeout, name=name,
+                                  header_timeout=self.header_timeout)
+                with self._lock:
+                    self._sessions[threading.current_thread()] = (conn, session)
                 ending = session.run()
         except OSError as exc:
             log.warning("%s: connection lost (%s)", name, exc)
@@ -157,6 +204,7 @@ class Server:
             _close(conn)
             with self._lock:
                 self._threads.discard(threading.current_thread())
+                self._sessions.pop(threading.current_thread(), None)
                 self.served += 1
                 self.endings[ending] = self.endings.get(ending, 0) + 1
 

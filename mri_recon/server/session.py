@@ -38,7 +38,7 @@ from .config import Choices
 from .frames import FrameCutter, describe_stream, frame_scan
 from .inbox import IdleTimeout, Inbox
 from .protocol import DEFAULT_LIMITS, Limits, Message, MessageID, MessageWriter, ProtocolError, TruncatedError
-from .recon import Reconstructor, describe_key, image_records
+from .recon import Cancelled, Reconstructor, describe_key, image_records
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +91,19 @@ class Session:
     idle_timeout
         Seconds the session may wait for a message (``None``: no limit); time spent reconstructing is not
         counted.
+    header_timeout
+        Seconds the session may wait for each message before the XML header (``None``: the idle timeout).
     name
         The peer, for the log.
     """
 
     def __init__(self, reader: BinaryIO, writer: MessageWriter, recon: Reconstructor, configure: Configure, *,
-                 limits: Limits = DEFAULT_LIMITS, idle_timeout: float | None = None, name: str = "client") -> None:
+                 limits: Limits = DEFAULT_LIMITS, idle_timeout: float | None = None, name: str = "client",
+                 header_timeout: float | None = None) -> None:
         self.reader, self.writer, self.recon, self.configure = reader, writer, recon, configure
         self.limits, self.idle_timeout, self.name = limits, idle_timeout, name
+        self.header_timeout = idle_timeout if header_timeout is None else header_timeout
+        self.connected_at = time.perf_counter()
         self.configs: list[tuple[str, str]] = []
         self.header: bytes | None = None
         self.settings: ReconSettings | None = None
@@ -109,15 +114,16 @@ class Session:
         self.sent_groups: set[tuple[int, ...]] = set()
         self.images_sent = 0
         self.latencies_ms: list[float] = []
+        self.inbox: Inbox | None = None
         self._trigger = flag_mask(TRIGGERS)
         self._noise_flag = flag_mask(("ACQ_IS_NOISE_MEASUREMENT",))
 
     def run(self) -> str:
         """Serve the connection; returns how it ended: ``"closed"``, ``"disconnected"`` or ``"error"``."""
-        inbox = Inbox(self.reader, self.limits, self.name)  # reads on while groups are reconstructed
+        inbox = self.inbox = Inbox(self.reader, self.limits, self.name)  # reads on while groups are reconstructed
         try:
             while True:
-                message, arrived = inbox.get(self.idle_timeout)
+                message, arrived = inbox.get(self.idle_timeout if self.header is not None else self.header_timeout)
                 if message is None:
                     return self._disconnected("the connection ended without CLOSE")
                 if message.id == MessageID.CLOSE:
@@ -125,6 +131,8 @@ class Session:
                     return "closed"
                 self._handle(message, arrived)
         except TruncatedError as exc:
+            return self._disconnected(str(exc))
+        except Cancelled as exc:  # the client left while its data were reconstructed
             return self._disconnected(str(exc))
         except (ProtocolError, MriReconError) as exc:
             return self._refuse(printable(exc))
@@ -208,7 +216,7 @@ class Session:
             if frame is not None:
                 scans = [({**key, "repetition": frame}, frame_scan(scan, frame, len(acquisitions)))
                          for key, scan in scans]
-            done = self.recon.reconstruct(scans, self.settings)
+            done = self.recon.reconstruct(scans, self.settings, self.inbox.left)
         except (MriReconError, OSError) as exc:
             self.writer.send(f"ERROR    {shown}: {printable(exc)}")
             log.error("%s: %s not reconstructed: %s", self.name, shown, printable(exc))

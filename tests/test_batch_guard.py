@@ -118,7 +118,7 @@ def test_the_predicted_work_of_a_scan_grows_with_its_size_and_iterations(tmp_pat
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"not hdf5")
     (b_task,) = plan_tasks([bad], None, ReconSettings())[0]
-    assert scan_seconds(b_task, gpu=False) is None
+    assert scan_seconds(b_task, gpu=False) == 0.0  # no reader takes it: it fails at once, it has no work
 
 
 def test_a_cluster_starts_only_where_the_predicted_work_pays_for_it(tmp_path, rng, monkeypatch, caplog):
@@ -131,8 +131,15 @@ def test_a_cluster_starts_only_where_the_predicted_work_pays_for_it(tmp_path, rn
     assert not decide(tasks[:1], 4, False, start_s=0).start
     bad = tmp_path / "bad.h5"
     bad.write_bytes(b"x")
-    unknown = decide(plan_tasks([bad], None, ReconSettings())[0] + tasks, 2, False)
-    assert unknown.start and "bad.h5 cannot be predicted" in unknown.reason
+    unreadable = decide(plan_tasks([bad], None, ReconSettings())[0] + tasks, 2, False, start_s=work)
+    assert not unreadable.start and "predicted work" in unreadable.reason  # an unreadable file has no work
+    from mri_recon.io.ismrmrd_write import write_ismrmrd
+    from mri_recon.sim.simulate import simulate_scan
+
+    mrd = tmp_path / "m.mrd.h5"
+    write_ismrmrd(mrd, simulate_scan((16, 16), "golden", coils=1, spokes=10))
+    unknown = decide(plan_tasks([mrd], None, ReconSettings())[0] + tasks, 2, False)
+    assert unknown.start and "m.mrd.h5 cannot be predicted" in unknown.reason
     # through the library and the CLI: small scans run here, and the log and the summary say why
     monkeypatch.setattr(predict_module, "CLUSTER_START_S", work)
     with caplog.at_level("INFO", logger="mri_recon.batch.runner"):

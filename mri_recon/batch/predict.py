@@ -5,8 +5,8 @@ Starting a local cluster (worker processes that import mri-recon, TLS handshakes
 predicted by :func:`mri_recon.planner.plan` from the sizes in its file (matrix, coils, samples; read from the
 file's metadata, no data loaded), and ``W`` workers can save at most ``work * (1 - 1/W)`` of it. A cluster is
 started only when that saving exceeds its start-up (a cluster already running costs nothing to reuse). A scan
-whose sizes cannot be read without loading it (an MRD file, an unreadable file) counts as large: the cluster
-asked for is started.
+whose sizes cannot be read without loading it (an MRD, twix or BART file) counts as large: the cluster asked
+for is started. A file that cannot be read at all has no work: it fails at once, wherever it runs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import h5py
 
+from ..errors import MriReconError
+from ..io.readers import reader_of
 from ..planner import plan
 from .task import ScanTask
 
@@ -35,16 +37,23 @@ class Decision:
 
 
 def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
-    """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planner.plan`), or None when
-    its sizes cannot be read from its metadata (an MRD file, an unreadable or malformed file)."""
+    """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planner.plan`); 0 for a file
+    that no reader takes or a malformed schema-v1 file (it fails at once: it has no work); None when the sizes
+    of a readable scan cannot be read from its metadata (MRD, twix, BART)."""
+    try:
+        reader, _ = reader_of(task.input, task.settings.allow_external)
+    except (MriReconError, OSError):
+        return 0.0
+    if reader.name != "schema-v1":
+        return None
     try:
         with h5py.File(task.input, "r") as f:
             matrix = tuple(int(n) for n in f.attrs["matrix"])
             shape = f["kspace"].shape
     except (OSError, KeyError, TypeError, ValueError):
-        return None
+        return 0.0
     if not matrix or not shape or any(n < 1 for n in matrix):
-        return None
+        return 0.0
     coils, samples = (1, shape[0]) if len(shape) == 1 else (shape[0], math.prod(shape[1:]))
     estimate = plan(matrix, coils, samples, sense=True, iterations=task.settings.iterations, available_bytes=None,
                     gpu=gpu, method=task.settings.method)  # the engine of that name on that device

@@ -228,3 +228,19 @@ def test_replace_refuses_unknown_fields_and_takes_any_matrix_form(rng):
         scan.replace(matrix=np.array([16, 12, 4]))
     with pytest.raises(InvalidDataError, match="negative"):
         scan.replace(weights=np.full(50, -1.0, np.float32))
+
+
+def test_a_dataset_declaring_far_more_than_the_file_stores_is_refused_before_reading(tmp_path):
+    import h5py
+
+    from mri_recon.io import load_scan
+
+    path = tmp_path / "huge.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["matrix"] = [64, 64]
+        f.create_dataset("kspace", shape=(2, 2**28), dtype=np.complex64, chunks=(1, 2**16))  # 4 GiB, none written
+        f.create_dataset("trajectory", data=np.zeros((4, 2), np.float32))
+    assert path.stat().st_size < 64 * 2**10
+    with pytest.raises(SchemaError, match=r"dataset 'kspace' declares 4096 MiB but the file stores 0 bytes of it "
+                                          r".*refused before reading"):
+        load_scan(path)

@@ -156,10 +156,28 @@ def _read(f: h5py.File, src: str, name: str) -> Any:
         raise SchemaError(printable(f"{src}: '{name}' cannot be opened (a broken link?): {exc}")) from exc
     if not isinstance(node, h5py.Dataset):
         raise SchemaError(f"{src}: '{name}' must be a dataset, found a group")
+    _check_stored(node, src, name)
     try:
         return node[()]
     except (OSError, TypeError, ValueError) as exc:
         raise SchemaError(printable(f"{src}: dataset '{name}' cannot be read: {exc}")) from exc
+
+
+MAX_EXPANSION = 1000
+"""The most a dataset may declare over what the file stores of it (compressed data expand; 1000:1 is beyond
+any MRI data's compression) once it declares more than :data:`EXPANSION_FLOOR` bytes."""
+EXPANSION_FLOOR = 64 * 2**20
+
+
+def _check_stored(node: h5py.Dataset, src: str, name: str) -> None:
+    """Refuse, before reading, a dataset that declares far more than the file stores (unwritten chunks read as
+    fill values: a 2 KiB file may declare 4 GiB, all of which a read would allocate)."""
+    declared = int(node.size) * node.dtype.itemsize
+    stored = int(node.id.get_storage_size())
+    if declared > EXPANSION_FLOOR and declared > MAX_EXPANSION * max(stored, 1):
+        raise SchemaError(f"{src}: dataset '{name}' declares {declared / 2**20:.0f} MiB but the file stores "
+                          f"{stored} bytes of it (unwritten chunks, or compressed beyond {MAX_EXPANSION}:1); "
+                          f"refused before reading")
 
 
 def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> Scan:

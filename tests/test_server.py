@@ -107,7 +107,8 @@ def test_send_says_when_no_server_listens(files):
     (None, '{"iterations": [1, 2]}', "expected a number, text or true/false"),
     (None, "<gadgetron/>", "CONFIG_TEXT is not JSON"),
     (None, "[" * 100_000, "CONFIG_TEXT nests its JSON too deeply"),
-], ids=["preset", "path", "device", "misspelled", "range", "choice", "type", "xml", "nested"])
+    (None, '{"gradient_delay": "1e300,1e300"}', "out of range: a delay is at most 16 samples"),
+], ids=["preset", "path", "device", "misspelled", "range", "choice", "type", "xml", "nested", "delay"])
 def test_config_refused_with_its_reason(server, files, config, settings, expected):
     _, reply = send_scan(files[1][1], *server.address, config=config, settings=settings)
     assert not reply.images and reply.closed

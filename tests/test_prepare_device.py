@@ -249,7 +249,9 @@ def test_gpu_images_match_cpu_and_host_preparation(choices):
     cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=8, **choices)[2]
     spread = _rounding_spread(host_ready, host_record, "cpu")
     assert relative(gpu[2].image, host_prep.image) <= max(1e-5, 10 * spread)
-    assert relative(gpu[2].image, cpu.image) <= max(1e-4, 10 * spread)  # GPU vs CPU NUFFT engines, eps 1e-6
+    # GPU vs CPU NUFFT engines: their tolerance (1e-6) is about 17 float32 roundings (2^-24), which the Walsh
+    # maps of this noisy scan amplify as they amplify the rounding spread
+    assert relative(gpu[2].image, cpu.image) <= max(1e-4, 20 * spread)
 
 
 @pytest.mark.gpu

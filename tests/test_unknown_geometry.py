@@ -88,3 +88,22 @@ def test_one_scan_looks_the_same_in_the_png_a_nifti_viewer_and_a_dicom_viewer(tm
     np.testing.assert_allclose(np.array(ds.ImageOrientationPatient, float), [1, 0, 0, 0, 1, 0])  # standard axial
     pixels = ds.pixel_array.astype(float)
     np.testing.assert_allclose(pixels / pixels.max(), image / image.max(), atol=2e-3)
+
+
+@pytest.mark.skipif(__import__("shutil").which("bart") is None, reason="needs BART (apt-get install bart)")
+def test_the_png_preview_is_bart_toimg_of_the_same_array(tmp_path):
+    import subprocess
+
+    from helpers import read_png
+
+    scan = tmp_path / "s.h5"
+    runner = CliRunner()
+    assert runner.invoke(main, ["simulate", str(scan), "--matrix", "48x40", "--coils", "1", "-q"]).exit_code == 0
+    done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "x.cfl"), "--png",
+                                str(tmp_path / "ours.png"), "--iterations", "3", "--device", "cpu", "-q"])
+    assert done.exit_code == 0, done.output
+    subprocess.run(["bart", "toimg", "x", "bart.png"], cwd=tmp_path, check=True, capture_output=True)
+    ours, theirs = read_png(tmp_path / "ours.png").astype(float), read_png(tmp_path / "bart.png")[..., 0].astype(float)
+    assert ours.shape == theirs.shape == (48, 40)  # rows: axis 0, columns: axis 1, in both
+    a, b = ours - ours.mean(), theirs - theirs.mean()
+    assert (a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum()) > 0.99  # the same picture, not turned

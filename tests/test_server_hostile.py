@@ -85,11 +85,12 @@ def test_a_clients_settings_are_bounded(files, settings, expected):
         assert good.images and not good.errors
 
 
-def test_work_stops_when_its_client_leaves_and_the_next_client_is_served(files, caplog):
+def _leave_mid_reconstruction(files, caplog, device: str) -> None:
+    """A client asks for 500 x 50 TV steps at 48^2 and leaves once its data are in; the next is served."""
     xml, acquisitions = read_scan(files[1])
     stream = (_sized(2, b'{"regularizer": "tv", "iterations": 500, "inner_iterations": 50, "tol": 0}\x00')
               + _sized(3, xml) + b"".join(_id(1008) + a.to_bytes() for a in acquisitions))
-    with caplog.at_level(logging.INFO, logger="mri_recon.server"), running_server() as server:
+    with caplog.at_level(logging.INFO, logger="mri_recon.server"), running_server(device=device) as server:
         conn = socket.create_connection(server.address)
         conn.sendall(stream)  # every acquisition, the last one flagged: the reconstruction starts ...
         time.sleep(1.0)
@@ -100,6 +101,15 @@ def test_work_stops_when_its_client_leaves_and_the_next_client_is_served(files, 
         server.stop()
     assert any("its reconstruction was stopped" in r.getMessage() for r in caplog.records), caplog.text
     assert time.perf_counter() - started < 60  # 500 x 50 TV steps at 48^2 would hold the device for minutes
+
+
+def test_work_stops_when_its_client_leaves_and_the_next_client_is_served(files, caplog):
+    _leave_mid_reconstruction(files, caplog, "cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_work_stops_when_its_client_leaves(files, caplog):
+    _leave_mid_reconstruction(files, caplog, "gpu")
 
 
 _PEEK = """

@@ -241,6 +241,22 @@ def test_a_dataset_declaring_far_more_than_the_file_stores_is_refused_before_rea
         f.create_dataset("kspace", shape=(2, 2**28), dtype=np.complex64, chunks=(1, 2**16))  # 4 GiB, none written
         f.create_dataset("trajectory", data=np.zeros((4, 2), np.float32))
     assert path.stat().st_size < 64 * 2**10
-    with pytest.raises(SchemaError, match=r"dataset 'kspace' declares 4096 MiB but the file stores 0 bytes of it "
+    with pytest.raises(SchemaError, match=r"dataset 'kspace' declares 4096 MiB but the file holds 0 bytes of it "
                                           r".*refused before reading"):
         load_scan(path)
+
+
+def test_compressed_zeros_empty_and_virtual_datasets_are_not_taken_for_unwritten_ones(tmp_path):
+    import h5py
+
+    from mri_recon.io.schema import _check_stored
+
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        zeros = f.create_dataset("zeros", data=np.zeros((2, 2**24), np.complex64), chunks=(1, 2**20),
+                                 compression="gzip")  # 256 MiB, compressed far beyond 1000:1
+        empty = f.create_dataset("empty", data=h5py.Empty("f4"))
+        layout = h5py.VirtualLayout(shape=(2, 2**24), dtype=np.complex64)
+        layout[:] = h5py.VirtualSource(zeros)
+        virtual = f.create_virtual_dataset("virtual", layout)
+        for node in (zeros, empty, virtual):
+            _check_stored(node, "a.h5", node.name)  # none refused

@@ -175,7 +175,8 @@ def test_client_leaving_mid_scan_frees_it_and_the_server_serves_on(server, files
         whole = raw[: raw.index(bytes(acquisitions[cut].getHead())) - 2]
         with _connect(server) as conn:
             conn.sendall(whole)
-        for _ in range(100):
+            threading.Event().wait(0.3)  # served (its user known) before it leaves: a socket already closed
+        for _ in range(100):  # is refused, its owner no longer known
             if server.endings.get("disconnected", 0) > before:
                 break
             threading.Event().wait(0.05)

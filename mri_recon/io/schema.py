@@ -5,6 +5,7 @@ Schema v1 is documented in ``docs/schema.md``. Writes are atomic (temporary file
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -164,20 +165,26 @@ def _read(f: h5py.File, src: str, name: str) -> Any:
 
 
 MAX_EXPANSION = 1000
-"""The most a dataset may declare over what the file stores of it (compressed data expand; 1000:1 is beyond
-any MRI data's compression) once it declares more than :data:`EXPANSION_FLOOR` bytes."""
+"""The most a dataset may declare over the bytes the file holds allocated for it (chunks written, or its
+contiguous storage), once it declares more than :data:`EXPANSION_FLOOR` bytes."""
 EXPANSION_FLOOR = 64 * 2**20
 
 
 def _check_stored(node: h5py.Dataset, src: str, name: str) -> None:
-    """Refuse, before reading, a dataset that declares far more than the file stores (unwritten chunks read as
-    fill values: a 2 KiB file may declare 4 GiB, all of which a read would allocate)."""
+    """Refuse, before reading, a dataset that declares far more than the file allocates for it (unwritten chunks
+    read as fill values: a 2 KiB file may declare 4 GiB, all of which a read would allocate). Compressed chunks
+    count at their full size; an empty dataset and a virtual one (its sources are checked where they are read,
+    :mod:`mri_recon.io.contained`) are not looked at."""
+    if node.shape is None or not node.size or node.is_virtual:
+        return
     declared = int(node.size) * node.dtype.itemsize
-    stored = int(node.id.get_storage_size())
-    if declared > EXPANSION_FLOOR and declared > MAX_EXPANSION * max(stored, 1):
-        raise SchemaError(f"{src}: dataset '{name}' declares {declared / 2**20:.0f} MiB but the file stores "
-                          f"{stored} bytes of it (unwritten chunks, or compressed beyond {MAX_EXPANSION}:1); "
-                          f"refused before reading")
+    if node.chunks is not None:
+        allocated = int(node.id.get_num_chunks()) * math.prod(node.chunks) * node.dtype.itemsize
+    else:
+        allocated = int(node.id.get_storage_size())
+    if declared > EXPANSION_FLOOR and declared > MAX_EXPANSION * max(allocated, 1):
+        raise SchemaError(f"{src}: dataset '{name}' declares {declared / 2**20:.0f} MiB but the file holds "
+                          f"{allocated} bytes of it (unwritten chunks); refused before reading")
 
 
 def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> Scan:

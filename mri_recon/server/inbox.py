@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from .protocol import Limits, Message, MessageID, ProtocolError, read_message
+from .protocol import Limits, Message, MessageID, ProtocolError, TruncatedError, read_message
 
 
 class IdleTimeout(TimeoutError):
@@ -32,8 +32,9 @@ class Inbox:
     What the connection holds is counted here, as it arrives: each acquisition's data, trajectory and
     :data:`ACQUISITION_OVERHEAD`, and the config messages' text; more than ``limits.max_scan_bytes`` stops the
     reading with a :class:`ProtocolError`. TEXT messages keep their first :data:`KEPT_TEXT` characters (they
-    are only logged) and WAVEFORM messages nothing. :attr:`left` is set when the stream ends without CLOSE
-    (the client left: a reconstruction of its data can stop).
+    are only logged); WAVEFORM messages are not queued at all. :attr:`left` is set when the stream ends
+    without CLOSE or breaks off (the client left: a reconstruction of its data can stop), not when it breaks
+    a rule (that is answered after the group in hand).
     """
 
     def __init__(self, reader: BinaryIO, limits: Limits, name: str = "client") -> None:
@@ -49,6 +50,8 @@ class Inbox:
             while True:
                 message = read_message(reader, self._limits)
                 arrived = time.perf_counter()
+                if message is not None and message.id == MessageID.WAVEFORM:
+                    continue  # ignored: not queued (a stream of them would fill memory while a group is solved)
                 if message is not None:
                     message, size = _kept(message)
                     total += size
@@ -61,7 +64,8 @@ class Inbox:
                         self.left.set()
                     return
         except Exception as exc:  # handed to the session, which answers it
-            self.left.set()
+            if isinstance(exc, (TruncatedError, OSError)):  # the client left (a broken rule is answered instead)
+                self.left.set()
             self._queue.put((exc, time.perf_counter()))
 
     def get(self, timeout: float | None) -> tuple[Message | None, float]:
@@ -91,8 +95,6 @@ def _kept(message: Message) -> tuple[Message, int]:
         return message, acq.data.nbytes + acq.traj.nbytes + ACQUISITION_OVERHEAD
     if message.id == MessageID.TEXT:
         return Message(message.id, message.payload[:KEPT_TEXT]), KEPT_TEXT
-    if message.id == MessageID.WAVEFORM:
-        return Message(message.id, None), 0
     if message.id in (MessageID.CONFIG_FILE, MessageID.CONFIG_TEXT, MessageID.HEADER):
         return message, len(message.payload)
     return message, 0

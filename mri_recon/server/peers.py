@@ -2,7 +2,7 @@
 
 On Linux the kernel lists every TCP socket with its owner's uid in ``/proc/net/tcp`` and ``/proc/net/tcp6``;
 the peer's socket is the line whose local address is the connection's remote end and whose remote address is
-its local end. A peer on another machine (or a system without those files) has no uid to find here.
+its local end, held by a process (a socket already closed is listed under uid 0 and is not taken). A peer on another machine (or a system without those files) has no uid to find here: it is refused.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def peer_uid(conn: socket.socket) -> int | None:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 7 and fields[1] in theirs and fields[2] in mine:
+            # a socket a process still holds (inode not 0; half-closed ones too): a closed one lingering in
+            # TIME_WAIT or an orphaned FIN_WAIT2 is listed under uid 0
+            if len(fields) > 9 and fields[1] in theirs and fields[2] in mine and fields[9] != "0":
                 return int(fields[7])
     return None
 

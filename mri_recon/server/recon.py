@@ -77,8 +77,8 @@ class Reconstructor:
     def reconstruct(self, scans: list[tuple[dict, Any]], settings: ReconSettings,
                     cancelled: threading.Event | None = None) -> Reconstructed:
         """Prepare and reconstruct each scan as ``mri-recon reconstruct`` does, holding the device's lock;
-        :class:`Cancelled` once ``cancelled`` is set (the client left), checked at every stage and iteration
-        and before the device is taken."""
+        :class:`Cancelled` once ``cancelled`` is set (the client left), checked once the device is taken and
+        at every stage and iteration after."""
         queued = time.perf_counter()
         cache = self.psf_cache if settings.cache else None
         progress = None if cancelled is None else functools.partial(_stop_if, cancelled)

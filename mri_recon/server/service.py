@@ -164,10 +164,12 @@ class Server:
         _, conn, session = min(waiting, key=lambda item: item[0])
         log.warning("%s: the server is full; closing %s, the oldest connection that has sent no header", name,
                     session.name)
+        self._sessions = {t: entry for t, entry in self._sessions.items() if entry[1] is not session}  # once
         with contextlib.suppress(OSError):
             session.writer.send("ERROR    the server is full and this connection sent no XML header; closed to "
                                 "serve another")
             session.writer.close()
+        with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)
         return True
 

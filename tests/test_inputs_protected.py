@@ -86,3 +86,12 @@ def test_a_time_series_checks_every_output_name_before_writing(tmp_path):
                 "--device", "cpu", "--iterations", "2")
     assert done.exit_code == 1 and "name it with the extension .png" in done.output
     assert previous.read_bytes() == b"an earlier result"
+
+
+def test_the_json_log_cannot_replace_the_header_of_a_bart_output(tmp_path):
+    scan = tmp_path / "s.h5"
+    assert _run("simulate", scan, "--matrix", "16", "--coils", "1", "-q").exit_code == 0
+    done = _run("reconstruct", scan, "-o", tmp_path / "out", "--format", "cfl", "--log-json", tmp_path / "out.hdr",
+                "--iterations", "2", "--device", "cpu")
+    assert done.exit_code == 1 and "--log-json names the same file as -o" in done.output
+    assert not (tmp_path / "out.hdr").exists() and not (tmp_path / "out.cfl").exists()

@@ -39,14 +39,16 @@ def say(quiet: bool, message: str) -> None:
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 
 
-def check_log_json(inputs: tuple, log_json: Any, output: Any, png: Any) -> None:
-    """Fail before any work when the JSON log cannot be written, would replace another output or one of the
-    run's ``inputs``."""
+def check_log_json(inputs: tuple, log_json: Any, output: Any, png: Any, format: str | None = None) -> None:
+    """Fail before any work when the JSON log cannot be written, would replace another output (both files of
+    a BART output) or one of the run's ``inputs``."""
+    from ..io.cfl import cfl_pair, is_cfl_name
     from ..io.files import check_output, same_file
 
     if log_json is None:
         return
-    for other, option in ((output, "-o"), (png, "--png")):
+    outputs = [output, *cfl_pair(output)] if format == "cfl" or is_cfl_name(output) else [output]
+    for other, option in [*((o, "-o") for o in outputs), (png, "--png")]:
         if other is not None and same_file(log_json, other):
             raise OutputError(f"{log_json}: --log-json names the same file as {option}; choose another path")
     check_output(log_json, protect=inputs)

@@ -93,7 +93,7 @@ def _checked(scan: Path, output: Path, png: Path | None, log_json: Path | None, 
 
     inputs = settings.read_paths(scan)
     check_outputs(inputs, output, png, settings.format)
-    check_log_json(inputs, log_json, output, png)
+    check_log_json(inputs, log_json, output, png, settings.format)
     chosen = output_format(output, settings.format)  # a name of no output format: refused before work
     return output_values(chosen, complex_=settings.complex_, magnitude=settings.magnitude)
 

@@ -174,7 +174,7 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
         settings = settings.replace(iterations=TEMPORAL_ITERATIONS)  # a joint solve's own default
     inputs = settings.read_paths(scan)
     check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
-    check_log_json(inputs, params.get("log_json"), Path(output), params["png"])
+    check_log_json(inputs, params.get("log_json"), Path(output), params["png"], settings.format)
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())

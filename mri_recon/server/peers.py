@@ -2,7 +2,8 @@
 
 On Linux the kernel lists every TCP socket with its owner's uid in ``/proc/net/tcp`` and ``/proc/net/tcp6``;
 the peer's socket is the line whose local address is the connection's remote end and whose remote address is
-its local end, held by a process (a socket already closed is listed under uid 0 and is not taken). A peer on another machine (or a system without those files) has no uid to find here: it is refused.
+its local end, held by a process (a socket already closed is listed under uid 0 and is not taken). A peer
+on another machine (or a system without those files) has no uid to find here: it is refused.
 """
 
 from __future__ import annotations

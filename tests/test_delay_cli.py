@@ -112,3 +112,15 @@ def test_bart_delays_and_out_of_range_delays_on_the_command_line(tmp_path):
     done = _run("reconstruct", scan, "-o", tmp_path / "p.h5", "--gradient-delay", "1e30,1e30")
     assert done.exit_code == 1 and "out of range: a delay is at most 16 samples" in done.output
     assert "Traceback" not in done.output and "traj-units" not in done.output
+
+
+def test_simulate_refuses_a_z_delay_in_plane_and_takes_barts_form(tmp_path):
+    for kind in ("golden", "stack-of-stars"):
+        done = _run("simulate", tmp_path / "s.h5", "--trajectory", kind, "--matrix", "16", "--coils", "1",
+                    "--spokes", "20", "--gradient-delay", "0,0,0.5")
+        assert done.exit_code == 2 and "takes X,Y (a Z only for a kooshball" in done.output
+    done = _run("simulate", tmp_path / "b.h5", "--matrix", "16", "--coils", "1", "--spokes", "20",
+                "--gradient-delay", "bart:0.1:0.2:0.3", "-q")
+    assert done.exit_code == 0, done.output
+    with h5py.File(tmp_path / "b.h5") as f:
+        assert np.allclose(f.attrs["gradient_delay_samples"], [0.2, 0.1, 0.3])

@@ -285,5 +285,5 @@ def test_a_file_cut_short_says_truncated(tmp_path):
 def test_a_protocol_size_beyond_reason_names_its_field(tmp_path):
     readout = _mdb(_random(np.random.default_rng(3), (2, 32)), centre=(16, 2, 0))
     path = _write(tmp_path / "big.dat", [{"hdr_str": _header(10**9, 4), "mdb": [readout]}])
-    with pytest.raises(SchemaError, match=r"big.dat: the protocol's lBaseResolution is 1000000000; expected 0 to"):
+    with pytest.raises(SchemaError, match=r"big.dat: the protocol's lBaseResolution is 1000000000; expected 1 to 8192"):
         load_scans(path)

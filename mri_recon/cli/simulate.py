@@ -25,7 +25,8 @@ def parse_matrix(text: str) -> tuple[int, ...]:
 
 
 def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:
-    """``--gradient-delay X,Y[,Z]`` as numbers (auto, ring, none are reconstruct's)."""
+    """``--gradient-delay X,Y[,Z]`` (Z: a kooshball's) or BART's ``y:x:yx`` as the simulator's numbers (auto
+    and the estimators are reconstruct's)."""
     from ..errors import InvalidDataError
     from ..prep.gradient_delay import parse_gradient_delay
 
@@ -33,9 +34,22 @@ def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
         choice, numbers = parse_gradient_delay(value) if value is not None else (None, None)
     except InvalidDataError as exc:
         raise click.BadParameter(str(exc), param=param) from None
-    if choice not in (None, "given"):
-        raise click.BadParameter(f"simulate takes delays X,Y[,Z] in samples, found {value!r}", param=param)
+    if choice not in (None, "given", "bart"):
+        raise click.BadParameter(f"simulate takes delays X,Y[,Z] or BART's y:x:yx in samples, found {value!r}",
+                                 param=param)
+    ctx.meta["gradient_delay_form"] = choice  # checked against the trajectory once every option is read
     return numbers
+
+
+def check_delay_form(ctx: click.Context, trajectory: str, numbers: tuple | None) -> None:
+    """Refuse three comma values for an in-plane delay (a Z is a kooshball's) and BART's form for a kooshball."""
+    form, three_d = ctx.meta.get("gradient_delay_form"), trajectory == "kooshball"
+    if form == "given" and len(numbers) == 3 and not three_d:
+        raise click.BadParameter(f"a {trajectory} scan takes X,Y (a Z only for a kooshball; a cross term as "
+                                 f"BART's y:x:yx)", param_hint="--gradient-delay")
+    if form == "bart" and three_d:
+        raise click.BadParameter("BART's y:x:yx delays are in-plane; a kooshball takes X,Y,Z",
+                                 param_hint="--gradient-delay")
 
 
 @click.command()
@@ -75,6 +89,7 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     from ..io.mrd_image import is_mrd_name
     from ..sim.simulate import simulate_scan
 
+    check_delay_form(click.get_current_context(), trajectory, gradient_delay)
     three = trajectory in ("kooshball", "stack-of-stars")
     size = parse_matrix(matrix if matrix is not None else "64" if three else "128")
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)

@@ -100,7 +100,8 @@ def _guarded_blocks(twixtools: Any) -> Iterator[None]:
 
 
 MAX_SIZE = 8192
-"""The largest base resolution, phase-encoding lines, partitions or radial views taken from a protocol."""
+"""The largest base resolution, phase-encoding lines or partitions taken from a protocol (they size the
+image)."""
 
 
 def _protocol(src: str, hdr: dict) -> dict[str, Any]:
@@ -119,10 +120,10 @@ def _protocol(src: str, hdr: dict) -> dict[str, Any]:
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SchemaError(f"{src}: not a readable Siemens twix file: its protocol lacks {printable(str(exc))} "
                           f"(MeasYaps sKSpace / sSliceArray)") from exc
-    for name, value in (("lBaseResolution", base), ("lPhaseEncodingLines", lines), ("lPartitions", partitions),
-                        ("lRadialViews", views)):
-        if not 0 <= value <= MAX_SIZE:
-            raise SchemaError(f"{src}: the protocol's {name} is {value}; expected 0 to {MAX_SIZE}")
+    for name, value, low in (("lBaseResolution", base, 1), ("lPhaseEncodingLines", lines, 0),
+                             ("lPartitions", partitions, 0)):  # the sizes of the image; views size nothing
+        if not low <= value <= MAX_SIZE:
+            raise SchemaError(f"{src}: the protocol's {name} is {value}; expected {low} to {MAX_SIZE}")
     return {"kind": kind, "base": base, "oversampling": oversampling, "three_d": three_d and partitions > 1,
             "fov": fov, "lines": lines, "partitions": partitions, "views": views}
 

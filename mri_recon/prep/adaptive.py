@@ -40,12 +40,15 @@ def estimate_delay(scans, *, max_spokes: int = 2048) -> DelayEstimate:
 
 def opposed_partners(readouts: Readouts, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(spokes, partners)``: indices into ``chosen`` of each spoke with an opposed partner and of that
-    partner (the most nearly opposed spoke, within :data:`MAX_ANGLE` degrees)."""
+    partner (the most nearly opposed spoke, within :data:`MAX_ANGLE` degrees); two spokes that are each
+    other's partner appear once."""
     steps = readouts.steps[chosen][:, : readouts.plane]
     n = steps / np.linalg.norm(steps, axis=1, keepdims=True)
     cosine = n @ n.T
     partner = np.argmin(cosine, axis=1)
-    good = cosine[np.arange(len(n)), partner] <= -np.cos(np.radians(MAX_ANGLE))
+    index = np.arange(len(n))
+    good = cosine[index, partner] <= -np.cos(np.radians(MAX_ANGLE))
+    good &= ~((partner[partner] == index) & (index > partner))  # a mutual pair once: its one measurement
     return np.flatnonzero(good), partner[good]
 
 

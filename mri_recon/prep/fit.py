@@ -41,7 +41,6 @@ class Equations:
         for part in parts:
             split.append(part.split + offset)
             offset += int(part.split.max(initial=-1)) + 1
-        offset += offset % 2
         return Equations(np.concatenate([p.rows for p in parts]), np.concatenate([p.rhs for p in parts]),
                          np.concatenate(split))
 
@@ -55,7 +54,8 @@ class DelayEstimate:
     tensor: np.ndarray
     """``(2, 2)`` or ``(3, 3)`` delay tensor in samples (:mod:`mri_recon.prep.delay`)."""
     std: np.ndarray
-    """Standard errors of :attr:`parameters` (least squares), samples."""
+    """Standard errors of :attr:`parameters` (least squares, as if every equation were independent: RING's two
+    equations of a pair share its noise, so these are lower bounds), samples."""
     spokes: int
     """Spokes of the scan (or frames, or partitions) estimated from."""
     equations: int
@@ -64,7 +64,9 @@ class DelayEstimate:
     """RMS residual of the equations kept, samples."""
     halves: float
     """Largest difference between the parameters fitted to the even and to the odd spokes alone, samples
-    (``inf`` when a half cannot determine them)."""
+    (``inf`` when a half cannot determine them). RING's pairs that join an even and an odd spoke sit in the
+    half of their first spoke, so the halves share some spokes' data: the figure catches an estimate that
+    does not hold together, not a bias both halves share."""
 
     @property
     def parameters(self) -> list[float]:
@@ -96,13 +98,13 @@ def solve(equations: Equations, plane: int, method: str, spokes: int) -> DelayEs
 
 
 def _robust(rows: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(parameters, equations kept)`` of two least-squares passes, the second without the outliers."""
-    keep = np.ones(len(rhs), dtype=bool)
-    for _ in range(2):
-        params, *_ = np.linalg.lstsq(rows[keep], rhs[keep], rcond=None)
-        residual = rows @ params - rhs
-        spread = 1.4826 * np.median(np.abs(residual[keep] - np.median(residual[keep])))
-        keep = np.abs(residual) <= max(5 * spread, 1e-3)
+    """``(parameters, equations kept)``: a least-squares fit, the equations within 5 robust deviations of it,
+    and the fit of those."""
+    params, *_ = np.linalg.lstsq(rows, rhs, rcond=None)
+    residual = rows @ params - rhs
+    spread = 1.4826 * np.median(np.abs(residual - np.median(residual)))
+    keep = np.abs(residual) <= max(5 * spread, 1e-3)
+    params, *_ = np.linalg.lstsq(rows[keep], rhs[keep], rcond=None)
     return params, keep
 
 
@@ -144,7 +146,7 @@ def spoke_groups(scans, method: str, margin: float, max_spokes: int = 2048) -> l
             raise InvalidDataError(f"{method} needs spokes through the centre with k = 0 at least {margin:g} "
                                    f"samples from either end; these readouts start or end at the centre "
                                    f"(centre-out)")
-        for chosen in _chosen(readouts, max_spokes):
+        for chosen in estimated_groups(readouts, max_spokes):
             if len(chosen) < MIN_SPOKES[readouts.kind]:
                 raise InvalidDataError(f"{method} needs at least {MIN_SPOKES[readouts.kind]} spokes for a "
                                        f"{readouts.kind} scan, found {len(chosen)}")
@@ -152,8 +154,9 @@ def spoke_groups(scans, method: str, margin: float, max_spokes: int = 2048) -> l
     return groups
 
 
-def _chosen(readouts: Readouts, max_spokes: int) -> list[np.ndarray]:
-    """Readout indices estimated together: all (a stack of stars: each of its central partitions)."""
+def estimated_groups(readouts: Readouts, max_spokes: int = 2**31) -> list[np.ndarray]:
+    """Readout indices estimated together: all (a stack of stars: each of its central partitions), at most
+    ``max_spokes`` each (evenly chosen)."""
     if readouts.partition is None:
         groups = [np.arange(readouts.count)]
     else:

@@ -31,7 +31,7 @@ from ..errors import InvalidDataError
 from ..scan import Scan
 from . import adaptive, ring
 from .delay import from_bart, given_tensor, parameters_of, radial_readouts, readout_length, shift_trajectory, tensor_of
-from .fit import MIN_SPOKES, DelayEstimate
+from .fit import MIN_SPOKES, DelayEstimate, estimated_groups
 
 log = logging.getLogger("mri_recon.prep")
 
@@ -123,7 +123,8 @@ def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], di
 
 
 def _auto(scans: list[Scan], readouts: list) -> tuple[list[Scan], dict[str, Any]]:
-    """Every estimator the scan allows; the one whose halves agree best, applied if the data support it."""
+    """Every estimator the scan allows; the first of :data:`ESTIMATORS` whose estimate the data support,
+    applied when the others that pass agree with it."""
     kind = readouts[0].kind
     spokes = min(_spokes(r) for r in readouts)
     if spokes < MIN_SPOKES[kind]:
@@ -203,9 +204,8 @@ def _given(values: tuple[float, ...], readouts, choice: str) -> np.ndarray:
 
 
 def _spokes(readouts) -> int:
-    if readouts.partition is None:
-        return readouts.count
-    return min(int(np.sum(np.round(readouts.partition, 6) == v)) for v in np.unique(np.round(readouts.partition, 6)))
+    """Spokes of the smallest group an estimate uses (a stack of stars: of its central partitions)."""
+    return min(len(group) for group in estimated_groups(readouts))
 
 
 def _not_radial(scans: list[Scan], choice: str, why: str) -> tuple[list[Scan], dict[str, Any]]:

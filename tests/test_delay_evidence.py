@@ -148,3 +148,15 @@ def test_bart_delays_correct_a_bart_trajectory():
     assert record["gradient_delay"] == "given" and np.allclose(record["gradient_delay_samples"], [-0.648, -0.617, 0.05])
     swapped, _ = correct_gradient_delay(scan, ",".join(str(v) for v in q[:2]))  # our X,Y: the other order
     assert np.max(np.abs(swapped[0].trajectory - true)) > 0.02
+
+
+@pytest.mark.parametrize("factor", [1e-20, 1e20])
+def test_estimates_do_not_depend_on_the_datas_scale(rng, factor):
+    """RING's squares overflowed float32 at 1e20 (an estimate of 0 that passed its checks) and its damping
+    weighed at 1e-20; the readouts are now scaled to unit RMS first."""
+    scan = spoke_scan(rng, random_delays(rng), spokes=69, coils=8, circle="full", snr=30)
+    scaled = scan.replace(kspace=(scan.kspace.astype(np.complex128) * factor).astype(np.complex64))
+    for estimate in (ring_estimate, opposed_estimate):
+        np.testing.assert_allclose(estimate(scaled).parameters, estimate(scan).parameters, atol=1e-5)
+    assert correct_gradient_delay(scaled, "auto")[1]["gradient_delay_samples"] == pytest.approx(
+        correct_gradient_delay(scan, "auto")[1]["gradient_delay_samples"], abs=1e-5)

@@ -56,7 +56,7 @@ def estimate_delay(scans, *, partners: int = 2, radius: float = 2.5, window: int
 
 def _fourier(kspace, readouts: Readouts, chosen: np.ndarray) -> np.ndarray:
     """``(R, C, S)`` complex64 coefficients p[u] with ``y(c + a) = sum_u p[u] exp(2 pi i u a / S)`` (u = -S/2..),
-    zero beyond the field of view plus 20 %."""
+    zero beyond the field of view plus 20 %, scaled to unit RMS (the offsets do not depend on the data's scale)."""
     samples = readouts.samples
     data = np.asarray(kspace).reshape(kspace.shape[0], readouts.count, samples)[:, chosen]
     data = np.transpose(data, (1, 0, 2)).astype(np.complex64)
@@ -65,7 +65,10 @@ def _fourier(kspace, readouts: Readouts, chosen: np.ndarray) -> np.ndarray:
     centre = readouts.centre[chosen]
     series = spectrum * np.exp(2j * np.pi * u[None, None, :] * centre[:, None, None] / samples).astype(np.complex64)
     reach = 0.6 * np.abs(readouts.steps[chosen]).sum(axis=1) * samples  # |u| of the object, +20 %
-    return series * (np.abs(u)[None, :] <= reach[:, None])[:, None, :]
+    series = series * (np.abs(u)[None, :] <= reach[:, None])[:, None, :]
+    rms = float(np.sqrt(np.mean(np.abs(series.astype(np.complex128)) ** 2)))
+    return series / np.float32(rms) if rms > 0 else series  # unit scale: no overflow in the squares, and
+    # the Gauss-Newton step's fixed damping means the same at every scale of the data
 
 
 def _pairs(steps: np.ndarray, partners: int, window: int | None, tensor: np.ndarray | None = None) -> np.ndarray:

@@ -12,7 +12,7 @@ Public API (stable)::
     ReconSettings, reconstruct_file        every option of a reconstruction in one object; a file read,
                                            reconstructed and written as ``mri-recon reconstruct`` does
     reconstruct_many                       many scans, one output each, in this process or on Dask
-    reconstruct_series, load_series        time series: all frames in one problem (temporal TV), frames of a file
+    load_series                            time series, frames of a file: reconstruct(series, temporal="tv")
     simulate_series                        a beating phantom, exact k-space per frame
     convolve, smooth                       post-filter (correlation semantics)
     simulate_scan                          analytic phantom scans
@@ -54,7 +54,6 @@ _LAZY = {
     "reconstruct_file": "api",
     "ReconSettings": "settings",
     "reconstruct_many": "batch",
-    "reconstruct_series": "series",
     "load_series": "io.frames",
     "simulate_series": "sim.dynamic",
     "Result": "result",

@@ -23,6 +23,7 @@ from . import pipeline, stages
 from .backend import Device, synchronize
 from .errors import InvalidDataError
 from .io import load_scans
+from .io.frames import TimeSeries
 from .io.writers import write_result
 from .kernels import prefetch
 from .operators.engines import Encoding
@@ -81,6 +82,8 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
         raise InvalidDataError(f"{' and '.join(taken)} come from the preparation (coil_maps=...); pass them to "
                                f"mri_recon.pipeline.reconstruct, or reconstruct(..., prepare=False)")
     settings = with_keywords(settings, keywords, "prepare_and_reconstruct")
+    if isinstance(scan, TimeSeries):
+        return _prepare_series_and_reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf)
     # the memory of the whole run, preparation included, is checked before anything is prepared
     dev, engine, memory = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf,
                                         coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
@@ -100,12 +103,28 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     return ready, record, result
 
 
+def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings, **runtime: Any
+                                    ) -> tuple[TimeSeries, dict[str, Any], Result]:
+    """A time series prepared (:func:`~mri_recon.prep.frames.prepare_series`) and reconstructed by the same
+    stages as one scan (:func:`mri_recon.pipeline.run`, which plans it)."""
+    from .prep.frames import prepare_series  # noqa: PLC0415 - time series only
+
+    start = time.perf_counter()
+    ready, record = prepare_series(series, **settings.prepare_keywords())
+    prepared_s = time.perf_counter() - start
+    maps = CoilMapEstimate.take(record)
+    options = pipeline.options_of(ready, estimate_maps=maps.method, maps_basis=maps.basis, **runtime,
+                                  **settings.solver_keywords())
+    return ready, record, pipeline.run(ready, options, prepared_s=prepared_s)
+
+
 @keywords_checked
-def reconstruct(scan: Scan, *, prepare: bool = True, iterations: int = 30, lam: float | None = None,
+def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, iterations: int = 30, lam: float | None = None,
                 regularizer: str = "l2", inner_iterations: int | None = None, rho: float | None = None,
                 anisotropic: bool = False, solver: str | None = None, tol: float = 1e-6,
                 filter_sigma: float | None = None, field_map_correction: str = "auto", segments: int | None = None,
-                method: str = "auto", device: str | int | Device | None = "auto", coil_maps: str = "auto",
+                method: str = "auto", temporal: str = "none", temporal_lam: float | None = None,
+                temporal_solver: str = "admm", device: str | int | Device | None = "auto", coil_maps: str = "auto",
                 dcf: str = "auto", prewhiten: bool = True, field_map: str = "correct", gradient_delay: Any = "none",
                 progress: Progress | bool | None = None, psf_cache: PsfCache | None = None, psf: Any = None,
                 estimate_maps: str | None = None, maps_basis: Any = None) -> Result:
@@ -114,12 +133,15 @@ def reconstruct(scan: Scan, *, prepare: bool = True, iterations: int = 30, lam: 
     Parameters
     ----------
     scan
-        A :class:`~mri_recon.scan.Scan` (``mri_recon.load_scan(path)``, ``simulate_scan(...)``).
+        A :class:`~mri_recon.scan.Scan` (``mri_recon.load_scan(path)``, ``simulate_scan(...)``), or a
+        :class:`~mri_recon.io.frames.TimeSeries` (``mri_recon.load_series(path, ...)``,
+        ``simulate_series(...)``): each frame prepared as one scan (one gradient-delay estimate and one set of
+        coil maps for all frames) and reconstructed as one scan is, or all frames together with ``temporal``.
     prepare
         True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (see
         :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
     iterations, lam, regularizer, inner_iterations, rho, anisotropic, solver, tol, filter_sigma, \
-field_map_correction, segments, method, device
+field_map_correction, segments, method, temporal, temporal_lam, temporal_solver, device
         The solver's settings (:class:`~mri_recon.settings.ReconSettings`, whose fields say each one's type,
         choices, range and default; :func:`mri_recon.pipeline.reconstruct` says what they do).
     coil_maps, dcf, prewhiten, field_map, gradient_delay
@@ -134,8 +156,8 @@ field_map_correction, segments, method, device
     Returns
     -------
     Result
-        The image and the run's settings (:func:`prepare_and_reconstruct` also returns what the
-        preparation did).
+        The image (a time series' frames first: ``Result.frames``) and the run's settings
+        (:func:`prepare_and_reconstruct` also returns what the preparation did).
 
     Raises
     ------

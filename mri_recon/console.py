@@ -207,12 +207,13 @@ def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[
             "timings_s": totals, "wall_s": seconds}
 
 
-def series_log(settings: Mapping[str, Any], result: Any, record: Mapping[str, Any], seconds: float) -> dict:
-    """The record of a time-series run (:func:`mri_recon.series.reconstruct_series`'s ``result``): the
-    settings, the frames, solver, residual history, timings and parameters, the preparation ``record`` (the
-    gradient delay shared by the frames) and the NRMSE against a simulated series' truth."""
-    error = result.nrmse()
-    series = {"frames": len(result.labels), "axis": result.axis, "labels": list(result.labels),
+def series_log(settings: Mapping[str, Any], result: Any, record: Mapping[str, Any], seconds: float,
+               error: float | None = None) -> dict:
+    """The record of a time-series run (a :class:`~mri_recon.result.Result` with ``frames``): the settings,
+    the frames, solver, residual history, timings and parameters, the preparation ``record`` (the gradient
+    delay shared by the frames) and the NRMSE ``error`` against a simulated series' truth."""
+    frames = result.frames
+    series = {"frames": len(frames.labels), "axis": frames.axis, "labels": list(frames.labels),
               "device": result.device, "iterations": result.iterations,
               "history": [float(h) for h in result.history], "timings_s": dict(result.timings),
               "parameters": dict(result.parameters), "preparation": dict(record),

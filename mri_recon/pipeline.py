@@ -20,14 +20,27 @@ maps or the weights by any factor scales the image by the implied factor and cha
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import stages
 from .backend import Device, blas_on_one_thread, device_memory
+from .errors import ResourceError
 from .io.cache import PsfCache
+from .io.frames import TimeSeries
 from .operators.engines import Encoding, choose_engine
 from .operators.engines.registry import sampling_of
-from .planner import Plan, Preparation, host_memory_available, host_memory_limits, plan
+from .planner import (
+    COMPLEX64,
+    FLOAT32,
+    HEADROOM,
+    Plan,
+    Preparation,
+    host_memory_available,
+    host_memory_limits,
+    human_bytes,
+    plan,
+)
 from .prep_memory import preparation_of
 from .progress import STAGES, Progress, print_progress
 from .result import Result
@@ -35,8 +48,8 @@ from .scaling import power_of_two
 from .scan import Scan
 from .stages import SOLVER_KERNELS, gpu_lock
 
-__all__ = ["SOLVER_KERNELS", "STAGES", "Result", "gpu_lock", "memory_plan", "plan_reconstruction", "power_of_two",
-           "print_progress", "reconstruct", "run"]
+__all__ = ["SOLVER_KERNELS", "STAGES", "Result", "gpu_lock", "memory_plan", "plan_reconstruction", "plan_series",
+           "power_of_two", "print_progress", "reconstruct", "run"]
 
 
 def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None = None,
@@ -95,13 +108,50 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
     return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
 
 
+def _series_bytes(series: TimeSeries, gpu: bool, splits: int) -> int:
+    """What every frame of a joint solve keeps at once: its Toeplitz spectrum (on a GPU also the batched normal
+    operator's coil grids), the solver's vectors over all frames (x, r, p, A p, b and the previous b), ``splits``
+    split-and-dual pairs of frames' size per term, the frames' data and the maps."""
+    matrix, t, c = series.matrix, series.n_frames, series.n_coils
+    n_vox, grid2 = math.prod(matrix), math.prod(matrix) * 2 ** len(matrix)
+    per_frame = grid2 * COMPLEX64 * (1 + 3 * c if gpu else 1)
+    vectors = 6 * t * n_vox * COMPLEX64
+    data = sum(f.n_samples * (c * COMPLEX64 + (len(matrix) + 1) * FLOAT32) for f in series.frames)
+    return int(t * per_frame + vectors + 3 * splits * t * n_vox * COMPLEX64 + data + c * n_vox * COMPLEX64)
+
+
+def plan_series(series: TimeSeries, device: str | int | Device | None = "auto", method: str = "auto",
+                iterations: int = 30, splits: int = 0) -> tuple[Device, type[Encoding], Plan]:
+    """The device, the engine and the memory plan of a time series: one frame's stages
+    (:func:`mri_recon.planner.plan`) and, when its frames are solved together, what every frame keeps
+    (``splits``: the frames-sized split variables of the temporal and spatial terms).
+
+    Raises
+    ------
+    ResourceError
+        It does not fit the device's (or host's) memory; nothing has been allocated.
+    """
+    dev, engine = choose_engine(device, method, problem=(series.matrix, series.samples_per_frame, series.n_coils))
+    available = device_memory(dev)[0] if dev.is_gpu else host_memory_available()
+    what = f"GPU memory ({dev})" if dev.is_gpu else "host memory"
+    frame = plan(series.matrix, series.n_coils, series.samples_per_frame, sense=True, iterations=iterations,
+                 available_bytes=available, gpu=dev.is_gpu, what=what, method=engine.name)
+    need = _series_bytes(series, dev.is_gpu, splits) if splits else 0
+    if available is not None and need > available * HEADROOM:
+        raise ResourceError(f"the time series needs {human_bytes(need)} of {what} ({series.n_frames} frames, matrix "
+                            f"{list(series.matrix)}, {series.n_coils} coils) but {human_bytes(available)} are "
+                            f"available; use fewer frames (--frames N) or coils")
+    return dev, engine, frame
+
+
 def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float | None = None,
                 filter_sigma: float | None = None, device: str | int | Device | None = "auto",
                 progress: Progress | None = None, method: str = "auto", psf: Any = None,
                 psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
                 maps_basis: Any = None, regularizer: str = "l2", rho: float | None = None,
                 inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None,
-                field_map_correction: str = "auto", segments: int | None = None) -> Result:
+                field_map_correction: str = "auto", segments: int | None = None, temporal: str = "none",
+                temporal_lam: float | None = None, temporal_solver: str = "admm") -> Result:
     """Reconstruct ``scan``: CG on the Toeplitz normal equations (``regularizer="l2"``, Tikhonov weight
     ``lam``), or total variation / l1-wavelets (``"tv" | "wavelet"``: ``rho``, ``inner_iterations``,
     ``anisotropic``, ``solver`` of :mod:`mri_recon.solvers.sparse`; ``iterations`` are then outer). Stopping
@@ -113,26 +163,52 @@ def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: flo
     ``MRI_RECON_MEMO_MAX=0`` turns it off); ``estimate_maps`` (``"walsh" | "espirit"``)
     and ``maps_basis``: the preparation's coil-map stage (:class:`mri_recon.prep.maps_stage.CoilMapEstimate`);
     ``field_map_correction`` (``"auto" | "exact" | "segmented"``) and ``segments`` with a field map
-    (:mod:`mri_recon.operators.offres.setup`). :class:`mri_recon.stages.Options` states each setting in full.
+    (:mod:`mri_recon.operators.offres.setup`); ``scan`` may be a :class:`~mri_recon.io.frames.TimeSeries`
+    (prepared: its coil maps or ``estimate_maps``, every frame's weights), each frame reconstructed as one scan
+    is or, with ``temporal`` (``temporal_lam``, ``temporal_solver``), all frames together.
+    :class:`mri_recon.stages.Options` states each setting in full.
 
     Returns the :class:`~mri_recon.result.Result`: the complex64 image, residuals, timings, settings used.
     """
-    options = stages.Options.of(
+    options = options_of(
         scan, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=device, progress=progress,
         method=method, psf=psf, psf_cache=psf_cache, estimate_maps=estimate_maps, maps_basis=maps_basis,
         regularizer=regularizer, rho=rho, inner_iterations=inner_iterations, anisotropic=anisotropic,
-        solver=solver, field_map_correction=field_map_correction, segments=segments)
+        solver=solver, field_map_correction=field_map_correction, segments=segments, temporal=temporal,
+        temporal_lam=temporal_lam, temporal_solver=temporal_solver)
     return run(scan, options)
 
 
+def options_of(source: Scan | TimeSeries, **keywords: Any) -> stages.Options:
+    """:meth:`stages.Options.of <mri_recon.stages.Options.of>` for a scan or a time series."""
+    reference, _, series = stages.sources(source)
+    return stages.Options.of(reference, series=series is not None, **keywords)
+
+
+def _splits(series: TimeSeries, options: stages.Options) -> int:
+    """The frames-sized split variables of a joint solve's terms (none when each frame is solved alone)."""
+    if not options.temporal.joint:
+        return 0
+    from .solvers.regularizers import regularizer  # noqa: PLC0415
+
+    spatial = regularizer(options.regularizer)
+    if not spatial.sparse:
+        return 1
+    shape = (series.n_frames, *series.matrix)
+    sparsity, _ = spatial.sparsity(shape, len(series.matrix), anisotropic=options.joint["anisotropic"])
+    return 1 + math.prod(sparsity.shape) // math.prod(shape)
+
+
 @blas_on_one_thread
-def run(scan: Scan, options: stages.Options, planned: tuple[Device, type[Encoding], Plan] | None = None,
+def run(scan: Scan | TimeSeries, options: stages.Options, planned: tuple[Device, type[Encoding], Plan] | None = None,
         prepared_s: float | None = None) -> Result:
     """The stages of :func:`reconstruct` with its settings checked (:meth:`stages.Options.of
     <mri_recon.stages.Options.of>`). ``planned``: the device, engine and memory plan that
     :func:`plan_reconstruction` gave the caller for this scan (:func:`mri_recon.api.plan_prepared`, which also
     counts the preparation), used instead of planning again; ``prepared_s``: the seconds the caller's
     preparation of ``scan`` took (device synchronized), the run's ``prepare`` stage."""
+    if planned is None and isinstance(scan, TimeSeries):
+        planned = plan_series(scan, options.device, options.method, options.iterations, _splits(scan, options))
     state = stages.plan(scan, options, plan_reconstruction, planned)
     clock, filter_sigma = state.clock, options.filter_sigma
     if prepared_s is not None:

@@ -13,6 +13,20 @@ from .errors import OutputError
 
 
 @dataclass(frozen=True)
+class FrameAxis:
+    """The time axis of a time series' :class:`Result` (its image is ``(T, *matrix)``)."""
+
+    labels: tuple[int, ...]
+    """Each frame's repetition / phase, or its number."""
+    axis: str
+    """Where the frames came from: ``"repetition"``, ``"phase"`` or ``"readouts"``."""
+    duration_s: float | None = None
+    """Seconds per frame; None when unknown."""
+    dropped_readouts: int = 0
+    """Readouts at the end of a stream that did not fill a frame."""
+
+
+@dataclass(frozen=True)
 class Result:
     """The outcome of :func:`mri_recon.reconstruct`."""
 
@@ -32,12 +46,20 @@ class Result:
     """The settings used (scalars and strings), including the absolute Tikhonov weight ``lam_abs``."""
     combine: str
     """``"sense"`` (coil maps), ``"rss"`` (per-coil images, root-sum-of-squares) or ``"single"``."""
+    frames: FrameAxis | None = None
+    """A time series' frame axis (the image's first axis); None for one image."""
+
+    @property
+    def history(self) -> tuple[float, ...]:
+        """:attr:`residuals` (a sparse or joint solve's relative objective)."""
+        return self.residuals
 
     def __repr__(self) -> str:
         """Image shape, iterations, final residual, device and engine; never the arrays."""
         return (f"Result(image={self.image.dtype}{list(self.image.shape)}, iterations={self.iterations}, "
                 f"residual={self.residuals[-1]:.2e}, device={self.device!r}, "
-                f"engine={self.parameters.get('method')!r}, combine={self.combine!r})")
+                f"engine={self.parameters.get('method')!r}, combine={self.combine!r}"
+                + (f", frames={len(self.frames.labels)}" if self.frames is not None else "") + ")")
 
     def _repr_png_(self) -> bytes:
         """The magnitude preview as PNG bytes (Jupyter shows it; a 3-D image as a montage of its slices)."""
@@ -60,3 +82,12 @@ class Result:
         ax.set_title(what, fontsize=9)
         ax.set_axis_off()
         return ax.imshow(pixels, cmap="gray", vmin=0, vmax=255)
+
+
+def magnitude_nrmse(image: np.ndarray, truth: np.ndarray | None) -> float | None:
+    """``|| |image| - |truth| || / || |truth| ||`` (estimated maps carry a phase per voxel); None without a
+    truth."""
+    if truth is None:
+        return None
+    a, b = np.abs(np.asarray(image, np.complex128)), np.abs(np.asarray(truth, np.complex128))
+    return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))

@@ -35,6 +35,8 @@ from .prep import COIL_MAP_CHOICES, DCF_CHOICES
 from .prep.gradient_delay import parse_gradient_delay
 from .solvers.regularizers import names as regularizer_names
 from .solvers.sparse import SOLVERS, lam_help
+from .solvers.temporal import SOLVERS as JOINT_SOLVERS
+from .solvers.temporal_terms import TEMPORAL_TERMS, temporal_names
 from .units import TRAJ_UNITS
 
 if TYPE_CHECKING:
@@ -93,6 +95,8 @@ def option(default: Any, help: str, kind: type, section: str, **spec: Any) -> An
 LAMBDA_HELP = ("Regularization weight. l2: relative to the largest diagonal entry of the normal operator (max "
                "over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative to max |A^H W d|. "
                "Default: the regularizer's (" + lam_help() + ").")
+TEMPORAL_LAMBDA_HELP = ("Temporal term weight relative to max |A^H W d| over all frames (default: "
+                        + ", ".join(f"{t.name} {t.lam_default:g}" for t in TEMPORAL_TERMS.values() if t.joint) + ").")
 METHOD_HELP = ("F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster one on a GPU "
                "by a cost model; FINUFFT on the CPU). The output records the engine used.")
 
@@ -133,6 +137,14 @@ class ReconSettings:
     segments: int | None = option(None, "Time segments L (default: the fewest with interpolation error <= 1e-3).",
                                   int, "solve", low=1, optional=True)
     method: str = option("auto", METHOD_HELP, str, "solve", choices=METHODS)
+    temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
+                           "temporal-lambda ||D_t x||_1); none reconstructs each frame as one image.", str, "solve",
+                           choices=temporal_names)
+    """A time series' temporal term (:mod:`mri_recon.solvers.temporal_terms`)."""
+    temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,
+                                        cli="--temporal-lambda")
+    temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
+                                  "solve", choices=JOINT_SOLVERS)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""

@@ -32,7 +32,7 @@ LAYERS = [
     {"sim"},
     {"result", "progress", "settings"},
     {"stages"},
-    {"pipeline", "series"},
+    {"pipeline"},
     {"api"},
     {"doctor"},
     {"batch"},

@@ -64,7 +64,7 @@ def test_a_time_series_refuses_a_batch_by_name(tmp_path):
 
 
 def test_a_joint_solve_without_iterations_runs_its_own_default(tmp_path):
-    from mri_recon.series import TEMPORAL_ITERATIONS
+    from mri_recon.solvers.temporal import ITERATIONS_DEFAULT as TEMPORAL_ITERATIONS
 
     scan, log = tmp_path / "s.mrd.h5", tmp_path / "run.json"
     assert _run("simulate", scan, "--matrix", "16", "--coils", "2", "--frames", "2", "--spokes-per-frame", "6",
@@ -76,3 +76,64 @@ def test_a_joint_solve_without_iterations_runs_its_own_default(tmp_path):
     done = _run("reconstruct", scan, "-o", tmp_path / "q.h5", "--temporal", "tv", "--device", "cpu", "--tol", "0",
                 "--iterations", "30", "--log-json", log)
     assert done.exit_code == 0 and json.loads(log.read_text())["series"]["iterations"] == 30
+
+
+@pytest.fixture(scope="module")
+def series_file(tmp_path_factory):
+    scan = tmp_path_factory.mktemp("series") / "s.mrd.h5"
+    assert _run("simulate", scan, "--matrix", "24", "--coils", "3", "--frames", "3", "--spokes-per-frame", "8",
+                "-q").exit_code == 0
+    return scan
+
+
+def _formats():
+    from mri_recon.io.writers import OUTPUTS
+
+    return sorted(OUTPUTS)
+
+
+@pytest.mark.parametrize("name", _formats())
+def test_every_output_format_takes_a_time_series(tmp_path, series_file, name):
+    """Each registered format writes the frames: its own time axis, or the frames as a stack of images."""
+    from mri_recon.io.writers import OUTPUTS
+
+    chosen = OUTPUTS[name]
+    output = tmp_path / ("out" if chosen.folder else f"out{chosen.default_suffix}")
+    done = _run("reconstruct", series_file, "-o", output, "--format", name, "--temporal", "tv", "--device", "cpu",
+                "--iterations", "3", "-q")
+    assert done.exit_code == 0, done.output
+    written = [output] if output.is_file() else sorted(output.iterdir()) if output.is_dir() else \
+        sorted(tmp_path.glob("out*"))
+    assert written and all(p.stat().st_size > 0 for p in written)
+
+
+def test_a_time_series_takes_the_single_image_options(tmp_path, series_file):
+    """The post-filter, the PSF cache and the JSON log reach a time series as they reach one image."""
+    base = ["reconstruct", series_file, "--temporal", "tv", "--device", "cpu", "--iterations", "4", "-q"]
+    assert _run(*base, "-o", tmp_path / "plain.h5").exit_code == 0
+    done = _run(*base, "-o", tmp_path / "smooth.h5", "--filter-sigma", "1.5", "--cache-dir", tmp_path / "psf",
+                "--log-json", tmp_path / "run.json")
+    assert done.exit_code == 0, done.output
+    with h5py.File(tmp_path / "plain.h5") as a, h5py.File(tmp_path / "smooth.h5") as b:
+        plain, smooth = a["image"][()], b["image"][()]
+        assert b.attrs["param_filter_sigma"] == 1.5
+    assert plain.shape == smooth.shape == (3, 24, 24)
+    roughness = [np.abs(np.diff(np.abs(x), axis=-1)).sum() for x in (plain, smooth)]
+    assert roughness[1] < 0.8 * roughness[0]
+    assert len(list((tmp_path / "psf").rglob("*"))) > 0  # each frame's PSF went to the cache
+    assert json.loads((tmp_path / "run.json").read_text())["series"]["parameters"]["filter_sigma"] == 1.5
+
+
+def test_a_time_series_reports_progress_and_honours_lambda(series_file):
+    from mri_recon import load_series, reconstruct
+
+    series = load_series(series_file)
+    events = []
+    first = reconstruct(series, temporal="tv", regularizer="tv", iterations=6, device="cpu",
+                        progress=lambda *event: events.append(event))
+    stages = [stage for stage, iteration, *_ in events if iteration is None]
+    assert stages[-1] == "download" and "iterations" in stages
+    assert [e[1] for e in events if e[0] == "iterations" and e[1] is not None] == [6]  # the check at the end
+    other = reconstruct(series, temporal="tv", regularizer="tv", lam=0.3, iterations=6, device="cpu")
+    assert np.linalg.norm(other.image - first.image) > 0.05 * np.linalg.norm(first.image)
+    assert other.parameters["lam"] == 0.3 and first.frames.labels == (0, 1, 2)

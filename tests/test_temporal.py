@@ -8,7 +8,9 @@ import pytest
 
 import mri_recon
 from mri_recon.errors import InvalidDataError, ResourceError
-from mri_recon.series import plan_series, prepare_series, reconstruct_series
+from mri_recon.pipeline import plan_series
+from mri_recon.prep.frames import prepare_series
+from mri_recon.result import magnitude_nrmse
 from mri_recon.sim import dynamic, phantom
 from mri_recon.solvers.cg import inner
 from mri_recon.solvers.sparse import sparsity_of
@@ -20,8 +22,17 @@ from mri_recon.solvers.temporal import (
     series_objective,
     time_difference,
     time_difference_adjoint,
-    time_term,
 )
+from mri_recon.solvers.temporal_terms import TemporalTv
+
+
+def reconstruct_series(series, **options):
+    """The time series reconstructed jointly by default (temporal TV), as the tests below ask."""
+    return mri_recon.reconstruct(series, **{"temporal": "tv", **options})
+
+
+def time_term(shape):
+    return TemporalTv().sparsity(shape)
 
 
 def _complex(rng, shape, dtype=np.complex128):
@@ -108,7 +119,7 @@ def test_joint_admm_zero_rhs_and_bad_settings():
 @pytest.fixture(scope="module")
 def small_series():
     raw = dynamic.simulate_series((32, 32), frames=5, spokes_per_frame=9, coils=4, snr=40, seed=3)
-    ready, _ = prepare_series(raw, coil_maps="file", device="cpu")
+    ready, _ = prepare_series(raw, coil_maps="file")
     return raw, ready
 
 
@@ -117,8 +128,10 @@ def test_temporal_tv_beats_frame_by_frame(small_series):
     cg = reconstruct_series(ready, prepare=False, temporal="none", iterations=10, device="cpu")
     tv = reconstruct_series(ready, prepare=False, temporal="tv", iterations=60, device="cpu")
     assert cg.image.shape == tv.image.shape == (5, 32, 32)
-    assert tv.nrmse() < 0.8 * cg.nrmse()
-    assert tv.parameters["solver"] == "admm" and cg.parameters["solver"] == "cg"
+    truth = raw.ground_truth
+    assert magnitude_nrmse(tv.image, truth) < 0.8 * magnitude_nrmse(cg.image, truth)
+    assert tv.parameters["solver"] == "admm" and cg.parameters["temporal"] == "none"
+    assert cg.frames.labels == tv.frames.labels == tuple(range(5))
 
 
 @pytest.mark.parametrize("factor", [1e-20, 3.7e-6, 1e15])
@@ -135,13 +148,14 @@ def test_scale_invariance(small_series, factor):
 
 
 def test_planner_refuses_before_allocating(small_series, monkeypatch):
-    from mri_recon import series as module
-    from mri_recon.backend import Device
+    from mri_recon import pipeline
 
     raw, _ = small_series
-    stages = plan_series(raw, Device(-1), iterations=10, terms=1)
-    assert stages["iterations"] >= 5 * 6 * 32 * 32 * 8  # six solver vectors of all frames at least
-    monkeypatch.setattr(module, "host_memory_available", lambda: 100_000)
+    device, _, frame = plan_series(raw, "cpu", iterations=10, splits=1)
+    assert not device.is_gpu and frame.coil_batch == raw.n_coils
+    frame_only = frame.peak_bytes
+    monkeypatch.setattr(pipeline, "host_memory_available", lambda: int(frame_only / 0.9) + 4096)
+    plan_series(raw, "cpu", iterations=10)  # one frame at a time fits
     with pytest.raises(ResourceError, match="the time series needs .* of host memory .*5 frames"):
         reconstruct_series(raw, device="cpu", iterations=10)
 
@@ -150,8 +164,14 @@ def test_bad_choices(small_series):
     _, ready = small_series
     with pytest.raises(InvalidDataError, match="temporal must be one of"):
         reconstruct_series(ready, prepare=False, temporal="lowrank", device="cpu")
-    with pytest.raises(InvalidDataError, match="temporal solver must be one of"):
-        reconstruct_series(ready, prepare=False, solver="fista", device="cpu")
+    with pytest.raises(InvalidDataError, match="temporal_solver must be one of"):
+        reconstruct_series(ready, prepare=False, temporal_solver="fista", device="cpu")
+    with pytest.raises(InvalidDataError, match="solver 'fista': a time series with a temporal term"):
+        reconstruct_series(ready, prepare=False, regularizer="wavelet", solver="fista", device="cpu")
+    with pytest.raises(InvalidDataError, match="temporal 'tv' applies to a time series"):
+        mri_recon.reconstruct(ready.frames[0], temporal="tv", device="cpu")
+    with pytest.raises(InvalidDataError, match="temporal_lam and temporal_solver apply to a joint"):
+        mri_recon.reconstruct(ready, prepare=False, temporal_lam=0.1, device="cpu")
     with pytest.raises(InvalidDataError, match="not rss"):
         reconstruct_series(ready, coil_maps="rss", device="cpu")
 
@@ -192,7 +212,7 @@ def test_simulate_series_layout():
 @pytest.mark.parametrize("regularizer", ["l2", "tv"])
 def test_gpu_matches_numpy(small_series, solver, regularizer):
     _, ready = small_series
-    options = {"prepare": False, "iterations": 30, "solver": solver, "regularizer": regularizer,
+    options = {"prepare": False, "iterations": 30, "temporal_solver": solver, "regularizer": regularizer,
                "lam": 0.01 if regularizer == "tv" else None, "method": "exact"}
     cpu = reconstruct_series(ready, device="cpu", **options)
     gpu = reconstruct_series(ready, device="gpu", **options)

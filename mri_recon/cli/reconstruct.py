@@ -17,6 +17,7 @@ from ..settings import ReconSettings
 from . import STARTED
 from .batch import batch_options, is_batch, run_batch
 from .common import check_log_json, check_outputs, friendly, say
+from .hooks import ProgressHooks
 from .options import settings_from, settings_options
 from .serve import is_pipe, run_pipe
 from .temporal import reconstruct_options
@@ -108,7 +109,7 @@ def reconstruct_one(scan: Path, output: Path, settings: ReconSettings, *, png: P
     chosen = OUTPUTS[output_format(output, settings.format)]
     with cli_logging(verbose, quiet):
         started = time.perf_counter()
-        run = _Run(scan, chosen, settings, quiet)
+        run = ProgressHooks(scan, chosen, settings, quiet)
         try:
             done = reconstruct_file(scan, output, settings, progress=run, on_load=run.loaded,
                                     on_image=run.image, on_done=run.close)
@@ -121,58 +122,6 @@ def reconstruct_one(scan: Path, output: Path, settings: ReconSettings, *, png: P
             write_run_log(log_json, run_log({**logged, "output": output}, done.results, seconds), protect=inputs)
     say(quiet, result_line(output, done.written, chosen.describe(values), shown, log_json, done.results,
                            settings.regularizer, seconds))
-
-
-class _Run:
-    """The hooks of one file's reconstruction on the command line: the warning about an unplaced image, the
-    device notice, the progress bar and the log line of each image."""
-
-    def __init__(self, scan: Path, chosen: Any, settings: ReconSettings, quiet: bool) -> None:
-        self.scan, self.chosen, self.settings, self.quiet = scan, chosen, settings, quiet
-        self.bar = None
-        self.device = None
-
-    def loaded(self, images: list) -> None:
-        from ..console import ProgressBar
-        from ..io.geometry import geometry_of
-
-        geometry = geometry_of(images[0][1].matrix, images[0][1].attrs, str(self.scan))  # malformed: refused
-        if not geometry.oriented and self.chosen.placed is not None:  # HDF5 records it in `geometry`
-            voxel = "x".join(f"{v:g}" for v in geometry.voxel_size_mm)
-            say(self.quiet, f"warning: {self.scan} does not say where the image lies (no position or orientation): "
-                            f"the output's {self.chosen.placed} axis 0 posterior and axis 1 left (LPS: shown as "
-                            f"the PNG) and {voxel} mm voxels"
-                            + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
-        self.device = resolve_with_notice(self.settings.device)
-        regularizer = self.settings.regularizer
-        self.bar = ProgressBar(len(images), self.settings.iterations, enabled=not self.quiet,
-                               value="residual" if regularizer == "l2" else "objective",
-                               name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
-
-    def image(self, index: int, key: dict, loaded: Any) -> None:
-        self.bar.start_image(index)
-        log.info("%s%s: matrix %s, %d coil(s), %d samples, device %s", self.scan,
-                 "".join(f", {name} {value}" for name, value in key.items()), list(loaded.matrix),
-                 loaded.n_coils, loaded.n_samples, self.device)
-
-    def __call__(self, *event: Any) -> None:
-        self.bar(*event)
-
-    def close(self, *results: Any) -> None:
-        del results
-        if self.bar is not None:
-            self.bar.close()
-
-
-def resolve_with_notice(device: Any) -> Any:
-    """The device ``device`` names; logs why ``auto`` chose the CPU."""
-    from ..backend import cupy_module, resolve_device
-
-    resolved = resolve_device(device)
-    if device == "auto" and not resolved.is_gpu:
-        why = "CuPy is not installed" if cupy_module() is None else "no CUDA GPU was found"
-        log.info("note: %s; reconstructing on the CPU", why)
-    return resolved
 
 
 def write_preview(png: Path, results: list, axis: int, inputs: tuple) -> str:

@@ -1,8 +1,9 @@
 """``mri-recon reconstruct`` and ``simulate`` of a time series: their options and what they run.
 
 ``reconstruct`` with ``--temporal tv``, ``--temporal-axis`` or ``--spokes-per-frame`` reconstructs the file
-as one time series (:func:`mri_recon.series.reconstruct_series`); without them nothing here runs and the
-command is what it was. ``simulate --frames N --spokes-per-frame K`` writes the beating phantom
+as one time series (:func:`mri_recon.api.prepare_and_reconstruct` of a :class:`~mri_recon.io.frames.TimeSeries`:
+the same preparation, stages, settings and writers as one scan); without them nothing here runs and the command
+is what it was. ``simulate --frames N --spokes-per-frame K`` writes the beating phantom
 (:func:`mri_recon.sim.dynamic.simulate_series`) as ISMRMRD raw data with one repetition per frame.
 """
 
@@ -29,19 +30,14 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 
 
 RECONSTRUCT_OPTIONS = [
-    click.option("--temporal", type=click.Choice(["none", "tv"]), default="none", show_default=True,
-                 help="Time series: tv adds temporal-lambda ||D_t x||_1 over all frames, solved jointly."),
-    click.option("--temporal-lambda", "temporal_lam", type=click.FloatRange(min=0.0), default=None,
-                 callback=_finite, help="Temporal TV weight relative to max |A^H W d| (default 0.005)."),
     click.option("--temporal-axis", type=click.Choice(["repetition", "phase"]), default=None,
                  help="The MRD index whose values are the frames (default: the one with several values)."),
     click.option("--spokes-per-frame", type=click.IntRange(min=1), default=None,
                  help="Cut one continuous acquisition into frames of K consecutive readouts."),
     click.option("--frames", type=click.IntRange(min=1), default=None, help="Keep the first N frames."),
-    click.option("--temporal-solver", type=click.Choice(["admm", "pdhg"]), default="admm", show_default=True,
-                 help="Joint solver: ADMM or primal-dual (Condat-Vu)."),
 ]
-NAMES = ("temporal", "temporal_lam", "temporal_axis", "spokes_per_frame", "frames", "temporal_solver")
+NAMES = ("temporal_axis", "spokes_per_frame", "frames")
+"""The options that read a file as a time series (the solve's temporal options are settings)."""
 
 SIMULATE_OPTIONS = [
     click.option("--frames", type=click.IntRange(min=1), default=None,
@@ -84,9 +80,9 @@ def reconstruct_options(func: Callable) -> Callable:
             return func(*args, **kwargs)
         if is_temporal(kwargs):
             return _friendly(lambda: run_reconstruct(params, _echo(params)))
-        if kwargs.get("frames") is not None or kwargs.get("temporal_lam") is not None:
-            raise click.UsageError("--frames and --temporal-lambda apply to a time series (--temporal tv, "
-                                   "--temporal-axis or --spokes-per-frame)")
+        if kwargs.get("frames") is not None:
+            raise click.UsageError("--frames applies to a time series (--temporal tv, --temporal-axis or "
+                                   "--spokes-per-frame)")
         for name in NAMES:
             kwargs.pop(name, None)
             params.pop(name, None)
@@ -132,81 +128,95 @@ def is_temporal(params: Mapping[str, Any]) -> bool:
         params.get("spokes_per_frame") is not None
 
 
-HONOURED = frozenset({"format", "complex_", "magnitude", "iterations", "lam", "regularizer", "inner_iterations", "rho",
-                      "anisotropic", "tol", "method", "device", "coil_maps", "dcf", "prewhiten", "traj_units",
-                      "allow_external", "cache", "cache_dir", "choice", "trajectory", "sensitivities", "matrix",
-                      "gradient_delay"})
-"""The settings a time-series reconstruction takes; any other set away from its default is refused."""
 ALSO_REFUSED = ("workers", "scheduler")
 """Options of the command that a time series does not take (a batch)."""
 
 
-def refuse_unhonoured(settings: Any, params: Mapping[str, Any]) -> None:
-    """A one-line refusal of every option given that the time-series reconstruction would not honour."""
-    from ..settings import FIELDS, default_of, option_of  # noqa: PLC0415
+def _settings(params: Mapping[str, Any]) -> Any:
+    """The run's settings; a batch's options refused; a joint solve's own default number of iterations."""
+    from ..solvers.temporal import ITERATIONS_DEFAULT  # noqa: PLC0415
+    from ..solvers.temporal_terms import temporal_term  # noqa: PLC0415
+    from .options import settings_from  # noqa: PLC0415
 
-    given = [option_of(name).cli or "--" + name.replace("_", "-") for name in FIELDS
-             if name not in HONOURED and getattr(settings, name) != default_of(name)]
-    given += ["--" + name.replace("_", "-") for name in ALSO_REFUSED if params.get(name)]
+    given = ["--" + name.replace("_", "-") for name in ALSO_REFUSED if params.get(name)]
     if given:
         raise click.UsageError(f"{', '.join(given)}: not available with a time series (--temporal, "
-                               f"--spokes-per-frame); reconstruct the frames without them, or drop them")
+                               f"--spokes-per-frame): a time series is one problem in this process")
+    settings = settings_from(params)
+    if temporal_term(settings.temporal).joint and not _given("iterations"):
+        settings = settings.replace(iterations=ITERATIONS_DEFAULT)
+    return settings
 
 
 def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
-    """``reconstruct`` of one file as a time series, with the command's ``params``."""
+    """``reconstruct`` of one file as a time series, with the command's ``params``: read, prepared and
+    reconstructed by the same calls as one scan (:func:`mri_recon.api.prepare_and_reconstruct`), written in any
+    output format."""
     from ..console import cli_logging, delay_words  # noqa: PLC0415
     from ..io.frames import load_series  # noqa: PLC0415
-    from ..io.geometry import geometry_of  # noqa: PLC0415
-    from ..series import reconstruct_series, write_series  # noqa: PLC0415
-    from .options import settings_from  # noqa: PLC0415
+    from ..result import magnitude_nrmse  # noqa: PLC0415
 
     scan = params["scans"][0]
     if len(params["scans"]) > 1:
         raise click.UsageError("a time series is one scan file; give one")
     output = params["output"] or Path(scan).with_suffix(".recon.h5")
     started = time.perf_counter()
-    settings = settings_from(params)
-    refuse_unhonoured(settings, params)
-    if params["temporal"] != "none" and not _given("iterations"):
-        from ..series import TEMPORAL_ITERATIONS  # noqa: PLC0415
-
-        settings = settings.replace(iterations=TEMPORAL_ITERATIONS)  # a joint solve's own default
+    settings = _settings(params)
     inputs = settings.read_paths(scan)
     check_outputs(inputs, Path(output), params["png"], settings.format)  # every name, before any work
     check_log_json(inputs, params.get("log_json"), Path(output), params["png"], settings.format)
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())
-        series, delays = _corrected(series, settings.gradient_delay)
-        geometry = geometry_of(series.matrix, series.frames[0].attrs, str(scan))
-        result = reconstruct_series(
-            series, temporal=params["temporal"], temporal_lam=params["temporal_lam"],
-            regularizer=settings.regularizer, lam=settings.lam, solver=params["temporal_solver"],
-            iterations=settings.iterations, rho=settings.rho, inner_iterations=settings.inner_iterations or 1,
-            anisotropic=settings.anisotropic, tol=settings.tol, device=settings.device, method=settings.method,
-            prewhiten=settings.prewhiten, dcf=settings.dcf, coil_maps=settings.coil_maps)
-        chosen = write_series(output, result, geometry, format=settings.format, complex_=settings.complex_,
-                              magnitude=settings.magnitude, protect=inputs)
-        shown = ""
-        if params["png"] is not None:
-            from ..io.series_files import write_series_png  # noqa: PLC0415
-
-            shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=inputs)})"
+        ready, record, result = _reconstructed(series, settings, Path(scan), params["quiet"])
+        error = magnitude_nrmse(result.image, series.ground_truth)
+        chosen, shown = _write(output, result, ready, record, settings, params, error)
     seconds = time.perf_counter() - started
     if params.get("log_json") is not None:
         from ..console import series_log, write_run_log  # noqa: PLC0415
 
         logged = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
-        write_run_log(params["log_json"], series_log({**logged, "output": output}, result, delays, seconds),
+        write_run_log(params["log_json"], series_log({**logged, "output": output}, result, record, seconds, error),
                       protect=inputs)
         shown += f" and {params['log_json']}"
-    error = result.nrmse()
     dropped = f", {series.dropped_readouts} readout(s) dropped" if series.dropped_readouts else ""
+    delays = {k: v for k, v in record.items() if k.startswith("gradient_delay")}
     echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
          f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
          + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
          + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}")
+
+
+def _reconstructed(series: Any, settings: Any, scan: Path, quiet: bool) -> tuple[Any, dict, Any]:
+    """The series prepared and reconstructed, with the command's progress bar and PSF cache."""
+    from ..api import prepare_and_reconstruct  # noqa: PLC0415
+    from ..io.cache import PsfCache  # noqa: PLC0415
+    from ..io.writers import OUTPUTS, output_format  # noqa: PLC0415
+    from .hooks import ProgressHooks  # noqa: PLC0415
+
+    chosen = OUTPUTS[output_format(Path("x.h5"), settings.format)]
+    hooks = ProgressHooks(scan, chosen, settings, quiet)
+    hooks.loaded([({}, series.frames[0])])
+    hooks.image(0, {}, series.frames[0])
+    cache = PsfCache(settings.cache_dir) if settings.cache else None
+    try:
+        return prepare_and_reconstruct(series, settings, progress=hooks, psf_cache=cache)
+    finally:
+        hooks.close()
+
+
+def _write(output: Any, result: Any, ready: Any, record: dict, settings: Any, params: Mapping[str, Any],
+           error: float | None) -> tuple[str, str]:
+    """Write the frames (and the PNG montage); returns the format and the PNG's words."""
+    from ..io.series_files import write_series, write_series_png  # noqa: PLC0415
+
+    inputs = settings.read_paths(params["scans"][0])
+    chosen = write_series(output, result, ready.frames, record, params["scans"][0], format=settings.format,
+                          complex_=settings.complex_, magnitude=settings.magnitude, nrmse=error, protect=inputs)
+    shown = ""
+    if params["png"] is not None:
+        shown = f" and {params['png']} ({write_series_png(params['png'], result.image, protect=inputs)})"
+    return chosen, shown
 
 
 def _given(name: str) -> bool:
@@ -214,17 +224,6 @@ def _given(name: str) -> bool:
     ctx = click.get_current_context(silent=True)
     source = None if ctx is None else ctx.get_parameter_source(name)
     return source is not None and source is not click.core.ParameterSource.DEFAULT
-
-
-def _corrected(series: Any, gradient_delay: Any) -> tuple[Any, dict]:
-    """The series with every frame's trajectory corrected by one gradient-delay estimate from all the frames
-    (:func:`mri_recon.prep.gradient_delay.correct_gradient_delay`), and its record."""
-    import dataclasses  # noqa: PLC0415
-
-    from ..prep.gradient_delay import correct_gradient_delay  # noqa: PLC0415
-
-    frames, record = correct_gradient_delay(list(series.frames), gradient_delay)
-    return (dataclasses.replace(series, frames=tuple(frames)) if record else series), record
 
 
 def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:

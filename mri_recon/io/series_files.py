@@ -11,12 +11,15 @@
 - MRD: one image record per frame (:func:`mri_recon.io.mrd_image.write_mrd_images`) with its ``repetition``
   or ``phase`` (a series cut from readouts: ``repetition`` = frame number).
 - PNG: the montage of the frames' magnitudes, row by row (:func:`mri_recon.io.png.write_png`).
+- Any other format (BART cfl, DICOM, ...): the frames as a stack of images keyed by their ``repetition`` or
+  ``phase`` (:func:`frame_results`), written by the format's own writer as a file's several images are.
 
 Every file is written to a temporary file and renamed (:mod:`mri_recon.io.files`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -35,7 +38,8 @@ from .nifti import nifti_bytes
 from .png import write_png
 from .stack import IMAGE_AXES
 
-__all__ = ["frame_keys", "write_series_hdf5", "write_series_mrd", "write_series_nifti", "write_series_png"]
+__all__ = ["frame_keys", "frame_results", "write_series", "write_series_hdf5", "write_series_mrd",
+           "write_series_nifti", "write_series_png"]
 
 
 def _check(image: np.ndarray, labels: Sequence[int]) -> None:
@@ -142,3 +146,54 @@ def read_series_truth(path: str | os.PathLike, frames: int, matrix: tuple[int, .
                 tuple(item.shape[1:]) != tuple(matrix) or item.shape[0] < frames or item.dtype.kind != "c":
             return None
         return np.asarray(item[:frames], dtype=np.complex64)
+
+
+def frame_results(result: Any, frames: Sequence[Any], record: Mapping[str, Any]) -> list[tuple]:
+    """A time series' result as ``(key, scan, record, result)`` per frame: the stack every writer takes
+    (:class:`~mri_recon.io.outputs.ImageStack`), each frame's result its image alone."""
+    keys = frame_keys(result.frames.labels, result.frames.axis)
+    return [(key, scan, dict(record), dataclasses.replace(result, image=frame, frames=None))
+            for key, scan, frame in zip(keys, frames, result.image)]
+
+
+def _hdf5(output: Any, result: Any, geometry: Geometry, nrmse: float | None, protect: tuple, **_: Any) -> None:
+    write_series_hdf5(output, result.image, labels=result.frames.labels, axis=result.frames.axis,
+                      frame_duration_s=result.frames.duration_s, parameters=result.parameters,
+                      history=result.residuals, nrmse=nrmse, protect=protect)
+
+
+def _nifti(output: Any, result: Any, geometry: Geometry, protect: tuple, complex_: bool, **_: Any) -> None:
+    write_series_nifti(output, result.image, geometry, frame_duration_s=result.frames.duration_s,
+                       complex_=complex_, protect=protect)
+
+
+def _mrd(output: Any, result: Any, geometry: Geometry, protect: tuple, values: str, header_xml: Any,
+         **_: Any) -> None:
+    write_series_mrd(output, result.image, geometry, labels=result.frames.labels, axis=result.frames.axis,
+                     header_xml=header_xml, magnitude=values == "magnitude", protect=protect)
+
+
+SERIES_WRITERS = {"hdf5": _hdf5, "nifti": _nifti, "mrd": _mrd}
+"""The formats with a time axis of their own (frame duration, labels); the others write the frames as a stack."""
+
+
+def write_series(output: str | os.PathLike, result: Any, frames: Sequence[Any], record: Mapping[str, Any],
+                 source: str | os.PathLike, *, format: str | None = None, complex_: bool = False,
+                 magnitude: bool = False, header_xml: Any = None, nrmse: float | None = None,
+                 protect: tuple = ()) -> str:
+    """Write a time series' ``result`` (frames ``frames``, the prepared scans) to ``output`` in the format its
+    name (or ``format``) chooses; returns the format's name."""
+    from .geometry import geometry_of  # noqa: PLC0415
+    from .writers import output_format, output_values, write_result  # noqa: PLC0415 - writers list this module
+
+    chosen = output_format(output, format)
+    values = output_values(chosen, complex_=complex_, magnitude=magnitude)
+    writer = SERIES_WRITERS.get(chosen)
+    if writer is None:
+        write_result(output, frame_results(result, frames, record), source, format=chosen, complex_=complex_,
+                     magnitude=magnitude, protect=protect)
+        return chosen
+    geometry = geometry_of(frames[0].matrix, frames[0].attrs, str(source))
+    writer(output, result, geometry, nrmse=nrmse, protect=protect, complex_=complex_, values=values,
+           header_xml=header_xml)
+    return chosen

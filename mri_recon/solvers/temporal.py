@@ -35,33 +35,19 @@ from ..errors import InvalidDataError
 from .admm import Callback, DeviceCg, Sparsity, host_cg, objective
 from .cg import inner
 from .proximal import shrink_update
+from .temporal_terms import time_difference, time_difference_adjoint
 
-__all__ = ["SOLVERS", "BatchedSeriesNormal", "SeriesNormal", "Term", "joint_admm", "joint_pdhg", "operator_norm",
-           "series_objective", "time_difference", "time_difference_adjoint", "time_term"]
+__all__ = ["ITERATIONS_DEFAULT", "RHO_DEFAULT", "SOLVERS", "BatchedSeriesNormal", "SeriesNormal", "Term", "joint_admm",
+           "joint_pdhg", "operator_norm",
+           "series_objective", "time_difference", "time_difference_adjoint"]
 
 SOLVERS = ("admm", "pdhg")
-
-
-def time_difference(x: Any) -> Any:
-    """``D_t x``: ``x[1:] - x[:-1]`` along axis 0, shape ``(T-1, ...)``."""
-    return x[1:] - x[:-1]
-
-
-def time_difference_adjoint(q: Any) -> Any:
-    """``D_t^H q`` for ``q`` of shape ``(T-1, ...)``: ``out[t] = q[t-1] - q[t]`` (0 beyond the ends)."""
-    xp = get_xp(q)
-    out = xp.zeros((q.shape[0] + 1, *q.shape[1:]), dtype=q.dtype)
-    out[1:] += q
-    out[:-1] -= q
-    return out
-
-
-def time_term(shape: tuple[int, ...]) -> Sparsity:
-    """The :class:`~mri_recon.solvers.admm.Sparsity` of ``||D_t x||_1`` for frames of ``shape = (T, *matrix)``."""
-    return Sparsity(forward=time_difference,
-                    adjoint_rhs=lambda b, q, rho: b + rho * time_difference_adjoint(q),
-                    gram=lambda x: time_difference_adjoint(time_difference(x)), groups=0,
-                    shape=(shape[0] - 1, *shape[1:]))
+"""The joint solvers of a time series with a temporal term."""
+RHO_DEFAULT = 0.5
+"""ADMM's penalty relative to the normal operators' peak (docs/temporal.md)."""
+ITERATIONS_DEFAULT = 200
+"""Iterations of a joint solve when none are given: where it has converged on the beating phantom
+(docs/temporal.md)."""
 
 
 @dataclass

@@ -11,7 +11,7 @@ from ..backend import get_xp, to_host
 from ..errors import InvalidDataError
 from ..operators import arith, reads
 from ..prep.maps_stage import unit_basis
-from ..result import Result
+from ..result import FrameAxis, Result
 from .options import Options
 from .state import State
 
@@ -48,7 +48,11 @@ def post_filter(options: Options, state: State) -> None:
     """The Gaussian post-filter of width ``filter_sigma`` voxels (:func:`mri_recon.filters.smooth`)."""
     from ..filters import smooth  # noqa: PLC0415 - loaded on use
 
-    state.image = smooth(state.image, options.filter_sigma, device=state.device)
+    if state.series is None:
+        state.image = smooth(state.image, options.filter_sigma, device=state.device)
+        return
+    frames = [smooth(frame, options.filter_sigma, device=state.device) for frame in state.image]
+    state.image = get_xp(state.image).stack(frames)
 
 
 def download(options: Options, state: State) -> None:
@@ -56,27 +60,46 @@ def download(options: Options, state: State) -> None:
     state.host = np.ascontiguousarray(to_host(state.image), dtype=np.complex64)
 
 
+def _lam_abs(options: Options, state: State) -> float:
+    """``lam`` in the data's units: Tikhonov's weight, or for a sparse regularizer ``max |A^H W d|`` times
+    ``lam``."""
+    if "lam_abs" in state.extra:  # the sparse solvers' weight, relative to max |A^H W d|
+        return state.extra.pop("lam_abs") * (state.weight_scale * state.maps_scale * state.data_scale)
+    return options.lam * max(state.peaks) * state.weight_scale * state.maps_scale ** 2
+
+
+def _psf_word(options: Options, state: State) -> str:
+    """Where the PSF came from (each frame's, where they differ)."""
+    words = dict.fromkeys(n.cache_state for n in state.normals if n.cache_state)
+    if words:
+        return "/".join(words)
+    return ("given" if options.psf is not None else
+            "computed (disk cache not used by the GPU NUFFT)" if options.psf_cache is not None else "computed")
+
+
+def _frames(state: State) -> FrameAxis | None:
+    series = state.series
+    if series is None:
+        return None
+    return FrameAxis(labels=series.labels, axis=series.axis, duration_s=series.frame_duration_s,
+                     dropped_readouts=series.dropped_readouts)
+
+
 def result(options: Options, state: State) -> Result:
-    """The :class:`~mri_recon.result.Result`: the image, residuals, timings and the settings used (``lam_abs``
-    in the data's units: Tikhonov's weight, or for tv and wavelet ``max |A^H W d|`` times ``lam``)."""
-    scan, sparse = state.scan, bool(options.sparse)
-    if not sparse:
-        lam_abs = options.lam * state.peak * state.weight_scale * state.maps_scale ** 2
-    else:
-        lam_abs = state.extra.pop("lam_abs") * (state.weight_scale * state.maps_scale * state.data_scale)
-    psf = state.cache_state or ("given" if options.psf is not None else
-                                "computed (disk cache not used by the GPU NUFFT)" if options.psf_cache is not None
-                                else "computed")
+    """The :class:`~mri_recon.result.Result`: the image (a time series' frames first), residuals or objective,
+    timings and the settings used (``lam_abs`` in the data's units)."""
+    scan, iterated = state.scan, bool(options.sparse or options.temporal.joint)
+    lam_abs = _lam_abs(options, state)
     sigma = None if options.filter_sigma is None else float(options.filter_sigma)
     parameters = {"iterations": int(options.iterations), "tol": float(options.tol), "lam": float(options.lam),
-                  "lam_abs": lam_abs, "filter_sigma": sigma, "method": state.encoding.name,
-                  "weights": "scan" if scan.weights is not None else "ones", "psf": psf,
+                  "lam_abs": lam_abs, "filter_sigma": sigma, "method": state.encoded[0].encoding.name,
+                  "weights": "scan" if scan.weights is not None else "ones", "psf": _psf_word(options, state),
                   "coil_batch": int(state.budget.coil_batch),
                   "coil_maps": options.maps.method or ("scan" if state.sense else "none"),
                   "field_map_correction": (state.offres.label if state.offres
                                            else scan.attrs.get("field_map_correction", "none")),
-                  **state.extra}
+                  **({"temporal": options.temporal.name} if state.series is not None else {}), **state.extra}
     return Result(image=state.host, residuals=state.residuals,
-                  iterations=options.iterations if sparse else len(state.residuals) - 1,
+                  iterations=options.iterations if iterated else len(state.residuals) - 1,
                   timings=dict(state.clock.timings), device=str(state.device), parameters=parameters,
-                  combine=state.combine)
+                  combine=state.combine, frames=_frames(state))

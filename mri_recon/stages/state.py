@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, to_device
+from ..io.frames import TimeSeries
 from ..kernels import prefetch
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
@@ -46,15 +47,55 @@ def gpu_lock(index: int) -> threading.RLock:
         return _GPU_LOCKS.setdefault(index, threading.RLock())
 
 
-@dataclass
-class State:
-    """One reconstruction between its stages: host inputs, device arrays, scales and what each stage made.
-
-    The problem is solved in scaled units: ``kspace / data_scale``, ``weights`` (already divided by
-    ``weight_scale``) and ``maps / maps_scale``, all powers of two, so the result does not depend on the
-    data's scale (see :mod:`mri_recon.pipeline`)."""
+@dataclass(frozen=True)
+class FrameData:
+    """One frame's data on the device, in scaled units (the upload stage's record; a single scan is one frame)."""
 
     scan: Scan
+    kspace: Any
+    trajectory: Any
+    w: Any
+    """The weights on the device."""
+    weights: np.ndarray
+    """float32 ``(M,)``: the frame's density weights divided by the run's ``weight_scale`` (ones without)."""
+    weight_sum: float
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One frame's encoding (the encoding stage's record)."""
+
+    encoding: Encoding
+    kept: tuple[Encoding, Any] | None = None
+    """The encoding and spectrum of the last trajectory still on this GPU (:mod:`mri_recon.operators.memo`)."""
+    memo: Any = None
+    lookup: Future | None = None
+    """The PSF cache lookup running on a host thread."""
+
+
+@dataclass(frozen=True)
+class FrameNormal:
+    """One frame's normal operator (the normal-operator stage's record)."""
+
+    spectrum: Any
+    operator: Any
+    """``A^H W A + lam I`` for CG (None where the solver builds its own: sparse or joint)."""
+    cache_state: str | None = None
+
+
+@dataclass
+class State:
+    """One reconstruction between its stages: the plan, the scales and what each stage made, per frame.
+
+    The problem is solved in scaled units: ``kspace / data_scale``, weights divided by ``weight_scale`` and
+    ``maps / maps_scale``, all powers of two shared by every frame, so the result does not depend on the data's
+    scale (see :mod:`mri_recon.pipeline`)."""
+
+    scan: Scan
+    """The scan, or a time series' first frame with the series' maps (its settings and messages)."""
+    frames: tuple[Scan, ...]
+    """The scans reconstructed: the scan itself, or a time series' frames."""
+    series: TimeSeries | None
     sense: bool
     """One image with coil maps (the scan's or estimated), or one per coil."""
     combine: str
@@ -65,16 +106,10 @@ class State:
     offres: OffresCorrection | None
     clock: Clock
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-    weights: Any = None
-    """float32 ``(M,)``, where the scan's are: its density weights divided by ``weight_scale`` (ones without)."""
+    data: tuple[FrameData, ...] = ()
     weight_scale: float = 1.0
-    weight_sum: float = 0.0
-    kspace: Any = None
-    trajectory: Any = None
-    w: Any = None
-    """The weights on the device."""
-    maps: Any = None
     data_scale: float = 1.0
+    maps: Any = None
     maps_scale: float = 1.0
     """The maps solved with are the maps divided by this power of two."""
     maps_peak: float = 1.0
@@ -82,19 +117,14 @@ class State:
     until :func:`~mri_recon.stages.work.scale_maps`."""
     basis_scale: float = 1.0
     """Estimated maps in the receiver's basis: the maps are those returned divided by this."""
-    memo: Any = None
-    kept: tuple[Encoding, Any] | None = None
-    """The encoding and spectrum of the last trajectory still on this GPU (:mod:`mri_recon.operators.memo`)."""
-    encoding: Encoding | None = None
-    lookup: Future | None = None
-    """The PSF cache lookup running on a host thread."""
+    encoded: tuple[Encoded, ...] = ()
     rhs: Any = None
-    energy: float = 0.0
-    peak: float = 0.0
-    """The largest diagonal entry of the normal operator solved, ``max_n sum_c |S_c(n)|^2 * sum(w)``."""
-    spectrum: Any = None
-    operator: Any = None
-    cache_state: str | None = None
+    """``A^H W d``: the image's, or ``(T, *matrix)`` for a time series."""
+    energies: tuple[float, ...] = ()
+    """Each frame's ``d^H W d`` (the sparse and joint solvers' objective)."""
+    peaks: tuple[float, ...] = ()
+    """Each frame's largest diagonal entry of its normal operator, ``max_n sum_c |S_c(n)|^2 * sum(w)``."""
+    normals: tuple[FrameNormal, ...] = ()
     x: Any = None
     residuals: Any = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -122,10 +152,21 @@ def default_kernels() -> list[tuple[str, dict]]:
     return [(f, dict(d)) for f, d in dict.fromkeys((f, tuple(sorted(d.items()))) for f, d in found)]
 
 
-def plan(scan: Scan, options: Options, planner: Planner, planned: tuple[Device, type[Encoding], Plan] | None = None
-         ) -> State:
+def sources(source: Scan | TimeSeries) -> tuple[Scan, tuple[Scan, ...], TimeSeries | None]:
+    """``(reference scan, frames, series)`` of what is reconstructed: a scan is its own one frame; a time
+    series' reference is its first frame with the series' coil maps (settings are checked on it)."""
+    if isinstance(source, TimeSeries):
+        first = source.frames[0]
+        reference = first if source.coil_maps is None else first.replace(coil_maps=source.coil_maps)
+        return reference, source.frames, source
+    return source, (source,), None
+
+
+def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
+         planned: tuple[Device, type[Encoding], Plan] | None = None) -> State:
     """Plan: the device, the engine, the memory (``planned``, or ``planner``'s: refuse or batch coils), the
     off-resonance correction; start building this run's CUDA modules on threads."""
+    scan, frames, series = sources(source)
     sense = scan.coil_maps is not None or options.maps.method is not None
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
     dev, engine, budget = planned or planner(scan, options.device, options.method, options.iterations, sense,
@@ -133,13 +174,14 @@ def plan(scan: Scan, options: Options, planner: Planner, planned: tuple[Device, 
     offres = None if scan.field_map is None else plan_correction(
         scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.field_map_correction,
         segments=options.segments, iterations=options.iterations)
-    log.info("%s: matrix %s, %d coil(s), %d samples; engine %s on %s, %d coil(s) per batch", scan.source,
-             list(scan.matrix), scan.n_coils, scan.n_samples, engine.name, dev, budget.coil_batch)
+    log.info("%s: matrix %s, %d coil(s), %d samples in %d frame(s); engine %s on %s, %d coil(s) per batch",
+             scan.source, list(scan.matrix), scan.n_coils, sum(f.n_samples for f in frames), len(frames),
+             engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
         prefetch([*run_kernels(engine, len(scan.matrix), budget.coil_batch),
                   *(offres.kernel_configs(sense) if offres is not None else ())], dev)
     clock = Clock(dev, progress_callback(options.progress), options.iterations)
-    return State(scan, sense, combine, dev, engine, budget, offres, clock)
+    return State(scan, frames, series, sense, combine, dev, engine, budget, offres, clock)
 
 
 @contextlib.contextmanager
@@ -154,33 +196,45 @@ def held(state: State) -> Iterator[State]:
         yield state
 
 
-def _scales(scan: Scan, state: State) -> None:
-    """The data's scale, the weights divided by theirs and their sum, the peak of the scan's maps: one read."""
-    reads = Scalars()
-    data = reads.largest(state.kspace)
-    weights = None if scan.weights is None else (reads.largest(scan.weights), reads.total(scan.weights))
-    maps = None if state.maps is None else reads.rss_peak(state.maps)
-    values = reads.read()
-    state.data_scale = power_of_two(values[data])
-    if weights is None:
-        state.weights, state.weight_sum = np.ones(scan.n_samples, dtype=np.float32), float(scan.n_samples)
-    else:  # > 0 (a Scan refuses all-zero and negative weights); by a power of two: exact, and so is the sum
-        state.weight_scale = power_of_two(values[weights[0]])
-        state.weights = scaled(scan.weights, 1.0 / state.weight_scale)
-        state.weight_sum = values[weights[1]] / state.weight_scale
-    if maps is not None:
-        state.maps_peak = values[maps]
+def _read(queue: list[tuple[str, Any]]) -> list[float]:
+    """The reductions ``(kind, array)`` (``kind``: a :class:`~mri_recon.operators.reads.Scalars` method), read
+    together as far as one read holds them."""
+    values: list[float] = []
+    for start in range(0, len(queue), Scalars.CAPACITY):
+        reads = Scalars()
+        for kind, array in queue[start:start + Scalars.CAPACITY]:
+            getattr(reads, kind)(array)
+        values += reads.read()
+    return values
+
+
+def _scales(state: State, kspaces: list[Any]) -> list[tuple[np.ndarray, float]]:
+    """The data's scale and the weights' (largest over every frame), the peak of the scan's maps, read
+    together; each frame's weights divided by theirs (ones without) and their sum."""
+    weighted = [f for f in state.frames if f.weights is not None]
+    queue = [("largest", k) for k in kspaces] + [(kind, f.weights) for f in weighted for kind in ("largest", "total")]
+    values = _read(queue + ([("rss_peak", state.maps)] if state.maps is not None else []))
+    state.data_scale = power_of_two(max(values[:len(kspaces)]))
+    if state.maps is not None:
+        state.maps_peak = values[-1]
+    if weighted:  # > 0 (a Scan refuses all-zero and negative weights); by a power of two: exact, and so the sums
+        state.weight_scale = power_of_two(max(values[len(kspaces):len(queue):2]))
+    totals = iter(values[len(kspaces) + 1:len(queue):2])
+    return [(np.ones(f.n_samples, dtype=np.float32), float(f.n_samples)) if f.weights is None else
+            (scaled(f.weights, 1.0 / state.weight_scale), next(totals) / state.weight_scale) for f in state.frames]
 
 
 def upload(options: Options, state: State) -> None:
-    """Upload k-space, trajectory and the scan's maps once; the scales of the data and the weights and the
-    peak of the scan's maps, read together (:class:`~mri_recon.operators.reads.Scalars`); the weights divided
-    by theirs, uploaded; the field map."""
-    scan, dev = state.scan, state.device
-    state.kspace = to_device(scan.kspace, dev)
-    state.trajectory = to_device(scan.trajectory, dev)
-    state.maps = to_device(scan.coil_maps, dev) if state.sense and options.maps.method is None else None
-    _scales(scan, state)
-    state.w = to_device(state.weights, dev)
+    """Upload each frame's k-space and trajectory and the scan's (series') maps once; the scales of the data and
+    the weights and the peak of the maps, read together (:class:`~mri_recon.operators.reads.Scalars`); the
+    weights divided by theirs, uploaded; the field map."""
+    dev = state.device
+    kspaces = [to_device(f.kspace, dev) for f in state.frames]
+    trajectories = [to_device(f.trajectory, dev) for f in state.frames]
+    given = state.scan.coil_maps if state.sense and options.maps.method is None else None
+    state.maps = None if given is None else to_device(given, dev)
+    weights = _scales(state, kspaces)
+    state.data = tuple(FrameData(f, k, t, to_device(w, dev), w, total)
+                       for f, k, t, (w, total) in zip(state.frames, kspaces, trajectories, weights))
     if state.offres is not None:
         state.offres.upload(dev)

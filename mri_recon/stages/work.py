@@ -18,17 +18,24 @@ from ..operators.memo import spectrum_memo
 from ..operators.normal.toeplitz import kernel_spectrum
 from ..operators.reads import rss_peak
 from ..scaling import power_of_two
-from ..solvers.cg import cg
-from ..solvers.sparse import data_energy, solve_regularized
+from ..solvers.sparse import data_energy
 from .options import Options
-from .state import State
+from .state import Encoded, FrameData, FrameNormal, State
 
 
 def coil_maps(options: Options, state: State) -> None:
-    """Estimate the coil maps from the uploaded k-space centre (the preparation's coil-map stage)."""
-    weights = state.w if state.scan.weights is not None else None
-    state.maps, state.basis_scale = options.maps.run(state.kspace, state.trajectory, state.scan.matrix, weights,
-                                                     state.device)
+    """Estimate the coil maps from the uploaded k-space centre (the preparation's coil-map stage): one scan's
+    with its weights, or a time series' time-averaged data (every frame's samples, unweighted)."""
+    if state.series is None:
+        frame = state.data[0]
+        weights, kspace, trajectory = (frame.w if frame.scan.weights is not None else None), frame.kspace, \
+            frame.trajectory
+    else:
+        xp = get_xp(state.data[0].kspace)
+        weights = None
+        kspace = xp.concatenate([d.kspace for d in state.data], axis=1)
+        trajectory = xp.concatenate([d.trajectory for d in state.data])
+    state.maps, state.basis_scale = options.maps.run(kspace, trajectory, state.scan.matrix, weights, state.device)
 
 
 def scale_maps(options: Options, state: State) -> None:
@@ -55,33 +62,48 @@ def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray
 
 
 def encoding(options: Options, state: State) -> None:
-    """The encoding operator: the memo's (a bit-identical trajectory and weights still on this GPU) or a new
-    one of the engine, with off-resonance when the scan has a field map; start the PSF cache lookup on a host
-    thread (hashing and reading release the GIL) when the engine's PSF is worth caching."""
-    scan, dev, offres = state.scan, state.device, state.offres
-    use_memo = options.psf is None and dev.is_gpu and not offres and state.engine.memo
-    state.memo = spectrum_memo(dev) if use_memo else None
-    state.kept = state.memo.lookup(state.engine.key, scan.matrix, state.trajectory, state.w) if use_memo else None
-    plain = (state.engine(state.trajectory, scan.matrix, scan.n_coils) if state.kept is None
-             else state.kept[0].batched(scan.n_coils))
-    state.encoding = plain if offres is None else offres.encoding(plain)
-    cache_used = options.psf_cache is not None and state.encoding.caches_psf and offres is None
-    if options.psf is None and cache_used and state.kept is None:
-        key_weights = state.weights if scan.weights is not None else None
-        state.lookup = state.stack.enter_context(ThreadPoolExecutor(1)).submit(
-            _lookup_psf, options.psf_cache, scan.trajectory, key_weights, scan.matrix, state.encoding.key)
+    """Each frame's encoding operator: the memo's (one scan whose trajectory and weights are bit-identical to
+    those still on this GPU) or a new one of the engine, with off-resonance when the scan has a field map; start
+    the PSF cache lookups on a host thread (hashing and reading release the GIL) when the engine's PSF is worth
+    caching."""
+    memo = options.psf is None and state.device.is_gpu and not state.offres and state.engine.memo and \
+        state.series is None
+    cache_used = options.psf_cache is not None and state.engine.caches_psf and state.offres is None and \
+        options.psf is None
+    pool = state.stack.enter_context(ThreadPoolExecutor(1)) if cache_used else None
+    state.encoded = tuple(_encoded(options, state, frame, memo, pool) for frame in state.data)
+
+
+def _encoded(options: Options, state: State, frame: FrameData, use_memo: bool,
+             pool: ThreadPoolExecutor | None) -> Encoded:
+    scan = frame.scan
+    memo = spectrum_memo(state.device) if use_memo else None
+    kept = memo.lookup(state.engine.key, scan.matrix, frame.trajectory, frame.w) if use_memo else None
+    plain = (state.engine(frame.trajectory, scan.matrix, scan.n_coils) if kept is None
+             else kept[0].batched(scan.n_coils))
+    encoding = plain if state.offres is None else state.offres.encoding(plain)
+    lookup = None
+    if pool is not None and kept is None and encoding.caches_psf:
+        key_weights = frame.weights if scan.weights is not None else None
+        lookup = pool.submit(_lookup_psf, options.psf_cache, scan.trajectory, key_weights, scan.matrix, encoding.key)
+    return Encoded(encoding, kept, memo, lookup)
 
 
 def right_hand_side(options: Options, state: State) -> None:
-    """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``), or ``F^H (W d)`` per coil without maps,
-    coils ``coil_batch`` at a time (bounds the memory of the coil images); ``d^H W d`` for the sparse solvers;
-    the normal operator's peak."""
-    weighted = arith.weighted(state.kspace, state.w, 1.0 / state.data_scale)
-    state.rhs = _rhs(state.encoding, weighted, state.maps, state.budget.coil_batch)
-    state.energy = data_energy(state.kspace, weighted, state.data_scale) if options.sparse else 0.0
-    del weighted
+    """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``) of each frame, or ``F^H (W d)`` per coil
+    without maps, coils ``coil_batch`` at a time (bounds the memory of the coil images); each frame's
+    ``d^H W d`` for the sparse and joint solvers and the peak of its normal operator."""
+    energy = bool(options.sparse or options.temporal.joint)
+    parts, energies = [], []
+    for frame, encoded in zip(state.data, state.encoded):
+        weighted = arith.weighted(frame.kspace, frame.w, 1.0 / state.data_scale)
+        parts.append(_rhs(encoded.encoding, weighted, state.maps, state.budget.coil_batch))
+        energies.append(data_energy(frame.kspace, weighted, state.data_scale) if energy else 0.0)
+        del weighted
+    state.rhs = parts[0] if state.series is None else get_xp(parts[0]).stack(parts)
+    state.energies = tuple(energies)
     # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
-    state.peak = state.weight_sum * state.maps_peak ** 2
+    state.peaks = tuple(frame.weight_sum * state.maps_peak ** 2 for frame in state.data)
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
@@ -97,62 +119,53 @@ def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
 
 
 def normal_operator(options: Options, state: State) -> None:
-    """The normal operator: with off-resonance the encoding's own (segment PSFs, or A and A^H every iteration);
-    otherwise the kernel spectrum of the PSF (the memo's, the caller's, the cache's or computed now, and then
-    stored in the cache and the memo) and, for l2, the engine's Toeplitz operator ``A^H W A + lam I``."""
-    lam = options.lam * state.peak
+    """Each frame's normal operator: with off-resonance the encoding's own (segment PSFs, or A and A^H every
+    iteration); otherwise the kernel spectrum of the PSF (the memo's, the caller's, the cache's or computed now,
+    and then stored in the cache and the memo) and, for CG, the engine's Toeplitz operator ``A^H W A + lam I``."""
+    state.normals = tuple(_frame_normal(options, state, frame, encoded, peak)
+                          for frame, encoded, peak in zip(state.data, state.encoded, state.peaks))
+
+
+def _frame_normal(options: Options, state: State, frame: FrameData, encoded: Encoded, peak: float) -> FrameNormal:
+    lam, encoding, batch = options.lam * peak, encoded.encoding, state.budget.coil_batch
     if state.offres is not None:
-        state.operator = state.encoding.normal(state.w, state.maps, lam, coil_batch=state.budget.coil_batch)
-        return
-    if state.kept is not None:
-        state.spectrum, state.cache_state = state.kept[1], "memory"
+        return FrameNormal(None, encoding.normal(frame.w, state.maps, lam, coil_batch=batch))
+    if encoded.kept is not None:
+        spectrum, cache_state = encoded.kept[1], "memory"
     else:
-        state.spectrum = _spectrum(options, state)
-        if state.memo is not None:
-            state.memo.store(state.engine.key, state.scan.matrix, state.trajectory, state.w, state.encoding,
-                             state.spectrum)
-    if not options.sparse:
-        state.operator = state.encoding.normal(state.w, state.maps, lam, coil_batch=state.budget.coil_batch,
-                                               spectrum=state.spectrum)
+        spectrum, cache_state = _spectrum(options, state, frame, encoded)
+        if encoded.memo is not None:
+            encoded.memo.store(state.engine.key, frame.scan.matrix, frame.trajectory, frame.w, encoding, spectrum)
+    solved_here = not options.sparse and not options.temporal.joint
+    operator = encoding.normal(frame.w, state.maps, lam, coil_batch=batch, spectrum=spectrum) if solved_here else None
+    return FrameNormal(spectrum, operator, cache_state)
 
 
-def _spectrum(options: Options, state: State) -> Any:
+def _spectrum(options: Options, state: State, frame: FrameData, encoded: Encoded) -> tuple[Any, str | None]:
     """The kernel spectrum: of the caller's or the cache's PSF, else the engine's own (:meth:`Encoding.spectrum`:
-    of its PSF on the 2x grid, or the FFT engines' sampling mask on the image grid with maps)."""
-    if options.psf is None and state.lookup is None:
-        return state.encoding.spectrum(state.w, state.maps)
-    return kernel_spectrum(_point_spread(options, state))
+    of its PSF on the 2x grid, or the FFT engines' sampling mask on the image grid with maps); and the cache's
+    word on it."""
+    if options.psf is None and encoded.lookup is None:
+        return encoded.encoding.spectrum(frame.w, state.maps), None
+    psf, cache_state = _point_spread(options, state, frame, encoded)
+    return kernel_spectrum(psf), cache_state
 
 
-def _point_spread(options: Options, state: State) -> Any:
+def _point_spread(options: Options, state: State, frame: FrameData, encoded: Encoded) -> tuple[Any, str | None]:
     """The PSF on the 2x grid: the caller's (unscaled weights), the cache's (scaled weights; on a miss computed
     by one process at a time, the others wait, then read it), checked and uploaded, or computed now."""
-    encoding, matrix = state.encoding, state.scan.matrix
+    encoding, matrix, cache_state = encoded.encoding, frame.scan.matrix, None
     given = None if options.psf is None else options.psf / np.float32(state.weight_scale)
-    if state.lookup is not None:
-        key, given = state.lookup.result()
-        state.cache_state = "hit" if given is not None else "miss"
-        if state.cache_state == "miss":
-            given, state.cache_state = options.psf_cache.fill(key, tuple(2 * n for n in matrix),
-                                                              lambda: to_host(encoding.psf(state.w)))
+    if encoded.lookup is not None:
+        key, given = encoded.lookup.result()
+        cache_state = "hit" if given is not None else "miss"
+        if cache_state == "miss":
+            given, cache_state = options.psf_cache.fill(key, tuple(2 * n for n in matrix),
+                                                        lambda: to_host(encoding.psf(frame.w)))
     if given is None:
-        return encoding.psf(state.w)
+        return encoding.psf(frame.w), cache_state
     shape = tuple(2 * n for n in matrix)
     if tuple(given.shape) != shape:
         raise SchemaError(f"psf must have shape {shape} (twice the matrix {list(matrix)}), "
                           f"found {tuple(given.shape)}")
-    return to_device(given, state.device).astype(np.complex64, copy=False)
-
-
-def solve(options: Options, state: State) -> None:
-    """CG on the normal operator (l2), or ADMM / FISTA for tv and wavelet on the engine's Toeplitz operators."""
-    callback = state.clock.callback()
-    if options.sparse:
-        encoding, spectrum, maps, batch = state.encoding, state.spectrum, state.maps, state.budget.coil_batch
-        state.x, state.residuals, state.extra = solve_regularized(
-            spectrum, maps, state.rhs, options.lam, state.peak, state.energy, options.iterations, batch, callback,
-            normal=lambda lam: encoding.toeplitz_normal(spectrum, maps, lam, batch), **options.sparse)
-        return
-    state.x, state.residuals = cg(state.operator, state.rhs, max_iterations=options.iterations,
-                                  tolerance=options.tol, callback=callback)
-    state.extra = {"regularizer": "l2"}
+    return to_device(given, state.device).astype(np.complex64, copy=False), cache_state

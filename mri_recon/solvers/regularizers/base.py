@@ -31,6 +31,12 @@ class Regularizer:
     """Whether ``K`` is orthogonal (``K^H K = I``): FISTA's proximal map is then exact, and ADMM's x-update
     operator is ``A^H W A + rho I``."""
 
+    def norm_squared(self, ndim: int) -> float:
+        """An upper bound on ``||K||^2`` for images of ``ndim`` axes (the primal-dual steps of a time series):
+        1 for an orthogonal ``K``."""
+        del ndim
+        return 1.0
+
     def check(self, matrix: tuple[int, ...]) -> None:
         """Refuse a matrix the regularizer cannot serve, before any work (default: every matrix)."""
 

@@ -29,6 +29,10 @@ class TotalVariation(Regularizer):
                         gram=lambda x: _gram(x, ndim),
                         groups=0 if anisotropic else ndim, shape=(ndim, *shape)), None
 
+    def norm_squared(self, ndim: int) -> float:
+        """``||D||^2 <= 4 ndim`` for forward differences along ``ndim`` axes."""
+        return 4.0 * ndim
+
     def x_update(self, normal: Normal, rho: float, ndim: int) -> Any:
         return fd.TvNormal(normal(0.0), rho, ndim)
 

@@ -97,8 +97,8 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     synchronize(dev)  # timed as the pipeline's stages are
     prepared_s = time.perf_counter() - start
     maps = CoilMapEstimate.take(record)  # the coil-map stage, run by the pipeline on the uploaded data
-    options = stages.Options.of(ready, estimate_maps=maps.method, maps_basis=maps.basis, progress=progress,
-                                psf_cache=psf_cache, psf=psf, **settings.solver_keywords())
+    options = pipeline.options_of(ready, settings, estimate_maps=maps.method, maps_basis=maps.basis,
+                                  progress=progress, psf_cache=psf_cache, psf=psf)
     result = pipeline.run(ready, options, planned=(dev, engine, memory), prepared_s=prepared_s)  # planned above
     return ready, record, result
 
@@ -113,8 +113,7 @@ def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings,
     ready, record = prepare_series(series, **settings.prepare_keywords())
     prepared_s = time.perf_counter() - start
     maps = CoilMapEstimate.take(record)
-    options = pipeline.options_of(ready, estimate_maps=maps.method, maps_basis=maps.basis, **runtime,
-                                  **settings.solver_keywords())
+    options = pipeline.options_of(ready, settings, estimate_maps=maps.method, maps_basis=maps.basis, **runtime)
     return ready, record, pipeline.run(ready, options, prepared_s=prepared_s)
 
 
@@ -167,8 +166,8 @@ field_map_correction, segments, method, temporal, temporal_lam, temporal_solver,
     given = dict(locals())
     settings = ReconSettings(**{name: given[name] for name in API_FIELDS})
     if not prepare:
-        return pipeline.reconstruct(scan, progress=progress, psf_cache=psf_cache, psf=psf,
-                                    estimate_maps=estimate_maps, maps_basis=maps_basis, **settings.solver_keywords())
+        return pipeline.reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf,
+                                    estimate_maps=estimate_maps, maps_basis=maps_basis)
     computed = {name: given[name] for name in ("estimate_maps", "maps_basis") if given[name] is not None}
     return prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf, **computed)[2]
 

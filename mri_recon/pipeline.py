@@ -46,7 +46,11 @@ from .progress import STAGES, Progress, print_progress
 from .result import Result
 from .scaling import power_of_two
 from .scan import Scan
+from .settings import ReconSettings, fields_in, refuse_unknown
 from .stages import SOLVER_KERNELS, gpu_lock
+
+SOLVER_FIELDS = fields_in("solve", "device")
+"""The settings :func:`reconstruct` takes as keywords."""
 
 __all__ = ["SOLVER_KERNELS", "STAGES", "Result", "gpu_lock", "memory_plan", "plan_reconstruction", "plan_series",
            "power_of_two", "print_progress", "reconstruct", "run"]
@@ -144,45 +148,36 @@ def plan_series(series: TimeSeries, device: str | int | Device | None = "auto", 
     return dev, engine, frame
 
 
-def reconstruct(scan: Scan, *, iterations: int = 30, tol: float = 1e-6, lam: float | None = None,
-                filter_sigma: float | None = None, device: str | int | Device | None = "auto",
-                progress: Progress | None = None, method: str = "auto", psf: Any = None,
-                psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
-                maps_basis: Any = None, regularizer: str = "l2", rho: float | None = None,
-                inner_iterations: int | None = None, anisotropic: bool = False, solver: str | None = None,
-                field_map_correction: str = "auto", segments: int | None = None, temporal: str = "none",
-                temporal_lam: float | None = None, temporal_solver: str = "admm") -> Result:
-    """Reconstruct ``scan``: CG on the Toeplitz normal equations (``regularizer="l2"``, Tikhonov weight
-    ``lam``), or total variation / l1-wavelets (``"tv" | "wavelet"``: ``rho``, ``inner_iterations``,
-    ``anisotropic``, ``solver`` of :mod:`mri_recon.solvers.sparse`; ``iterations`` are then outer). Stopping
-    at relative residual ``tol``; ``filter_sigma``: Gaussian post-filter (voxels); ``device``: ``"auto" |
-    "cpu" | "gpu" | "gpu:N"``; ``method``: ``"auto" | "exact" | "nufft"`` (the engine used is
-    ``parameters["method"]``); ``progress``: a callback ``(stage, iteration, total, residual)`` or True;
-    ``psf``: this trajectory's PSF from :func:`mri_recon.psf`, or ``psf_cache`` (:mod:`mri_recon.io.cache`);
-    on a GPU the last trajectory's plan and spectrum are kept between calls (:mod:`mri_recon.operators.memo`,
-    ``MRI_RECON_MEMO_MAX=0`` turns it off); ``estimate_maps`` (``"walsh" | "espirit"``)
-    and ``maps_basis``: the preparation's coil-map stage (:class:`mri_recon.prep.maps_stage.CoilMapEstimate`);
-    ``field_map_correction`` (``"auto" | "exact" | "segmented"``) and ``segments`` with a field map
-    (:mod:`mri_recon.operators.offres.setup`); ``scan`` may be a :class:`~mri_recon.io.frames.TimeSeries`
-    (prepared: its coil maps or ``estimate_maps``, every frame's weights), each frame reconstructed as one scan
-    is or, with ``temporal`` (``temporal_lam``, ``temporal_solver``), all frames together.
-    :class:`mri_recon.stages.Options` states each setting in full.
+def reconstruct(scan: Scan | TimeSeries, settings: ReconSettings | None = None, *, progress: Progress | None = None,
+                psf: Any = None, psf_cache: PsfCache | None = None, estimate_maps: str | None = None,
+                maps_basis: Any = None, **keywords: Any) -> Result:
+    """Reconstruct ``scan`` exactly as given (no preparation): CG on the Toeplitz normal equations
+    (``regularizer="l2"``), total variation / l1-wavelets by their solvers, or for a
+    :class:`~mri_recon.io.frames.TimeSeries` (its coil maps or ``estimate_maps``, every frame's weights) each
+    frame as one scan or, with a temporal term, all frames together.
+
+    ``settings`` (default: the defaults) with ``keywords`` changed: the ``solve`` and ``device`` fields of
+    :class:`~mri_recon.settings.ReconSettings` (``iterations``, ``lam``, ``regularizer``, ``method``,
+    ``device``, ``temporal``, ...), which say what each one does. What the caller computed or wants told:
+    ``progress`` (a callback ``(stage, iteration, total, value)`` or True), ``psf`` (this trajectory's PSF from
+    :func:`mri_recon.psf`) or ``psf_cache`` (:mod:`mri_recon.io.cache`), ``estimate_maps`` (``"walsh" |
+    "espirit"``) and ``maps_basis`` (the preparation's coil-map stage,
+    :class:`mri_recon.prep.maps_stage.CoilMapEstimate`); :class:`mri_recon.stages.Options` states each.
 
     Returns the :class:`~mri_recon.result.Result`: the complex64 image, residuals, timings, settings used.
     """
-    options = options_of(
-        scan, iterations=iterations, tol=tol, lam=lam, filter_sigma=filter_sigma, device=device, progress=progress,
-        method=method, psf=psf, psf_cache=psf_cache, estimate_maps=estimate_maps, maps_basis=maps_basis,
-        regularizer=regularizer, rho=rho, inner_iterations=inner_iterations, anisotropic=anisotropic,
-        solver=solver, field_map_correction=field_map_correction, segments=segments, temporal=temporal,
-        temporal_lam=temporal_lam, temporal_solver=temporal_solver)
+    refuse_unknown(keywords, SOLVER_FIELDS, "pipeline.reconstruct")
+    base = settings if settings is not None else ReconSettings()
+    settings = base.replace(**keywords) if keywords else base
+    options = options_of(scan, settings, progress=progress, psf=psf, psf_cache=psf_cache,
+                         estimate_maps=estimate_maps, maps_basis=maps_basis)
     return run(scan, options)
 
 
-def options_of(source: Scan | TimeSeries, **keywords: Any) -> stages.Options:
+def options_of(source: Scan | TimeSeries, settings: ReconSettings, **runtime: Any) -> stages.Options:
     """:meth:`stages.Options.of <mri_recon.stages.Options.of>` for a scan or a time series."""
     reference, _, series = stages.sources(source)
-    return stages.Options.of(reference, series=series is not None, **keywords)
+    return stages.Options.of(reference, settings, series=series is not None, **runtime)
 
 
 def _splits(series: TimeSeries, options: stages.Options) -> int:

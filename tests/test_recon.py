@@ -212,8 +212,10 @@ def test_post_filter(sense_scan):
 
 def test_errors(sense_scan, monkeypatch):
     scan, _ = sense_scan
-    with pytest.raises(InvalidDataError, match="lam must be >= 0, found -1"):
+    with pytest.raises(InvalidDataError, match="lam must be a finite number >= 0, found -1"):
         reconstruct(scan, lam=-1, progress=False)
+    with pytest.raises(InvalidDataError, match="pipeline.reconstruct: unexpected keyword argument 'iters'"):
+        reconstruct(scan, iters=3)
     with pytest.raises(SchemaError, match=r"psf must have shape \(48, 50\) .* found \(24, 25\)"):
         reconstruct(scan, psf=np.zeros(scan.matrix, dtype=np.complex64), progress=False)
     monkeypatch.setattr(recon, "host_memory_available", lambda: 2**14)

@@ -171,7 +171,7 @@ def test_zero_data_gives_a_zero_image():
     ({"regularizer": "l1"}, "regularizer must be one of l2, tv, wavelet"),
     ({"regularizer": "tv", "rho": 0.0}, "rho must be a positive finite number"),
     ({"regularizer": "tv", "rho": float("nan")}, "rho must be a positive finite number"),
-    ({"regularizer": "tv", "inner_iterations": 0}, "inner_iterations must be >= 1"),
+    ({"regularizer": "tv", "inner_iterations": 0}, "inner_iterations must be a whole number >= 1"),
     ({"regularizer": "wavelet", "anisotropic": True}, "anisotropic applies to total variation only"),
     ({"regularizer": "tv", "solver": "fista"}, "solver for tv must be one of admm"),
     ({"regularizer": "wavelet", "rho": 2.0}, "rho is ADMM's penalty; wavelet runs fista"),
@@ -183,6 +183,16 @@ def test_bad_settings_are_refused(settings, message):
     scan = simulate_scan((32, 32), "golden", coils=2, spokes=16, seed=2)
     with pytest.raises(InvalidDataError, match=message):
         reconstruct(scan, iterations=2, device="cpu", **settings)
+
+
+def test_check_sparse_refuses_what_the_settings_would():
+    """The solver's own check, for callers of the solvers without settings."""
+    from mri_recon.solvers.sparse import check_sparse
+
+    with pytest.raises(InvalidDataError, match="inner_iterations must be >= 1, found 0"):
+        check_sparse("tv", None, 0, False, None)
+    with pytest.raises(InvalidDataError, match="rho must be a positive finite number, found 0.0"):
+        check_sparse("tv", 0.0, None, False, None)
 
 
 def test_wavelets_refuse_an_odd_matrix_before_any_work(monkeypatch):

@@ -172,8 +172,8 @@ def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
     dev, engine, budget = planned or planner(scan, options.device, options.method, options.iterations, sense,
                                              preparation_of(scan, estimate_maps=options.maps.method))
     offres = None if scan.field_map is None else plan_correction(
-        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.field_map_correction,
-        segments=options.segments, iterations=options.iterations)
+        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.settings.field_map_correction,
+        segments=options.settings.segments, iterations=options.iterations)
     log.info("%s: matrix %s, %d coil(s), %d samples in %d frame(s); engine %s on %s, %d coil(s) per batch",
              scan.source, list(scan.matrix), scan.n_coils, sum(f.n_samples for f in frames), len(frames),
              engine.name, dev, budget.coil_batch)

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from ..errors import MriReconError, printable
+from ..settings import default_of
 from .common import check_log_json, check_outputs
 
 
@@ -114,8 +115,8 @@ def _streamed(params: Mapping[str, Any]) -> bool:
         return False
     others = [f"--{name.replace('_', '-')}" for name in ("temporal_axis", "frames", "temporal_lam")
               if params.get(name) is not None]
-    others += ["--temporal"] if params.get("temporal", "none") != "none" else []
-    others += ["--temporal-solver"] if params.get("temporal_solver", "admm") != "admm" else []
+    others += [f"--{name.replace('_', '-')}" for name in ("temporal", "temporal_solver")
+               if params.get(name, default_of(name)) != default_of(name)]
     if others:
         raise click.UsageError(f"{', '.join(others)}: pipe mode streams frames one by one (--spokes-per-frame "
                                f"alone); a joint time series needs the whole file: reconstruct FILE instead")
@@ -124,7 +125,8 @@ def _streamed(params: Mapping[str, Any]) -> bool:
 
 def is_temporal(params: Mapping[str, Any]) -> bool:
     """True when the options ask for a time series."""
-    return params.get("temporal", "none") != "none" or params.get("temporal_axis") is not None or \
+    return params.get("temporal", default_of("temporal")) != default_of("temporal") or \
+        params.get("temporal_axis") is not None or \
         params.get("spokes_per_frame") is not None
 
 

@@ -154,7 +154,7 @@ def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | No
     if solver is not None:
         raise InvalidDataError(f"solver {solver!r}: a time series with a temporal term is solved jointly by "
                                f"temporal_solver (admm or pdhg); leave solver unset")
-    admm = temporal_solver == "admm"
+    admm = joint_solvers.JOINT_SOLVERS[temporal_solver].penalty
     if not admm and (rho is not None or inner_iterations is not None):
         raise InvalidDataError("rho and inner_iterations are ADMM's; the joint solve runs pdhg (choose "
                                "temporal_solver 'admm' to set them)")

@@ -11,7 +11,7 @@ from ..backend import get_xp
 from ..solvers.cg import cg
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import solve_regularized
-from ..solvers.temporal import BatchedSeriesNormal, Term, joint_admm, joint_pdhg
+from ..solvers.temporal import JOINT_SOLVERS, BatchedSeriesNormal, Term
 from .options import Options
 from .state import State
 
@@ -88,11 +88,9 @@ def _solve_joint(options: Options, state: State) -> tuple[Any, tuple[float, ...]
     normals = _normals(options, state, 0.0 if sparse else options.lam * peak)
     terms, energy = _terms(options, state, scale_b), sum(state.energies)
     common = {"iterations": options.iterations, "data_energy": energy, "callback": state.clock.callback()}
-    if settings["solver"] == "admm":
-        x, history = joint_admm(normals, state.rhs, terms, rho=settings["rho"] * peak,
-                                inner_iterations=settings["inner_iterations"], **common)
-    else:
-        x, history = joint_pdhg(normals, state.rhs, terms, **common)
+    rho = None if settings["rho"] is None else settings["rho"] * peak
+    x, history = JOINT_SOLVERS[settings["solver"]].solve(normals, state.rhs, terms, rho=rho,
+                                                         inner_iterations=settings["inner_iterations"], **common)
     extra = {"regularizer": options.regularizer, "temporal": options.temporal.name,
              "temporal_lam": options.temporal_lam, "objective": float(history[-1]),
              **settings, **({"lam_abs": options.lam * scale_b} if sparse else {})}

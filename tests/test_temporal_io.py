@@ -165,7 +165,7 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "named"), [
-    (["--temporal", "tv", "--solver", "admm"], "solver .admm.: a time series with a temporal term is solved"),
+    (["--temporal", "tv", "--solver", "admm"], "solver 'admm': a time series with a temporal term"),
     (["--temporal-axis", "repetition", "--temporal-lambda", "0.1"], "temporal_lam and temporal_solver apply"),
     (["--temporal", "tv", "--temporal-solver", "pdhg", "--rho", "2"], "rho and inner_iterations are ADMM's"),
 ])

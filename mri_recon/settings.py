@@ -31,7 +31,9 @@ from .io.stack import DIMENSIONS
 from .io.writers import FORMATS
 from .operators.engines import METHODS
 from .operators.offres.setup import CORRECTIONS
-from .prep import COIL_MAP_CHOICES, DCF_CHOICES
+from .prep import DCF_CHOICES
+from .prep.maps_methods import choices as coil_map_choices
+from .prep.maps_methods import coil_map_help
 from .prep.gradient_delay import parse_gradient_delay
 from .solvers.regularizers import names as regularizer_names
 from .solvers.sparse import SOLVERS, lam_help
@@ -136,8 +138,7 @@ class ReconSettings:
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""
-    coil_maps: str = option("auto", "auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, "
-                            "root-sum-of-squares).", str, "prepare", choices=COIL_MAP_CHOICES)
+    coil_maps: str = option("auto", coil_map_help(), str, "prepare", choices=coil_map_choices)
     dcf: str = option("auto", "Density compensation: auto (the file's weights if any), none, ramp, pipe, file.",
                       str, "prepare", choices=DCF_CHOICES)
     prewhiten: bool = option(True, "Do not whiten with the noise samples.", bool, "prepare",

@@ -9,7 +9,7 @@ import pytest
 
 from mri_recon import prep_memory
 from mri_recon.backend import cupy_module
-from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.errors import InvalidDataError, SchemaError, listed
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 from mri_recon.prep import cartesian_maps, coilmaps
 from mri_recon.prep.coilmaps import (
@@ -22,7 +22,7 @@ from mri_recon.prep.coilmaps import (
     lowres_images,
     walsh,
 )
-from mri_recon.prep.maps_methods import COIL_MAPS, chosen_method, choices, either, estimated, method_of
+from mri_recon.prep.maps_methods import COIL_MAPS, chosen_method, choices, estimated, method_of
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories
 
@@ -192,7 +192,7 @@ def test_espirit_crops_outside_the_object(rng):
 def test_errors(rng):
     scan, _, _ = _scan("radial-2d", rng, snr=np.inf)
     k, t = scan.kspace, scan.trajectory
-    expected = either(estimated(), quote=True)
+    expected = listed(estimated(), quote=True)
     with pytest.raises(InvalidDataError, match=f"unknown coil map method 'sense': expected {expected}$"):
         estimate_coil_maps(scan, "sense")
     with pytest.raises(InvalidDataError, match=f"unknown coil map method 'rss': expected {expected}$"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.errors import InvalidDataError
+from mri_recon.errors import InvalidDataError, listed
 from mri_recon.pipeline import reconstruct
 from mri_recon.prep.coilmaps import estimate_coil_maps
-from mri_recon.prep.maps_methods import either, estimated
+from mri_recon.prep.maps_methods import estimated
 from mri_recon.sim.simulate import simulate_scan
 
 
@@ -34,6 +34,6 @@ def test_estimated_in_pipeline_equals_estimated_before(scan, device, method):
 
 
 def test_unknown_estimation_method_is_refused(scan):
-    with pytest.raises(InvalidDataError, match=f"estimate_maps must be None, {either(estimated(), quote=True)}, "
+    with pytest.raises(InvalidDataError, match=f"estimate_maps must be None, {listed(estimated(), quote=True)}, "
                                                f"found 'pca'"):
         reconstruct(scan, iterations=2, device="cpu", progress=False, estimate_maps="pca")

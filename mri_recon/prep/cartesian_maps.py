@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, get_xp, resolve_device, to_device
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..operators.engines.cartesian import scatter_sum
 from ..validation import validate_matrix
 from .espirit import espirit
-from .maps_methods import either, estimated, is_estimated
+from .maps_methods import estimated, is_estimated
 from .walsh import walsh
 
 
@@ -114,7 +114,7 @@ def cartesian_coil_maps(kspace: Any, trajectory: Any, matrix: Sequence[int], met
     """
     matrix = validate_matrix(matrix, "coil maps")
     if not is_estimated(method):
-        raise InvalidDataError(f"unknown coil map method {method!r}: expected {either(estimated(), quote=True)}")
+        raise InvalidDataError(f"unknown coil map method {method!r}: expected {listed(estimated(), quote=True)}")
     kernel = kernel or (6 if len(matrix) == 2 else 5)
     if not (isinstance(device, str) and device == "auto"):  # "auto": where the k-space is
         dev = resolve_device(device)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, to_host
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..scan import Scan
 from ..validation import validate_matrix
 from .espirit import espirit, espirit_operator
@@ -45,7 +45,7 @@ from .lowres import (
     fourier_resize,
     lowres_images,
 )
-from .maps_methods import either, estimated, is_estimated
+from .maps_methods import estimated, is_estimated
 from .walsh import walsh
 
 __all__ = [ "calibration_region", "cell_density_weights", "coarse_grid", "coil_maps_from_kspace",
@@ -100,7 +100,7 @@ def coil_maps_from_kspace(kspace: Any, trajectory: Any, matrix: Sequence[int], m
         Per-voxel eigen solver, ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`).
     """
     if not is_estimated(method):
-        raise InvalidDataError(f"unknown coil map method {method!r}: expected {either(estimated(), quote=True)}")
+        raise InvalidDataError(f"unknown coil map method {method!r}: expected {listed(estimated(), quote=True)}")
     matrix = validate_matrix(matrix, "coil maps")
     dev = _device(device, kspace)
     with dev.use():

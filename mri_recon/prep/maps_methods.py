@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,6 @@ def coil_map_help() -> str:
     return "; ".join(f"{name}: {COIL_MAPS[name].help}" for name in choices()) + "."
 
 
-def either(names: tuple[str, ...], quote: bool = False) -> str:
-    """``"a, b or c"`` (``quote``: each name in quotes, as ``repr`` writes it)."""
-    shown = [repr(n) if quote else n for n in names]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
-
-
 def method_of(name: str) -> CoilMapMethod:
     """The method a user chose by ``name``; :class:`~mri_recon.errors.InvalidDataError` listing the choices
     for any other value."""
@@ -93,7 +87,7 @@ def is_estimated(name: object) -> bool:
 
 def without_file_maps() -> str:
     """The choices for a scan without maps, in words (``"walsh, espirit or rss"``)."""
-    return either(tuple(n for n in choices() if n != AUTO and not COIL_MAPS[n].file))
+    return listed(tuple(n for n in choices() if n != AUTO and not COIL_MAPS[n].file))
 
 
 def chosen_method(requested: str, has_maps: bool, n_coils: int, sampling: str) -> str:

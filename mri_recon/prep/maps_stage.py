@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, get_xp, to_host
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..scaling import unit_scale
 from ..scan import Scan
-from .maps_methods import either, estimated, is_estimated
+from .maps_methods import estimated, is_estimated
 
 @dataclass(frozen=True)
 class CoilMapEstimate:
@@ -46,7 +46,7 @@ class CoilMapEstimate:
     def check(self, scan: Scan) -> None:
         """Refuse an unknown method, and a basis with the scan's own maps (they are whitened with the data)."""
         if not (self.method is None or is_estimated(self.method)):
-            raise InvalidDataError(f"estimate_maps must be None, {either(estimated(), quote=True)}, found "
+            raise InvalidDataError(f"estimate_maps must be None, {listed(estimated(), quote=True)}, found "
                                    f"{self.method!r}")
         if self.basis is not None and scan.coil_maps is not None and self.method is None:
             raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "

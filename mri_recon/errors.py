@@ -80,4 +80,4 @@ def listed(names: Iterable[object], last: str = "or", quote: bool = False) -> st
     """Names in a message: ``"a, b or c"`` (``last="and"``: ``"a, b and c"``; ``quote``: each as ``repr``
     writes it), so that a message listing a registry's names follows the registry."""
     shown = [repr(n) if quote else str(n) for n in names]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} {last} {shown[-1]}"
+    return ", ".join(shown) if len(shown) < 2 else f"{', '.join(shown[:-1])} {last} {shown[-1]}"

@@ -25,18 +25,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidDataError
+from .errors import InvalidDataError, listed
 from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
 from .io.writers import FORMATS
 from .operators.engines import METHODS
 from .operators.offres.setup import CORRECTIONS
 from .prep import DCF_CHOICES
+from .prep.gradient_delay import parse_gradient_delay
 from .prep.maps_methods import choices as coil_map_choices
 from .prep.maps_methods import coil_map_help
-from .prep.gradient_delay import parse_gradient_delay
 from .solvers.regularizers import names as regularizer_names
-from .solvers.sparse import SOLVERS, lam_help
+from .solvers.sparse import (
+    dense_names,
+    lam_help,
+    penalty_help,
+    regularizer_help,
+    solver_help,
+    solver_names,
+    sparse_names,
+)
 from .units import TRAJ_UNITS
 
 if TYPE_CHECKING:
@@ -48,8 +56,6 @@ SECTIONS = ("output", "solve", "device", "prepare", "input", "cache", "access")
 (the PSF cache), ``access`` (what the reader may open)."""
 API_SECTIONS = ("solve", "device", "prepare")
 """The sections whose options are keywords of :func:`mri_recon.reconstruct`."""
-SOLVER_NAMES = tuple(dict.fromkeys(name for names in SOLVERS.values() for name in names))
-"""Every solver of the regularized reconstructions (``admm``, ``fista``)."""
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
 
 
@@ -92,9 +98,11 @@ def option(default: Any, help: str, kind: type, section: str, **spec: Any) -> An
     return field(default=default, metadata=meta)
 
 
-LAMBDA_HELP = ("Regularization weight. l2: relative to the largest diagonal entry of the normal operator (max "
-               "over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative to max |A^H W d|. "
-               "Default: the regularizer's (" + lam_help() + ").")
+SPARSE = ", ".join(sparse_names())
+"""The sparse regularizers, as the help texts list them."""
+LAMBDA_HELP = (f"Regularization weight. {', '.join(dense_names())}: relative to the largest diagonal entry of the "
+               f"normal operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); {SPARSE}: relative "
+               f"to max |A^H W d|. Default: the regularizer's ({lam_help()}).")
 METHOD_HELP = ("F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster one on a GPU "
                "by a cost model; FINUFFT on the CPU). The output records the engine used.")
 
@@ -111,23 +119,21 @@ class ReconSettings:
                             "magnitude. HDF5 and MRD hold the complex image.", bool, "output", cli="--complex")
     magnitude: bool = option(False, "MRD: write magnitude images (float32) instead of complex ones. NIfTI writes "
                              "the magnitude unless --complex; HDF5 always holds the complex image.", bool, "output")
-    iterations: int = option(30, "Maximum CG iterations (tv, wavelet: outer iterations).", int, "solve",
+    iterations: int = option(30, f"Maximum CG iterations ({SPARSE}: outer iterations).", int, "solve",
                              low=1, high=10000)
     lam: float | None = option(None, LAMBDA_HELP, float, "solve", low=0.0, optional=True, cli="--lambda")
     """Regularization weight (relative, see :func:`mri_recon.pipeline.reconstruct`); None: the regularizer's
     default (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`)."""
-    regularizer: str = option("l2", "l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, "
-                              "FISTA).", str, "solve", choices=regularizer_names)
-    inner_iterations: int | None = option(None, "ADMM (tv, or wavelet with --solver admm): CG steps per x-update "
-                                          "(default 1 with density weights, 5 without).", int, "solve", low=1,
-                                          high=1000, optional=True)
+    regularizer: str = option("l2", regularizer_help(), str, "solve", choices=regularizer_names)
+    inner_iterations: int | None = option(None, f"ADMM ({penalty_help()}): CG steps per x-update (default 1 with "
+                                          "density weights, 5 without).", int, "solve", low=1, high=1000,
+                                          optional=True)
     rho: float | None = option(None, "ADMM penalty, relative like the l2 lambda (default 1 with density weights, "
                                "0.3 without).", float, "solve", low=0.0, low_open=True, optional=True)
     anisotropic: bool = option(False, "tv: anisotropic total variation (sum of |differences|).", bool, "solve")
-    solver: str | None = option(None, "wavelet: admm or fista (default fista); tv: admm.", str, "solve",
-                                choices=SOLVER_NAMES, optional=True)
-    tol: float = option(1e-6, "l2: stop when the relative CG residual falls below this (tv and wavelet run every "
-                        "iteration).", float, "solve", low=0.0)
+    solver: str | None = option(None, solver_help(), str, "solve", choices=solver_names, optional=True)
+    tol: float = option(1e-6, f"{', '.join(dense_names())}: stop when the relative CG residual falls below this "
+                        f"({listed(sparse_names(), 'and')} run every iteration).", float, "solve", low=0.0)
     filter_sigma: float | None = option(None, "Gaussian post-filter width in voxels (off by default).", float,
                                         "solve", low=0.0, low_open=True, optional=True)
     field_map_correction: str = option("auto", "With a field map: exact, segmented (time segmentation) or auto.",

@@ -17,6 +17,8 @@ import mri_recon
 from mri_recon.errors import InvalidDataError
 from mri_recon.operators import Scale
 from mri_recon.solvers import regularizers
+from mri_recon.solvers.registry import SOLVERS as SOLVER_REGISTRY
+from mri_recon.solvers.registry import solver
 from mri_recon.solvers.sparse import (
     LAM_DEFAULTS,
     REGULARIZERS,
@@ -40,6 +42,14 @@ def test_the_registry_lists_the_shipped_regularizers():
         regularizers.regularizer("l1")
     with pytest.raises(InvalidDataError, match="regularizer must be one of tv, wavelet here, found 'l2'"):
         sparsity_of("l2", (8, 8), 2)
+
+
+def test_every_solver_a_regularizer_names_is_registered():
+    for chosen in regularizers.registry().values():
+        assert chosen.default_solver in chosen.solvers, chosen.name
+        assert all(solver(name).run is not None for name in chosen.solvers if chosen.sparse), chosen.name
+    with pytest.raises(InvalidDataError, match=f"solver must be one of {', '.join(SOLVER_REGISTRY)}, found 'newton'"):
+        solver("newton")
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ import numpy as np
 
 from ..batch.inputs import output_name
 from ..settings import ReconSettings
+from ..solvers.registry import solver as solver_of
+from ..solvers.regularizers import regularizer as regularizer_of
 from . import STARTED
 from .batch import batch_options, is_batch, run_batch
 from .common import check_log_json, check_outputs, friendly, say
@@ -144,10 +146,9 @@ class _Run:
                             f"the PNG) and {voxel} mm voxels"
                             + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         self.device = resolve_with_notice(self.settings.device)
-        regularizer = self.settings.regularizer
+        chosen = regularizer_of(self.settings.regularizer)
         self.bar = ProgressBar(len(images), self.settings.iterations, enabled=not self.quiet,
-                               value="residual" if regularizer == "l2" else "objective",
-                               name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
+                               value="objective" if chosen.sparse else "residual", name=chosen.label or chosen.name)
 
     def image(self, index: int, key: dict, loaded: Any) -> None:
         self.bar.start_image(index)
@@ -190,7 +191,9 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
     from ..console import delay_summary, truth_summary
 
     last = results[-1][3]
-    solved = "CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective "
+    chosen = regularizer_of(regularizer)
+    solved = (f"{regularizer} iterations, final objective " if chosen.sparse else
+              f"{solver_of(chosen.default_solver).label} iterations, final residual ")
     files = str(output) if len(written) == 1 else f"{len(written)} files {written[0]} .. {written[-1].name}"
     return (f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
             + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "

@@ -28,8 +28,8 @@ import numpy as np
 from .errors import InvalidDataError, listed
 from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
-from .io.writers import FORMATS
-from .operators.engines import METHODS
+from .io.writers import formats
+from .operators.engines import methods as engine_methods
 from .operators.offres.setup import CORRECTIONS
 from .prep import DCF_CHOICES
 from .prep.gradient_delay import parse_gradient_delay
@@ -113,8 +113,8 @@ class ReconSettings:
 
     format: str | None = option(None, "Output format, overriding the one chosen by the output's extension (dicom: "
                                 "-o names a folder).",
-                                str, "output", choices=FORMATS, optional=True)
-    """Output format (:data:`mri_recon.io.writers.FORMATS`; None: chosen by the output's name)."""
+                                str, "output", choices=formats, optional=True)
+    """Output format (:func:`mri_recon.io.writers.formats`; None: chosen by the output's name)."""
     complex_: bool = option(False, "NIfTI: write real and imaginary parts (a last axis of size 2) instead of the "
                             "magnitude. HDF5 and MRD hold the complex image.", bool, "output", cli="--complex")
     magnitude: bool = option(False, "MRD: write magnitude images (float32) instead of complex ones. NIfTI writes "
@@ -140,7 +140,7 @@ class ReconSettings:
                                        str, "solve", choices=CORRECTIONS)
     segments: int | None = option(None, "Time segments L (default: the fewest with interpolation error <= 1e-3).",
                                   int, "solve", low=1, optional=True)
-    method: str = option("auto", METHOD_HELP, str, "solve", choices=METHODS)
+    method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""

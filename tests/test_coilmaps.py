@@ -22,7 +22,7 @@ from mri_recon.prep.coilmaps import (
     lowres_images,
     walsh,
 )
-from mri_recon.prep.maps_methods import COIL_MAPS, chosen_method, choices, estimated, method_of
+from mri_recon.prep.maps_methods import COIL_MAPS, choices, chosen_method, estimated, method_of
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories
 

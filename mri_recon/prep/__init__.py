@@ -17,14 +17,12 @@ from ..errors import InvalidDataError, SchemaError
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from ..validation import check_field_map_pair, trajectory_extent
-from .maps_methods import COIL_MAPS, chosen_method, choices, method_of, without_file_maps
+from .maps_methods import COIL_MAPS, chosen_method, method_of, without_file_maps
 from .maps_stage import CoilMapEstimate
 
 log = logging.getLogger("mri_recon.prep")
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
-COIL_MAP_CHOICES = choices()
-"""The coil-map choices (:data:`.maps_methods.COIL_MAPS`)."""
 FIELD_MAP_CHOICES = ("correct", "ignore")
 """What to do with a scan's ``field_map`` / ``times``: keep them for off-resonance correction, or drop them."""
 

@@ -16,6 +16,7 @@ from ..scaling import unit_scale
 from ..scan import Scan
 from .maps_methods import estimated, is_estimated
 
+
 @dataclass(frozen=True)
 class CoilMapEstimate:
     """Which coil maps a reconstruction estimates, and in which channels."""

@@ -17,7 +17,7 @@ leading batch axis (per-coil images without maps) are regularized image by image
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..backend import get_xp
@@ -30,12 +30,23 @@ from .registry import solver as solver_of
 from .regularizers import names, registry
 from .regularizers import regularizer as find
 
-REGULARIZERS = names()
-"""Every regularizer's name (:mod:`.regularizers`)."""
-SOLVERS = {r.name: r.solvers for r in registry().values() if r.sparse}
-"""The solvers of each sparse regularizer."""
 
-LAM_DEFAULTS = {r.name: r.lam_default for r in registry().values()}
+class _LamDefaults(Mapping):
+    """Each regularizer's ``lam_default``, read from the registry at each access."""
+
+    def __getitem__(self, name: str) -> dict[bool, float]:
+        if name not in registry():
+            raise KeyError(name)
+        return registry()[name].lam_default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names())
+
+    def __len__(self) -> int:
+        return len(registry())
+
+
+LAM_DEFAULTS: Mapping[str, dict[bool, float]] = _LamDefaults()
 """The ``lam`` of each regularizer when none is given (``lam=None``; CLI: no ``--lambda``), for a scan with
 density weights (True) and without (False). ``l2``: relative to the normal operator's peak, 1e-3 as it always
 was. ``tv`` and ``wavelet``: relative to ``max |A^H W d|``, the lambda of lowest NRMSE on 4x undersampled

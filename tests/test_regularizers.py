@@ -1,16 +1,12 @@
-"""The regularizer registry: the shipped regularizers, and the worked example of docs/architecture.md
-("Where to add a regularizer") loaded from that file, registered with one entry, and checked against the
-closed-form minimizer of ``||x - b||^2 + lam ||x||_1`` (soft thresholding of ``b`` at ``lam / 2``)."""
+"""The regularizer and solver registries: the shipped regularizers, and the worked example of
+docs/architecture.md ("Where to add a regularizer", docs/examples/l1.py) registered with one entry and checked
+against the closed-form minimizer of ``||x - b||^2 + lam ||x||_1`` (soft thresholding of ``b`` at ``lam / 2``)."""
 
 from __future__ import annotations
 
-import re
-import sys
-import types
-from pathlib import Path
-
 import numpy as np
 import pytest
+from examples import forget, register_regularizer
 from helpers import relative
 
 import mri_recon
@@ -27,9 +23,6 @@ from mri_recon.solvers.sparse import (
     sparse_names,
     sparsity_of,
 )
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
-EXAMPLE = "# mri_recon/solvers/regularizers/l1.py"
 
 
 def test_the_registry_lists_the_shipped_regularizers():
@@ -59,18 +52,11 @@ def test_every_solver_a_regularizer_names_is_registered():
 
 @pytest.fixture
 def image_l1(monkeypatch):
-    """The example module of the architecture document, registered as ``l1`` (one more entry in MODULES)."""
-    text = DOC.read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith(EXAMPLE))
-    name = f"{regularizers.__name__}.l1"
-    module = types.ModuleType(name)
-    module.__package__ = regularizers.__name__
-    exec(compile(block, f"{DOC}:{EXAMPLE}", "exec"), module.__dict__)  # noqa: S102 - the project's own document
-    monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(regularizers, "MODULES", (*regularizers.MODULES, "l1"))
-    regularizers.registry.cache_clear()
-    yield module.REGULARIZER
-    regularizers.registry.cache_clear()
+    """The worked example of docs/architecture.md (docs/examples/l1.py), registered as ``l1`` (one more entry
+    in MODULES)."""
+    yield register_regularizer(monkeypatch).REGULARIZER
+    monkeypatch.undo()
+    forget()
 
 
 def _soft(b: np.ndarray, t: float) -> np.ndarray:

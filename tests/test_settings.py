@@ -4,7 +4,6 @@ batch's record), one reconstruct_file for the CLI and the batch, and the input a
 from __future__ import annotations
 
 import inspect
-import re
 from pathlib import Path
 
 import h5py
@@ -16,11 +15,9 @@ import mri_recon
 from mri_recon import api
 from mri_recon.cli import main
 from mri_recon.cli.options import param_name, settings_from
-from mri_recon.errors import InvalidDataError, OutputError
+from mri_recon.errors import InvalidDataError
 from mri_recon.io import readers, writers
-from mri_recon.io.files import write_file
 from mri_recon.io.inputs import InputFormat
-from mri_recon.io.outputs import OutputFormat
 from mri_recon.io.stack import DIMENSIONS
 from mri_recon.operators.engines import methods
 from mri_recon.prep.maps_methods import choices as coil_map_choices
@@ -130,26 +127,6 @@ def test_reconstruct_file_writes_what_the_api_and_the_cli_give(scan_file, tmp_pa
     api.reconstruct_file(scan_file, None, settings, on_load=lambda images: seen.append(len(images)),
                          on_image=lambda i, key, scan: seen.append((i, key)), on_done=lambda r: seen.append("done"))
     assert seen == [1, (0, {}), "done"]
-
-
-def _write_npy(output, stack, *, complex_=False, magnitude=False, protect=()):
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, stack.image)
-    write_file(output, buffer.getvalue(), protect=protect)
-    return [Path(output)]
-
-
-def test_an_output_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch):
-    npy = OutputFormat("npy", "NumPy", (".npy",), ".npy", _write_npy)
-    monkeypatch.setitem(writers.OUTPUTS, "npy", npy)
-    assert writers.output_format(tmp_path / "x.NPY") == "npy" and writers.output_format("x.mrd.h5") == "mrd"
-    done = api.reconstruct_file(scan_file, tmp_path / "x.npy", ReconSettings(iterations=3, device="cpu",
-                                                                           cache=False))
-    assert np.array_equal(np.load(tmp_path / "x.npy"), done.results[0][3].image)
-    with pytest.raises(OutputError, match=rf"\.npy \(NumPy\); .* --format {re.escape('|'.join(writers.formats()))} "):
-        writers.output_format(tmp_path / "x.txt")
 
 
 def test_an_input_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch):

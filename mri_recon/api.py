@@ -31,6 +31,7 @@ from .planner import Plan
 from .prep import coil_map_method, prepare_scan
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
+from .prep.maps_methods import COIL_MAPS
 from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
 from .result import Result
@@ -179,9 +180,9 @@ def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil
     choices will prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
     :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon info`` reports."""
     maps = coil_map_method(scan, coil_maps)
-    estimate = maps if maps in ("walsh", "espirit") else None
+    estimate = maps if COIL_MAPS[maps].estimated else None
     preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate)
-    sense = maps in ("file", "walsh", "espirit")
+    sense = COIL_MAPS[maps].sense
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
 
 

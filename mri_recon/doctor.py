@@ -5,8 +5,10 @@ Run once after installing the ``gpu`` extra, it also takes the first GPU reconst
 the way: every registry configuration is built (on all CPU cores) and small reconstructions build the CuPy
 kernels the pipeline uses, all kept in CuPy's on-disk kernel cache.
 
-The CPU path is always tested: FINUFFT's F^H d and F against the float64 NumPy DFT on a small 2D and 3D
-problem, and a tiny CG-SENSE solve against ``numpy.linalg.solve`` (tolerance :data:`CPU_TOLERANCE`).
+The CPU path is always tested: F^H d and F of every registered CPU engine (the NumPy sum, FINUFFT, the FFT
+engine, and any engine added to :mod:`mri_recon.operators.engines.registry`) against the float64 NumPy DFT
+on a small 2D and 3D problem, and a tiny CG-SENSE solve against ``numpy.linalg.solve`` (tolerance
+:data:`CPU_TOLERANCE`). On a GPU every registered GPU engine is checked the same way.
 
 Each GPU kernel runs on fresh random inputs and is compared with the float64 NumPy oracle (or
 ``scipy.ndimage.correlate`` for the filter). A CUDA, driver or compiler mismatch that produces silently
@@ -28,9 +30,11 @@ from .backend import Device, cupy_module, resolve_device
 from .scan import Scan
 
 CPU_TOLERANCE = 1e-5
-"""Relative error allowed in the CPU self-test (FINUFFT runs at 1e-9; CG is run to convergence)."""
+"""Relative error allowed in the CPU self-test (FINUFFT runs at 1e-7; CG is run to convergence)."""
 PACKAGES = ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm")
 """Distributions whose versions ``doctor`` prints (CuPy is reported separately)."""
+CPU_MATRICES = ((12, 10), (6, 5, 4))
+"""The image sizes of the CPU engines' checks."""
 TOLERANCE = {"fhd": 2e-5, "forward": 2e-5, "psf": 2e-5, "filter": 1e-6, "cg": 1e-4, "recon": 1e-3}
 
 
@@ -108,28 +112,33 @@ def _compile_all(device: Device) -> float:
 
 
 def _pipeline_checks(device: Device, rng: np.random.Generator) -> list[Check]:
-    """Small reconstructions the way ``mri-recon reconstruct`` runs them (prewhitening, the scan's maps,
-    Walsh estimates or root-sum-of-squares, a PSF cache, a progress callback) on the GPU with each engine,
-    2D and 3D, against the same reconstruction on the CPU (FINUFFT, 1e-7). Besides testing the whole path,
+    """Small reconstructions the way ``mri-recon reconstruct`` runs them (prewhitening, each coil-map choice of
+    :mod:`mri_recon.prep.maps_methods` but ``auto``, a PSF cache, a progress callback) on the GPU with each
+    registered GPU engine that serves non-Cartesian scans, 2D and 3D, against the same reconstruction on the
+    CPU (FINUFFT, 1e-7). Besides testing the whole path,
     this builds the CuPy kernels a reconstruction uses (elementwise, reductions, FFT plans), so that a first
     reconstruction after ``doctor`` finds them in CuPy's kernel cache."""
     import tempfile
 
     from .api import prepare_and_reconstruct
     from .io.cache import PsfCache
+    from .operators.engines.registry import engines
+    from .prep.maps_methods import AUTO
+    from .prep.maps_methods import choices as coil_map_choices
     from .sim.simulate import simulate_scan
 
     checks = []
     seed = int(rng.integers(2**31))
+    methods = [e.name for e in engines() if e.device_kind == "gpu" and "non-cartesian" in e.samplings]
     with tempfile.TemporaryDirectory(prefix="mri-recon-doctor-") as folder:
         cache = PsfCache(folder)
         # sizes at which CuPy's reductions take their full block size (>= 2048 elements), as on real scans
         for kind, matrix in (("golden", (64, 60)), ("kooshball", (16, 16, 14))):
             scan = simulate_scan(matrix, kind, coils=8, seed=seed, dcf="pipe")
-            for maps in ("file", "walsh", "rss"):
+            for maps in (name for name in coil_map_choices() if name != AUTO):
                 settings = {"coil_maps": maps, "iterations": 6, "tol": 0.0}
                 reference = prepare_and_reconstruct(scan, device="cpu", method="nufft", **settings)[2].image
-                for method in ("exact", "nufft"):
+                for method in methods:
                     def run(c: Scan = scan, m: str = method, s: dict = settings, r: np.ndarray = reference) -> float:
                         image = prepare_and_reconstruct(c, device=device, method=m, psf_cache=cache,
                                                         progress=lambda *event: None, **s)[2].image
@@ -244,22 +253,42 @@ def _cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
     return _timed(f"cg-sense {len(matrix)}d", TOLERANCE["cg"], run_cg)
 
 
-def _finufft_checks(matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
-    """FINUFFT's F^H d and F on one random problem, each against the float64 NumPy DFT."""
-    from .operators.engines import finufft
+def _engine_trajectory(engine: type, matrix: tuple[int, ...], m: int, rng: np.random.Generator) -> np.ndarray:
+    """``m`` random samples of a sampling ``engine`` serves: anywhere in the band, or on integer frequencies
+    for an engine of Cartesian scans only."""
+    if "non-cartesian" in engine.samplings:
+        return ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    return np.stack([rng.integers(-(n // 2), n - n // 2, m) for n in matrix], axis=1).astype(np.float32)
+
+
+def _engine_checks(engine: type, matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
+    """F^H d and F of a registered ``engine`` on one random problem of its sampling, each against the float64
+    NumPy DFT (on its device: CuPy arrays for a GPU engine)."""
+    from .backend import to_host
     from .operators.engines.nudft import nudft_adjoint, nudft_forward
 
     m, coils = 400, 2
-    traj = ((rng.random((m, len(matrix))) - 0.5) * np.asarray(matrix)).astype(np.float32)
+    traj = _engine_trajectory(engine, matrix, m, rng)
     data = (rng.standard_normal((coils, m)) + 1j * rng.standard_normal((coils, m))).astype(np.complex64)
     image = (rng.standard_normal((coils, *matrix)) + 1j * rng.standard_normal((coils, *matrix))).astype(np.complex64)
-    tag = f"{len(matrix)}d"
-    return [
-        _timed(f"finufft fhd {tag}", CPU_TOLERANCE,
-               lambda: _relative(finufft.adjoint(data, traj, matrix), nudft_adjoint(data, traj, matrix))),
-        _timed(f"finufft fwd {tag}", CPU_TOLERANCE,
-               lambda: _relative(finufft.forward(image, traj), nudft_forward(image, traj))),
-    ]
+    up = cupy_module().asarray if engine.device_kind == "gpu" else np.asarray
+    tolerance = CPU_TOLERANCE if engine.device_kind == "cpu" else TOLERANCE["fhd"]
+    tag = f"{engine.key} {{}} {len(matrix)}d"
+
+    def fhd() -> float:
+        return _relative(to_host(engine(up(traj), matrix, coils).H(up(data))), nudft_adjoint(data, traj, matrix))
+
+    def forward() -> float:
+        return _relative(to_host(engine(up(traj), matrix, coils)(up(image))), nudft_forward(image, traj))
+
+    return [_timed(tag.format("fhd"), tolerance, fhd), _timed(tag.format("fwd"), tolerance, forward)]
+
+
+def engines_of(device_kind: str, matrix: tuple[int, ...]) -> list[type]:
+    """The registered engines of ``device_kind`` that serve ``len(matrix)`` dimensions, in registry order."""
+    from .operators.engines.registry import engines
+
+    return [e for e in engines() if e.device_kind == device_kind and len(matrix) in e.dims]
 
 
 def _cpu_cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
@@ -284,11 +313,13 @@ def _cpu_cg_check(matrix: tuple[int, ...], rng: np.random.Generator) -> Check:
 
 
 def cpu_self_test(rng: np.random.Generator | None = None) -> list[Check]:
-    """FINUFFT against the NumPy DFT (2D and 3D) and a CPU CG-SENSE against ``numpy.linalg.solve``."""
+    """Every registered CPU engine against the NumPy DFT (2D and 3D) and a CPU CG-SENSE against
+    ``numpy.linalg.solve``."""
     rng = rng or np.random.default_rng()
     checks = []
-    for matrix in ((12, 10), (6, 5, 4)):
-        checks += _finufft_checks(matrix, rng)
+    for matrix in CPU_MATRICES:
+        for engine in engines_of("cpu", matrix):
+            checks += _engine_checks(engine, matrix, rng)
     checks.append(_cpu_cg_check((6, 5), rng))
     return checks
 
@@ -300,6 +331,8 @@ def self_test(device: Device, rng: np.random.Generator | None = None) -> list[Ch
     with device.use():
         for matrix in ((23, 17), (9, 8, 7)):
             checks += _operator_checks(matrix, rng)
+            for engine in engines_of("gpu", matrix):
+                checks += _engine_checks(engine, matrix, rng)
         for shape, size in (((67, 45), (5, 3)), ((67, 48), (5, 5)), ((19, 17, 11), (3, 5, 3))):
             checks.append(_filter_check(shape, size, rng, device))  # (67, 48): the streaming kernel
         for matrix in ((24, 20), (8, 6, 5)):

@@ -2,10 +2,12 @@
 
 The library raises these and never prints or exits; the command-line interface turns them into one-line
 messages. Every message names what was expected and what was found; text taken from a file goes through
-:func:`printable` first.
+:func:`printable` first; lists of names go through :func:`listed`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 class MriReconError(Exception):
@@ -72,3 +74,10 @@ def printable(value: object) -> str:
 def _escape(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def listed(names: Iterable[object], last: str = "or", quote: bool = False) -> str:
+    """Names in a message: ``"a, b or c"`` (``last="and"``: ``"a, b and c"``; ``quote``: each as ``repr``
+    writes it), so that a message listing a registry's names follows the registry."""
+    shown = [repr(n) if quote else str(n) for n in names]
+    return ", ".join(shown) if len(shown) < 2 else f"{', '.join(shown[:-1])} {last} {shown[-1]}"

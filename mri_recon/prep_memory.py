@@ -111,8 +111,14 @@ def dcf(kind: str, m: int, matrix: tuple[int, ...], extent: tuple[float, ...]) -
 
 def centre_radius(method: str, matrix: tuple[int, ...]) -> float:
     """The k-space radius (cycles per FOV) of the samples a coil-map estimate by ``method`` transforms."""
-    if method == "walsh":
-        return min(WALSH_RADIUS, min(matrix) / 4)
+    return ESTIMATES[method][0](tuple(matrix))
+
+
+def _walsh_radius(matrix: tuple[int, ...]) -> float:
+    return min(WALSH_RADIUS, min(matrix) / 4)
+
+
+def _espirit_radius(matrix: tuple[int, ...]) -> float:
     width = min(ESPIRIT_CALIBRATION[len(matrix)], min(matrix))
     return min(width / 2 * math.sqrt(len(matrix)) + 6, min(matrix) / 2)
 
@@ -139,7 +145,7 @@ def walsh(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
     covariance of every coil pair (three while it is formed, four in the box sum), the (N, C, C) matrices
     and the eigen solver."""
     d, n_vox = len(matrix), math.prod(matrix)
-    grid = math.prod(min(n, 2 * math.ceil(2 * centre_radius("walsh", matrix))) for n in matrix)
+    grid = math.prod(min(n, 2 * math.ceil(2 * _walsh_radius(matrix))) for n in matrix)
     pairs = c * (c + 1) // 2
     images = c * n_vox * C64
     cov = pairs * n_vox * C64
@@ -157,7 +163,7 @@ def espirit(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
     d, n_vox = len(matrix), math.prod(matrix)
     width = min(ESPIRIT_CALIBRATION[d], min(matrix))
     kernel = ESPIRIT_KERNEL[d]
-    grid = math.prod(min(n, 2 * math.ceil(2 * centre_radius("espirit", matrix))) for n in matrix)
+    grid = math.prod(min(n, 2 * math.ceil(2 * _espirit_radius(matrix))) for n in matrix)
     rows, columns = (width - kernel + 1) ** d, c * kernel ** d
     kept = min(rows, math.ceil(columns * ESPIRIT_KEPT))
     hankel = rows * columns * (C64 + C128) + 3 * columns * columns * C128
@@ -168,9 +174,14 @@ def espirit(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
                operator + _eigen(n_vox, c), operator + n_vox * (c * C64 + F32) + 3 * maps)
 
 
+ESTIMATES = {"walsh": (_walsh_radius, walsh), "espirit": (_espirit_radius, espirit)}
+"""``(k-space radius, peak bytes)`` of each method that estimates coil maps
+(:func:`mri_recon.prep.maps_methods.estimated`, which a test checks against these names)."""
+
+
 def coil_maps(method: str, matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
     """Bytes at the peak of estimating coil maps by ``method`` (``"walsh"`` or ``"espirit"``)."""
-    return (walsh if method == "walsh" else espirit)(tuple(matrix), c, m_in, workers)
+    return ESTIMATES[method][1](tuple(matrix), c, m_in, workers)
 
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,

@@ -25,17 +25,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidDataError
+from .errors import InvalidDataError, listed
 from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
-from .io.writers import FORMATS
-from .operators.engines import METHODS
+from .io.writers import formats
+from .operators.engines import methods as engine_methods
 from .operators.offres.setup import CORRECTIONS
-from .prep import COIL_MAP_CHOICES, DCF_CHOICES
+from .prep import DCF_CHOICES
 from .prep.gradient_delay import parse_gradient_delay
+from .prep.maps_methods import choices as coil_map_choices
+from .prep.maps_methods import coil_map_help
+from .solvers.registry import joint_names
 from .solvers.regularizers import names as regularizer_names
-from .solvers.sparse import SOLVERS, lam_help
-from .solvers.temporal import SOLVERS as JOINT_SOLVERS
+from .solvers.sparse import (
+    dense_names,
+    lam_help,
+    penalty_help,
+    regularizer_help,
+    solver_help,
+    solver_names,
+    sparse_names,
+)
 from .solvers.temporal_terms import TEMPORAL_TERMS, temporal_names
 from .units import TRAJ_UNITS
 
@@ -48,8 +58,6 @@ SECTIONS = ("output", "solve", "device", "prepare", "input", "cache", "access")
 (the PSF cache), ``access`` (what the reader may open)."""
 API_SECTIONS = ("solve", "device", "prepare")
 """The sections whose options are keywords of :func:`mri_recon.reconstruct`."""
-SOLVER_NAMES = tuple(dict.fromkeys(name for names in SOLVERS.values() for name in names))
-"""Every solver of the regularized reconstructions (``admm``, ``fista``)."""
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
 
 
@@ -92,9 +100,11 @@ def option(default: Any, help: str, kind: type, section: str, **spec: Any) -> An
     return field(default=default, metadata=meta)
 
 
-LAMBDA_HELP = ("Regularization weight. l2: relative to the largest diagonal entry of the normal operator (max "
-               "over voxels of sum_c |S_c|^2 times the sum of the weights); tv, wavelet: relative to max |A^H W d|. "
-               "Default: the regularizer's (" + lam_help() + ").")
+SPARSE = ", ".join(sparse_names())
+"""The sparse regularizers, as the help texts list them."""
+LAMBDA_HELP = (f"Regularization weight. {', '.join(dense_names())}: relative to the largest diagonal entry of the "
+               f"normal operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); {SPARSE}: relative "
+               f"to max |A^H W d|. Default: the regularizer's ({lam_help()}).")
 TEMPORAL_LAMBDA_HELP = ("Temporal term weight relative to max |A^H W d| over all frames (default: "
                         + ", ".join(f"{t.name} {t.lam_default:g}" for t in TEMPORAL_TERMS.values() if t.joint) + ").")
 METHOD_HELP = ("F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster one on a GPU "
@@ -107,36 +117,34 @@ class ReconSettings:
 
     format: str | None = option(None, "Output format, overriding the one chosen by the output's extension (dicom: "
                                 "-o names a folder).",
-                                str, "output", choices=FORMATS, optional=True)
-    """Output format (:data:`mri_recon.io.writers.FORMATS`; None: chosen by the output's name)."""
+                                str, "output", choices=formats, optional=True)
+    """Output format (:func:`mri_recon.io.writers.formats`; None: chosen by the output's name)."""
     complex_: bool = option(False, "NIfTI: write real and imaginary parts (a last axis of size 2) instead of the "
                             "magnitude. HDF5 and MRD hold the complex image.", bool, "output", cli="--complex")
     magnitude: bool = option(False, "MRD: write magnitude images (float32) instead of complex ones. NIfTI writes "
                              "the magnitude unless --complex; HDF5 always holds the complex image.", bool, "output")
-    iterations: int = option(30, "Maximum CG iterations (tv, wavelet: outer iterations).", int, "solve",
+    iterations: int = option(30, f"Maximum CG iterations ({SPARSE}: outer iterations).", int, "solve",
                              low=1, high=10000)
     lam: float | None = option(None, LAMBDA_HELP, float, "solve", low=0.0, optional=True, cli="--lambda")
     """Regularization weight (relative, see :func:`mri_recon.pipeline.reconstruct`); None: the regularizer's
     default (:data:`mri_recon.solvers.sparse.LAM_DEFAULTS`)."""
-    regularizer: str = option("l2", "l2 (Tikhonov, CG), tv (total variation, ADMM) or wavelet (l1 of db4 wavelets, "
-                              "FISTA).", str, "solve", choices=regularizer_names)
-    inner_iterations: int | None = option(None, "ADMM (tv, or wavelet with --solver admm): CG steps per x-update "
-                                          "(default 1 with density weights, 5 without).", int, "solve", low=1,
-                                          high=1000, optional=True)
+    regularizer: str = option("l2", regularizer_help(), str, "solve", choices=regularizer_names)
+    inner_iterations: int | None = option(None, f"ADMM ({penalty_help()}): CG steps per x-update (default 1 with "
+                                          "density weights, 5 without).", int, "solve", low=1, high=1000,
+                                          optional=True)
     rho: float | None = option(None, "ADMM penalty, relative like the l2 lambda (default 1 with density weights, "
                                "0.3 without).", float, "solve", low=0.0, low_open=True, optional=True)
     anisotropic: bool = option(False, "tv: anisotropic total variation (sum of |differences|).", bool, "solve")
-    solver: str | None = option(None, "wavelet: admm or fista (default fista); tv: admm.", str, "solve",
-                                choices=SOLVER_NAMES, optional=True)
-    tol: float = option(1e-6, "l2: stop when the relative CG residual falls below this (tv and wavelet run every "
-                        "iteration).", float, "solve", low=0.0)
+    solver: str | None = option(None, solver_help(), str, "solve", choices=solver_names, optional=True)
+    tol: float = option(1e-6, f"{', '.join(dense_names())}: stop when the relative CG residual falls below this "
+                        f"({listed(sparse_names(), 'and')} run every iteration).", float, "solve", low=0.0)
     filter_sigma: float | None = option(None, "Gaussian post-filter width in voxels (off by default).", float,
                                         "solve", low=0.0, low_open=True, optional=True)
     field_map_correction: str = option("auto", "With a field map: exact, segmented (time segmentation) or auto.",
                                        str, "solve", choices=CORRECTIONS)
     segments: int | None = option(None, "Time segments L (default: the fewest with interpolation error <= 1e-3).",
                                   int, "solve", low=1, optional=True)
-    method: str = option("auto", METHOD_HELP, str, "solve", choices=METHODS)
+    method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
     temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
                            "temporal-lambda ||D_t x||_1); none reconstructs each frame as one image.", str, "solve",
                            choices=temporal_names)
@@ -144,12 +152,11 @@ class ReconSettings:
     temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,
                                         cli="--temporal-lambda")
     temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
-                                  "solve", choices=JOINT_SOLVERS)
+                                  "solve", choices=joint_names)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""
-    coil_maps: str = option("auto", "auto: the file's maps, else Walsh; file; walsh; espirit; rss (no maps, "
-                            "root-sum-of-squares).", str, "prepare", choices=COIL_MAP_CHOICES)
+    coil_maps: str = option("auto", coil_map_help(), str, "prepare", choices=coil_map_choices)
     dcf: str = option("auto", "Density compensation: auto (the file's weights if any), none, ramp, pipe, file.",
                       str, "prepare", choices=DCF_CHOICES)
     prewhiten: bool = option(True, "Do not whiten with the noise samples.", bool, "prepare",

@@ -1,5 +1,6 @@
-"""Shared fixtures: a fresh random generator per test (its seed is printed when the test fails), and
-skipping of GPU tests on machines without CuPy or a GPU."""
+"""Shared fixtures: a fresh random generator per test (its seed is printed when the test fails), skipping of
+GPU tests on machines without CuPy or a GPU, and ``--with-examples``: the worked examples of docs/examples
+registered for the whole run (:mod:`examples`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ import numpy as np
 import pytest
 
 from mri_recon.backend import gpu_available
+
+
+def pytest_addoption(parser):
+    parser.addoption("--with-examples", action="store_true",
+                     help="register the worked examples of docs/examples (a regularizer, an output format, an engine) "
+                          "before collecting: the tests that read the registries then cover them")
+
+
+def pytest_configure(config):
+    if config.getoption("--with-examples"):
+        from examples import REGISTER
+
+        patch = pytest.MonkeyPatch()  # for the whole run
+        for register in REGISTER.values():
+            register(patch)
 
 
 def pytest_collection_modifyitems(config, items):

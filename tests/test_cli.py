@@ -220,10 +220,18 @@ def test_doctor_without_gpu_reports_versions(monkeypatch):
     for name in ("numpy", "scipy", "h5py", "click", "finufft", "ismrmrd", "nibabel", "tqdm", "cupy"):
         assert re.search(rf"^{name} +\S", result.output, re.MULTILINE), name
     assert not re.search(r"^cuda driver +0\.0$", result.output, re.MULTILINE)  # no driver: said in words
-    for check in ("finufft fhd 2d", "finufft fwd 2d", "finufft fhd 3d", "finufft fwd 3d", "cpu cg-sense 2d"):
+    for check in (*_cpu_engine_checks(), "cpu cg-sense 2d"):
         assert re.search(rf"^PASS  {check} +relative error \d\.\d\de-\d+ \(tolerance 1e-05\)", result.output,
                          re.MULTILINE), check
     assert result.output.rstrip().endswith("all self-tests passed")
+
+
+def _cpu_engine_checks() -> list[str]:
+    """The names of doctor's engine checks: each registered CPU engine, F^H d and F, 2D and 3D."""
+    from mri_recon import doctor
+
+    return [f"{engine.key} {what} {len(matrix)}d" for matrix in doctor.CPU_MATRICES
+            for engine in doctor.engines_of("cpu", matrix) for what in ("fhd", "fwd")]
 
 
 def test_doctor_fails_with_a_nonzero_exit_when_a_check_fails(monkeypatch):
@@ -232,8 +240,9 @@ def test_doctor_fails_with_a_nonzero_exit_when_a_check_fails(monkeypatch):
     monkeypatch.setattr(backend, "gpu_count", lambda: 0)
     monkeypatch.setattr(doctor, "CPU_TOLERANCE", 0.0)
     result = _run("doctor", "--device", "cpu")
-    assert result.exit_code == 1 and re.search(r"^FAIL  finufft fhd 2d", result.output, re.MULTILINE)
-    assert "Error: self-test failed: finufft fhd 2d, finufft fwd 2d" in result.output
+    first, second = _cpu_engine_checks()[:2]
+    assert result.exit_code == 1 and re.search(rf"^FAIL  {first}", result.output, re.MULTILINE)
+    assert f"Error: self-test failed: {first}, {second}" in result.output
 
 
 def test_psf_cache_hit_gives_the_identical_image(small_scan, tmp_path):

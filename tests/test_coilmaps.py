@@ -7,9 +7,11 @@ import functools
 import numpy as np
 import pytest
 
+from mri_recon import prep_memory
 from mri_recon.backend import cupy_module
-from mri_recon.errors import InvalidDataError, SchemaError
+from mri_recon.errors import InvalidDataError, SchemaError, listed
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
+from mri_recon.prep import cartesian_maps, coilmaps
 from mri_recon.prep.coilmaps import (
     calibration_region,
     cell_density_weights,
@@ -20,6 +22,7 @@ from mri_recon.prep.coilmaps import (
     lowres_images,
     walsh,
 )
+from mri_recon.prep.maps_methods import COIL_MAPS, choices, chosen_method, estimated, method_of
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories
 
@@ -62,7 +65,7 @@ def _complex(rng, shape):
 
 
 @pytest.mark.parametrize("kind", list(CASES), ids=list(CASES))
-@pytest.mark.parametrize("method", ["walsh", "espirit"])
+@pytest.mark.parametrize("method", estimated())
 def test_estimated_maps_match_the_true_maps_inside_the_object(rng, kind, method):
     scan, truth, inside = _scan(kind, rng)
     options = {"calibration": 10, "kernel": 3} if method == "espirit" and scan.ndim == 3 else {}
@@ -189,8 +192,11 @@ def test_espirit_crops_outside_the_object(rng):
 def test_errors(rng):
     scan, _, _ = _scan("radial-2d", rng, snr=np.inf)
     k, t = scan.kspace, scan.trajectory
-    with pytest.raises(InvalidDataError, match="unknown coil map method 'sense'"):
+    expected = listed(estimated(), quote=True)
+    with pytest.raises(InvalidDataError, match=f"unknown coil map method 'sense': expected {expected}$"):
         estimate_coil_maps(scan, "sense")
+    with pytest.raises(InvalidDataError, match=f"unknown coil map method 'rss': expected {expected}$"):
+        cartesian_maps.cartesian_coil_maps(k, np.rint(t), (64, 64), "rss")
     with pytest.raises(InvalidDataError, match="no samples within"):
         lowres_images(k, t + 40, (64, 64), radius=4, device="cpu")
     with pytest.raises(InvalidDataError, match=r"flat must be in \[0, radius = 4\), found 5"):
@@ -225,7 +231,7 @@ def test_errors(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["walsh", "espirit"])
+@pytest.mark.parametrize("method", estimated())
 def test_gpu_matches_cpu(rng, method):
     scan, truth, inside = _scan("radial-2d", rng)
     cpu = estimate_coil_maps(scan, method, device="cpu")
@@ -247,3 +253,31 @@ def test_gpu_pieces_take_and_return_cupy(rng):
     v_cpu, w_cpu = dominant_eigenvectors(mats)
     np.testing.assert_allclose(cp.asnumpy(w), w_cpu, rtol=1e-4)
 
+
+# --------------------------------------------------------------------------------------------------------
+# The registry of coil-map methods
+
+
+def test_every_estimated_method_has_its_estimators_and_its_memory_model():
+    names = set(estimated())
+    assert names and set(coilmaps.FROM_CENTRE) == set(cartesian_maps.FROM_ACS) == names
+    assert set(prep_memory.ESTIMATES) == names
+
+
+@pytest.mark.parametrize("sampling", ["non-cartesian", "cartesian"])
+def test_auto_chooses_by_the_registry(sampling):
+    estimate = chosen_method("auto", False, 4, sampling)
+    assert COIL_MAPS[estimate].estimated and sampling in COIL_MAPS[estimate].auto_for
+    assert COIL_MAPS[chosen_method("auto", True, 4, sampling)].file
+    single = COIL_MAPS[chosen_method("auto", False, 1, sampling)]
+    assert not (single.sense or single.offered or single.estimated)
+    assert all(chosen_method(name, False, 4, sampling) == name for name in choices() if name != "auto")
+
+
+@pytest.mark.parametrize("name", ["pca", "none", 3])
+def test_only_a_choice_is_taken(name):
+    with pytest.raises(InvalidDataError, match=f"unknown coil-map choice {name!r}: expected one of "
+                                               f"{', '.join(choices())}$"):
+        method_of(name)
+    with pytest.raises(InvalidDataError, match="unknown coil-map choice"):
+        chosen_method(name, False, 4, "non-cartesian")

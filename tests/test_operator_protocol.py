@@ -18,6 +18,7 @@ from mri_recon.operators import (
     choose_engine,
 )
 from mri_recon.operators.base import Adjoint, Compose, Sum
+from mri_recon.operators.engines import engines
 from mri_recon.operators.normal.toeplitz import Toeplitz, ToeplitzNormal, kernel_spectrum, normal_operator
 
 
@@ -53,12 +54,40 @@ def _spectrum(rng, matrix):
 MATRICES = [(12, 10), (6, 5, 4)]
 
 
+def _engine_params() -> list:
+    """Every registered engine (:func:`mri_recon.operators.engines.engines`), named by its key; the GPU ones
+    under the ``gpu`` marker."""
+    return [pytest.param(e, id=e.key, marks=[pytest.mark.gpu] if e.device_kind == "gpu" else [])
+            for e in engines()]
+
+
+def engine_trajectory(rng, engine, matrix, m) -> np.ndarray:
+    """``m`` random samples of a sampling the engine serves (integer frequencies for Cartesian-only engines)."""
+    if "non-cartesian" in engine.samplings:
+        return trajectory(rng, matrix, m)
+    return np.stack([rng.integers(-(n // 2), n - n // 2, m) for n in matrix], axis=1).astype(np.float32)
+
+
 @pytest.mark.parametrize("matrix", MATRICES, ids=["2d", "3d"])
-@pytest.mark.parametrize("engine", [NudftEncoding, FinufftEncoding], ids=["exact", "finufft"])
-def test_encoding_adjointness(rng, engine, matrix):
-    op = engine(trajectory(rng, matrix, 77), matrix, 3)
+@pytest.mark.parametrize("engine", _engine_params())
+def test_every_registered_engine_is_adjoint_and_its_normal_operator_is_a_h_w_a(rng, engine, matrix):
+    if len(matrix) not in engine.dims:
+        pytest.skip(f"{engine.key} serves {engine.dims}-D images")
+    xp = cupy_module() if engine.device_kind == "gpu" else np
+    k = engine_trajectory(rng, engine, matrix, 77)
+    op = engine(xp.asarray(k), matrix, 3)
     assert op.ishape == (3, *matrix) and op.oshape == (3, 77)
-    assert_adjoint(op, rng)
+    assert_adjoint(op, rng, xp)
+    maps = xp.asarray(crandn(rng, 3, *matrix))
+    sense = op @ Sense(maps)
+    assert_adjoint(sense, rng, xp)
+    w = xp.asarray(rng.uniform(0.5, 1.5, 77).astype(np.float32))
+    normal = op.normal(w, maps, 0.2)
+    assert_adjoint(normal, rng, xp, tol=1e-4)
+    x = xp.asarray(crandn(rng, *matrix))
+    direct = sense.H(sense(x) * w) + 0.2 * x
+    host = cupy_module().asnumpy if xp is not np else np.asarray
+    assert np.linalg.norm(host(normal(x) - direct)) <= 1e-4 * np.linalg.norm(host(direct))
 
 
 def test_generic_operators_adjointness(rng):

@@ -16,12 +16,24 @@ from mri_recon.cli import main
 from mri_recon.errors import OutputError
 from mri_recon.io import save_scan
 from mri_recon.io.ismrmrd_write import write_ismrmrd
-from mri_recon.io.writers import output_format
+from mri_recon.io.writers import OUTPUTS, formats, output_format, output_suffixes
 from mri_recon.sim.simulate import simulate_scan
 
-VALID = r"use \.h5 or \.hdf5 \(HDF5\), \.nii or \.nii\.gz \(NIfTI\), \.mrd\.h5 or \.mrd \(MRD images\), " \
-        r"\.cfl \(BART\); a PNG preview is --png FILE\.png; --format hdf5\|nifti\|mrd\|cfl\|dicom writes that " \
-        r"format under any name \(dicom: a folder\)"
+
+def _valid() -> str:
+    """The pattern of the accepted names a refusal lists: every registered format's endings and name
+    (:data:`mri_recon.io.writers.OUTPUTS`), the PNG preview, the formats ``--format`` writes under any name."""
+    named = ", ".join(rf"{' or '.join(map(re.escape, f.suffixes))} \({re.escape(f.title or f.label)}\)"
+                      for f in OUTPUTS.values() if f.suffixes)
+    folders = ", ".join(f.name for f in OUTPUTS.values() if f.folder)
+    return (rf"use {named}; a PNG preview is --png FILE\.png; --format {re.escape('|'.join(formats()))} writes that "
+            rf"format under any name" + (rf" \({folders}: a folder\)" if folders else ""))
+
+
+VALID = _valid()
+REFUSED = [n for n in ("x.png", "x.JPG", "x.txt", "x.npy", "x.mat", "x.h5.gz", "x.nii.bz2")
+           if not n.lower().endswith(output_suffixes())]
+"""Names of no output format (those a registered format claims left out)."""
 FAST = ["--device", "cpu", "--iterations", "2", "--no-cache", "--quiet"]
 
 
@@ -49,7 +61,7 @@ def _digest(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-@pytest.mark.parametrize("name", ["x.png", "x.JPG", "x.txt", "x.npy", "x.mat", "x.h5.gz", "x.nii.bz2"])
+@pytest.mark.parametrize("name", REFUSED)
 def test_an_extension_of_no_output_format_is_refused_before_any_work(scan_path, tmp_path, name):
     suffix = os.path.splitext(name)[1]
     _one_line_error(_run("reconstruct", scan_path, "-o", tmp_path / name, *FAST),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.errors import InvalidDataError
+from mri_recon.errors import InvalidDataError, listed
 from mri_recon.pipeline import reconstruct
 from mri_recon.prep.coilmaps import estimate_coil_maps
+from mri_recon.prep.maps_methods import estimated
 from mri_recon.sim.simulate import simulate_scan
 
 
@@ -21,7 +22,7 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("method", ["walsh", "espirit"])
+@pytest.mark.parametrize("method", estimated())
 def test_estimated_in_pipeline_equals_estimated_before(scan, device, method):
     bare = scan.replace(coil_maps=None)
     before = bare.replace(coil_maps=estimate_coil_maps(bare, method, device=device))
@@ -33,5 +34,6 @@ def test_estimated_in_pipeline_equals_estimated_before(scan, device, method):
 
 
 def test_unknown_estimation_method_is_refused(scan):
-    with pytest.raises(InvalidDataError, match="estimate_maps must be None, 'walsh' or 'espirit', found 'pca'"):
+    with pytest.raises(InvalidDataError, match=f"estimate_maps must be None, {listed(estimated(), quote=True)}, "
+                                               f"found 'pca'"):
         reconstruct(scan, iterations=2, device="cpu", progress=False, estimate_maps="pca")

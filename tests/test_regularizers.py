@@ -1,61 +1,62 @@
-"""The regularizer registry: the shipped regularizers, and the worked example of docs/architecture.md
-("Where to add a regularizer") loaded from that file, registered with one entry, and checked against the
-closed-form minimizer of ``||x - b||^2 + lam ||x||_1`` (soft thresholding of ``b`` at ``lam / 2``)."""
+"""The regularizer and solver registries: the shipped regularizers, and the worked example of
+docs/architecture.md ("Where to add a regularizer", docs/examples/l1.py) registered with one entry and checked
+against the closed-form minimizer of ``||x - b||^2 + lam ||x||_1`` (soft thresholding of ``b`` at ``lam / 2``)."""
 
 from __future__ import annotations
 
-import re
-import sys
-import types
-from pathlib import Path
-
 import numpy as np
 import pytest
+from examples import forget, register_regularizer
 from helpers import relative
 
 import mri_recon
 from mri_recon.errors import InvalidDataError
 from mri_recon.operators import Scale
 from mri_recon.solvers import regularizers
+from mri_recon.solvers.registry import SOLVERS as SOLVER_REGISTRY
+from mri_recon.solvers.registry import solver
 from mri_recon.solvers.sparse import (
     LAM_DEFAULTS,
-    REGULARIZERS,
-    SOLVERS,
     check_sparse,
     resolve_lam,
     solve_sparse,
+    sparse_names,
     sparsity_of,
 )
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
-EXAMPLE = "# mri_recon/solvers/regularizers/l1.py"
-
 
 def test_the_registry_lists_the_shipped_regularizers():
-    assert regularizers.names() == REGULARIZERS == ("l2", "tv", "wavelet")
-    assert SOLVERS == {"tv": ("admm",), "wavelet": ("admm", "fista")}
+    assert regularizers.names()[:3] == ("l2", "tv", "wavelet")  # in MODULES order, any added one's after them
+    assert {name: regularizers.regularizer(name).solvers for name in ("tv", "wavelet")} == \
+        {"tv": ("admm",), "wavelet": ("admm", "fista")}
     assert LAM_DEFAULTS["tv"] == {True: 3e-2, False: 3e-3} and LAM_DEFAULTS["l2"][True] == 1e-3
+    assert list(LAM_DEFAULTS) == list(regularizers.names()) and len(LAM_DEFAULTS) == len(regularizers.names())
+    with pytest.raises(KeyError, match="l7"):
+        LAM_DEFAULTS["l7"]
     assert regularizers.regularizer("wavelet").default_solver == "fista"
-    with pytest.raises(InvalidDataError, match="regularizer must be one of l2, tv, wavelet, found 'l1'"):
-        regularizers.regularizer("l1")
-    with pytest.raises(InvalidDataError, match="regularizer must be one of tv, wavelet here, found 'l2'"):
+    with pytest.raises(InvalidDataError, match=f"regularizer must be one of {', '.join(regularizers.names())}, "
+                                               f"found 'l7'"):
+        regularizers.regularizer("l7")
+    with pytest.raises(InvalidDataError, match=f"regularizer must be one of {', '.join(sparse_names())} here, "
+                                               f"found 'l2'"):
         sparsity_of("l2", (8, 8), 2)
+
+
+def test_every_solver_a_regularizer_names_is_registered():
+    for chosen in regularizers.registry().values():
+        assert chosen.default_solver in chosen.solvers, chosen.name
+        assert all(solver(name).run is not None for name in chosen.solvers if chosen.sparse), chosen.name
+    with pytest.raises(InvalidDataError, match=f"solver must be one of {', '.join(SOLVER_REGISTRY)}, found 'newton'"):
+        solver("newton")
 
 
 @pytest.fixture
 def image_l1(monkeypatch):
-    """The example module of the architecture document, registered as ``l1`` (one more entry in MODULES)."""
-    text = DOC.read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith(EXAMPLE))
-    name = f"{regularizers.__name__}.l1"
-    module = types.ModuleType(name)
-    module.__package__ = regularizers.__name__
-    exec(compile(block, f"{DOC}:{EXAMPLE}", "exec"), module.__dict__)  # noqa: S102 - the project's own document
-    monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(regularizers, "MODULES", (*regularizers.MODULES, "l1"))
-    regularizers.registry.cache_clear()
-    yield module.REGULARIZER
-    regularizers.registry.cache_clear()
+    """The worked example of docs/architecture.md (docs/examples/l1.py), registered as ``l1`` (one more entry
+    in MODULES)."""
+    yield register_regularizer(monkeypatch).REGULARIZER
+    monkeypatch.undo()
+    forget()
 
 
 def _soft(b: np.ndarray, t: float) -> np.ndarray:

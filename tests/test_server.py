@@ -21,6 +21,7 @@ from mri_recon.server.config import ALLOWED, configured
 from mri_recon.server.protocol import MessageID, MessageWriter
 from mri_recon.server.service import is_loopback
 from mri_recon.settings import ReconSettings
+from mri_recon.solvers.regularizers import names
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_send_says_when_no_server_listens(files):
     (None, '{"device": "gpu"}', "unexpected keyword argument 'device'; valid: iterations, lambda, regularizer"),
     (None, '{"iters": 5}', "unexpected keyword argument 'iters' (did you mean 'iterations'?)"),
     (None, '{"iterations": 0}', "iterations must be a whole number >= 1 and <= 10000, found 0"),
-    (None, '{"regularizer": "l7"}', "regularizer must be one of l2, tv, wavelet, found 'l7'"),
+    (None, '{"regularizer": "l7"}', f"regularizer must be one of {', '.join(names())}, found 'l7'"),
     (None, '{"iterations": [1, 2]}', "expected a number, text or true/false"),
     (None, "<gadgetron/>", "CONFIG_TEXT is not JSON"),
     (None, "[" * 100_000, "CONFIG_TEXT nests its JSON too deeply"),

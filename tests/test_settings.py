@@ -15,14 +15,16 @@ import mri_recon
 from mri_recon import api
 from mri_recon.cli import main
 from mri_recon.cli.options import param_name, settings_from
-from mri_recon.errors import InvalidDataError, OutputError
+from mri_recon.errors import InvalidDataError
 from mri_recon.io import readers, writers
-from mri_recon.io.files import write_file
 from mri_recon.io.inputs import InputFormat
-from mri_recon.io.outputs import OutputFormat
 from mri_recon.io.stack import DIMENSIONS
+from mri_recon.operators.engines import methods
+from mri_recon.prep.maps_methods import choices as coil_map_choices
 from mri_recon.settings import API_FIELDS, FIELDS, ReconSettings, allowed, default_of, option_of
 from mri_recon.sim.simulate import simulate_scan
+from mri_recon.solvers import regularizers
+from mri_recon.solvers.sparse import solver_names
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +67,11 @@ def test_a_misspelled_keyword_is_refused_with_the_valid_ones(call):
     ({"iterations": True}, "iterations must be a whole number"),
     ({"lam": float("nan")}, "lam must be a finite number >= 0, found nan"),
     ({"rho": 0.0}, "rho must be a positive finite number, found 0.0"),
-    ({"regularizer": "l1"}, "regularizer must be one of l2, tv, wavelet, found 'l1'"),
-    ({"method": "gpu"}, "method must be one of auto, exact, nufft, fft, found 'gpu'"),
-    ({"format": "png"}, "format must be one of hdf5, nifti, mrd, cfl, dicom, found 'png'"),
+    ({"regularizer": "l7"}, f"regularizer must be one of {', '.join(regularizers.names())}, found 'l7'"),
+    ({"solver": "newton"}, f"solver must be one of {', '.join(solver_names())}, found 'newton'"),
+    ({"method": "gpu"}, f"method must be one of {', '.join(methods())}, found 'gpu'"),
+    ({"format": "png"}, f"format must be one of {', '.join(writers.formats())}, found 'png'"),
+    ({"coil_maps": "pca"}, f"coil_maps must be one of {', '.join(coil_map_choices())}, found 'pca'"),
     ({"prewhiten": "yes"}, "prewhiten must be True or False, found 'yes'"),
     ({"choice": {"slices": 1}}, r"choice takes slice, contrast, phase, set, repetition; found \['slices'\]"),
     ({"choice": {"slice": -1}}, "choice: slice must be a whole number >= 0, found -1"),
@@ -123,29 +127,6 @@ def test_reconstruct_file_writes_what_the_api_and_the_cli_give(scan_file, tmp_pa
     api.reconstruct_file(scan_file, None, settings, on_load=lambda images: seen.append(len(images)),
                          on_image=lambda i, key, scan: seen.append((i, key)), on_done=lambda r: seen.append("done"))
     assert seen == [1, (0, {}), "done"]
-
-
-def _write_npy(output, stack, *, complex_=False, magnitude=False, protect=()):
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, stack.image)
-    write_file(output, buffer.getvalue(), protect=protect)
-    return [Path(output)]
-
-
-def test_an_output_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch):
-    npy = OutputFormat("npy", "NumPy", (".npy",), ".npy", _write_npy)
-    monkeypatch.setitem(writers.OUTPUTS, "npy", npy)
-    monkeypatch.setattr(writers, "FORMATS", tuple(writers.OUTPUTS))
-    assert writers.output_format(tmp_path / "x.NPY") == "npy" and writers.output_format("x.mrd.h5") == "mrd"
-    done = api.reconstruct_file(scan_file, tmp_path / "x.npy", ReconSettings(iterations=3, device="cpu",
-                                                                           cache=False))
-    assert np.array_equal(np.load(tmp_path / "x.npy"), done.results[0][3].image)
-    with pytest.raises(OutputError, match=r"use .h5 or .hdf5 \(HDF5\), .nii or .nii.gz \(NIfTI\), .mrd.h5 or "
-                                          r".mrd \(MRD images\), .cfl \(BART\), .npy \(NumPy\); .* "
-                                          r"--format hdf5\|nifti\|mrd\|cfl\|dicom\|npy"):
-        writers.output_format(tmp_path / "x.txt")
 
 
 def test_an_input_format_is_one_registry_entry(scan_file, tmp_path, monkeypatch):

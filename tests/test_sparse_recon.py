@@ -11,14 +11,15 @@ from click.testing import CliRunner
 from helpers import relative
 
 from mri_recon.cli import main
-from mri_recon.errors import InvalidDataError
+from mri_recon.errors import InvalidDataError, listed
 from mri_recon.operators import fhd, forward, psf
 from mri_recon.operators import finite_difference as fd
 from mri_recon.operators.normal.toeplitz import kernel_spectrum
 from mri_recon.operators.wavelet import Wavelet
 from mri_recon.pipeline import reconstruct
 from mri_recon.sim.simulate import simulate_scan
-from mri_recon.solvers.sparse import solve_sparse
+from mri_recon.solvers.regularizers import names
+from mri_recon.solvers.sparse import solve_sparse, sparse_names
 
 
 def nrmse(x, truth) -> float:
@@ -132,7 +133,7 @@ def _scale_check(scan, device, regularizer):
     assert relative(run(scan.replace(weights=scan.weights * np.float32(7e4))), ref) < 1e-4
 
 
-@pytest.mark.parametrize("regularizer", ["tv", "wavelet"])
+@pytest.mark.parametrize("regularizer", sparse_names())
 def test_lambda_is_scale_free(regularizer):
     scan = simulate_scan((32, 32), "golden", coils=3, spokes=20, seed=3)
     _scale_check(scan, "cpu", regularizer)
@@ -163,24 +164,25 @@ def test_per_coil_images_are_regularized_one_by_one():
 def test_zero_data_gives_a_zero_image():
     scan = simulate_scan((32, 32), "golden", coils=2, spokes=16, seed=2, snr=None)
     zero = scan.replace(kspace=np.zeros_like(scan.kspace))
-    for regularizer in ("tv", "wavelet"):
+    for regularizer in sparse_names():
         assert not reconstruct(zero, iterations=5, device="cpu", regularizer=regularizer).image.any()
 
 
 @pytest.mark.parametrize("settings,message", [
-    ({"regularizer": "l1"}, "regularizer must be one of l2, tv, wavelet"),
+    ({"regularizer": "l7"}, "regularizer must be one of {regularizers}, found 'l7'"),
     ({"regularizer": "tv", "rho": 0.0}, "rho must be a positive finite number"),
     ({"regularizer": "tv", "rho": float("nan")}, "rho must be a positive finite number"),
     ({"regularizer": "tv", "inner_iterations": 0}, "inner_iterations must be a whole number >= 1"),
     ({"regularizer": "wavelet", "anisotropic": True}, "anisotropic applies to total variation only"),
     ({"regularizer": "tv", "solver": "fista"}, "solver for tv must be one of admm"),
     ({"regularizer": "wavelet", "rho": 2.0}, "rho is ADMM's penalty; wavelet runs fista"),
-    ({"rho": 2.0}, "apply to the tv and wavelet regularizers, not l2"),
-    ({"inner_iterations": 3}, "apply to the tv and wavelet regularizers, not l2"),
+    ({"rho": 2.0}, "apply to the {sparse} regularizers, not l2"),
+    ({"inner_iterations": 3}, "apply to the {sparse} regularizers, not l2"),
     ({"regularizer": "wavelet", "inner_iterations": 3}, "inner_iterations are ADMM's CG steps; wavelet runs fista"),
 ], ids=lambda v: str(v)[:40])
 def test_bad_settings_are_refused(settings, message):
     scan = simulate_scan((32, 32), "golden", coils=2, spokes=16, seed=2)
+    message = message.format(regularizers=", ".join(names()), sparse=listed(sparse_names(), "and"))
     with pytest.raises(InvalidDataError, match=message):
         reconstruct(scan, iterations=2, device="cpu", **settings)
 
@@ -244,7 +246,7 @@ def test_gpu_solvers_match_the_cpu(problem, regularizer, solver, anisotropic):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("regularizer", ["tv", "wavelet"])
+@pytest.mark.parametrize("regularizer", sparse_names())
 @pytest.mark.parametrize("maps", [True, False], ids=["sense", "per-coil"])
 def test_gpu_reconstruct_matches_the_cpu(regularizer, maps):
     scan = simulate_scan((64, 48), "golden", coils=4, spokes=30, seed=6)
@@ -264,7 +266,7 @@ def test_gpu_3d_tv_matches_the_cpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("regularizer", ["tv", "wavelet"])
+@pytest.mark.parametrize("regularizer", sparse_names())
 def test_lambda_is_scale_free_gpu(regularizer):
     scan = simulate_scan((32, 32), "golden", coils=3, spokes=20, seed=3)
     _scale_check(scan, "gpu", regularizer)

@@ -14,17 +14,13 @@ from pathlib import Path
 
 from ..errors import OutputError, ScanFileError
 from ..io.readers import input_suffixes, scan_suffixes
-from ..io.writers import OUTPUT_SUFFIXES, OUTPUTS
-
-SCAN_SUFFIXES = scan_suffixes()
-"""File name endings of the scan files a folder stands for (the input formats': ``.dat``, ``.h5``, ``.hdf5``,
-``.mrd``)."""
-OUTPUT_FILE_SUFFIXES = OUTPUT_SUFFIXES
-"""Endings of an output file's name: an ``-o`` ending so names one output file, not a folder of outputs."""
+from ..io.writers import OUTPUTS, output_suffixes
 
 
 def _is_scan_name(name: str) -> bool:
-    return not name.startswith(".") and ".recon." not in name and name.endswith(SCAN_SUFFIXES)
+    """Whether a folder's file ``name`` is a scan: it ends as the input formats' files do
+    (:func:`~mri_recon.io.readers.scan_suffixes`: ``.dat``, ``.h5``, ``.hdf5``, ``.mrd``), and is no output."""
+    return not name.startswith(".") and ".recon." not in name and name.endswith(scan_suffixes())
 
 
 def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
@@ -48,7 +44,8 @@ def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
         if path.is_dir():
             names = sorted(e.name for e in os.scandir(path) if e.is_file() and _is_scan_name(e.name))
             if not names:
-                raise ScanFileError(f"{path}: folder holds no scan file ({', '.join('*' + s for s in SCAN_SUFFIXES)})")
+                endings = ", ".join("*" + s for s in scan_suffixes())
+                raise ScanFileError(f"{path}: folder holds no scan file ({endings})")
             found += [path / name for name in names]
         elif path.is_file():
             found.append(path)
@@ -80,8 +77,8 @@ def output_name(scan: str | os.PathLike, format: str | None = None) -> str:
 
 def names_a_file(out: str | os.PathLike) -> bool:
     """Whether ``-o out`` names one output file: it ends in an output file's ending
-    (:data:`OUTPUT_FILE_SUFFIXES`) and is no existing folder."""
-    return str(out).lower().endswith(OUTPUT_FILE_SUFFIXES) and not Path(out).is_dir()
+    (:func:`~mri_recon.io.writers.output_suffixes`) and is no existing folder."""
+    return str(out).lower().endswith(output_suffixes()) and not Path(out).is_dir()
 
 
 def output_paths(inputs: Sequence[Path], out_dir: str | os.PathLike | None, format: str | None) -> list[Path]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import ReconSettings
+from ..solvers.regularizers import regularizer as regularizer_of
 from .common import say
 
 log = logging.getLogger("mri_recon.cli")
@@ -34,10 +35,9 @@ class ProgressHooks:
                             f"the PNG) and {voxel} mm voxels"
                             + ("" if geometry.voxel_size_known else " (voxel size unknown)"))
         self.device = resolve_with_notice(self.settings.device)
-        regularizer = self.settings.regularizer
+        chosen = regularizer_of(self.settings.regularizer)
         self.bar = ProgressBar(len(images), self.settings.iterations, enabled=not self.quiet,
-                               value="residual" if regularizer == "l2" else "objective",
-                               name={"l2": "CG", "tv": "TV"}.get(regularizer, "wavelet"))
+                               value="objective" if chosen.sparse else "residual", name=chosen.label or chosen.name)
 
     def image(self, index: int, key: dict, loaded: Any) -> None:
         self.bar.start_image(index)

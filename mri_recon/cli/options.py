@@ -36,11 +36,28 @@ def param_name(name: str) -> str:
     return f"{name}_" if hasattr(builtins, name) and not name.endswith("_") else name
 
 
+class RegistryChoice(click.Choice):
+    """A :class:`click.Choice` of an option's choices as its registry holds them when the command runs (a
+    registry that grew after the command was built, by an engine, format or regularizer added, is offered)."""
+
+    def __init__(self, spec: Option) -> None:
+        self.spec = spec
+        super().__init__(allowed(spec))
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(allowed(self.spec))
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        del value  # read from the registry instead
+
+
 def _click_type(spec: Option) -> Any:
     if spec.path:
         return click.Path(path_type=Path)
     if spec.choices is not None:
-        return click.Choice(list(allowed(spec)))
+        return RegistryChoice(spec)
     if spec.kind is int:
         return click.IntRange(min=None if spec.low is None else int(spec.low),
                               max=None if spec.high is None else int(spec.high))

@@ -14,6 +14,8 @@ import numpy as np
 
 from ..batch.inputs import output_name
 from ..settings import ReconSettings
+from ..solvers.registry import solver as solver_of
+from ..solvers.regularizers import regularizer as regularizer_of
 from . import STARTED
 from .batch import batch_options, is_batch, run_batch
 from .common import check_log_json, check_outputs, friendly, say
@@ -139,7 +141,9 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
     from ..console import delay_summary, truth_summary
 
     last = results[-1][3]
-    solved = "CG iterations, final residual " if regularizer == "l2" else f"{regularizer} iterations, final objective "
+    chosen = regularizer_of(regularizer)
+    solved = (f"{regularizer} iterations, final objective " if chosen.sparse else
+              f"{solver_of(chosen.default_solver).label} iterations, final residual ")
     files = str(output) if len(written) == 1 else f"{len(written)} files {written[0]} .. {written[-1].name}"
     return (f"wrote {files} ({what}){shown}" + (f" and {log_json}" if log_json else "")
             + f": {len(results)} image(s), {sum(r.iterations for *_, r in results)} "

@@ -23,10 +23,16 @@ OUTPUTS: dict[str, OutputFormat] = {f.name: f for f in (
     dicom.FORMAT,
 )}
 """Every output format by name, in the order the messages list them."""
-FORMATS = tuple(OUTPUTS)
-"""Output format names (``--format``): ``("hdf5", "nifti", "mrd", "cfl", "dicom")``."""
-OUTPUT_SUFFIXES = tuple(s for f in OUTPUTS.values() for s in f.suffixes)
-"""Every file name ending that chooses an output format."""
+
+
+def formats() -> tuple[str, ...]:
+    """Output format names (``--format``): ``("hdf5", "nifti", "mrd", "cfl", "dicom")``."""
+    return tuple(OUTPUTS)
+
+
+def output_suffixes() -> tuple[str, ...]:
+    """Every file name ending that chooses an output format."""
+    return tuple(s for f in OUTPUTS.values() for s in f.suffixes)
 
 
 def _named_by(output: str | os.PathLike) -> OutputFormat | None:
@@ -51,7 +57,7 @@ def output_format(output: str | os.PathLike, format: str | None = None) -> str:
     Raises
     ------
     OutputError
-        ``format`` is not one of :data:`FORMATS`, or it is None and the name has another extension (``.png``,
+        ``format`` is not one of :func:`formats`, or it is None and the name has another extension (``.png``,
         ``.txt``, ``.npy``, ...) or none: no file of one format is written under the name of another.
     """
     if format is None:
@@ -61,9 +67,9 @@ def output_format(output: str | os.PathLike, format: str | None = None) -> str:
         suffix = Path(output).suffix
         found = f"extension {suffix!r} is not" if suffix else "name has no extension naming"
         raise OutputError(f"{output}: the {found} an output format: use {_names()}; a PNG preview is --png "
-                          f"FILE.png; --format {'|'.join(FORMATS)} writes that format under any name{_folders()}")
+                          f"FILE.png; --format {'|'.join(formats())} writes that format under any name{_folders()}")
     if format not in OUTPUTS:
-        raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(FORMATS)}")
+        raise OutputError(f"unknown output format {format!r}: expected one of {', '.join(formats())}")
     return format
 
 
@@ -110,7 +116,7 @@ def write_result(output: str | os.PathLike, results: list, scan_path: str | os.P
     scan_path
         The input file (recorded, and protected from being overwritten).
     format
-        A name of :data:`FORMATS`; by default chosen by the name of ``output``.
+        A name of :func:`formats`; by default chosen by the name of ``output``.
     complex_
         NIfTI: real and imaginary parts instead of the magnitude (HDF5 and MRD hold the complex image).
     magnitude

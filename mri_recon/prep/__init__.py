@@ -17,12 +17,12 @@ from ..errors import InvalidDataError, SchemaError
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from ..validation import check_field_map_pair, trajectory_extent
-from .maps_stage import ESTIMATES, CoilMapEstimate
+from .maps_methods import COIL_MAPS, chosen_method, method_of, without_file_maps
+from .maps_stage import CoilMapEstimate
 
 log = logging.getLogger("mri_recon.prep")
 
 DCF_CHOICES = ("auto", "none", "ramp", "pipe", "file")
-COIL_MAP_CHOICES = ("auto", "file", "walsh", "espirit", "rss")
 FIELD_MAP_CHOICES = ("correct", "ignore")
 """What to do with a scan's ``field_map`` / ``times``: keep them for off-resonance correction, or drop them."""
 
@@ -112,9 +112,7 @@ def extent_record(scan: Scan) -> dict[str, Any]:
 def check_choices(dcf: str, coil_maps: str, field_map: str) -> None:
     if dcf not in DCF_CHOICES:
         raise InvalidDataError(f"unknown density compensation {dcf!r}: expected one of {', '.join(DCF_CHOICES)}")
-    if coil_maps not in COIL_MAP_CHOICES:
-        raise InvalidDataError(f"unknown coil-map choice {coil_maps!r}: expected one of "
-                               f"{', '.join(COIL_MAP_CHOICES)}")
+    method_of(coil_maps)
     if field_map not in FIELD_MAP_CHOICES:
         raise InvalidDataError(f"unknown field-map choice {field_map!r}: expected 'correct' or 'ignore'")
 
@@ -161,21 +159,25 @@ def _dcf_step(scan: Scan, dcf: str, record: dict[str, Any]) -> Scan:
 def _maps_step(scan: Scan, coil_maps: str, basis: Any, record: dict[str, Any]) -> tuple[Scan, CoilMapEstimate]:
     """The coil-map choice: the file's maps kept, or dropped for an estimate (run later, on the device, by
     :class:`~.maps_stage.CoilMapEstimate`) or for per-coil images."""
-    method = coil_map_method(scan, coil_maps)
-    if method == "file" and scan.coil_maps is None:
-        raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
-                          f"(use walsh, espirit or rss)")
-    if method in ("walsh", "espirit", "rss", "none"):
+    name = coil_map_method(scan, coil_maps)
+    method = COIL_MAPS[name]
+    if method.file and scan.coil_maps is None:
+        raise missing_maps(scan, name)
+    if not method.file:
         scan = scan.replace(coil_maps=None)
-    record["coil_maps"] = method
-    estimate = method if method in ESTIMATES else None
-    return scan, CoilMapEstimate(estimate, basis if method != "file" else None)  # file maps: whitened with the data
+    record["coil_maps"] = name
+    estimate = name if method.estimated else None
+    return scan, CoilMapEstimate(estimate, None if method.file else basis)  # file maps: whitened with the data
+
+
+def missing_maps(scan: Scan, name: str) -> SchemaError:
+    """The error of a method that takes the file's maps (``name``) for a scan without them."""
+    return SchemaError(f"{scan.source}: --coil-maps {name} needs a 'coil_maps' dataset, and the scan has none "
+                       f"(use {without_file_maps()})")
 
 
 def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
-    """The coil-map choice :func:`prepare_scan` makes: ``coil_maps`` itself, or for ``"auto"`` ``"file"``
-    (the scan has maps), ``"walsh"`` (several coils) or ``"none"`` (one coil)."""
-    if coil_maps != "auto":
-        return coil_maps
-    several = "espirit" if sampling_of(scan) == "cartesian" else "walsh"  # Cartesian: the ACS, as ecalib
-    return "file" if scan.coil_maps is not None else (several if scan.n_coils > 1 else "none")
+    """The coil-map method :func:`prepare_scan` uses: ``coil_maps`` itself, or for ``"auto"`` the file's maps,
+    an estimate (Walsh; ESPIRiT from a Cartesian scan's ACS, as ecalib) for several coils, or ``"none"`` for
+    one coil (:func:`.maps_methods.chosen_method`)."""
+    return chosen_method(coil_maps, scan.coil_maps is not None, scan.n_coils, sampling_of(scan))

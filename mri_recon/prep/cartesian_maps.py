@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, get_xp, resolve_device, to_device
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..operators.engines.cartesian import scatter_sum
 from ..validation import validate_matrix
 from .espirit import espirit
+from .maps_methods import estimated, is_estimated
 from .walsh import walsh
 
 
@@ -112,14 +113,21 @@ def cartesian_coil_maps(kspace: Any, trajectory: Any, matrix: Sequence[int], met
     used: the region holds the samples themselves. Other parameters as there.
     """
     matrix = validate_matrix(matrix, "coil maps")
-    if method not in ("walsh", "espirit"):
-        raise InvalidDataError(f"unknown coil map method {method!r}: expected 'walsh' or 'espirit'")
+    if not is_estimated(method):
+        raise InvalidDataError(f"unknown coil map method {method!r}: expected {listed(estimated(), quote=True)}")
     kernel = kernel or (6 if len(matrix) == 2 else 5)
     if not (isinstance(device, str) and device == "auto"):  # "auto": where the k-space is
         dev = resolve_device(device)
         kspace, trajectory = to_device(kspace, dev), to_device(trajectory, dev)
     calib = acs_region(kspace, trajectory, matrix, calibration, least=kernel + 1)
-    if method == "walsh":
-        return walsh(_coil_images(calib, matrix), solver=solver)
-    return espirit(calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)
+    return FROM_ACS[method](calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)
+
+
+def _walsh_maps(calib: Any, matrix: tuple[int, ...], *, solver: str, **unused: Any) -> Any:
+    """Walsh's maps from the coil images of the region, zero-filled to the matrix."""
+    return walsh(_coil_images(calib, matrix), solver=solver)
+
+
+FROM_ACS = {"walsh": _walsh_maps, "espirit": espirit}
+"""The estimator of each estimated method of :data:`.maps_methods.COIL_MAPS`, from the calibration region."""
 

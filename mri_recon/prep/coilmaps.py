@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, to_host
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..scan import Scan
 from ..validation import validate_matrix
 from .espirit import espirit, espirit_operator
@@ -45,10 +45,10 @@ from .lowres import (
     fourier_resize,
     lowres_images,
 )
+from .maps_methods import estimated, is_estimated
 from .walsh import walsh
 
-METHODS = ("walsh", "espirit")
-__all__ = ["METHODS", "calibration_region", "cell_density_weights", "coarse_grid", "coil_maps_from_kspace",
+__all__ = [ "calibration_region", "cell_density_weights", "coarse_grid", "coil_maps_from_kspace",
            "default_radius", "dominant_eigenvectors", "espirit", "espirit_operator", "estimate_coil_maps",
            "fourier_resize", "lowres_images", "walsh"]
 
@@ -99,20 +99,36 @@ def coil_maps_from_kspace(kspace: Any, trajectory: Any, matrix: Sequence[int], m
     solver
         Per-voxel eigen solver, ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`).
     """
-    if method not in METHODS:
-        raise InvalidDataError(f"unknown coil map method {method!r}: expected 'walsh' or 'espirit'")
+    if not is_estimated(method):
+        raise InvalidDataError(f"unknown coil map method {method!r}: expected {listed(estimated(), quote=True)}")
     matrix = validate_matrix(matrix, "coil maps")
     dev = _device(device, kspace)
     with dev.use():
-        if method == "walsh":
-            images, _ = _lowres_scaled(kspace, trajectory, matrix, radius, 0.0, weights, dev)
-            return walsh(images, kernel=kernel, solver=solver)
-        ndim = len(matrix)
-        width = min(calibration or (24 if ndim == 2 else 16), min(matrix))
-        kernel = kernel or (6 if ndim == 2 else 5)
-        # Grid the region with the window flat up to its corners, plus a margin for the gridding kernel.
-        radius = min(width / 2 * math.sqrt(ndim) + 6, min(matrix) / 2)
-        images, _ = _centre_adjoint(kspace, trajectory, coarse_grid(matrix, radius), radius,
-                                    max(radius - 4, 0.0), weights, dev)
-        calib = calibration_region(images, width)
-        return espirit(calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)
+        return FROM_CENTRE[method](kspace, trajectory, matrix, weights, dev, radius=radius, kernel=kernel,
+                                   calibration=calibration, threshold=threshold, crop=crop, solver=solver)
+
+
+def _walsh_maps(kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights: Any, dev: Device, *,
+                radius: float | None, kernel: int | None, solver: str, **unused: Any) -> Any:
+    """Walsh's maps from the low-resolution images of the samples within ``radius``."""
+    images, _ = _lowres_scaled(kspace, trajectory, matrix, radius, 0.0, weights, dev)
+    return walsh(images, kernel=kernel, solver=solver)
+
+
+def _espirit_maps(kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights: Any, dev: Device, *,
+                  kernel: int | None, calibration: int | None, threshold: float, crop: float, solver: str,
+                  **unused: Any) -> Any:
+    """ESPIRiT's maps from the calibration region gridded from the k-space centre."""
+    ndim = len(matrix)
+    width = min(calibration or (24 if ndim == 2 else 16), min(matrix))
+    kernel = kernel or (6 if ndim == 2 else 5)
+    # Grid the region with the window flat up to its corners, plus a margin for the gridding kernel.
+    radius = min(width / 2 * math.sqrt(ndim) + 6, min(matrix) / 2)
+    images, _ = _centre_adjoint(kspace, trajectory, coarse_grid(matrix, radius), radius,
+                                max(radius - 4, 0.0), weights, dev)
+    calib = calibration_region(images, width)
+    return espirit(calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)
+
+
+FROM_CENTRE = {"walsh": _walsh_maps, "espirit": _espirit_maps}
+"""The estimator of each estimated method of :data:`.maps_methods.COIL_MAPS`, from the k-space centre."""

@@ -34,8 +34,9 @@ from ..kernels import warm_up
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from ..validation import check_field_map_pair
-from . import check_choices, coil_map_method, extent_record, reader_record
+from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
 from .device_dcf import ramp_weights
+from .maps_methods import COIL_MAPS
 from .upload import upload, upload_columns
 
 
@@ -175,14 +176,14 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
-        method = coil_map_method(scan, coil_maps)
-        if method == "file" and scan.coil_maps is None:
+        name = coil_map_method(scan, coil_maps)
+        method = COIL_MAPS[name]
+        if method.file and scan.coil_maps is None:
             _read_checks(flags, weight_checks)  # the host path raises those first
-            raise SchemaError(f"{scan.source}: --coil-maps file needs a 'coil_maps' dataset, and the scan has none "
-                              f"(use walsh, espirit or rss)")
+            raise missing_maps(scan, name)
         kspace = upload_columns(scan.kspace, device, w)
         maps = None
-        if method == "file":
+        if method.file:
             flat = scan.coil_maps.reshape(scan.n_coils, -1)
             maps = upload_columns(flat, device, w).reshape(scan.coil_maps.shape)
         if w is not None:
@@ -192,9 +193,9 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     if whiten:
         attrs["prewhitened"], record["prewhitened"] = True, True
     record["dcf"] = dcf if dcf != "auto" else ("file" if weights is not None else "none")
-    record["coil_maps"] = method
-    record["estimate_maps"] = method if method in ("walsh", "espirit") else None
-    record["maps_basis"] = basis if method != "file" else None
+    record["coil_maps"] = name
+    record["estimate_maps"] = name if method.estimated else None
+    record["maps_basis"] = None if method.file else basis
     ready = DeviceScan(kspace=kspace, trajectory=trajectory, matrix=scan.matrix, weights=weights, coil_maps=maps,
                        field_map=field_values[0], times=field_values[1], noise=noise,
                        ground_truth=scan.ground_truth, attrs=attrs, source=scan.source)

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..io.frames import TimeSeries
 from . import coil_map_method, prepare_scan
 from .gradient_delay import correct_gradient_delay
+from .maps_methods import COIL_MAPS
 
 
 def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
@@ -29,10 +30,11 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
     InvalidDataError
         ``coil_maps="rss"`` (a time series is solved with coil maps; one coil without maps has maps of ones).
     """
-    method = coil_map_method(series.averaged(), coil_maps)
-    if method == "rss":
-        raise InvalidDataError(f"{series.source}: a time series is reconstructed with coil maps (file, walsh or "
-                               f"espirit), not rss")
+    method = COIL_MAPS[coil_map_method(series.averaged(), coil_maps)]
+    if not method.sense and method.offered:
+        raise InvalidDataError(f"{series.source}: a time series is reconstructed with coil maps ("
+                               f"{listed([m.name for m in COIL_MAPS.values() if m.sense and m.offered], 'or')}), "
+                               f"not {method.name}")
     frames, delays = correct_gradient_delay(list(series.frames), gradient_delay)
     series = series.replace_frames(frames)
     averaged, record = prepare_scan(series.averaged(), prewhiten=prewhiten, dcf="none", coil_maps=coil_maps,
@@ -42,7 +44,7 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
         choice = dcf if dcf != "auto" else ("file" if frame.weights is not None else "pipe")
         ready.append(prepare_scan(frame, prewhiten=prewhiten, dcf=choice, coil_maps="rss", field_map=field_map)[0])
     maps = None if averaged.coil_maps is None else np.asarray(averaged.coil_maps, dtype=np.complex64)
-    if method == "none":  # one coil: its image is the frame
+    if not method.sense:  # one coil without maps: its image is the frame
         maps = np.ones((1, *series.matrix), dtype=np.complex64)
     used = {**delays, "prewhitened": record["prewhitened"], "coil_maps": record["coil_maps"], "dcf": dcf,
             "coil_maps_from": "time-averaged data (all frames)" if record["estimate_maps"] else "scan",

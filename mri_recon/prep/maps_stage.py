@@ -11,12 +11,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import Device, get_xp, to_host
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..scaling import unit_scale
 from ..scan import Scan
-
-ESTIMATES = ("walsh", "espirit")
-"""The methods that estimate maps from the data (the others take the file's maps, or none)."""
+from .maps_methods import estimated, is_estimated
 
 
 @dataclass(frozen=True)
@@ -24,8 +22,8 @@ class CoilMapEstimate:
     """Which coil maps a reconstruction estimates, and in which channels."""
 
     method: str | None = None
-    """``"walsh"`` or ``"espirit"``: estimated from the k-space centre on the device; None: the scan's maps
-    (or none)."""
+    """A method that estimates maps (:func:`.maps_methods.estimated`: ``"walsh"``, ``"espirit"``), run on
+    the device from the k-space centre; None: the scan's maps (or none)."""
     basis: Any = None
     """With prewhitened data and no maps from the file: the ``(C, C)`` Cholesky factor L of the noise
     covariance (:func:`mri_recon.prep.noise.receiver_basis`). Estimated maps are then normalized in the
@@ -48,8 +46,9 @@ class CoilMapEstimate:
 
     def check(self, scan: Scan) -> None:
         """Refuse an unknown method, and a basis with the scan's own maps (they are whitened with the data)."""
-        if self.method not in (None, *ESTIMATES):
-            raise InvalidDataError(f"estimate_maps must be None, 'walsh' or 'espirit', found {self.method!r}")
+        if not (self.method is None or is_estimated(self.method)):
+            raise InvalidDataError(f"estimate_maps must be None, {listed(estimated(), quote=True)}, found "
+                                   f"{self.method!r}")
         if self.basis is not None and scan.coil_maps is not None and self.method is None:
             raise InvalidDataError("maps_basis applies to estimated coil maps and to per-coil images, not to the "
                                    "scan's own coil maps (they are whitened with the data)")

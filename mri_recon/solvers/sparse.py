@@ -17,23 +17,36 @@ leading batch axis (per-coil images without maps) are regularized image by image
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..backend import get_xp
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..operators.normal.toeplitz import normal_operator
-from .admm import Callback, Sparsity, admm
+from .admm import Callback, Sparsity
 from .cg import inner
+from .registry import SparseProblem
+from .registry import solver as solver_of
 from .regularizers import names, registry
 from .regularizers import regularizer as find
 
-REGULARIZERS = names()
-"""Every regularizer's name (:mod:`.regularizers`)."""
-SOLVERS = {r.name: r.solvers for r in registry().values() if r.sparse}
-"""The solvers of each sparse regularizer."""
 
-LAM_DEFAULTS = {r.name: r.lam_default for r in registry().values()}
+class _LamDefaults(Mapping):
+    """Each regularizer's ``lam_default``, read from the registry at each access."""
+
+    def __getitem__(self, name: str) -> dict[bool, float]:
+        if name not in registry():
+            raise KeyError(name)
+        return registry()[name].lam_default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names())
+
+    def __len__(self) -> int:
+        return len(registry())
+
+
+LAM_DEFAULTS: Mapping[str, dict[bool, float]] = _LamDefaults()
 """The ``lam`` of each regularizer when none is given (``lam=None``; CLI: no ``--lambda``), for a scan with
 density weights (True) and without (False). ``l2``: relative to the normal operator's peak, 1e-3 as it always
 was. ``tv`` and ``wavelet``: relative to ``max |A^H W d|``, the lambda of lowest NRMSE on 4x undersampled
@@ -87,12 +100,46 @@ def sparsity_of(regularizer: str, shape: tuple[int, ...], ndim: int, *,
     orthogonal transform (None for TV): :meth:`.regularizers.Regularizer.sparsity`."""
     chosen = find(regularizer)
     if not chosen.sparse:
-        raise InvalidDataError(f"regularizer must be one of {', '.join(_sparse_names())} here, found {regularizer!r}")
+        raise InvalidDataError(f"regularizer must be one of {', '.join(sparse_names())} here, found {regularizer!r}")
     return chosen.sparsity(shape, ndim, anisotropic=anisotropic)
 
 
-def _sparse_names() -> list[str]:
+def sparse_names() -> list[str]:
+    """The sparse regularizers' names (ADMM or FISTA; the others run CG)."""
     return [r.name for r in registry().values() if r.sparse]
+
+
+def solver_names() -> tuple[str, ...]:
+    """Every solver a sparse regularizer may run (``admm``, ``fista``), in the registry's order."""
+    return tuple(dict.fromkeys(name for r in registry().values() if r.sparse for name in r.solvers))
+
+
+def dense_names() -> list[str]:
+    """The names of the regularizers CG solves (Tikhonov)."""
+    return [r.name for r in registry().values() if not r.sparse]
+
+
+def regularizer_help() -> str:
+    """The regularizers with what each is (``--regularizer``'s help)."""
+    return listed(f"{r.name} ({r.help})" if r.help else r.name for r in registry().values()) + "."
+
+
+def solver_help() -> str:
+    """The solvers of each sparse regularizer and its default (``--solver``'s help)."""
+    parts = [f"{r.name}: {listed(r.solvers)}" + (f" (default {r.default_solver})" if len(r.solvers) > 1 else "")
+             for r in registry().values() if r.sparse]
+    return "; ".join(parts) + "."
+
+
+def penalty_help() -> str:
+    """The regularizers that run a solver with a penalty (ADMM), and when: ``"tv, wavelet with --solver admm"``."""
+    parts = []
+    for r in registry().values():
+        takes = [name for name in r.solvers if solver_of(name).penalty]
+        if takes:
+            parts.append(r.name if solver_of(r.default_solver).penalty else
+                         f"{r.name} with --solver {listed(takes)}")
+    return ", ".join(parts)
 
 
 def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: float, rho: float,
@@ -127,8 +174,8 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
     x, history, solver
         The solution, the relative objective at the checks and the solver used.
     """
-    if regularizer not in _sparse_names():
-        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, _sparse_names()))} here, found "
+    if regularizer not in sparse_names():
+        raise InvalidDataError(f"regularizer must be {' or '.join(map(repr, sparse_names()))} here, found "
                                f"{regularizer!r}")
     solver = _check_solver(regularizer, solver, anisotropic)
     ndim = spectrum.ndim
@@ -136,16 +183,11 @@ def solve_sparse(spectrum: Any, maps: Any, rhs: Any, *, regularizer: str, lam: f
         def normal(lam: float) -> Any:
             return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
     sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), ndim, anisotropic=anisotropic)
-    if solver == "fista":
-        from .fista import fista  # noqa: PLC0415 - loaded on use
-
-        x, history = fista(normal(0.0), rhs, psi, lam=lam, iterations=iterations, data_energy=data_energy,
-                           callback=callback, check_every=check_every)
-        return x, history, solver
-    operator = find(regularizer).x_update(normal, rho, ndim)  # orthogonal K (Psi^H Psi = I): N + rho I
-    x, history = admm(operator, rhs, sparsity, lam=lam, rho=rho, iterations=iterations,
-                      inner_iterations=inner_iterations, data_energy=data_energy, callback=callback,
-                      check_every=check_every)
+    chosen = find(regularizer)
+    problem = SparseProblem(normal, rhs, sparsity, psi, lambda mu: chosen.x_update(normal, mu, ndim), lam=lam,
+                            rho=rho, iterations=iterations, inner_iterations=inner_iterations,
+                            data_energy=data_energy, callback=callback, check_every=check_every)
+    x, history = solver_of(solver).run(problem)
     return x, history, solver
 
 
@@ -177,20 +219,23 @@ def check_sparse(regularizer: str, rho: float | None, inner_iterations: int | No
     wavelet regularizer is refused here (before any work) when the matrix has no wavelet level."""
     chosen = find(regularizer)
     if not chosen.sparse:
-        if anisotropic or solver not in (None, "cg") or rho is not None or inner_iterations is not None:
-            raise InvalidDataError("rho, inner_iterations, anisotropic and solver apply to the tv and wavelet "
-                                   "regularizers, not l2")
+        if anisotropic or solver not in (None, *chosen.solvers) or rho is not None or inner_iterations is not None:
+            raise InvalidDataError(f"rho, inner_iterations, anisotropic and solver apply to the "
+                                   f"{listed(sparse_names(), 'and')} regularizers, not {regularizer}")
         return {}
     if rho is not None and not (math.isfinite(rho) and rho > 0):
         raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
     if inner_iterations is not None and int(inner_iterations) < 1:
         raise InvalidDataError(f"inner_iterations must be >= 1, found {inner_iterations}")
     solver = _check_solver(regularizer, solver, anisotropic)
-    if rho is not None and solver != "admm":
-        raise InvalidDataError(f"rho is ADMM's penalty; {regularizer} runs {solver} (choose solver 'admm' to set it)")
-    if inner_iterations is not None and solver != "admm":
-        raise InvalidDataError(f"inner_iterations are ADMM's CG steps; {regularizer} runs {solver} (choose solver "
-                               f"'admm' to set them)")
+    if not solver_of(solver).penalty:
+        takes = listed((s for s in chosen.solvers if solver_of(s).penalty), quote=True)
+        if rho is not None:
+            raise InvalidDataError(f"rho is ADMM's penalty; {regularizer} runs {solver} (choose solver {takes} to "
+                                   f"set it)")
+        if inner_iterations is not None:
+            raise InvalidDataError(f"inner_iterations are ADMM's CG steps; {regularizer} runs {solver} (choose "
+                                   f"solver {takes} to set them)")
     if matrix is not None:
         chosen.check(tuple(matrix))  # e.g. a wavelet regularizer refuses a matrix without a wavelet level
     auto_rho, auto_inner = ADMM_DEFAULTS[bool(weighted)]
@@ -220,7 +265,8 @@ def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: floa
                                     iterations=iterations, inner_iterations=inner_iterations, data_energy=energy,
                                     coil_batch=coil_batch, anisotropic=anisotropic, solver=solver,
                                     callback=callback, normal=normal)
-    record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if used == "admm" else None,
-              "inner_iterations": inner_iterations if used == "admm" else None,
+    penalty = solver_of(used).penalty
+    record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if penalty else None,
+              "inner_iterations": inner_iterations if penalty else None,
               "anisotropic": anisotropic if find(regularizer).anisotropic else None, "objective": float(history[-1])}
     return x, history, record

@@ -37,12 +37,10 @@ from .cg import inner
 from .proximal import shrink_update
 from .temporal_terms import time_difference, time_difference_adjoint
 
-__all__ = ["ITERATIONS_DEFAULT", "JOINT_SOLVERS", "RHO_DEFAULT", "SOLVERS", "BatchedSeriesNormal", "JointSolver",
+__all__ = ["ITERATIONS_DEFAULT", "RHO_DEFAULT", "BatchedSeriesNormal",
            "SeriesNormal", "Term", "joint_admm", "joint_pdhg", "operator_norm", "series_objective", "time_difference",
            "time_difference_adjoint"]
 
-SOLVERS = ("admm", "pdhg")
-"""The joint solvers of a time series with a temporal term (:data:`JOINT_SOLVERS`), the default first."""
 RHO_DEFAULT = 0.5
 """ADMM's penalty relative to the normal operators' peak (docs/temporal.md)."""
 ITERATIONS_DEFAULT = 200
@@ -270,23 +268,3 @@ def joint_pdhg(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, itera
                 callback(k, x, history[-1])
     return x, tuple(history)
 
-
-@dataclass(frozen=True)
-class JointSolver:
-    """A joint solver of a time series: its name (``temporal_solver=``) and whether it takes ADMM's penalty
-    ``rho`` and CG steps per x-update (``inner_iterations``)."""
-
-    name: str
-    run: Callable[..., tuple[Any, tuple[float, ...]]]
-    penalty: bool
-
-    def solve(self, normals: Any, rhs: Any, terms: Sequence[Term], *, rho: float | None,
-              inner_iterations: int | None, **common: Any) -> tuple[Any, tuple[float, ...]]:
-        """Run it (``common``: ``iterations``, ``data_energy``, ``callback``)."""
-        extra = {"rho": rho, "inner_iterations": inner_iterations} if self.penalty else {}
-        return self.run(normals, rhs, terms, **extra, **common)
-
-
-JOINT_SOLVERS = {solver.name: solver for solver in (JointSolver("admm", joint_admm, True),
-                                                    JointSolver("pdhg", joint_pdhg, False))}
-"""Every joint solver by name, the default first."""

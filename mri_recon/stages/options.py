@@ -7,13 +7,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, listed
 from ..io.cache import PsfCache
 from ..operators.engines.registry import sampling_of
 from ..prep.maps_stage import CoilMapEstimate
 from ..scan import Scan
 from ..settings import ReconSettings
 from ..solvers import temporal as joint_solvers
+from ..solvers.registry import joint_names
+from ..solvers.registry import solver as solver_of
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import check_sparse, resolve_lam
 from ..solvers.temporal_terms import TemporalTerm, temporal_term
@@ -138,10 +140,10 @@ def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: 
     if term.joint and not series:
         raise InvalidDataError(f"temporal {temporal!r} applies to a time series (mri_recon.load_series, or the "
                                f"command line's --temporal-axis / --spokes-per-frame), not to one scan")
-    if temporal_solver not in joint_solvers.SOLVERS:
-        raise InvalidDataError(f"temporal_solver must be one of {', '.join(joint_solvers.SOLVERS)}, found "
+    if temporal_solver not in joint_names():
+        raise InvalidDataError(f"temporal_solver must be one of {', '.join(joint_names())}, found "
                                f"{temporal_solver!r}")
-    if not term.joint and (temporal_lam is not None or temporal_solver != joint_solvers.SOLVERS[0]):
+    if not term.joint and (temporal_lam is not None or temporal_solver != joint_names()[0]):
         raise InvalidDataError("temporal_lam and temporal_solver apply to a joint time series (a temporal term "
                                "such as temporal='tv')")
     return term
@@ -153,11 +155,12 @@ def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | No
     and ``inner_iterations`` are ADMM's, ``anisotropic`` the spatial regularizer's."""
     if solver is not None:
         raise InvalidDataError(f"solver {solver!r}: a time series with a temporal term is solved jointly by "
-                               f"temporal_solver (admm or pdhg); leave solver unset")
-    admm = joint_solvers.JOINT_SOLVERS[temporal_solver].penalty
+                               f"temporal_solver ({listed(joint_names())}); leave solver unset")
+    admm = solver_of(temporal_solver).penalty
     if not admm and (rho is not None or inner_iterations is not None):
-        raise InvalidDataError("rho and inner_iterations are ADMM's; the joint solve runs pdhg (choose "
-                               "temporal_solver 'admm' to set them)")
+        with_penalty = [name for name in joint_names() if solver_of(name).penalty]
+        raise InvalidDataError(f"rho and inner_iterations are ADMM's; the joint solve runs {temporal_solver} "
+                               f"(choose temporal_solver {listed(with_penalty, quote=True)} to set them)")
     if rho is not None and not (math.isfinite(rho) and rho > 0):
         raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
     if inner_iterations is not None and int(inner_iterations) < 1:

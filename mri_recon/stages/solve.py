@@ -9,9 +9,10 @@ import numpy as np
 
 from ..backend import get_xp
 from ..solvers.cg import cg
+from ..solvers.registry import solver
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import solve_regularized
-from ..solvers.temporal import JOINT_SOLVERS, BatchedSeriesNormal, Term
+from ..solvers.temporal import BatchedSeriesNormal, Term
 from .options import Options
 from .state import State
 
@@ -89,8 +90,8 @@ def _solve_joint(options: Options, state: State) -> tuple[Any, tuple[float, ...]
     terms, energy = _terms(options, state, scale_b), sum(state.energies)
     common = {"iterations": options.iterations, "data_energy": energy, "callback": state.clock.callback()}
     rho = None if settings["rho"] is None else settings["rho"] * peak
-    x, history = JOINT_SOLVERS[settings["solver"]].solve(normals, state.rhs, terms, rho=rho,
-                                                         inner_iterations=settings["inner_iterations"], **common)
+    x, history = solver(settings["solver"]).joint(normals, state.rhs, terms, rho=rho,
+                                                  inner_iterations=settings["inner_iterations"], **common)
     extra = {"regularizer": options.regularizer, "temporal": options.temporal.name,
              "temporal_lam": options.temporal_lam, "objective": float(history[-1]),
              **settings, **({"lam_abs": options.lam * scale_b} if sparse else {})}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .cpu import FinufftEncoding, NudftEncoding
 from .encoding import GPU_NUFFT_EPS, NUFFT_EPS, Encoding
 from .gpu import GpuExactEncoding, GpuNufftEncoding
-from .registry import ALIASES, METHODS, choose_engine, engine, engines, fastest
+from .registry import ALIASES, choose_engine, engine, engines, fastest, methods
 
-__all__ = ["ALIASES", "GPU_NUFFT_EPS", "METHODS", "NUFFT_EPS", "Encoding", "FinufftEncoding", "GpuExactEncoding",
-           "GpuNufftEncoding", "NudftEncoding", "choose_engine", "engine", "engines", "fastest"]
+__all__ = ["ALIASES", "GPU_NUFFT_EPS", "NUFFT_EPS", "Encoding", "FinufftEncoding", "GpuExactEncoding",
+           "GpuNufftEncoding", "NudftEncoding", "choose_engine", "engine", "engines", "fastest", "methods"]

@@ -18,7 +18,7 @@ import importlib
 from typing import Any
 
 from ...backend import Device, is_gpu_array, resolve_device
-from ...errors import InvalidDataError
+from ...errors import InvalidDataError, listed
 from .encoding import Encoding
 
 ENGINE_MODULES = ("cpu", "gpu", "cartesian")
@@ -38,8 +38,10 @@ def engines() -> tuple[type[Encoding], ...]:
     return tuple(found)
 
 
-METHODS = ("auto", *dict.fromkeys(e.name for e in engines()))
-"""What a user asks for: ``"auto"`` or an engine's name (``"exact"``, ``"nufft"``), from the registry."""
+def methods() -> tuple[str, ...]:
+    """What a user asks for: ``"auto"`` or an engine's name (``"exact"``, ``"nufft"``, ``"fft"``), from the
+    registry."""
+    return ("auto", *dict.fromkeys(e.name for e in engines()))
 
 
 def engine(method: str, device_kind: str) -> type[Encoding]:
@@ -54,7 +56,7 @@ def engine(method: str, device_kind: str) -> type[Encoding]:
         if candidate.device_kind == device_kind and (candidate.name == method or method == "auto" and candidate.auto
                                                      and "non-cartesian" in candidate.samplings):
             return candidate
-    names = sorted({*METHODS, *ALIASES, *(e.key for e in engines())})
+    names = sorted({*methods(), *ALIASES, *(e.key for e in engines())})
     raise ValueError(f"unknown method {method!r}: expected one of {', '.join(names)}")
 
 
@@ -101,9 +103,8 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
         The scan's (:func:`sampling_of`): ``"auto"`` picks among the engines that serve it (a Cartesian scan:
         the FFT engines, by their time models).
     """
-    if method not in METHODS:
-        listed = [repr(m) for m in METHODS]
-        raise InvalidDataError(f"unknown method {method!r}: expected {', '.join(listed[:-1])} or {listed[-1]}")
+    if method not in methods():
+        raise InvalidDataError(f"unknown method {method!r}: expected {listed(methods(), quote=True)}")
     auto = device is None or (isinstance(device, str) and device == "auto")
     if auto and is_gpu_array(like):
         dev = resolve_device(int(like.device.id))

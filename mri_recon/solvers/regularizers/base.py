@@ -18,6 +18,10 @@ class Regularizer:
 
     name: ClassVar[str] = "?"
     """What users write (``regularizer=``, ``--regularizer``)."""
+    help: ClassVar[str] = ""
+    """What it is and its default solver, in the command line's help (``"total variation, ADMM"``)."""
+    label: ClassVar[str] = ""
+    """What the progress bar calls its iterations (default: :attr:`name`)."""
     lam_default: ClassVar[dict[bool, float]] = {}
     """Dimensionless ``lam`` when none is given, for a scan with density weights (True) and without (False)."""
     sparse: ClassVar[bool] = True

@@ -7,6 +7,8 @@ from .base import Regularizer
 
 class Tikhonov(Regularizer):
     name = "l2"
+    help = "Tikhonov, CG"
+    label = "CG"
     lam_default = {True: 1e-3, False: 1e-3}
     sparse = False
     solvers = ("cg",)

@@ -20,6 +20,8 @@ def _gram(x: Any, ndim: int) -> Any:
 
 class TotalVariation(Regularizer):
     name = "tv"
+    help = "total variation, ADMM"
+    label = "TV"
     lam_default = {True: 3e-2, False: 3e-3}
     anisotropic = True
 

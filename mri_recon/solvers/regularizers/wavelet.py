@@ -15,6 +15,7 @@ ORDER = 4
 
 class WaveletL1(Regularizer):
     name = "wavelet"
+    help = "l1 of db4 wavelets, FISTA"
     lam_default = {True: 5e-3, False: 5e-3}
     solvers = ("admm", "fista")
     default_solver = "fista"

@@ -36,7 +36,7 @@ from .prep.maps_stage import CoilMapEstimate
 from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
-from .settings import API_FIELDS, FIELDS, ReconSettings, refuse_unknown
+from .settings import API_FIELDS, FIELDS, ReconSettings, default_of, refuse_unknown
 
 if TYPE_CHECKING:
     from .io.cache import PsfCache
@@ -118,16 +118,25 @@ def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings,
     return ready, record, pipeline.run(ready, options, prepared_s=prepared_s)
 
 
+def settings_signature(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` with the settings' keywords (:data:`~mri_recon.settings.API_FIELDS`, their types and defaults)
+    in its signature in place of ``**settings``, after ``prepare``: what ``help``, IDEs that read signatures and
+    :func:`keywords_checked` see. A field added to the settings is a keyword here without a line here."""
+    signature = inspect.signature(func)
+    fields = ReconSettings.__dataclass_fields__
+    settings = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default_of(name),
+                                  annotation=fields[name].type) for name in API_FIELDS]
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    at = [p.name for p in own].index("prepare") + 1
+    func.__signature__ = signature.replace(parameters=[*own[:at], *settings, *own[at:]])
+    return func
+
+
 @keywords_checked
-def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, iterations: int = 30, lam: float | None = None,
-                regularizer: str = "l2", inner_iterations: int | None = None, rho: float | None = None,
-                anisotropic: bool = False, solver: str | None = None, tol: float = 1e-6,
-                filter_sigma: float | None = None, field_map_correction: str = "auto", segments: int | None = None,
-                method: str = "auto", temporal: str = "none", temporal_lam: float | None = None,
-                temporal_solver: str = "admm", device: str | int | Device | None = "auto", coil_maps: str = "auto",
-                dcf: str = "auto", prewhiten: bool = True, field_map: str = "correct", gradient_delay: Any = "none",
-                progress: Progress | bool | None = None, psf_cache: PsfCache | None = None, psf: Any = None,
-                estimate_maps: str | None = None, maps_basis: Any = None) -> Result:
+@settings_signature
+def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Progress | bool | None = None,
+                psf_cache: PsfCache | None = None, psf: Any = None, estimate_maps: str | None = None,
+                maps_basis: Any = None, **settings: Any) -> Result:
     """Reconstruct ``scan`` as the CLI does.
 
     Parameters
@@ -140,13 +149,11 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, iterations: in
     prepare
         True: prewhiten, choose density weights and coil maps like ``mri-recon reconstruct`` (see
         :func:`mri_recon.prepare_scan`); False: solve with the scan exactly as given.
-    iterations, lam, regularizer, inner_iterations, rho, anisotropic, solver, tol, filter_sigma, \
-field_map_correction, segments, method, temporal, temporal_lam, temporal_solver, device
-        The solver's settings (:class:`~mri_recon.settings.ReconSettings`, whose fields say each one's type,
-        choices, range and default; :func:`mri_recon.pipeline.reconstruct` says what they do).
-    coil_maps, dcf, prewhiten, field_map, gradient_delay
-        The preparation's choices (CLI: ``--coil-maps``, ``--dcf``, ``--no-prewhiten``, ``--no-field-map``,
-        ``--gradient-delay``).
+    **settings
+        The fields of :class:`~mri_recon.settings.ReconSettings` of its ``solve``, ``device`` and ``prepare``
+        sections, each a keyword of this signature (``iterations``, ``lam``, ``regularizer``, ``method``,
+        ``temporal``, ``device``, ``coil_maps``, ``dcf``, ``gradient_delay``, ...): the fields say each one's
+        type, choices, range, default and what it does.
     progress, psf_cache, psf
         A progress callback, a :class:`~mri_recon.io.cache.PsfCache`, a PSF computed before
         (:func:`mri_recon.pipeline.reconstruct`).
@@ -164,13 +171,13 @@ field_map_correction, segments, method, temporal, temporal_lam, temporal_solver,
     InvalidDataError
         An unknown keyword (the message names the valid ones), a value of the wrong type or range.
     """
-    given = dict(locals())
-    settings = ReconSettings(**{name: given[name] for name in API_FIELDS})
+    chosen = ReconSettings(**settings)
     if not prepare:
-        return pipeline.reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf,
+        return pipeline.reconstruct(scan, chosen, progress=progress, psf_cache=psf_cache, psf=psf,
                                     estimate_maps=estimate_maps, maps_basis=maps_basis)
-    computed = {name: given[name] for name in ("estimate_maps", "maps_basis") if given[name] is not None}
-    return prepare_and_reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf, **computed)[2]
+    computed = {name: value for name, value in (("estimate_maps", estimate_maps), ("maps_basis", maps_basis))
+                if value is not None}
+    return prepare_and_reconstruct(scan, chosen, progress=progress, psf_cache=psf_cache, psf=psf, **computed)[2]
 
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",

@@ -87,6 +87,9 @@ class Option:
     recorded: bool = True
     """The output depends on it (a batch's completion record holds it)."""
     show_default: bool = True
+    solver: bool = False
+    """The solve stage hands it to the solver as a keyword of the same name (None: the solver's own default):
+    such an option is this field and the solver function's parameter, nothing in between."""
     check: Any = None
     """A function that refuses a bad value (raising :class:`~mri_recon.errors.InvalidDataError`), in place of
     the checks of :attr:`kind` (a value of several forms, e.g. ``gradient_delay``)."""
@@ -138,6 +141,10 @@ class ReconSettings:
     solver: str | None = option(None, solver_help(), str, "solve", choices=solver_names, optional=True)
     tol: float = option(1e-6, f"{', '.join(dense_names())}: stop when the relative CG residual falls below this "
                         f"({listed(sparse_names(), 'and')} run every iteration).", float, "solve", low=0.0)
+    check_every: int | None = option(None, "How often the solver reads its residual or objective back and checks it, "
+                                     "in iterations (default: the solver's, 5 for CG and 10 for the others).",
+                                     int, "solve", low=1, high=10000, optional=True, solver=True)
+    """Iterations between the solver's checks (:attr:`Option.solver`: handed to the solver as it is)."""
     filter_sigma: float | None = option(None, "Gaussian post-filter width in voxels (off by default).", float,
                                         "solve", low=0.0, low_open=True, optional=True)
     field_map_correction: str = option("auto", "With a field map: exact, segmented (time segmentation) or auto.",
@@ -275,6 +282,12 @@ _OPTIONS = {item.name: item.metadata["option"] for item in dataclasses.fields(Re
 def option_of(name: str) -> Option:
     """The :class:`Option` of the field ``name``."""
     return _OPTIONS[name]
+
+
+def solver_options(settings: ReconSettings) -> dict[str, Any]:
+    """The options the solve stage hands to the solver (:attr:`Option.solver`), those given."""
+    return {name: getattr(settings, name) for name, spec in _OPTIONS.items()
+            if spec.solver and getattr(settings, name) is not None}
 
 
 @functools.cache

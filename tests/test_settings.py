@@ -165,3 +165,20 @@ def _schema_file(tmp_path):
     path = tmp_path / "schema.h5"
     mri_recon.save_scan(path, simulate_scan((16, 16), "golden", coils=1, spokes=10, seed=4))
     return path
+
+
+def test_a_solver_option_reaches_every_solver():
+    """``check_every``, a field of the settings handed to the solver as it is: the sparse solvers and the joint
+    time series record their objective at every check and at the end."""
+    from mri_recon.sim.dynamic import simulate_series
+
+    scan = mri_recon.simulate_scan((24, 24), "golden", coils=2, spokes=20, seed=4)
+    every4 = mri_recon.reconstruct(scan, regularizer="tv", iterations=12, check_every=4, device="cpu")
+    default = mri_recon.reconstruct(scan, regularizer="tv", iterations=12, device="cpu")
+    assert len(every4.residuals) == 1 + 3 and len(default.residuals) == 1 + 2  # checks at 10 and 12
+    assert np.array_equal(every4.image, default.image)  # checks read, they do not steer
+    series = simulate_series((16, 16), frames=3, spokes_per_frame=6, coils=2, seed=5)
+    joint = mri_recon.reconstruct(series, temporal="tv", iterations=6, check_every=2, device="cpu")
+    assert len(joint.residuals) == 1 + 3
+    with pytest.raises(InvalidDataError, match="check_every must be a whole number >= 1"):
+        mri_recon.reconstruct(scan, check_every=0)

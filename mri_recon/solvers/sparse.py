@@ -252,9 +252,11 @@ def data_energy(kspace: Any, weighted: Any, data_scale: float) -> float:
 def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: float, energy: float,
                       iterations: int, coil_batch: int | None, callback: Callback | None, *, regularizer: str,
                       rho: float, inner_iterations: int, anisotropic: bool, solver: str,
-                      normal: Callable[[float], Any] | None = None) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+                      normal: Callable[[float], Any] | None = None,
+                      **solver_options: Any) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
     """The pipeline's regularized solve with dimensionless weights: ``lam_abs = lam * max|A^H W d|`` and
-    ``rho_abs = rho * peak`` (``peak``: the normal operator's largest diagonal entry).
+    ``rho_abs = rho * peak`` (``peak``: the normal operator's largest diagonal entry); ``solver_options``
+    (the settings marked for the solver, e.g. ``check_every``) go to :func:`solve_sparse` as they are.
 
     Returns the solution, the relative objective history and the parameters to record (``lam_abs`` in the
     problem's units, for the caller to convert).
@@ -264,7 +266,7 @@ def solve_regularized(spectrum: Any, maps: Any, rhs: Any, lam: float, peak: floa
     x, history, used = solve_sparse(spectrum, maps, rhs, regularizer=regularizer, lam=lam_abs, rho=rho * peak,
                                     iterations=iterations, inner_iterations=inner_iterations, data_energy=energy,
                                     coil_batch=coil_batch, anisotropic=anisotropic, solver=solver,
-                                    callback=callback, normal=normal)
+                                    callback=callback, normal=normal, **solver_options)
     penalty = solver_of(used).penalty
     record = {"regularizer": regularizer, "solver": used, "lam_abs": lam_abs, "rho": rho if penalty else None,
               "inner_iterations": inner_iterations if penalty else None,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import get_xp
+from ..settings import solver_options
 from ..solvers.cg import cg
 from ..solvers.registry import solver
 from ..solvers.regularizers import regularizer as find_regularizer
@@ -51,9 +52,10 @@ def _solve_frame(options: Options, state: State, t: int) -> tuple[Any, tuple[flo
             state.budget.coil_batch
         return solve_regularized(
             spectrum, maps, rhs, options.lam, state.peaks[t], state.energies[t], options.iterations, batch, callback,
-            normal=lambda lam: encoding.toeplitz_normal(spectrum, maps, lam, batch), **options.sparse)
+            normal=lambda lam: encoding.toeplitz_normal(spectrum, maps, lam, batch), **options.sparse,
+            **solver_options(options.settings))
     x, residuals = cg(normal.operator, rhs, max_iterations=options.iterations, tolerance=options.tol,
-                      callback=callback)
+                      callback=callback, **solver_options(options.settings))
     return x, residuals, {"regularizer": options.regularizer,
                           "solver": find_regularizer(options.regularizer).default_solver}
 
@@ -88,7 +90,8 @@ def _solve_joint(options: Options, state: State) -> tuple[Any, tuple[float, ...]
     sparse = find_regularizer(options.regularizer).sparse
     normals = _normals(options, state, 0.0 if sparse else options.lam * peak)
     terms, energy = _terms(options, state, scale_b), sum(state.energies)
-    common = {"iterations": options.iterations, "data_energy": energy, "callback": state.clock.callback()}
+    common = {"iterations": options.iterations, "data_energy": energy, "callback": state.clock.callback(),
+              **solver_options(options.settings)}
     rho = None if settings["rho"] is None else settings["rho"] * peak
     x, history = solver(settings["solver"]).joint(normals, state.rhs, terms, rho=rho,
                                                   inner_iterations=settings["inner_iterations"], **common)

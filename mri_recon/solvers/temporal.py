@@ -14,7 +14,7 @@ Two solvers, both NumPy and CuPy (every step array operations or the existing ke
 thresholds, ``tv.cu`` for spatial TV, ``cg.cu`` for ADMM's x-update):
 
 - :func:`joint_admm`: ADMM with one split ``z_j = K_j x`` per term, scaled duals, one penalty ``2 rho``;
-  the x-update is ``inner_iterations`` warm-started CG steps on ``N + rho sum_j K_j^H K_j``.
+  the x-update is ``inner_iterations`` warm-started CG steps on ``N + rho sum_j K_j^H K_j`` (:class:`~.cg.WarmCg`).
 - :func:`joint_pdhg`: the primal-dual method of Condat and Vu with the data term linearized (one normal
   operator product per iteration, no inner solve); steps from ``||N||`` (power iteration) and ``||K_j||^2``.
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, is_gpu_array
+from ..backend import get_xp
 from ..errors import InvalidDataError
-from .admm import Callback, DeviceCg, Sparsity, host_cg, objective
-from .cg import inner
+from .admm import Callback, Sparsity, objective
+from .cg import WarmCg, inner
 from .proximal import shrink_update
 
 __all__ = ["SOLVERS", "BatchedSeriesNormal", "SeriesNormal", "Term", "joint_admm", "joint_pdhg", "operator_norm",
@@ -197,7 +197,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
     z = [xp.zeros(t.sparsity.shape, dtype=rhs.dtype) for t in terms]
     u = [xp.zeros_like(v) for v in z]
     energy = data_energy if data_energy > 0 else 1.0
-    solve = DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
+    solve = WarmCg(operator, rhs, inner_iterations)
     history, r, previous = [1.0], rhs.copy(), rhs
     for k in range(1, iterations + 1):
         b = rhs
@@ -207,10 +207,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
             r += b
             r -= previous
         previous = b
-        if solve is not None:
-            solve(x, r)
-        else:
-            host_cg(operator, x, r, inner_iterations)
+        solve(x, r)
         for term, zj, uj in zip(terms, z, u):
             shrink_update(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho), groups=term.sparsity.groups)
         if k % check_every == 0 or k == iterations:

@@ -16,7 +16,8 @@ thresholds, ``tv.cu`` for spatial TV, ``cg.cu`` for ADMM's x-update):
 - :func:`joint_admm`: ADMM with one split ``z_j = K_j x`` per term, scaled duals, one penalty ``2 rho``;
   the x-update is ``inner_iterations`` warm-started CG steps on ``N + rho sum_j K_j^H K_j`` (:class:`~.cg.WarmCg`).
 - :func:`joint_pdhg`: the primal-dual method of Condat and Vu with the data term linearized (one normal
-  operator product per iteration, no inner solve); steps from ``||N||`` (power iteration) and ``||K_j||^2``.
+  operator product per iteration, no inner solve); steps from ``||N||`` (power iteration,
+  :func:`~.power.operator_norm`) and ``||K_j||^2``.
 
 Both report the objective relative to its value at ``x = 0`` (``d^H W d``).
 """
@@ -34,6 +35,7 @@ from ..backend import get_xp
 from ..errors import InvalidDataError
 from .admm import Callback, Sparsity, objective
 from .cg import WarmCg, inner
+from .power import operator_norm
 from .proximal import shrink_update
 
 __all__ = ["SOLVERS", "BatchedSeriesNormal", "SeriesNormal", "Term", "joint_admm", "joint_pdhg", "operator_norm",
@@ -215,24 +217,6 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
             if callback is not None:
                 callback(k, x, history[-1])
     return x, tuple(history)
-
-
-def operator_norm(operator: Callable[[Any], Any], like: Any, iterations: int = 20, seed: int = 0) -> float:
-    """The largest eigenvalue of a Hermitian positive semi-definite ``operator`` by power iteration from a
-    fixed pseudo-random start, raised by 2% (a safe upper estimate for step sizes)."""
-    xp = get_xp(like)
-    rng = np.random.default_rng(seed)  # on the host: the same start on every device
-    v = xp.asarray((rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape)).astype(like.dtype))
-    value = 0.0
-    for _ in range(iterations):
-        norm = math.sqrt(inner(v, v).real)
-        if norm == 0.0:
-            return 0.0
-        v = v * (1.0 / norm)
-        w = operator(v)
-        value = inner(v, w).real
-        v = w
-    return 1.02 * value
 
 
 def _project(y: Any, lam: float, groups: int) -> None:

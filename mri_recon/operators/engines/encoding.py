@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..base import LinearOperator
-from ..normal.toeplitz import ToeplitzNormal, kernel_spectrum
+from ..normal.toeplitz import kernel_spectrum, normal_operator
 from . import cost
 
 NUFFT_EPS = 1e-7
@@ -155,11 +155,10 @@ class Encoding(LinearOperator):
     @classmethod
     def toeplitz_normal(cls, spectrum: Any, maps: Any = None, lam: float = 0.0,
                         coil_batch: int | None = None) -> LinearOperator:
-        """The Toeplitz normal operator of a kernel ``spectrum`` on this engine's device
-        (:class:`~mri_recon.operators.normal.toeplitz.ToeplitzNormal`; GPU engines: the fused operator with
-        maps)."""
-        matrix = tuple(n // 2 for n in spectrum.shape)
-        return ToeplitzNormal(spectrum, matrix, coil_maps=maps, lam=lam, coil_batch=coil_batch)
+        """The Toeplitz normal operator of a kernel ``spectrum`` (2x grid, or with maps the maps' image grid) on
+        the arrays' device: :func:`~mri_recon.operators.normal.toeplitz.normal_operator` (the fused operator for
+        CuPy maps)."""
+        return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
 
 
 class _EncodingPsf:

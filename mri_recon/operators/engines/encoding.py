@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...backend import get_xp
 from ..base import LinearOperator
 from ..normal.toeplitz import kernel_spectrum, normal_operator
 from . import cost
@@ -159,6 +160,14 @@ class Encoding(LinearOperator):
         the arrays' device: :func:`~mri_recon.operators.normal.toeplitz.normal_operator` (the fused operator for
         CuPy maps)."""
         return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
+
+    @property
+    def N(self) -> LinearOperator:  # noqa: N802 - the conventional name of the normal operator
+        """``F^H F``: the engine's own normal operator, :meth:`normal` with unit weights and no maps (for the
+        plain engines the Toeplitz embedding, exact up to float32 rounding). Like every normal operator without
+        maps it takes images ``matrix`` with any leading axes, here the batch."""
+        ones = get_xp(self.trajectory).ones(self.oshape[-1], dtype=np.float32)
+        return self.normal(ones)
 
 
 class _EncodingPsf:

@@ -281,7 +281,7 @@ def test_gpu_iteration_never_waits_for_the_host(problem, regularizer):
 
     from mri_recon.backend import cupy_module
     from mri_recon.operators.normal.toeplitz import normal_operator
-    from mri_recon.solvers.admm import _DeviceCg
+    from mri_recon.solvers.cg import WarmCg
     from mri_recon.solvers.proximal import shrink_update, soft_threshold
     from mri_recon.solvers.sparse import sparsity_of
 
@@ -290,7 +290,7 @@ def test_gpu_iteration_never_waits_for_the_host(problem, regularizer):
     sparsity, psi = sparsity_of(regularizer, tuple(rhs.shape), 2)
     normal = normal_operator(spectrum, coil_maps=maps, lam=0.5)
     operator = fd.TvNormal(normal, 0.5, 2) if regularizer == "tv" else normal
-    solve = _DeviceCg(operator, rhs, 2)
+    solve = WarmCg(operator, rhs, 2)
     x, r = cp.zeros_like(rhs), rhs.copy()
     z, u = cp.zeros(sparsity.shape, cp.complex64), cp.zeros(sparsity.shape, cp.complex64)
 

@@ -99,7 +99,8 @@ def test_solvers_match_float64_reference(lam_s):
                                     check_every=500)
         error = np.linalg.norm(x - reference) / np.linalg.norm(reference)
         assert error < 2e-3, (solve, error)
-        assert history[0] == 1.0 and history[-1] < history[1] <= 1.0 + 1e-6
+        # float32 iterates: once converged (PDHG by its first check) the objective moves by rounding only
+        assert history[0] == 1.0 and history[-1] < history[1] * (1.0 + 1e-6) and history[1] <= 1.0 + 1e-6
         assert abs(history[-1] * energy - f_ref) <= 1e-4 * abs(f_ref)
 
 

@@ -95,6 +95,12 @@ class EncodingOperator(LinearOperator):
         """F^H: samples ``(coils, M)`` (or ``(M,)`` for one coil) -> images."""
         return _CheckedAdjoint(self)
 
+    @property
+    def N(self) -> LinearOperator:  # noqa: N802 - the conventional name of the normal operator
+        """F^H F: :meth:`normal` with unit weights and no maps (the engine's Toeplitz normal operator), on
+        images ``(coils, *matrix)`` (or ``matrix`` for one coil)."""
+        return self.normal()
+
     def _input(self, source: str, name: str, value: Any, shape: tuple[int, ...],
                finite: bool = True) -> tuple[Any, bool]:
         """``value`` checked (complex, finite unless ``finite`` is False for a CuPy input, shape ``shape`` or,

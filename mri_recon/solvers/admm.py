@@ -8,9 +8,9 @@ l1-wavelets), scaled dual ``u``, penalty ``2 rho``; with ``N = A^H W A`` and ``b
     u <- u + K x - z
 
 The x-update is ``inner_iterations`` CG steps on the Toeplitz normal operator plus ``rho K^H K`` (``rho I``
-for an orthogonal wavelet), warm-started at the previous x; the z- and u-updates are one fused kernel. On a
-GPU the whole loop is kernel launches and device copies: CG keeps its step sizes on the device
-(``kernels/cg.cu``, a fixed number of steps, no convergence test), and the host reads back only the
+for an orthogonal wavelet), warm-started at the previous x (:class:`~.cg.WarmCg`); the z- and u-updates are
+one fused kernel. On a GPU the whole loop is kernel launches and device copies: CG keeps its step sizes on the
+device (``kernels/cg.cu``, a fixed number of steps, no convergence test), and the host reads back only the
 objective, every ``check_every`` iterations.
 
 The objective ``f(x) = Re<x, N x> - 2 Re<x, b> + d^H W d + lam R(K x)`` is reported relative to
@@ -24,11 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ..backend import Device, get_xp, is_gpu_array
+from ..backend import get_xp
 from ..errors import InvalidDataError
-from .cg import inner
+from .cg import WarmCg, inner
 from .proximal import group_norm, l1_norm, shrink_update
 
 Callback = Callable[[int, Any, float], None]
@@ -99,7 +97,7 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
     u = xp.zeros_like(z)
     energy = data_energy if data_energy > 0 else 1.0
     history = [1.0]
-    solve = _DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
+    solve = WarmCg(operator, rhs, inner_iterations)
     threshold = lam / (2.0 * rho)
     # CG's residual r = b - A x is carried from one x-update to the next: with the new right-hand side it is
     # r + (b_new - b_old), which saves one operator product per iteration (a third with 2 CG steps)
@@ -111,10 +109,7 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
             r += b
             r -= previous
         previous = b
-        if solve is not None:
-            solve(x, r)
-        else:
-            _host_cg(operator, x, r, inner_iterations)
+        solve(x, r)
         kx = sparsity.forward(x)
         shrink_update(kx, u, z, threshold, groups=sparsity.groups)
         if k % check_every and k != iterations:
@@ -125,73 +120,3 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
         if callback is not None:
             callback(k, x, value)
     return x, tuple(history)
-
-
-def _host_cg(operator: Any, x: Any, r: Any, steps: int) -> None:
-    """``steps`` CG steps on ``A x = b`` from ``x`` with residual ``r = b - A x``; both updated in place."""
-    p = r.copy()
-    rr = inner(r, r).real
-    for _ in range(steps):
-        if rr == 0.0:
-            return
-        ap = operator(p)
-        alpha = rr / inner(p, ap).real
-        x += alpha * p
-        r -= alpha * ap
-        rr_new = inner(r, r).real
-        p *= rr_new / rr
-        p += r
-        rr = rr_new
-
-
-class _DeviceCg:
-    """A fixed number of complex64 CG steps with ``kernels/cg.cu``, warm-started, queued without any host
-    synchronization (the step sizes live on the device). Buffers are allocated once."""
-
-    def __init__(self, operator: Any, like: Any, steps: int) -> None:
-        from ..kernels import get_kernel  # noqa: PLC0415 - GPU only
-        from .gpu_cg import CG_BLOCKS, CG_THREADS  # noqa: PLC0415 - GPU only
-
-        xp = get_xp(like)
-        device = Device(int(like.device.id))
-        self.xp, self.steps = xp, steps
-        self.dot = get_kernel("cg.cu", "mri_recon_cg_dot", None, device)
-        self.step = get_kernel("cg.cu", "mri_recon_cg_step", None, device)
-        self.direction = get_kernel("cg.cu", "mri_recon_cg_direction", None, device)
-        self.n = np.int64(like.size)
-        self.grid = (max(1, min(-(-like.size // CG_THREADS), CG_BLOCKS)),)
-        self.block = (CG_THREADS,)
-        self.partial = xp.empty(self.grid[0], dtype=xp.float64)
-        self.counter = xp.zeros(1, dtype=xp.uint32)
-        self.done = xp.zeros(1, dtype=xp.int32)
-        self.before = xp.full(1, -1, dtype=xp.int32)  # makes the dot kernel write rr[0]
-        self.rr = xp.empty(steps + 1, dtype=xp.float64)
-        self.pap = xp.empty(steps + 1, dtype=xp.float64)
-        self.p = xp.empty_like(like)
-        self.ap = xp.empty_like(like)
-        self.operator = operator
-        self.into = operator.apply_into if getattr(operator, "writes_into", False) else None
-
-    def _apply(self, x: Any, out: Any) -> None:
-        if self.into is not None:
-            self.into(x, out)
-        else:
-            out[...] = self.operator(x)
-
-    def __call__(self, x: Any, r: Any) -> None:
-        """``steps`` CG steps on ``A x = b`` from ``x`` with residual ``r = b - A x``: both updated in place."""
-        self.p[...] = r
-        self.done.fill(0)
-        args = (self.n, self.partial, self.counter)
-        self.dot(self.grid, self.block, (r, r, *args, self.rr, self.before))
-        for _ in range(self.steps):
-            self._apply(self.p, self.ap)
-            self.dot(self.grid, self.block, (self.p, self.ap, *args, self.pap, self.done))
-            self.step(self.grid, self.block, (x, r, self.p, self.ap, self.pap, self.rr, self.done, *args))
-            self.direction(self.grid, self.block, (self.p, r, self.rr, self.done, self.n, self.counter))
-
-
-DeviceCg = _DeviceCg
-"""Public name of the device CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""
-host_cg = _host_cg
-"""Public name of the host CG of the x-update (used by :mod:`mri_recon.solvers.temporal`)."""

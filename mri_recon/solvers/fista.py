@@ -1,7 +1,7 @@
 """FISTA for ``min_x ||W^(1/2) (A x - d)||^2 + lam ||Psi x||_1`` with an orthogonal wavelet ``Psi``.
 
 With ``N = A^H W A``, ``b = A^H W d`` and ``L = 2 ||N||`` (the Lipschitz constant of the data term's
-gradient ``2 (N x - b)``; ``||N||`` by power iteration, read back once):
+gradient ``2 (N x - b)``; ``||N||`` by power iteration, :func:`~.power.operator_norm`, read back once):
 
     x_k = Psi^H soft(Psi (y - (2 / L) (N y - b)), lam / L),   t_k = (1 + sqrt(1 + 4 t_{k-1}^2)) / 2,
     y   = x_k + ((t_{k-1} - 1) / t_k) (x_k - x_{k-1})
@@ -20,24 +20,8 @@ import numpy as np
 
 from ..backend import get_xp
 from .admm import Callback, objective
+from .power import operator_norm
 from .proximal import l1_norm, soft_threshold
-
-POWER_ITERATIONS = 30
-"""Power-iteration steps for ``||N||`` (the estimate is raised by 2% against the slow approach from below)."""
-
-
-def operator_norm(normal: Any, like: Any, steps: int = POWER_ITERATIONS, seed: int = 0) -> float:
-    """``||N||`` of a Hermitian positive semi-definite operator by power iteration (one read-back)."""
-    xp = get_xp(like)
-    rng = np.random.default_rng(seed)
-    v = xp.asarray((rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape)).astype(like.dtype))
-    v /= xp.linalg.norm(v)
-    norm = None
-    for _ in range(steps):
-        w = normal(v)
-        norm = xp.linalg.norm(w)
-        v = (w / xp.maximum(norm, np.float32(1e-30))).astype(like.dtype, copy=False)
-    return float(norm)
 
 
 def fista(normal: Any, rhs: Any, psi: Any, *, lam: float, iterations: int, data_energy: float,
@@ -47,7 +31,7 @@ def fista(normal: Any, rhs: Any, psi: Any, *, lam: float, iterations: int, data_
     x = xp.zeros_like(rhs)
     if not float(xp.abs(rhs).max()) > 0:
         return x, (1.0,)
-    lipschitz = 2.0 * 1.02 * operator_norm(normal, rhs)
+    lipschitz = 2.0 * operator_norm(normal, rhs)
     step = np.float32(2.0 / lipschitz)
     threshold = lam / lipschitz
     energy = data_energy if data_energy > 0 else 1.0

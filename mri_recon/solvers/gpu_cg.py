@@ -1,11 +1,12 @@
-"""The fused complex64 CG loop on a GPU (``kernels/cg.cu``): step sizes and residual history on the device.
+"""The device steps of the CG loop in :mod:`.cg`: complex64 CuPy vectors and the fused kernels of ``kernels/cg.cu``.
 
-Per iteration: the operator, then three launches (inner product, update of x and r with ||r||^2, new
-direction); inner products are deterministic float64 sums. The iteration index lives on the device, so every
-iteration queues the same work: when the operator writes into a given array
-(:attr:`~mri_recon.operators.base.LinearOperator.writes_into`), the second iteration is captured as a CUDA
-graph and replayed for the others, one launch per iteration. The host reads the residual history back only
-every ``check_every`` iterations, to test convergence and to report progress.
+Per iteration: the operator, then three launches (``<p, A p>``; the update of x and r with ``||r||^2``; the new
+direction); the inner products are deterministic float64 sums. The step sizes, the iteration index and the
+histories of ``<p, A p>`` and ``||r||^2`` live on the device, so the host queues iterations without waiting and
+reads the histories back only when the loop asks for them (:meth:`DeviceSteps.history`). Every iteration queues
+the same work; with ``replay`` and an operator that writes into a given array
+(:attr:`~mri_recon.operators.base.LinearOperator.writes_into`), the second iteration is captured as a CUDA graph
+and replayed for the others, one launch per iteration.
 """
 
 from __future__ import annotations
@@ -15,17 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp
-from ..errors import InvalidDataError
+from ..backend import Device, get_xp, to_host
 from ..kernels import get_kernel
 from ..operators.replay import capture
-
-
-def _check_positive(paps: Any, iteration: int) -> None:
-    if not bool((np.asarray(paps) > 0).all()):
-        raise InvalidDataError(f"CG needs a positive definite operator, found <p, A p> <= 0 by iteration "
-                               f"{iteration}")
-
 
 CG_THREADS = 256
 """Threads per block of the fused CG kernels (``CG_THREADS`` in ``kernels/cg.cu``)."""
@@ -33,64 +26,78 @@ CG_BLOCKS = 512
 """Most blocks of the fused CG kernels (grid-stride loops beyond)."""
 
 
-def cg_fused(operator: Callable[[Any], Any], x: Any, r: Any, p: Any, b_norm: float, *, max_iterations: int,
-             tolerance: float, callback: Callable[[int, Any, float], None] | None,
-             check_every: int) -> tuple[Any, tuple[float, ...]]:
-    """complex64 CG with ``kernels/cg.cu`` (see the module docstring); called by :func:`~.cg.cg`.
+class DeviceSteps:
+    """CG iterations on complex64, C-contiguous CuPy vectors with ``kernels/cg.cu``; buffers allocated once.
 
-    Where graph capture is refused the iterations are queued one launch at a time, with the same results.
-    ``callback`` is called at each check, once for every iteration since the previous check, in order.
+    Parameters
+    ----------
+    operator
+        ``x -> A x``; its ``apply_into`` is used when it ``writes_into``.
+    like
+        A vector of the system (shape and device).
+    iterations
+        The most iterations after one :meth:`start` (the length of the histories).
+    replay
+        Capture the second iteration as a CUDA graph and replay it (when the operator writes into a given array
+        and more than two iterations may run). Only for operators whose ``apply_into`` allocates nothing: a
+        graph keeps the addresses it was captured with.
     """
-    xp = get_xp(x)
-    device = Device(int(x.device.id))
-    dot = get_kernel("cg.cu", "mri_recon_cg_dot", None, device)
-    step = get_kernel("cg.cu", "mri_recon_cg_step", None, device)
-    direction = get_kernel("cg.cu", "mri_recon_cg_direction", None, device)
-    n = np.int64(x.size)
-    grid = (max(1, min(-(-x.size // CG_THREADS), CG_BLOCKS)),)
-    block = (CG_THREADS,)
-    partial = xp.empty(grid[0], dtype=xp.float64)
-    counter = xp.zeros(1, dtype=xp.uint32)
-    done = xp.zeros(1, dtype=xp.int32)  # iterations completed, advanced by the direction kernel
-    histories = xp.empty((2, max_iterations + 1), dtype=xp.float64)  # read back together
-    pap, rr = histories[0], histories[1]  # <p, A p> of iteration i (index 0 unused), ||r_i||^2
-    dot(grid, block, (r, r, n, partial, counter, rr, xp.asarray(np.full(1, -1, dtype=np.int32))))  # rr[0]
-    first = float(rr[0]) ** 0.5 / b_norm
-    if first <= tolerance:
-        return x, (first,)
-    into = operator.apply_into if getattr(operator, "writes_into", False) else None
-    ap = xp.empty_like(x) if into is not None else None
 
-    def iterate() -> None:
-        if into is not None:
-            into(p, ap)
-            product = ap
-        else:
-            product = xp.ascontiguousarray(operator(p), dtype=xp.complex64)
-        dot(grid, block, (p, product, n, partial, counter, pap, done))
-        step(grid, block, (x, r, p, product, pap, rr, done, n, partial, counter))
-        direction(grid, block, (p, r, rr, done, n, counter))
+    reads_free = False
+    """Reading :meth:`history` waits for the device: the loop reads it only every few iterations."""
 
-    graph = None
-    iteration = checked = 0
-    for iteration in range(1, max_iterations + 1):
-        if graph is not None:
-            graph.launch(xp.cuda.get_current_stream())
+    def __init__(self, operator: Callable[[Any], Any], like: Any, iterations: int, *, replay: bool = False) -> None:
+        xp = get_xp(like)
+        device = Device(int(like.device.id))
+        self.xp, self.operator = xp, operator
+        self.kernels = tuple(get_kernel("cg.cu", f"mri_recon_cg_{name}", None, device)
+                             for name in ("dot", "step", "direction"))
+        self.n = np.int64(like.size)
+        self.launch = ((max(1, min(-(-like.size // CG_THREADS), CG_BLOCKS)),), (CG_THREADS,))
+        self.partial = xp.empty(self.launch[0][0], dtype=xp.float64)
+        self.counter = xp.zeros(1, dtype=xp.uint32)
+        self.done = xp.zeros(1, dtype=xp.int32)  # iterations completed, advanced by the direction kernel
+        self.before = xp.full(1, -1, dtype=xp.int32)  # makes the dot kernel write the history's entry 0
+        self.histories = xp.empty((2, int(iterations) + 1), dtype=xp.float64)  # read back together
+        self.pap, self.rr = self.histories[0], self.histories[1]  # <p, A p> (entry 0 unused), ||r||^2
+        self.p = xp.empty(like.shape, dtype=xp.complex64)
+        self.into = operator.apply_into if getattr(operator, "writes_into", False) else None
+        self.ap = xp.empty_like(self.p) if self.into is not None else None
+        self.replay = bool(replay) and self.into is not None and iterations > 2
+        self.graph: Any = None
+        self.taken = 0
+
+    def start(self, r: Any) -> None:
+        """Queue ``p = r`` and ``||r||^2`` as the history's entry 0; the iteration index back to 0."""
+        self.p[...] = r
+        self.done.fill(0)
+        self.graph, self.taken = None, 0
+        self.kernels[0](*self.launch, (r, r, self.n, self.partial, self.counter, self.rr, self.before))
+
+    def step(self, x: Any, r: Any) -> None:
+        """Queue one iteration on ``x`` and ``r`` (updated in place): ``A p``, ``<p, A p>``, x and r with
+        ``||r||^2``, the new direction. No host synchronization."""
+        if self.graph is not None:
+            self.graph.launch(self.xp.cuda.get_current_stream())
+            return
+        self._queue(x, r)
+        self.taken += 1
+        if self.taken == 1 and self.replay:
+            self.graph = capture(self.xp, lambda: self._queue(x, r))  # None where capture is refused
+
+    def _queue(self, x: Any, r: Any) -> None:
+        dot, step, direction = self.kernels
+        if self.into is not None:
+            self.into(self.p, self.ap)
+            product = self.ap
         else:
-            iterate()
-            if iteration == 1 and into is not None and max_iterations > 2:
-                graph = capture(xp, iterate)
-        if iteration % check_every and iteration != max_iterations:
-            continue
-        # one read-back per check: <p, A p> and ||r||^2 of every iteration since the last check
-        history = histories.get()[:, checked + 1:iteration + 1]
-        _check_positive(history[0], iteration)
-        residuals = np.sqrt(history[1]) / b_norm
-        if callback is not None:
-            for i, residual in enumerate(residuals, start=checked + 1):
-                callback(i, x, float(residual))
-        checked = iteration
-        if residuals[-1] <= tolerance:
-            break
-    history = np.sqrt(rr[: iteration + 1].get()) / b_norm
-    return x, tuple(float(v) for v in history)
+            product = self.xp.ascontiguousarray(self.operator(self.p), dtype=self.xp.complex64)
+        common = (self.n, self.partial, self.counter)
+        dot(*self.launch, (self.p, product, *common, self.pap, self.done))
+        step(*self.launch, (x, r, self.p, product, self.pap, self.rr, self.done, *common))
+        direction(*self.launch, (self.p, r, self.rr, self.done, self.n, self.counter))
+
+    def history(self, start: int, stop: int) -> tuple[list[float], list[float]]:
+        """``<p, A p>`` and ``||r||^2`` of iterations ``start`` to ``stop - 1`` (0: the start), one read-back."""
+        pap, rr = to_host(self.histories)[:, start:stop]
+        return pap.tolist(), rr.tolist()

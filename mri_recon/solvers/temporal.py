@@ -14,9 +14,10 @@ Two solvers, both NumPy and CuPy (every step array operations or the existing ke
 thresholds, ``tv.cu`` for spatial TV, ``cg.cu`` for ADMM's x-update):
 
 - :func:`joint_admm`: ADMM with one split ``z_j = K_j x`` per term, scaled duals, one penalty ``2 rho``;
-  the x-update is ``inner_iterations`` warm-started CG steps on ``N + rho sum_j K_j^H K_j``.
+  the x-update is ``inner_iterations`` warm-started CG steps on ``N + rho sum_j K_j^H K_j`` (:class:`~.cg.WarmCg`).
 - :func:`joint_pdhg`: the primal-dual method of Condat and Vu with the data term linearized (one normal
-  operator product per iteration, no inner solve); steps from ``||N||`` (power iteration) and ``||K_j||^2``.
+  operator product per iteration, no inner solve); steps from ``||N||`` (power iteration,
+  :func:`~.power.operator_norm`) and ``||K_j||^2``.
 
 Both report the objective relative to its value at ``x = 0`` (``d^H W d``).
 """
@@ -30,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, is_gpu_array
+from ..backend import get_xp
 from ..errors import InvalidDataError
-from .admm import Callback, DeviceCg, Sparsity, host_cg, objective
-from .cg import inner
+from .admm import Callback, Sparsity, objective
+from .cg import WarmCg, inner
+from .power import operator_norm
 from .proximal import shrink_update
 from .temporal_terms import time_difference, time_difference_adjoint
 
@@ -181,7 +183,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
     z = [xp.zeros(t.sparsity.shape, dtype=rhs.dtype) for t in terms]
     u = [xp.zeros_like(v) for v in z]
     energy = data_energy if data_energy > 0 else 1.0
-    solve = DeviceCg(operator, rhs, inner_iterations) if is_gpu_array(rhs) else None
+    solve = WarmCg(operator, rhs, inner_iterations)
     history, r, previous = [1.0], rhs.copy(), rhs
     for k in range(1, iterations + 1):
         b = rhs
@@ -191,10 +193,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
             r += b
             r -= previous
         previous = b
-        if solve is not None:
-            solve(x, r)
-        else:
-            host_cg(operator, x, r, inner_iterations)
+        solve(x, r)
         for term, zj, uj in zip(terms, z, u):
             shrink_update(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho), groups=term.sparsity.groups)
         if k % check_every == 0 or k == iterations:
@@ -202,24 +201,6 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
             if callback is not None:
                 callback(k, x, history[-1])
     return x, tuple(history)
-
-
-def operator_norm(operator: Callable[[Any], Any], like: Any, iterations: int = 20, seed: int = 0) -> float:
-    """The largest eigenvalue of a Hermitian positive semi-definite ``operator`` by power iteration from a
-    fixed pseudo-random start, raised by 2% (a safe upper estimate for step sizes)."""
-    xp = get_xp(like)
-    rng = np.random.default_rng(seed)  # on the host: the same start on every device
-    v = xp.asarray((rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape)).astype(like.dtype))
-    value = 0.0
-    for _ in range(iterations):
-        norm = math.sqrt(inner(v, v).real)
-        if norm == 0.0:
-            return 0.0
-        v = v * (1.0 / norm)
-        w = operator(v)
-        value = inner(v, w).real
-        v = w
-    return 1.02 * value
 
 
 def _project(y: Any, lam: float, groups: int) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 from ...backend import cpu_threads, get_xp
 from ...errors import InvalidDataError
 from ..base import LinearOperator
-from ..normal.toeplitz import ToeplitzNormal, kernel_spectrum
+from ..normal.toeplitz import kernel_spectrum
 from . import cost
 from .encoding import Encoding
 from .gpu import GpuEncoding
@@ -179,15 +179,6 @@ class CartesianEncoding(Encoding):
         spectrum = self.spectrum(weights, maps) if spectrum is None else spectrum
         return self.toeplitz_normal(spectrum, maps, lam, coil_batch)
 
-    @classmethod
-    def toeplitz_normal(cls, spectrum: Any, maps: Any = None, lam: float = 0.0,
-                        coil_batch: int | None = None) -> LinearOperator:
-        """A spectrum of the maps' image shape (:meth:`mask_spectrum`) runs on the image grid, any other on
-        the 2x grid (:meth:`Encoding.toeplitz_normal`)."""
-        if maps is None or tuple(spectrum.shape) != tuple(maps.shape[1:]):
-            return super().toeplitz_normal(spectrum, maps, lam, coil_batch)
-        return ToeplitzNormal(spectrum, tuple(spectrum.shape), coil_maps=maps, lam=lam, coil_batch=coil_batch)
-
 
 class GpuCartesianEncoding(CartesianEncoding, GpuEncoding):
     """:class:`CartesianEncoding` on CuPy arrays (cuFFT through ``cupy.fft``); with maps the fused SENSE
@@ -195,15 +186,6 @@ class GpuCartesianEncoding(CartesianEncoding, GpuEncoding):
 
     name = "fft"
     device_kind = "gpu"
-
-    @classmethod
-    def toeplitz_normal(cls, spectrum: Any, maps: Any = None, lam: float = 0.0,
-                        coil_batch: int | None = None) -> LinearOperator:
-        if maps is None:
-            return super().toeplitz_normal(spectrum, maps, lam, coil_batch)  # the 2x grid, unfused
-        from ..normal.gpu_toeplitz import FusedSenseNormal  # noqa: PLC0415 - GPU only
-
-        return FusedSenseNormal(spectrum, maps, lam, coil_batch)
 
 
 class MaskNormal(LinearOperator):

@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...backend import get_xp
 from ..base import LinearOperator
-from ..normal.toeplitz import ToeplitzNormal, kernel_spectrum
+from ..normal.toeplitz import kernel_spectrum, normal_operator
 from . import cost
 
 NUFFT_EPS = 1e-7
@@ -155,11 +156,18 @@ class Encoding(LinearOperator):
     @classmethod
     def toeplitz_normal(cls, spectrum: Any, maps: Any = None, lam: float = 0.0,
                         coil_batch: int | None = None) -> LinearOperator:
-        """The Toeplitz normal operator of a kernel ``spectrum`` on this engine's device
-        (:class:`~mri_recon.operators.normal.toeplitz.ToeplitzNormal`; GPU engines: the fused operator with
-        maps)."""
-        matrix = tuple(n // 2 for n in spectrum.shape)
-        return ToeplitzNormal(spectrum, matrix, coil_maps=maps, lam=lam, coil_batch=coil_batch)
+        """The Toeplitz normal operator of a kernel ``spectrum`` (2x grid, or with maps the maps' image grid) on
+        the arrays' device: :func:`~mri_recon.operators.normal.toeplitz.normal_operator` (the fused operator for
+        CuPy maps)."""
+        return normal_operator(spectrum, coil_maps=maps, lam=lam, coil_batch=coil_batch)
+
+    @property
+    def N(self) -> LinearOperator:  # noqa: N802 - the conventional name of the normal operator
+        """``F^H F``: the engine's own normal operator, :meth:`normal` with unit weights and no maps (for the
+        plain engines the Toeplitz embedding, exact up to float32 rounding). Like every normal operator without
+        maps it takes images ``matrix`` with any leading axes, here the batch."""
+        ones = get_xp(self.trajectory).ones(self.oshape[-1], dtype=np.float32)
+        return self.normal(ones)
 
 
 class _EncodingPsf:

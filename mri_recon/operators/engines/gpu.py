@@ -10,8 +10,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..base import LinearOperator
-from ..normal.toeplitz import ToeplitzNormal
 from . import cost
 from .encoding import GPU_NUFFT_EPS, Encoding
 from .nufft_launch import nufft_configurations
@@ -22,21 +20,10 @@ NUFFT_MAX_GROUP = 8
 
 
 class GpuEncoding(Encoding):
-    """What the GPU engines share: CuPy arrays on the current device, the fused SENSE normal operator."""
+    """What the GPU engines share: CuPy arrays on the current device (with CuPy maps,
+    :meth:`~.encoding.Encoding.toeplitz_normal` gives the fused SENSE normal operator)."""
 
     device_kind = "gpu"
-
-    @classmethod
-    def toeplitz_normal(cls, spectrum: Any, maps: Any = None, lam: float = 0.0,
-                        coil_batch: int | None = None) -> LinearOperator:
-        """With maps the fused :class:`~mri_recon.operators.normal.gpu_toeplitz.FusedSenseNormal` (which
-        writes into a given array, for CUDA-graph CG); without, :class:`ToeplitzNormal` on CuPy arrays."""
-        if maps is None:
-            return ToeplitzNormal(spectrum, tuple(n // 2 for n in spectrum.shape), coil_maps=None, lam=lam,
-                                  coil_batch=coil_batch)
-        from ..normal.gpu_toeplitz import FusedSenseNormal  # noqa: PLC0415 - GPU only
-
-        return FusedSenseNormal(spectrum, maps, lam, coil_batch)
 
 
 class GpuExactEncoding(GpuEncoding):

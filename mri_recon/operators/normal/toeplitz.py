@@ -193,17 +193,21 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
                     coil_batch: int | None = None) -> LinearOperator:
     """The CG operator: ``A x = sum_c conj(S_c) T(S_c x) + lam x``, or ``A x = T x + lam x`` without maps.
 
+    The one place that chooses a Toeplitz normal operator by array type: every engine's
+    :meth:`~mri_recon.operators.engines.encoding.Encoding.toeplitz_normal` comes here.
+
     Parameters
     ----------
     spectrum
-        Toeplitz kernel spectrum from :func:`kernel_spectrum`.
+        Toeplitz kernel spectrum from :func:`kernel_spectrum` on the 2x grid, or, with maps, one of the maps'
+        image shape (a Cartesian sampling mask's, circular convolution on the image grid).
     coil_maps
         complex64 ``(C, *matrix)`` sensitivities S (CG-SENSE, x has shape ``matrix``), or None (x has any
         leading batch axes, e.g. one image per coil, each solved independently).
     lam
         Absolute Tikhonov weight (already scaled by the caller).
     coil_batch
-        Coils pushed through the 2x-grid FFTs at once (bounds the work memory); None: all.
+        Coils pushed through the FFTs at once (bounds the work memory); None: all.
 
     Returns
     -------
@@ -211,9 +215,10 @@ def normal_operator(spectrum: Any, *, coil_maps: Any = None, lam: float = 0.0,
         Hermitian positive (semi-)definite; the fused GPU operator (which writes into a given array, for
         CUDA-graph CG) when the maps are CuPy arrays.
     """
-    matrix = tuple(n // 2 for n in spectrum.shape)
     if coil_maps is not None and get_xp(coil_maps) is not np:
         from .gpu_toeplitz import FusedSenseNormal  # noqa: PLC0415 - GPU only
 
         return FusedSenseNormal(spectrum, coil_maps, lam, coil_batch)
+    image_grid = coil_maps is not None and tuple(spectrum.shape) == tuple(coil_maps.shape[1:])
+    matrix = tuple(spectrum.shape) if image_grid else tuple(n // 2 for n in spectrum.shape)
     return ToeplitzNormal(spectrum, matrix, coil_maps=coil_maps, lam=lam, coil_batch=coil_batch)

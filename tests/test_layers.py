@@ -37,7 +37,7 @@ LAYERS = [
     {"doctor"},
     {"batch"},
     {"server"},
-    {"cli", "console", "__init__", "__main__", "simulate"},
+    {"cli", "console", "__init__", "__main__"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

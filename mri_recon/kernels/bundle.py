@@ -1,7 +1,9 @@
 """Precompiled kernels: the bundle that ``scripts/build_kernels.py`` writes and the checks before one is loaded.
 
-The bundle is a folder (``bundle/`` beside this module, absent from the git tree, built before a wheel is made)
-of xz-compressed CUBIN and PTX files and ``manifest.json``. Every entry of the manifest records the kernel file,
+The bundle is a folder (``bundle/`` beside this module, package data) of xz-compressed CUBIN and PTX files and
+``manifest.json``: the configurations of a default reconstruction are committed with the sources
+(``scripts/build_kernels.py --defaults``), the rest of the registry is added before a release wheel is built
+(docs/kernels.md). Every entry of the manifest records the kernel file,
 its defines, the SHA-256 of its source with every ``#include "..."`` of this folder expanded in place, the exact
 compile options, the target (``sm_80`` .. ``compute_120``), the NVRTC version that built it and the SHA-256 of
 the binary. Its key is the SHA-256 of the first five (:func:`entry_key`).

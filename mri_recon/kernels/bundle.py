@@ -46,8 +46,8 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 ENV_SWITCH = "MRI_RECON_PRECOMPILED"
 TARGETS = ("sm_80", "sm_90", "sm_100", "sm_120", "compute_120")
-"""CUBIN for the data-centre generations (A100, H100/H200, B200) and the newest NVRTC 13 knows well (RTX 50),
-PTX of the newest for what comes after."""
+"""CUBIN for the data-centre architectures (sm_80 Ampere, sm_90 Hopper, sm_100 Blackwell) and the newest
+NVRTC 13 knows well (sm_120, consumer Blackwell), PTX of the newest for what comes after."""
 CUPY_FLAGS = ("-ftz=true", "--device-as-default-execution-space")
 """What ``cupy.RawModule(code=...)`` adds to our options (CuPy 14): a bundled binary is built with them too, so
 that it computes what the NVRTC path computes, bit for bit."""

@@ -20,7 +20,7 @@ up to :func:`plan_entries` plans (an encoding, or a PSF plan), least recently us
 device) and then by the trajectory's *bits*, compared with a private copy kept at the time (on the array's own
 device: NumPy on the host, CuPy on its GPU, one read back for all candidates), so a trajectory modified
 in place, or another one of the same shape, is never served a stale plan. Comparing costs one pass over the
-trajectory (about 10 us for 2 MB on an H200, plus one read-back), against a few milliseconds for a NUFFT plan.
+trajectory and one read-back, far less than making a NUFFT plan (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .engines.encoding import Encoding
 from .reads import DIFFERENT, Flags
 
 LIMIT_SHARE = 0.05
-"""Default limit of one entry: this share of the GPU's total memory (7 GB on an H200)."""
+"""Default limit of one entry: this share of the GPU's total memory."""
 LIMIT_VARIABLE = "MRI_RECON_MEMO_MAX"
 """Environment variable that sets the limit in bytes (0 turns the memo off)."""
 

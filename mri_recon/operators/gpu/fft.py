@@ -125,6 +125,12 @@ class CornerFft:
                 self._planes.fft(planes, planes, direction)
 
 
+def kept() -> int:
+    """Plans kept, small and large."""
+    with _LARGE_LOCK:
+        return _cached.cache_info().currsize + len(_LARGE)
+
+
 def release() -> None:
     """Drop every kept plan (their work areas go back to CuPy's memory pool once no operator holds them)."""
     _cached.cache_clear()

@@ -236,7 +236,7 @@ def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
     GPU workers run their host work (loading, prewhitening, writing) on one thread each: two processes with
     their default threads each ran far slower than one alone (the idle threads of each process's pools spin on
     the cores the other needs), with one thread each they nearly double the scans per second of one, and one
-    alone is no slower (scripts/batch_probe.py; docs/batch.md).
+    process alone is faster with one thread too (scripts/batch_probe.py; docs/batch.md).
     """
     share = "1" if gpu else str(max(1, cpu_threads() // max(1, workers)))
     return {name: share for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", THREADS_ENV)}

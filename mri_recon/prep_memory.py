@@ -29,8 +29,8 @@ ESPIRIT_KERNEL = {2: 6, 3: 5}
 (:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
 ESPIRIT_KEPT = 1 / 3
 """Share of the C x kernel^D calibration kernels ESPIRiT is assumed to keep (singular values above its
-threshold): the simulated scans of ``scripts/measure_planner.py`` keep 17-28%; noisier calibration data keep
-more, and their plan is low by that share of the kernels' images."""
+threshold): above what the simulated scans of ``scripts/measure_planner.py`` keep (docs/planner.md); noisier
+calibration data keep more, and their plan is low by that share of the kernels' images."""
 PIPE_MARGIN = 8 / (2 * math.pi * 0.25)
 """Pipe-Menon's grid margin in cycles per FOV: eight kernel widths (:mod:`mri_recon.prep.dcf`)."""
 PIPE_STEP = 0.5

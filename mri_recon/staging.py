@@ -1,20 +1,19 @@
 """Host-to-device copies through pinned buffers filled by several host threads (the copy up of
 :func:`mri_recon.backend.to_device`; CuPy is passed in, so that this module imports nothing of the package).
 
-A copy from pageable memory goes through the driver's own pinned staging, filled by the calling thread alone:
-on the H200's host about 6-9 GB/s with the source out of the host's caches (16 MiB in 2.7 ms). :class:`Staging`
-cuts the source into pieces, lets a pool of threads copy them into a ring of pinned buffers (NumPy's copy
-releases the GIL) and queues each buffer's transfer on the current stream as soon as it is full, so that the host
-copies run in parallel with each other and with the transfers. A buffer is filled again only after the event
-recorded behind its last transfer has passed. The copy returns when the last transfer has ended, as a pageable
-copy does: the source may then change and the device array is complete for work on any stream.
+A copy from pageable memory goes through the driver's own pinned staging, filled by the calling thread alone, so it
+runs no faster than one host thread copies. :class:`Staging` cuts the source into pieces, lets a pool of threads
+copy them into a ring of pinned buffers (NumPy's copy releases the GIL) and queues each buffer's transfer on the
+current stream as soon as it is full, so that the host copies run in parallel with each other and with the
+transfers. A buffer is filled again only after the event recorded behind its last transfer has passed. The copy
+returns when the last transfer has ended, as a pageable copy does: the source may then change and the device array
+is complete for work on any stream.
 
-Measured on the H200's host (``scripts/bench_upload.py``, the source out of the host's caches, as in a call;
-``docs/results/bench_upload_run18.json``): 8 threads and 4 MiB pieces took 1.8 / 4.7 / 14.5 ms for 16 / 100 /
-400 MiB against 2.7 / 15.8 / 47.7 ms for CuPy's pageable ``set``. One thread filling the same buffers is no
-faster than the driver's own staging (this is why an earlier pinned upload was dropped). Arrays of at most
-:data:`STAGED_ABOVE` bytes, and every array where this process may run on fewer than four cores, go up by a
-pageable copy (:func:`copy_up`).
+The gain is the host threads' parallel copies: one thread filling the same buffers is no faster than the driver's
+own staging (this is why an earlier pinned upload was dropped). ``scripts/bench_upload.py`` compares the two with
+the source out of the host's caches, as in a call (docs/benchmarks.md, "Copies up alone"); the thread count and
+piece size are its fastest on large arrays. Arrays of at most :data:`STAGED_ABOVE` bytes, and every array where
+this process may run on fewer than four cores, go up by a pageable copy (:func:`copy_up`).
 """
 
 from __future__ import annotations
@@ -41,11 +40,10 @@ THREADS = max(1, min(8, _cores() // 2))
 """Host threads filling the pinned buffers: half the cores this process may run on, at most 8."""
 
 STAGED_ABOVE = 16 * PIECE_BYTES
-"""Arrays of more bytes than this are staged (:func:`copy_up`). In the whole call on the H200 (the sweep of
-``scripts/bench_prepare.py --compare-pageable``, ``docs/results/bench_prepare_run18.json``) staging gained above
-it (3D 128^3 8 coils, k-space 105 MB: 178 ms against 201 ms pageable; 256^3 8 coils: 1.16 s against 1.40 s) and
-nothing beyond the comparison's noise below it (``bench_prepare_ab_run18b.json``, arrays of 17-67 MB staged:
-0.82-1.06 pageable / staged), although a copy alone gains there too."""
+"""Arrays of more bytes than this are staged (:func:`copy_up`): in the whole call staging gains above it and
+nothing beyond the comparison's noise below it, although a copy alone gains there too
+(``scripts/bench_prepare.py --compare-pageable``; docs/benchmarks.md, "The whole call on the GPU", and
+docs/changelog.md)."""
 
 
 class Staging:

@@ -110,8 +110,8 @@ def check_weights(weights: np.ndarray, source: str = "<memory>", what: str = "we
 def trajectory_extent(trajectory: Any) -> np.ndarray:
     """``max |k|`` of each axis of a ``(M, D)`` trajectory (NumPy or CuPy; D numbers come back to the host).
 
-    Column by column: NumPy's reduction along axis 0 of a narrow C-order array walks it one row at a time
-    (12 ms for 524,288 x 2 float32 on a 2-core machine; 0.2 ms this way)."""
+    Column by column: NumPy's reduction along axis 0 of a narrow C-order array walks it one row at a time,
+    far slower than one reduction per column (docs/benchmarks.md)."""
     xp = get_xp(trajectory)
     return np.array([float(xp.max(xp.abs(trajectory[:, d]))) if trajectory.shape[0] else 0.0
                      for d in range(trajectory.shape[1])])

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 
 import numpy as np
+from benchtools import wall_timed
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module
@@ -46,15 +46,7 @@ def trajectory(matrix: tuple[int, ...], kind: str, fraction: float) -> np.ndarra
 
 
 def median_time(fn, cupy, repeats: int) -> float:
-    fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return wall_timed(fn, repeats, lambda: cupy.cuda.Device().synchronize())[0]
 
 
 def measure(matrix, kind, fraction, coils, cupy, rng) -> dict:

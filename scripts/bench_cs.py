@@ -29,12 +29,12 @@ import functools
 import json
 import math
 import platform
-import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
+from benchtools import wall_timed as timed
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module, resolve_device, synchronize
@@ -79,18 +79,6 @@ def _host(array):
 
 def nrmse(image, truth) -> float:
     return float(np.linalg.norm(image - truth) / np.linalg.norm(truth))
-
-
-def timed(fn, repeats: int, sync) -> tuple[float, list[float], object]:
-    out = fn()  # warm-up: compilation, FFT plans, caches
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, out
 
 
 def ours(scan: Scan, regularizer: str, iterations: int, repeats: int, device, sync, method: str) -> dict:

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from benchtools import wall_timed
 
 from mri_recon import backend
 from mri_recon.io import ismrmrd as ismrmrd_io
@@ -46,15 +46,8 @@ BUDGET_S = 0.2 * 0.070
 
 
 def _median_time(fn, repeats: int, device: backend.Device = backend.CPU) -> tuple[float, list[float]]:
-    fn()  # warm-up: JIT compilation, page cache, plans
-    backend.synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        backend.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+    median, times, _ = wall_timed(fn, repeats, lambda: backend.synchronize(device))  # warm-up: JIT, page cache, plans
+    return median, times
 
 
 def _versions() -> dict:

@@ -39,12 +39,10 @@ import argparse
 import functools
 import json
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
-from benchtools import cuda_timed, radial_2d
+from benchtools import cuda_timed, radial_2d, wall_timed
 from benchtools import section as run_section
 
 import mri_recon
@@ -67,15 +65,8 @@ timed = functools.partial(cuda_timed, runs=RUNS)
 
 def wall(fn, runs: int) -> tuple[dict, object]:
     cupy = cupy_module()
-    out = fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        out = fn()
-        cupy.cuda.Device().synchronize()
-        times.append(time.perf_counter() - began)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}, out
+    median, times, out = wall_timed(fn, runs, lambda: cupy.cuda.Device().synchronize())
+    return {"median_s": median, "min_s": min(times), "runs": runs}, out
 
 
 def reference_adjoint(data, traj, fmap, times, voxels):

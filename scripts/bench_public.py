@@ -31,13 +31,12 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
-from benchtools import exact_adjoint, exact_forward, radial_2d, section
+from benchtools import exact_adjoint, exact_forward, radial_2d, section, wall_timed
 
 import mri_recon
 from mri_recon.backend import Device, cupy_module, resolve_device, synchronize
@@ -65,16 +64,8 @@ def crandn(xp, shape) -> object:
 
 
 def timed(fn, dev: Device, runs: int, warmup: int = 2) -> dict:
-    for _ in range(warmup):
-        fn()
-    synchronize(dev)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        synchronize(dev)
-        times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+    median, times, _ = wall_timed(fn, runs, lambda: synchronize(dev), warmup)
+    return {"median_s": median, "min_s": min(times), "runs": runs}
 
 
 def nrmse(xp, out, ref) -> float:

@@ -24,12 +24,12 @@ import io
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
+from benchtools import wall_timed as timed
 
 from mri_recon import __version__
 from mri_recon.backend import cupy_module, resolve_device
@@ -88,18 +88,6 @@ def problem_3d(n: int, seed: int = 0) -> Scan:
 
 def nrmse(image: np.ndarray, truth: np.ndarray) -> float:
     return float(np.linalg.norm(image - truth) / np.linalg.norm(truth))
-
-
-def timed(fn, repeats: int, sync) -> tuple[float, list[float], object]:
-    out = fn()  # warm-up: compilation, FFT plans, caches
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, out
 
 
 def ours_3d(scan: Scan, repeats: int, device, sync) -> dict:

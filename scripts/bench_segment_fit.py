@@ -15,10 +15,9 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 
 import numpy as np
+from benchtools import wall_timed
 
 import mri_recon
 from mri_recon.operators.offres import time_segments
@@ -26,13 +25,8 @@ from mri_recon.operators.offres.setup import plan_correction
 
 
 def timed(fn, runs: int) -> dict:
-    fn()
-    times = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+    median, times, _ = wall_timed(fn, runs)
+    return {"median_s": median, "min_s": min(times), "runs": runs}
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
-"""Helpers shared by the GPU benchmark scripts (imported from scripts/ when a script runs as
-``python scripts/NAME.py``): the golden-angle test trajectory and CUDA-event timing."""
+"""Helpers shared by the benchmark scripts (imported from scripts/ when a script runs as
+``python scripts/NAME.py``): the golden-angle test trajectory, CUDA-event and wall-clock timing, float64
+reference sums, sections that record their errors, child processes, JSON reports and a server to talk to."""
 
 from __future__ import annotations
 
@@ -41,6 +42,23 @@ def cuda_timed(fn, runs: int, warmup: int = 2) -> dict:
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
     return {"median_s": statistics.median(times), "min_s": min(times), "runs": runs}
+
+
+def wall_timed(fn, repeats: int, sync=lambda: None, warmup: int = 1) -> tuple[float, list[float], object]:
+    """``fn``'s wall time: ``warmup`` calls (compilation, FFT plans, caches), ``sync()``, then ``repeats`` calls
+    each followed by ``sync()`` (the device synchronized; nothing on the CPU). The median, every time, and the
+    last call's result."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times, out
 
 
 def positions(matrix, voxels) -> np.ndarray:

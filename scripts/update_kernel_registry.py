@@ -1,4 +1,5 @@
-"""Rewrite ``mri_recon/kernels/registry.json`` from the launchers: every configuration they can build.
+"""Rewrite ``mri_recon/kernels/registry.json`` from the launchers: every configuration they can build
+(:func:`mri_recon.operators.gpu.configurations.launcher_configurations`, the one list).
 
 Run after changing a kernel's ``-D`` contract or a launcher's choices; ``tests/test_kernel_registry.py``
 fails until the file matches. Usage: python scripts/update_kernel_registry.py
@@ -8,14 +9,8 @@ from __future__ import annotations
 
 import json
 
-from mri_recon.filters.gpu import compile_configurations as filter_configurations
 from mri_recon.kernels import registry
-from mri_recon.operators.engines.nufft_launch import compile_configurations as nufft_configurations
-
-
-def launcher_configurations() -> list[tuple[str, dict[str, int]]]:
-    """The exact transforms, the Toeplitz product, CG, the NUFFT and the post-filter, sorted, no repeats."""
-    return registry.canonical([*registry.exact_configurations(), *nufft_configurations(), *filter_configurations()])
+from mri_recon.operators.gpu.configurations import launcher_configurations
 
 
 def main() -> int:

@@ -9,11 +9,18 @@ under 60; the names of a vocabulary with a registry (engines, regularizers, solv
 series' temporal terms) are compared as text only inside that registry (:data:`VOCABULARIES`, read from the
 registries themselves; :data:`ALLOWED` lists the modules still to change), and every throughput constant lives
 in ``operators/engines/cost.py``.
+
+Text: no docstring or comment quotes a benchmark run (a time against another, a rate, the GPU it ran on, a run
+number or date): a docstring says what the code does and why, the figures live in docs/benchmarks.md. Only
+``backend`` imports ``cupy`` at module level; other modules reach CuPy's submodules inside functions.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +48,7 @@ LAYERS = [
     {"doctor"},
     {"batch"},
     {"server"},
-    {"cli", "console", "__init__", "__main__", "simulate"},
+    {"cli", "console", "__init__", "__main__"},
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -305,3 +312,129 @@ def test_every_throughput_is_defined_once_in_the_cost_module():
                     rates.setdefault(target.id, []).append(name)
     elsewhere = {rate: where for rate, where in rates.items() if where != ["operators.engines.cost"]}
     assert rates and not elsewhere, f"throughputs outside operators/engines/cost.py or defined twice: {elsewhere}"
+
+
+_ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+             "fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth")
+_TIME = r"(?:ns|us|µs|ms|s)"
+RUN_QUOTES = {
+    "a GPU model": r"\b(?:A100|H100|H200|B200|V100|L40S?|RTX ?\d{4})\b",
+    "a bandwidth": r"\d ?[kMGT]i?B/s\b",
+    "a rate": r"\b(?:pairs|triples|points|samples|scans|voxels)/s\b|\b\d(?:\.\d+)?e1[0-5]\b",
+    "a run": rf"\bruns? ?#?\d+\b|_run\d+|\b(?:{_ORDINALS}) run\b",
+    "a date": r"\b20\d\d-[01]\d-[0-3]\d\b",
+    "a time against another": rf"\d ?{_TIME}\b[^.;]{{0,40}}\bagainst\b|\bagainst \d[\d.]* ?{_TIME}\b",
+    "a time taken": rf"\btook\b[^.;]{{0,60}}?\d|\babout \d[\d.]* ?{_TIME}\b|\bin \d[\d.]* ?{_TIME}\b"
+                    rf"|\d ?{_TIME} (?:each|per (?:scan|call|iteration|application))\b",
+    "a speed-up": r"\d(?:\.\d+)?x (?:faster|slower|as long|the)\b|\d+(?:\.\d+)?% (?:faster|slower)\b"
+                  r"|\bbeats?\b[^.;]{0,40}\d+%",
+    "a measurement": r"\bmeasure[sd]?\b[^.;]{0,60}?\d|\d[\d,.]* measured\b",
+    "the machine's cores": r"\(\d+ cores?\)|\b\d+-core (?:machine|host)\b",
+}
+"""What quotes a benchmark run in a docstring or comment. Physical times (``16 ms readouts``, ``2.5 ms ticks``),
+tolerances and defaults are not runs and pass."""
+_RUN_QUOTES = {what: re.compile(pattern) for what, pattern in RUN_QUOTES.items()}
+
+
+def _texts(source: str) -> list[tuple[int, str]]:
+    """``(first line, text)`` of every docstring and other string statement, and of every comment."""
+    found = [(node.lineno, node.value.value) for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+             and isinstance(node.value.value, str)]
+    found += [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+              if token.type == tokenize.COMMENT]
+    return found
+
+
+def run_quotes(source: str) -> list[tuple[int, str, str]]:
+    """``(line, what, excerpt)`` of every run quoted in the docstrings and comments of ``source``; a match may
+    span lines, so each text is matched with its whitespace folded, and the line is the match's first."""
+    quotes = []
+    for first, text in _texts(source):
+        words = [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]
+        flat = " ".join(word for _, word in words)
+        starts = [0]
+        for _, word in words[:-1]:
+            starts.append(starts[-1] + len(word) + 1)
+        for what, pattern in _RUN_QUOTES.items():
+            for match in pattern.finditer(flat):
+                index = max(i for i, start in enumerate(starts) if start <= match.start())
+                line = first + text[:words[index][0]].count("\n")
+                quotes.append((line, what, flat[max(0, match.start() - 30):match.end() + 20]))
+    return quotes
+
+
+def test_no_docstring_or_comment_quotes_a_benchmark_run():
+    found = [f"{name}:{line}: {what}: ...{excerpt}..." for name, path in sorted(MODULES.items())
+             for line, what, excerpt in run_quotes(path.read_text())]
+    assert not found, ("docstrings and comments say what the code does and why; figures go to "
+                       "docs/benchmarks.md:\n" + "\n".join(found))
+
+
+QUOTED_BEFORE = [  # text the package's docstrings and comments held before the figures moved out
+    "on the H200's host about 6-9 GB/s with the source out of the host's caches (16 MiB in 2.7 ms)",
+    "8 threads and 4 MiB pieces took 1.8 / 4.7 / 14.5 ms for 16 / 100 /\n400 MiB",
+    "``docs/results/bench_cost_run13.json``, table in ``docs/benchmarks.md``",
+    "timed on an NVIDIA\nH200 on 2026-12-02",
+    "the kernel\nalone measures 3.1e12 on large problems",
+    "(8 coils: 5.9e12 triples/s; the\nfit's one-coil rate is high",
+    "3D 128^3 8-coil\nadjoint 10.0 ms against 11.7 ms with four warps per block",
+    "(measured on an H200: 8 is 2.7x faster than 4)",
+    "rows of 64 beat rows of 32 by 23% with 8 coils",
+    "measured relative error 1.2e-6..1.6e-6 against the float64 sum",
+    "object: about 955 measured)",
+    "(12 ms for 524,288 x 2 float32 on a 2-core machine; 0.2 ms this way)",
+    "# NumPy's stacked matmul of small matrices is 2.5x slower than einsum here (2 cores)",
+    "transform keeps the device busy for about 0.3 ms",
+    "(docs/benchmarks.md, seventh run)",
+    "8 small scans took 1.6-1.7 s\nwhere one process took 0.26 s",
+    "0.19 s per iteration at 128^2",
+]
+ALLOWED_TEXT = [
+    "the frame duration (default: 3.5 ms per readout, a golden-angle FLASH)",
+    "time stamps of a time series (2.5 ms ticks; io.frames)",
+    "up to about 2 kHz for 4 ms readouts, 450 Hz for 16 ms, 150 Hz for 50 ms",
+    "the centred times t - t_c must stay within +-1/2 s",
+    "raised by 2% (a safe upper estimate for step sizes)",
+    "the fastest of the two by the cost model (fitted by scripts/bench_cost.py; docs/benchmarks.md)",
+    "FINUFFT tolerance 1e-7; lambda 1e-3 relative to the peak; 1.02 of the estimate",
+    "Measured against tracemalloc and peak RSS on the CPU in ``docs/planner.md``",
+]
+
+
+@pytest.mark.parametrize("text", QUOTED_BEFORE)
+def test_the_check_sees_a_quoted_run(text):
+    assert run_quotes(f'"""{text}"""')
+
+
+def test_the_check_reads_comments_and_names_the_line():
+    source = 'x = 1\ny = 2  # 12 ms against 0.2 ms\n"""Text.\n\nTimed on an H200."""\n'
+    assert [(line, what) for line, what, _ in run_quotes(source)] == [(5, "a GPU model"),
+                                                                       (2, "a time against another")]
+
+
+@pytest.mark.parametrize("text", ALLOWED_TEXT)
+def test_the_check_passes_physical_times_and_tolerances(text):
+    assert not run_quotes(f'"""{text}"""\nx = 1  # {text}')
+
+
+def _module_level_imports(tree: ast.Module) -> list[str]:
+    """Modules imported outside any function (at the top, or in a module-level ``try``/``if``)."""
+    names, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+        elif isinstance(node, (ast.Try, ast.If, ast.With)):
+            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                     *[n for h in getattr(node, "handlers", []) for n in h.body]]
+    return names
+
+
+def test_only_the_backend_imports_cupy_at_module_level():
+    cupy = re.compile(r"^(?:cupy|cupyx|cupy_backends)(?:\.|$)")
+    found = sorted(name for name, path in MODULES.items() if name != "backend"
+                   and any(cupy.match(m) for m in _module_level_imports(ast.parse(path.read_text()))))
+    assert not found, f"CuPy imported at module level outside backend.py: {found}"

@@ -114,3 +114,67 @@ def test_one_lock_per_gpu_shared_by_every_thread():
     assert len({id(lock) for lock in seen}) == 1 and gpu_lock(7) is seen[0] and gpu_lock(6) is not seen[0]
     with gpu_lock(7), gpu_lock(7):  # re-entrant: a reconstruction may call another on the same thread
         pass
+
+
+FAKE_GPU = 97
+"""A device index no machine has: what the fake device keeps cannot be served to a real GPU."""
+
+
+def test_one_clear_frees_the_memo_the_plans_the_device_copies_and_the_fft_plans(monkeypatch):
+    import contextlib
+    import types
+
+    import mri_recon
+    from mri_recon.operators import memo as memo_module
+    from mri_recon.operators.gpu import fft as gpu_fft
+    from mri_recon.operators.gpu import launch
+
+    fake_cupy = types.SimpleNamespace(asarray=np.asarray,
+                                      cuda=types.SimpleNamespace(Device=lambda index: contextlib.nullcontext()))
+    monkeypatch.setattr(launch, "cupy_module", lambda: fake_cupy)  # device copies made by NumPy
+    monkeypatch.setattr(memo_module, "CACHES", memo_module.DeviceCaches())
+    monkeypatch.setattr(memo_module, "memo_limit", lambda device: 1 << 30)
+    monkeypatch.delenv(LIMIT_VARIABLE, raising=False)
+    fake = type("FakeGpu", (), {"index": FAKE_GPU, "is_gpu": True})()
+    rng = np.random.default_rng(5)
+    k, w = ((rng.random((60, 2)) - 0.5) * 8).astype(np.float32), rng.random(60).astype(np.float32)
+    try:
+        assert set(memo_module.CACHES.held().values()) == {0}
+        assert spectrum_memo(fake).store("nufft-gpu", (8, 8), k, w, "encoding", "spectrum")
+        mri_recon.fhd(np.ones((1, 60), np.complex64), k, (8, 8), device="cpu")
+        launch.on_device("lines", (8, 8), 0, FAKE_GPU)
+        gpu_fft._LARGE[((2, 8, 8), FAKE_GPU, False)] = "a plan"
+        assert memo_module.CACHES.held() == {"memo entries": 1, "plans": 1, "device copies": 1, "cufft plans": 1}
+        mri_recon.plan_cache_clear()
+        assert memo_module.CACHES.held() == {"memo entries": 0, "plans": 0, "device copies": 0, "cufft plans": 0}
+        assert spectrum_memo(fake).lookup("nufft-gpu", (8, 8), k, w) is None
+        info = mri_recon.plan_cache_info("cpu")
+        assert (info.hits, info.misses, info.entries, info.bytes) == (0, 0, 0, 0)
+    finally:
+        launch.on_device.cache_clear()
+        gpu_fft._LARGE.pop(((2, 8, 8), FAKE_GPU, False), None)
+
+
+@pytest.mark.gpu
+def test_gpu_one_clear_frees_what_the_gpu_keeps(scan, tmp_path):
+    import gc
+
+    import cupy
+
+    import mri_recon
+    from mri_recon.operators.memo import CACHES
+
+    mri_recon.plan_cache_clear()
+    gc.collect()
+    pool = cupy.get_default_memory_pool()
+    before = pool.used_bytes()
+    for method in ("exact", "nufft"):  # the exact launchers' device copies, the NUFFT's plans and cuFFT plans
+        _run(scan, method, PsfCache(tmp_path))
+        mri_recon.fhd(cupy.asarray(scan.kspace), cupy.asarray(scan.trajectory), scan.matrix, method=method,
+                      device="gpu")
+    held = CACHES.held()
+    assert held["memo entries"] == 1 and held["plans"] == 2 and held["device copies"] >= 1 and held["cufft plans"]
+    mri_recon.plan_cache_clear()
+    gc.collect()
+    assert set(CACHES.held().values()) == {0}
+    assert pool.used_bytes() <= before  # nothing kept holds device memory any more

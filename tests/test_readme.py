@@ -73,18 +73,13 @@ def test_the_python_api_gives_the_cli_image_bit_for_bit(tmp_path, monkeypatch):
     assert api.combine == "sense" and api.parameters["coil_maps"] == "walsh"  # the MRD file has no maps
 
 
-def test_the_flat_simulate_module_still_imports_with_a_warning():
-    import importlib
-    import sys
+def test_the_flat_simulate_module_is_gone():
+    from importlib.machinery import PathFinder
 
-    import pytest
+    import mri_recon
 
-    sys.modules.pop("mri_recon.simulate", None)
-    with pytest.warns(DeprecationWarning, match="mri_recon.simulate moved to mri_recon.sim.simulate"):
-        module = importlib.import_module("mri_recon.simulate")
-    from mri_recon import simulate_scan
-
-    assert module.simulate_scan is simulate_scan
+    assert PathFinder.find_spec("mri_recon.simulate", mri_recon.__path__) is None  # the package's own folder
+    assert mri_recon.simulate_scan.__module__ == "mri_recon.sim.simulate"
 
 
 def test_the_api_refuses_what_the_preparation_decides():

@@ -233,11 +233,10 @@ def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
     variables), so that ``workers`` processes do not oversubscribe the cores. Their images are bit-identical
     to a single run's: the CPU path gives the same bits for any thread count.
 
-    GPU workers run their host work (loading, prewhitening, writing) on one thread each. Measured on a
-    32-core host with two H200 (scripts/batch_probe.py): two pinned processes with their default threads took
-    150 ms per scan each against 48 ms alone (the idle threads of each process's pools spin on the cores the
-    other needs); with one thread each, 47 ms each, 1.94x the scans per second of one, and one alone was
-    faster too (45 ms).
+    GPU workers run their host work (loading, prewhitening, writing) on one thread each: two processes with
+    their default threads each ran far slower than one alone (the idle threads of each process's pools spin on
+    the cores the other needs), with one thread each they nearly double the scans per second of one, and one
+    process alone is faster with one thread too (scripts/batch_probe.py; docs/batch.md).
     """
     share = "1" if gpu else str(max(1, cpu_threads() // max(1, workers)))
     return {name: share for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", THREADS_ENV)}
@@ -255,8 +254,8 @@ def local_config(threads: dict[str, str] | None = None, dashboard: bool = True):
     (:func:`worker_threads`) set before they start (OpenBLAS reads its thread count when NumPy is imported),
     not Dask's nanny defaults (:data:`NANNY_ENVIRON`): ``OMP_NUM_THREADS=1`` and its kin would leave cores
     idle when there are fewer workers than cores, and ``MALLOC_TRIM_THRESHOLD_`` turns off glibc's dynamic mmap
-    threshold, so that every large temporary array is mapped and zeroed afresh (CG iterations measured 2.5x
-    slower in such a worker). A nanny takes a variable set in this process over its configuration, so
+    threshold, so that every large temporary array is mapped and zeroed afresh (CG iterations ran far slower in
+    such a worker: docs/batch.md). A nanny takes a variable set in this process over its configuration, so
     ``threads`` are set here too while the cluster starts; it then sets them (and ``PYTHONHASHSEED``) in its
     own process, this one, before spawning its worker. The caller's values are restored on exit. (A nanny
     that later restarts a dead worker sets them in this process again.)

@@ -23,9 +23,9 @@ from ..planner import plan
 from .task import ScanTask
 
 CLUSTER_START_S = 1.4
-"""Seconds to start a local cluster of two CPU worker processes, connect to it and close it, on the 2-core
-development machine (TLS with a temporary certificate; `--workers 2` batches of 8 small scans took 1.6-1.7 s
-where one process took 0.26 s). Slower hosts take longer: the figure decides only when a cluster is worth it."""
+"""Seconds to start a local cluster of two CPU worker processes, connect to it and close it (TLS with a
+temporary certificate), as timed on the development machine (docs/batch.md, "When a local cluster starts").
+Slower hosts take longer: the figure decides only when a cluster is worth it."""
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ def vector_elements(complex_: bool) -> int:
 STREAM_MAX_RADIUS = 3
 """Largest filter radius of the streaming kernel (it keeps ``2r + 1`` rows of partial sums in registers)."""
 STREAM_AUTO_RADIUS = 2
-"""Largest radius for which ``"auto"`` takes the streaming kernel, for float32 images. Measured on an H200
-(docs/benchmarks.md): 8192^2 radius 1 3.3 TB/s and radius 2 2.7 TB/s against 2.9 and 2.2 for the register
-kernel; at radius 3, and for complex64 images, the register kernel is faster."""
+"""Largest radius for which ``"auto"`` takes the streaming kernel, for float32 images: up to it the streaming
+kernel is the faster; at radius 3, and for complex64 images, the register kernel is (docs/benchmarks.md,
+"Post-filter")."""
 STREAM_ROWS = 8
 """Output rows of one thread of the streaming kernel (it walks ``STREAM_ROWS + 2r`` input rows)."""
 STREAM_WARPS = 4

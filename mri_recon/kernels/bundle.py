@@ -1,7 +1,9 @@
 """Precompiled kernels: the bundle that ``scripts/build_kernels.py`` writes and the checks before one is loaded.
 
-The bundle is a folder (``bundle/`` beside this module, absent from the git tree, built before a wheel is made)
-of xz-compressed CUBIN and PTX files and ``manifest.json``. Every entry of the manifest records the kernel file,
+The bundle is a folder (``bundle/`` beside this module, package data) of xz-compressed CUBIN and PTX files and
+``manifest.json``: the configurations of a default reconstruction are committed with the sources
+(``scripts/build_kernels.py --defaults``), the rest of the registry is added before a release wheel is built
+(docs/kernels.md). Every entry of the manifest records the kernel file,
 its defines, the SHA-256 of its source with every ``#include "..."`` of this folder expanded in place, the exact
 compile options, the target (``sm_80`` .. ``compute_120``), the NVRTC version that built it and the SHA-256 of
 the binary. Its key is the SHA-256 of the first five (:func:`entry_key`).
@@ -44,8 +46,8 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 ENV_SWITCH = "MRI_RECON_PRECOMPILED"
 TARGETS = ("sm_80", "sm_90", "sm_100", "sm_120", "compute_120")
-"""CUBIN for the data-centre generations (A100, H100/H200, B200) and the newest NVRTC 13 knows well (RTX 50),
-PTX of the newest for what comes after."""
+"""CUBIN for the data-centre architectures (sm_80 Ampere, sm_90 Hopper, sm_100 Blackwell) and the newest
+NVRTC 13 knows well (sm_120, consumer Blackwell), PTX of the newest for what comes after."""
 CUPY_FLAGS = ("-ftz=true", "--device-as-default-execution-space")
 """What ``cupy.RawModule(code=...)`` adds to our options (CuPy 14): a bundled binary is built with them too, so
 that it computes what the NVRTC path computes, bit for bit."""

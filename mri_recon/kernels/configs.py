@@ -17,9 +17,9 @@ FORWARD_RUN = 8
 FORWARD_TILE_WORDS = 8192
 """32-bit words of one shared-memory tile of the forward kernel (32 KB)."""
 PSF_VOX = 8
-"""Positions per thread of the real-weight PSF kernel (measured on an H200: 8 is 2.7x faster than 4)."""
-_VOX = {1: 8, 2: 4}  # positions per thread of "multi" and "recur" by coils per launch; 2 beyond (measured on
-# an H200, docs/benchmarks.md: 1 coil 8 beats 4 in 3D and ties in 2D; 8 coils 2 beats 4 and 8)
+"""Positions per thread of the real-weight PSF kernel (8: faster than 4, docs/benchmarks.md)."""
+_VOX = {1: 8, 2: 4}  # positions per thread of "multi" and "recur" by coils per launch; 2 beyond (the fastest
+# per coil count, docs/benchmarks.md "Exact F^H d kernels": 1 coil 8 in 3D, 8 and 4 alike in 2D; 8 coils 2)
 
 
 def positions_per_thread(coils: int) -> int:
@@ -34,9 +34,9 @@ and 1 kHz): both accumulations stay near 1e-6 of relative error up to 64 (walkin
 sums reach 1e-5 without re-seeds."""
 ROTATE_COILS = 1
 """Coil groups up to this size rotate the sums of F^H d with off-resonance and the time recurrence
-(``FHD_ROTATE`` 1, 4 + 14 C FMAs per mirror pair and sample); larger groups walk the phasors (20 + 8 C).
-Measured on an H200 (256^2, 262,144 samples): 1 coil rotating 1.22e12 against walking 0.99e12 pairs/s; 2 coils
-walking 1.87e12 against rotating 1.49e12 (the FMA count, 32 against 36, does not tell)."""
+(``FHD_ROTATE`` 1, 4 + 14 C FMAs per mirror pair and sample); larger groups walk the phasors (20 + 8 C). The
+faster of the two by coil count at 256^2 (docs/changelog.md, where the default was chosen): one coil rotates,
+two walk, which the FMA count (32 against 36 at two coils) does not tell."""
 
 
 def fhd_record_words(dim: int, coils: int, real: bool = False, offres: bool = False, flags: bool = False) -> int:
@@ -127,10 +127,7 @@ TC_MTILES = 4
 TC_MIN_COILS = 3
 """Smallest launch of coils that F^H d with off-resonance puts on the tensor cores by default. One 8-column tile
 (1..4 coils) takes the same time whatever its coil count, so the tensor cores catch up with ``fhd.cu`` at 3
-coils: measured on an H200 at 256^2, 262,144 samples, uniform readout times, field map prepared once, 3 coils
-ran at 2.35e12 on the tensor cores and 2.34e12 in ``fhd.cu`` (2.09e12 with other times, its phasor kernel,
-where the tensor cores do not change), 2 coils at 1.58e12 against 2.18e12, 4 coils at 3.18e12 against 2.78e12
-(docs/benchmarks.md, seventh run)."""
+coils and pass it at 4, and ``fhd.cu`` is faster at 2 (docs/benchmarks.md, "Off-resonance correction")."""
 
 
 def tc_column_tiles(coils: int) -> int:

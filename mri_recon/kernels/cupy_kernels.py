@@ -7,8 +7,8 @@ on every machine, so ``cupy_kernels.json`` (beside this module, written on a GPU
 and the other arguments of CuPy's compile call, in the order the reconstruction first needed them.
 :mod:`mri_recon.kernels.warmup` hands them to worker processes (:mod:`mri_recon.kernels.ahead`) that compile
 them into CuPy's own cache before the first GPU work of a process. (Replaying the requests in-process on
-threads made a cold start slower: about 50 NVRTC compiles contending for the CPU, 12.0 s against 8.5 s on the
-H200; NVRTC speeds up on processes, not on threads.)
+threads made a cold start slower, some 50 NVRTC compiles contending for the CPU: NVRTC speeds up on processes,
+not on threads; docs/benchmarks.md.)
 This uses CuPy's private ``cupy.cuda.compiler._compile_module_with_cache`` (to record) and
 ``cupy._core.core.assemble_cupy_compiler_options``.
 """

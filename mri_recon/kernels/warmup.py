@@ -3,8 +3,8 @@
 A default GPU reconstruction asks none (its kernels are mri-recon's, ``kernels/arith.cu`` among them), but other
 options (ramp or Pipe-Menon weights, Walsh or ESPIRiT maps, the sparse solvers, time series) make CuPy compile
 small kernels of its own (elementwise operations, reductions, CUB passes) on first use, one after the other on
-the calling thread: 0.1 s each, 1.6-2.2 s for a CUB pass on the H200. NVRTC does not speed up on threads of one
-process (54 compiles on threads took longer than one after another), but it does on processes. So CuPy's first
+the calling thread, a CUB pass the longest (docs/kernels.md). NVRTC does not speed up on threads of one process
+(compiles on threads took longer than one after another), but it does on processes. So CuPy's first
 compile request of a process (:func:`wait_before_compiling`) calls :func:`ensure`; the first for a CuPy cache folder
 and a device architecture, when that folder has no warm-up mark for this CuPy, NVRTC and record, starts worker
 processes (:mod:`mri_recon.kernels.ahead`, which imports only CuPy) that hand the recorded compile requests

@@ -1,10 +1,10 @@
 """Element-wise operations of a reconstruction on NumPy or CuPy arrays: NumPy on the host, the kernels of
 ``kernels/arith.cu`` on a GPU (its checks and reductions, read back to the host, are :mod:`.reads`).
 
-On a GPU these replace CuPy's generated kernels (``x * s``, ``isfinite(x).all()``, ``x.sum()``, ...), which
-NVRTC compiles on their first use in an installation, one after the other (about 10 s for a first 2-D
-reconstruction); ``arith.cu`` is one module, shipped precompiled (docs/kernels.md). Each function computes on the
-host what it computes on the device, to float32 rounding.
+On a GPU these replace CuPy's generated kernels (``x * s``, ``isfinite(x).all()``, ``x.sum()``, ...), which NVRTC
+compiles on their first use in an installation, one after the other (seconds for a first 2-D reconstruction:
+docs/benchmarks.md); ``arith.cu`` is one module, shipped precompiled (docs/kernels.md). Each function computes on
+the host what it computes on the device, to float32 rounding.
 """
 
 from __future__ import annotations

@@ -14,13 +14,16 @@ repetitions of one trajectory plans once, as the one-shot functions below do); t
 "memory"`` when it was served. The PSF cache (:class:`mri_recon.io.cache.PsfCache`) is the disk tier of the
 same idea.
 
+:class:`DeviceCaches` (:data:`CACHES`) owns every memo and plan cache, and :func:`plan_cache_clear` frees them
+with the launchers' device copies and the kept cuFFT plans.
+
 :class:`PlanCache` (one per device, :func:`plan_cache`) holds the same kind of thing for the public functions:
 up to :func:`plan_entries` plans (an encoding, or a PSF plan), least recently used first out, within
 :func:`plan_limit` bytes. An entry is found by its key (engine, matrix, the trajectory's shape, dtype and
 device) and then by the trajectory's *bits*, compared with a private copy kept at the time (on the array's own
 device: NumPy on the host, CuPy on its GPU, one read back for all candidates), so a trajectory modified
 in place, or another one of the same shape, is never served a stale plan. Comparing costs one pass over the
-trajectory (about 10 us for 2 MB on an H200, plus one read-back), against a few milliseconds for a NUFFT plan.
+trajectory and one read-back, far less than making a NUFFT plan (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .engines.encoding import Encoding
 from .reads import DIFFERENT, Flags
 
 LIMIT_SHARE = 0.05
-"""Default limit of one entry: this share of the GPU's total memory (7 GB on an H200)."""
+"""Default limit of one entry: this share of the GPU's total memory."""
 LIMIT_VARIABLE = "MRI_RECON_MEMO_MAX"
 """Environment variable that sets the limit in bytes (0 turns the memo off)."""
 
@@ -136,21 +139,19 @@ class SpectrumMemo:
             self._entry = entry if fits else None
         return fits
 
+    def held(self) -> int:
+        """Entries kept: 0 or 1."""
+        with self._lock:
+            return int(self._entry is not None)
+
     def clear(self) -> None:
         with self._lock:
             self._entry = None
 
 
-_MEMOS: dict[int, SpectrumMemo] = {}
-_MEMOS_LOCK = threading.Lock()
-
-
 def spectrum_memo(device: Device) -> SpectrumMemo:
-    """The memo of GPU ``device`` (one per device and process)."""
-    with _MEMOS_LOCK:
-        if device.index not in _MEMOS:
-            _MEMOS[device.index] = SpectrumMemo(device)
-        return _MEMOS[device.index]
+    """The memo of GPU ``device`` (one per device and process, owned by :data:`CACHES`)."""
+    return CACHES.of(device)[0]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -328,15 +329,57 @@ class PlanCache:
             self._hits = self._misses = 0
 
 
-_PLANS: dict[int, PlanCache] = {}
+class DeviceCaches:
+    """Everything the operators keep between calls, owned in one place: per device the reconstructions'
+    :class:`SpectrumMemo` and the one-shot functions' :class:`PlanCache`, and for every GPU the launchers'
+    device copies of host structures (:func:`~mri_recon.operators.gpu.launch.on_device`) and the kept cuFFT
+    plans (:mod:`mri_recon.operators.gpu.fft`). :meth:`clear` frees them all; :meth:`held` counts what is kept."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[SpectrumMemo, PlanCache]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, device: Device) -> tuple[SpectrumMemo, PlanCache]:
+        """The memo and the plan cache of ``device`` (made on first use)."""
+        with self._lock:
+            if device.index not in self._kept:
+                self._kept[device.index] = (SpectrumMemo(device), PlanCache(device))
+            return self._kept[device.index]
+
+    def plan_caches(self) -> list[PlanCache]:
+        with self._lock:
+            return [plans for _, plans in self._kept.values()]
+
+    def held(self) -> dict[str, int]:
+        """What is kept: memo entries, one-shot plans, device copies of the launchers' host structures and
+        cuFFT plans (all 0 after :meth:`clear`, until the next call keeps something)."""
+        from .gpu import fft, launch  # noqa: PLC0415 - GPU helpers, imported where they are asked about
+
+        with self._lock:
+            kept = list(self._kept.values())
+        return {"memo entries": sum(memo.held() for memo, _ in kept), "plans": sum(p.info().entries for _, p in kept),
+                "device copies": launch.on_device.cache_info().currsize, "cufft plans": fft.kept()}
+
+    def clear(self) -> None:
+        """Drop everything kept (its device memory goes back to CuPy's pool once no operator holds it) and
+        reset the plan caches' counters."""
+        from .gpu import fft, launch  # noqa: PLC0415 - GPU helpers, imported where they are cleared
+
+        with self._lock:
+            kept = [held for pair in self._kept.values() for held in pair]
+        for held in kept:
+            held.clear()
+        launch.on_device.cache_clear()
+        fft.release()
+
+
+CACHES = DeviceCaches()
+"""The process's one :class:`DeviceCaches`."""
 
 
 def plan_cache(device: Device) -> PlanCache:
-    """The plan cache of ``device`` (one per device and process)."""
-    with _MEMOS_LOCK:
-        if device.index not in _PLANS:
-            _PLANS[device.index] = PlanCache(device)
-        return _PLANS[device.index]
+    """The plan cache of ``device`` (one per device and process, owned by :data:`CACHES`)."""
+    return CACHES.of(device)[1]
 
 
 def plan_cache_info(device: Device | str | None = None) -> PlanCacheInfo:
@@ -345,22 +388,13 @@ def plan_cache_info(device: Device | str | None = None) -> PlanCacheInfo:
     summed over every device for None. Counters count since the process started or :func:`plan_cache_clear`."""
     if device is not None:
         return plan_cache(resolve_device(device)).info()
-    with _MEMOS_LOCK:
-        caches = list(_PLANS.values())
-    infos = [c.info() for c in caches]
+    infos = [c.info() for c in CACHES.plan_caches()]
     return PlanCacheInfo(sum(i.hits for i in infos), sum(i.misses for i in infos),
                          sum(i.entries for i in infos), plan_entries(), sum(i.bytes for i in infos))
 
 
 def plan_cache_clear() -> None:
-    """Drop every kept plan (freeing their memory) and reset the counters: the one-shot functions' plans, the
-    reconstructions' memo entries and the kept cuFFT plans."""
-    from .gpu.fft import release  # noqa: PLC0415 - the GPU's FFT plans, with the rest of what is kept
-
-    with _MEMOS_LOCK:
-        caches, memos = list(_PLANS.values()), list(_MEMOS.values())
-    for cache in caches:
-        cache.clear()
-    for memo in memos:
-        memo.clear()
-    release()
+    """Drop everything the operators keep between calls, freeing its memory, and reset the counters: the
+    one-shot functions' plans, the reconstructions' memo entries, the launchers' device copies of host
+    structures and the kept cuFFT plans (:meth:`DeviceCaches.clear`)."""
+    CACHES.clear()

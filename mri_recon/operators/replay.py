@@ -1,12 +1,12 @@
 """Work captured once as a CUDA graph and replayed: the fused CG loop's iterations and a planned operator's
 transform.
 
-A call of a planned GPU transform costs the host a few dozen launches and the Python around them. For a 2D
-problem, whose transform keeps the device busy for about 0.3 ms, the device spends a third of the call waiting
-for the launches that start it. :class:`Replay` captures the transform once (its launches only) and replays it:
-per call the input is copied into the buffer the graph reads, the graph is launched, and the result is copied
-out of the buffer it writes into a new array (two device-to-device copies of a few microseconds). Capture is an
-optimization: where the driver refuses it, the transform runs as before, with the same results.
+A call of a planned GPU transform costs the host a few dozen launches and the Python around them. A 2D transform
+keeps the device busy for less than a millisecond, so the device spends a good part of the call waiting for the
+launches that start it (docs/benchmarks.md). :class:`Replay` captures the transform once (its launches only) and
+replays it: per call the input is copied into the buffer the graph reads, the graph is launched, and the result is
+copied out of the buffer it writes into a new array (two device-to-device copies of a few microseconds). Capture is
+an optimization: where the driver refuses it, the transform runs as before, with the same results.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ compare with): a matrix applied over the row (channel) axis gives the same value
 whole array.
 
 The copy up is :func:`mri_recon.backend.upload_into`: arrays above 64 MiB through pinned buffers filled by
-several host threads (a pageable copy, the driver's staging filled by one thread, took 3.3-3.4x as long for
-100-400 MiB on the H200's host), smaller ones by one pageable copy (:mod:`mri_recon.staging`).
+several host threads (faster than a pageable copy, whose staging the driver fills from one thread:
+docs/benchmarks.md), smaller ones by one pageable copy (:mod:`mri_recon.staging`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ class IdleTimeout(TimeoutError):
 
 ACQUISITION_OVERHEAD = 1024
 """Bytes an acquisition holds besides its data and trajectory (its header and the ``ismrmrd.Acquisition``
-object: about 955 measured), counted with them against ``max_scan_bytes``."""
+object, rounded up: docs/server.md), counted with them against ``max_scan_bytes``."""
 KEPT_TEXT = 200
 """Characters of a TEXT message kept for the log; the rest is not held."""
 

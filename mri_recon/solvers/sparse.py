@@ -52,8 +52,8 @@ density weights (True) and without (False). ``l2``: relative to the normal opera
 was. ``tv`` and ``wavelet``: relative to ``max |A^H W d|``, the lambda of lowest NRMSE on 4x undersampled
 128^2 radial phantoms with 8 coils at SNR 10, 30 and 100 (``scripts/cs_lambda_table.py``, the table in
 docs/compressed_sensing.md), with Pipe-Menon weights and without. Without weights ``A^H A`` is far from a
-multiple of the identity (the centre of k-space dominates) and TV's best lambda is 10x smaller; the
-wavelets' 5e-3 is within 1% of the best NRMSE either way."""
+multiple of the identity (the centre of k-space dominates), so TV's best lambda is smaller there (hence its two
+defaults); the wavelets' one default is close to the best either way (docs/compressed_sensing.md)."""
 
 
 def resolve_lam(regularizer: str, lam: float | None, weighted: bool = True) -> float:

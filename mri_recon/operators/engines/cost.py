@@ -12,12 +12,11 @@ A reconstruction computes F^H d of every coil once and the Toeplitz PSF once, so
   then per coil the spreading ``NUFFT_SPREAD_S M w^D`` and the FFT of the fine grid
   ``NUFFT_FFT_S (2^D N)``; the PSF is one more plan and one real transform on the 2x grid.
 
-The constants are a non-negative least-squares fit (relative errors) to 32 problems timed on an NVIDIA
-H200 on 2026-12-02, after the NUFFT's spreading and interpolation were made faster (``scripts/bench_cost.py``:
-2D 32^2..256^2 radial and 3D 16^3..64^3 kooshball, full and 1/4 sampling, 1 and 8 coils;
-``docs/results/bench_cost_run13.json``, table in ``docs/benchmarks.md``): with them the model picks the faster
-engine in 30 of the 32 problems (the constants of 2026-11-30: 24). On another GPU the absolute times differ,
-but the crossover moves little, since both engines are bound by the same multiprocessors.
+The constants are a non-negative least-squares fit (relative errors) to the problems of
+``scripts/bench_cost.py`` (2D 32^2..256^2 radial and 3D 16^3..64^3 kooshball, full and 1/4 sampling, 1 and 8
+coils) timed on one GPU; the times, the GPU and how often the model picks the faster engine are in
+``docs/benchmarks.md`` ("``method="auto"`` on the GPU"). On another GPU the absolute times differ, but the
+crossover moves little, since both engines are bound by the same multiprocessors.
 """
 
 from __future__ import annotations
@@ -25,11 +24,13 @@ from __future__ import annotations
 import math
 
 R_EXACT = 7.04e12
-"""Voxel-sample pairs per second of the exact F^H d term, one coil, as fitted over whole calls (the kernel
-alone measures 3.1e12 on large problems; the fit shares the cost with the PSF and fixed terms)."""
+"""Voxel-sample pairs per second of the exact F^H d term, one coil, as fitted over whole calls (above the
+kernel's own rate, "Exact F^H d kernels" in docs/benchmarks.md: the fit shares the cost with the PSF and fixed
+terms)."""
 EXACT_COIL_SHARE = 1.22
-"""Extra cost of each further coil of a group relative to the first, as fitted (8 coils: 5.9e12 triples/s; the
-fit's one-coil rate is high, so the share of a further coil comes out above 1)."""
+"""Extra cost of each further coil of a group relative to the first, as fitted (the fit's one-coil rate is
+high, so the share of a further coil comes out above 1; a group of 8 runs at ``8 R_EXACT / (1 + 7 share)``
+coil-voxel-sample triples per second)."""
 R_PSF = 5.16e12
 """Voxel-sample pairs per second of the exact PSF kernel on the 2x grid (real weights, mirror pairs)."""
 EXACT_LAUNCH_S = 3.36e-4
@@ -56,21 +57,20 @@ FFT_S = {"gpu": 1.0e-11, "cpu": 1.5e-9}
 
 OFFRES_EXACT_PAIRS_PER_S = {"gpu": 3.8e12, "cpu": 1e8}
 """Coil-voxel-sample triples per second of one exact off-resonance transform (F or F^H; ``kernels/fhd.cu`` and
-``forward.cu`` with the field map, or the float64 sum). CPU: measured, 8 coils x 16,384 voxels x 77,296 samples
-in 101 s (float64 NumPy, 2 cores); GPU: measured on an H200, 8 coils x 65,536 voxels x 309,120 samples, the
-right-hand side and 30 CG iterations (31 x 2 transforms: F^H on the tensor cores at 5.1e12, F at 3.0e12) in
-2.63 s. One rate for every coil count: with 1 or 2 coils the transforms run at about 1.2e12 and 1.8e12 (F^H in
-fhd.cu, F), so exact correction is predicted up to 3.2x too fast there; it stays the slower choice by far
-(docs/offres.md: 93x the uncorrected time against the segments' 2-3x)."""
+``forward.cu`` with the field map, or the float64 sum). CPU: one 8-coil transform of the float64 sum at 128^2
+(docs/offres.md); GPU: the right-hand side and 30 CG iterations of an 8-coil 256^2 spiral, F^H on the tensor
+cores (scripts/bench_offres.py; docs/benchmarks.md, "Off-resonance correction"). One rate for every coil count:
+with 1 or 2 coils the transforms run slower per triple, so exact correction is predicted too fast there, but it
+stays the slower choice by far (docs/offres.md)."""
 SEGMENT_FFT_POINTS_PER_S = {"gpu": 1.4e11, "cpu": 1.2e8}
 """2x-grid points per second of the time-segmented normal operator's work per coil, counted as
-``2 L + L^2 / 4`` grids (FFTs and mixing). CPU: measured, 0.19 s per iteration at 128^2, 8 coils, L = 10; GPU:
-measured on an H200, 0.67 ms per application of the fused operator (``kernels/segments.cu``) at 256^2, 8
-coils, L = 10 (scripts/profile_segments.py)."""
+``2 L + L^2 / 4`` grids (FFTs and mixing). CPU: CG iterations at 128^2, 8 coils, L = 10; GPU: the fused
+operator (``kernels/segments.cu``) at 256^2, 8 coils, L = 10 (scripts/profile_segments.py); both in
+docs/offres.md."""
 SEGMENT_PSF_POINTS_PER_S = {"gpu": 4.1e9, "cpu": 1e7}
 """Samples plus 2x-grid points per second of one segment PSF (a batched F^H of the plain engine on the 2x
-grid, its spectrum included). CPU: measured, 55 PSFs of 77,296 samples on 256^2 in 0.75 s; GPU: measured on an
-H200, 55 PSFs of 309,120 samples on 512^2 with their spectra in 7.6 ms (GPU NUFFT)."""
+grid, its spectrum included). CPU: 55 segment PSFs on 256^2; GPU: 55 segment PSFs with their spectra on 512^2
+(GPU NUFFT); both in docs/offres.md."""
 
 
 def fft_seconds(kind: str, matrix: tuple[int, ...], coils: int, psf: bool = True) -> float:

@@ -29,7 +29,8 @@ from . import cost
 NUFFT_EPS = 1e-7
 """FINUFFT tolerance (relative, computed in double precision); below complex64 output rounding."""
 GPU_NUFFT_EPS = 1e-6
-"""GPU NUFFT tolerance: kernel width 7, measured relative error 1.2e-6..1.6e-6 against the float64 sum."""
+"""GPU NUFFT tolerance: kernel width 7 (its error against the float64 sum: docs/benchmarks.md, "GPU NUFFT
+operators")."""
 
 
 class Encoding(LinearOperator):

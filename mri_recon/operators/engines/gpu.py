@@ -1,7 +1,7 @@
 """The GPU engines: :class:`GpuExactEncoding` (``exact``: direct summation in the CUDA kernels of
 :mod:`.gpu_exact`) and :class:`GpuNufftEncoding` (``nufft``: the GPU NUFFT of :mod:`.gpu_nufft` at tolerance
-:data:`~.encoding.GPU_NUFFT_EPS`, relative error about 2e-6 against the exact sum, within the exact kernel's
-own float32 error), with their time models (:mod:`.cost`, fitted on an H200), memory models and the fused
+:data:`~.encoding.GPU_NUFFT_EPS`, its error against the exact sum within the exact kernel's own float32
+error), with their time models (:mod:`.cost`, fitted by ``scripts/bench_cost.py``), memory models and the fused
 SENSE normal operator (:class:`~mri_recon.operators.normal.gpu_toeplitz.FusedSenseNormal`)."""
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class GpuNufftEncoding(GpuEncoding):
 
     name = "nufft"
     caches_psf = False
-    """It computes a PSF about as fast as the cache hashes, reads and checks one, or much faster (H200 figures
-    in docs/benchmarks.md): the disk cache serves the exact engines only."""
+    """It computes a PSF about as fast as the cache hashes, reads and checks one, or much faster
+    (docs/benchmarks.md): the disk cache serves the exact engines only."""
 
     def __init__(self, trajectory: Any, matrix: tuple[int, ...], batch: int = 1, plan: Any = None) -> None:
         super().__init__(trajectory, matrix, batch)

@@ -49,9 +49,9 @@ from ..gpu.launch import (
 from .gpu_layout import coil_groups, fixed_point_turns, grid_slices, line_positions, scaled_turns
 
 DEFAULT_ROW = 64
-"""Threads along the voxels of one block row (F^H d kernels); a warp never spans two rows. Measured on an
-H200 (docs/benchmarks.md): rows of 64 beat rows of 32 by 23% with 8 coils, 16% with one coil and 4% for the
-PSF (fewer in-block sample slices to reduce)."""
+"""Threads along the voxels of one block row (F^H d kernels); a warp never spans two rows. Rows of 64 are
+faster than rows of 32 with one coil and with 8, and for the PSF: wider rows leave fewer in-block sample slices
+to reduce (docs/benchmarks.md, "Exact F^H d kernels")."""
 DEFAULT_BLOCK = 256
 """Threads per block of the forward kernels."""
 THREADS_PER_SM = 1024

@@ -19,11 +19,11 @@ COIL_STEPS = (1, 2, 4, 8)
 """Coils per spread / interpolation launch that are compiled (a launch may leave some unused)."""
 SHARED_LIMIT = {2: 64 * 1024, 3: 28 * 1024}
 """Most dynamic shared memory of a spreading block by default, per dimension (it sets the coils per launch,
-:func:`spread_coils`). 2D: four coils per block of four warps (55 KB at w = 7), four blocks per H200
-multiprocessor; 3D: one coil's 15^3 tile per one-warp block, eight blocks per multiprocessor: 3D 128^3 8-coil
-adjoint 10.0 ms against 11.7 ms with four warps per block. The spreading waits on shared-memory latency more than
-on its bandwidth, so blocks per multiprocessor count: 2D 256^2 8-coil adjoint 0.27 ms with four 4-coil blocks
-against 0.28 ms with two 8-coil blocks (110 KB each) and 0.31 ms with 2-coil launches."""
+:func:`spread_coils`). 2D: four coils per block of four warps (55 KB at w = 7), four blocks per multiprocessor;
+3D: one coil's 15^3 tile per one-warp block, eight blocks per multiprocessor, faster than four warps per block.
+The spreading waits on shared-memory latency more than on its bandwidth, so blocks per multiprocessor count: in
+2D four 4-coil blocks are faster than 2-coil launches and within the noise of two 8-coil blocks (110 KB each;
+docs/benchmarks.md, "Public operators against SigPy")."""
 SPREAD_METHODS = ("warp", "atomic")
 """How a spreading block adds samples to its shared tile: "warp" (a private tile per warp, lanes over the
 stencil, no atomics; the default) or "atomic" (one tile, a thread per sample, shared atomicAdd: cufinufft)."""
@@ -31,15 +31,16 @@ DEFAULT_WARPS = {2: 4, 3: 1}
 """Warps per spreading block of the "warp" method (each holds its own tile)."""
 INTERP_CACHE_BYTES = 16 * 1024 * 1024
 """Most fine-grid bytes one interpolation launch reads: the coils of a launch share each sample's weights, but
-their grids compete for the L2 cache (50 MB on an H200). 3D 128^3, 8 coils: 6.4 ms with one coil per launch
-(128 MB grids) against 9.6 ms with eight; 2D 256^2 (2 MB grids) takes all eight."""
+their grids compete for the L2 cache (tens of MB): 3D 128^3 (128 MB grids) is fastest with one coil per
+launch, 2D 256^2 (2 MB grids) takes all eight (docs/benchmarks.md, "Public operators against SigPy")."""
 GRID_MEMORY_SHARE = 0.35
 """Share of the free device memory the fine grids of one coil group may take."""
 DEFAULT_BINS = {"warp": {2: (4, 32, 1), 3: (8, 8, 8)}, "atomic": {2: (32, 32, 1), 3: (16, 16, 8)}}
 """Bin (and tile) sizes per method and dimension, in fine-grid points. 2D "warp": tile rows of 32 + w points, so
 that the stencil cells the 32 lanes update at once (consecutive cells of the stencil, w to a stencil row) fall in
 32 distinct banks of shared memory; four rows keep four coils' tiles of four warps within :data:`SHARED_LIMIT`.
-H200, 2D 256^2 8-coil adjoint: 0.27 ms against 0.30 ms with 16 x 16 bins (rows of 23 points, 2-way conflicts)."""
+Faster than 16 x 16 bins, whose rows of 23 points conflict two-way (docs/benchmarks.md, "Public operators
+against SigPy")."""
 DEFAULT_EPS = 1e-6
 COMPILED_EPS = (1e-5, 1e-6)
 """Tolerances whose kernel widths :func:`compile_configurations` lists (others compile on first use)."""

@@ -1,12 +1,11 @@
 """cuFFT plans for the GPU operators: in-place complex64 transforms over every axis but the first (a batch).
 
-Making a plan costs milliseconds (7 ms for a 256^3 grid of 8 coils on an H200, four of them in a 3D
-reconstruction), so plans are kept between uses, least recently used first out. A plan also holds its work
-area, about as large as the grid, for as long as it lives. Plans of grids up to :data:`CACHE_LIMIT` bytes are
-kept (at most :data:`CACHE_SIZE`); larger ones are kept while all of them together hold at most
-:data:`LARGE_SHARE` of the GPU's memory (2.8 GB on an H200), so that the 1024^3 PSF grid of a 256^3
-reconstruction (8 GiB) is made for each use and freed after it rather than kept. :func:`release` drops them
-all.
+Making a plan costs milliseconds (docs/benchmarks.md; a 3D reconstruction makes four), so plans are kept between
+uses, least recently used first out. A plan also holds its work area, about as large as the grid, for as long as
+it lives. Plans of grids up to :data:`CACHE_LIMIT` bytes are kept (at most :data:`CACHE_SIZE`); larger ones are
+kept while all of them together hold at most :data:`LARGE_SHARE` of the GPU's memory, so that the 1024^3 PSF grid
+of a 256^3 reconstruction (8 GiB) is made for each use and freed after it rather than kept. :func:`release` drops
+them all.
 
 :class:`CornerFft` is the transform of the Toeplitz embedding's 3-D grids, whose input lies in the first
 half of the first axis: it skips the transforms of the planes that are zero on the way in, or not wanted on
@@ -124,6 +123,12 @@ class CornerFft:
             self._columns.fft(grid, grid, direction)
             if not forward:
                 self._planes.fft(planes, planes, direction)
+
+
+def kept() -> int:
+    """Plans kept, small and large."""
+    with _LARGE_LOCK:
+        return _cached.cache_info().currsize + len(_LARGE)
 
 
 def release() -> None:

@@ -128,7 +128,7 @@ class SegmentedNormal(SenseNormal):
         segments, batch = int(self.phases.shape[0]), int(z.shape[0])
         axes = tuple(range(2, 2 + ndim))
         spectra = _padded_fft(z[None] * self.phases[:, None], self.big, axes).reshape(segments, batch, -1)
-        if xp is np:  # NumPy's stacked matmul of small matrices is 2.5x slower than einsum here (2 cores)
+        if xp is np:  # einsum: faster than NumPy's stacked matmul of these small matrices (docs/benchmarks.md)
             mixed = np.einsum("pij,jbp->ibp", self.kernels, spectra, optimize=True)
         else:  # one batched GEMM (cuBLAS) over the frequencies
             mixed = xp.ascontiguousarray(xp.matmul(self.kernels, spectra.transpose(2, 0, 1)).transpose(1, 2, 0))

@@ -14,9 +14,9 @@ and the encoding and CG operator of that choice.
 - ``"auto"``: the one with the smaller predicted time (:func:`predicted_seconds`).
 
 The cost constants (:mod:`mri_recon.operators.engines.cost`: ``OFFRES_EXACT_PAIRS_PER_S``,
-``SEGMENT_FFT_POINTS_PER_S``, ``SEGMENT_PSF_POINTS_PER_S``) were measured: the CPU's on 2 cores
-(docs/offres.md), the GPU's on an H200 (scripts/bench_offres.py, docs/benchmarks.md). The encodings of the
-choice are engines of the encoding protocol, and each builds its own normal operator (``encoding.normal``).
+``SEGMENT_FFT_POINTS_PER_S``, ``SEGMENT_PSF_POINTS_PER_S``) come from timed reconstructions: the CPU's in
+docs/offres.md, the GPU's by scripts/bench_offres.py (docs/benchmarks.md). The encodings of the choice are engines
+of the encoding protocol, and each builds its own normal operator (``encoding.normal``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+SITE=
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+    && export PYTHONPATH=/tmp/site && SITE=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MRI_RECON_CACHE_DIR=/tmp/mri-recon-cache
@@ -43,6 +44,14 @@ for step in $steps; do
              timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_3d128.txt" --problem 3d128 --repeats 5 2>&1 | head -9 ;;
     public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;
     frames) timeout ${T_FRAMES:-120} python3 scripts/server_frames.py --device gpu --frames 40 --tr-ms 5 --spokes 21 --matrix 128 --coils 8 --json "$OUT/server_frames_gpu.json" 2>&1 | tail -14 ;;
+    hashes)  # images of the base tree (.base, unpacked from a commit by the caller) and of this tree, twice
+      base=${BASE_TREE:-.base}
+      (cd "$base" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_HASHES:-240} python3 scripts/image_hashes.py "$OUT/hashes_gpu_base.json" gpu --save /tmp/h_base >/tmp/h_base.log 2>&1)
+      timeout ${T_HASHES:-240} python3 scripts/image_hashes.py "$OUT/hashes_gpu_head.json" gpu --save /tmp/h_head >/tmp/h_head.log 2>&1
+      timeout ${T_HASHES:-240} python3 scripts/image_hashes.py "$OUT/hashes_gpu_head2.json" gpu --save /tmp/h_head2 >/tmp/h_head2.log 2>&1
+      tail -3 /tmp/h_base.log /tmp/h_head.log
+      python3 scripts/compare_images.py /tmp/h_head /tmp/h_base /tmp/h_head2 "$OUT/hashes_gpu_compare.json" 2>&1 | tail -25 ;;
+    temporal) timeout ${T_TEMPORAL:-240} python3 scripts/bench_temporal.py "$OUT/bench_temporal_gpu.json" --sections gpu 2>&1 | tail -6 ;;
     record) timeout ${T_RECORD:-200} python3 scripts/record_cupy_kernels.py 2>&1 | tail -2 && cp mri_recon/kernels/cupy_kernels.json "$OUT/" ;;
   esac
 done

@@ -132,7 +132,8 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
         CPU transforms in flight at once (default: the CPUs this process may use).
     preparation
         What the preparation computes (:class:`Preparation`): its stages ``prewhiten``, ``dcf`` (host) and
-        ``coil_maps`` (on the device) are planned too, and the arrays it keeps count in every later stage.
+        ``coil_maps`` (on the device) are planned too, and the arrays it keeps count in every later stage;
+        its ``trajectory``, when known, goes to the engine's memory model.
     limit
         The limit that sets ``available_bytes`` (named in the refusal).
 
@@ -156,9 +157,11 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     )
     per_coil = 2 * grid2 * COMPLEX64  # padded grid and the FFT's work area
     workers = cpu_threads() if workers is None else max(1, int(workers))
+    preparation = preparation or Preparation()
     stages, held = _prep_stages(matrix, n_coils, n_samples, sense=sense, gpu=gpu, workers=workers,
-                                preparation=preparation or Preparation())
-    work = kind.stage_bytes(matrix, n_coils, n_samples, sense=sense, fixed=fixed, workers=workers)
+                                preparation=preparation)
+    work = kind.stage_bytes(matrix, n_coils, n_samples, sense=sense, fixed=fixed, workers=workers,
+                            trajectory=preparation.trajectory)
     stages.update({name: value + held for name, value in work.items()})
     batch = n_coils if max_coil_batch is None else max(1, min(n_coils, int(max_coil_batch)))
     if available_bytes is not None:

@@ -10,7 +10,8 @@ holds two results at once) and was checked against the peaks traced by ``tracema
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,10 @@ class Preparation:
     held_bytes: int = 0
     """The caller's arrays that the run's stages do not otherwise count (noise, ground truth, field map,
     times, the scan's own weights), held throughout."""
+    trajectory: Any = field(default=None, repr=False, compare=False)
+    """The scan's ``(M, D)`` trajectory (None: not known), for an engine whose memory depends on where the
+    samples lie (FINUFFT's spreading subgrids: :mod:`mri_recon.operators.engines.finufft_spread`); it is read
+    only when such an engine is planned."""
 
 
 def prewhiten(c: int, m: int, k: int, n_vox: int, maps: bool) -> tuple[int, int]:
@@ -204,4 +209,4 @@ def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = Non
                        extent=tuple(float(r) for r in trajectory_extent(scan.trajectory)) if dcf == "pipe" else (),
                        coil_maps=estimate_maps, centre_samples=centre,
                        whitened_maps=whiten and scan.coil_maps is not None,
-                       held_bytes=int(held))
+                       held_bytes=int(held), trajectory=scan.trajectory)

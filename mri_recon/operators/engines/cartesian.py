@@ -111,7 +111,7 @@ class CartesianEncoding(Encoding):
 
     @classmethod
     def stage_bytes(cls, matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, fixed: int,
-                    workers: int) -> dict[str, int]:
+                    workers: int, trajectory: Any = None) -> dict[str, int]:
         """F^H d: the coils' grids and images and the samples' grid indices; the PSF (without maps): the 2x
         grid and its spectrum; with maps the mask spectrum on the image grid."""
         n_vox = math.prod(matrix)

@@ -93,9 +93,11 @@ class Encoding(LinearOperator):
 
     @classmethod
     def stage_bytes(cls, matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, fixed: int,
-                    workers: int) -> dict[str, int]:
+                    workers: int, trajectory: Any = None) -> dict[str, int]:
         """Bytes at the peaks of the F^H d and PSF stages beyond the planner's ``fixed`` arrays (the keys
-        ``fhd``, ``psf``, ``spectrum`` it has work for; none: the planner's fixed arrays are the peak)."""
+        ``fhd``, ``psf``, ``spectrum`` it has work for; none: the planner's fixed arrays are the peak).
+        ``trajectory``: the samples' ``(M, D)`` NumPy trajectory when the planner has it, for an engine whose
+        memory depends on where the samples lie (None: the engine's bound for any trajectory)."""
         return {}
 
     @classmethod

@@ -28,6 +28,9 @@ from .nufft_params import next_smooth_even  # FINUFFT's next235even
 
 DEFAULT_EPS = 1e-9
 MAX_KERNEL_WIDTH = 16
+MAX_SUBPROBLEM = 100_000
+"""Samples per subproblem of a type-1 transform's spreading (FINUFFT's ``spread_max_sp_size``, 2.5's default
+in 2-D and 3-D), passed so that :mod:`.finufft_spread` counts what FINUFFT holds."""
 
 
 def upsampfac(eps: float) -> float:
@@ -37,17 +40,23 @@ def upsampfac(eps: float) -> float:
     return 1.25 if eps >= 1e-9 else 2.0
 
 
+def kernel_width(eps: float, ndim: int) -> int:
+    """FINUFFT 2.5's spreading kernel width ``ns`` (grid points, at most 16) at tolerance ``eps`` in ``ndim``
+    dimensions, for its PSWF kernel at :func:`upsampfac`."""
+    sigma = upsampfac(eps)
+    tolfac = 0.18 * 1.4 ** (ndim - 1)
+    ns = math.ceil(math.log(tolfac / eps) / (math.pi * math.sqrt(1 - 1 / sigma)) + 1)
+    return min(MAX_KERNEL_WIDTH, max(2, ns))
+
+
 def fine_grid_shape(matrix: tuple[int, ...], eps: float = DEFAULT_EPS) -> tuple[int, ...]:
     """The oversampled (fine) grid of one FINUFFT transform onto ``matrix`` at tolerance ``eps``.
 
-    Each transform in flight holds one complex128 array of this shape (plus its FFTW plan's). The kernel
-    width follows FINUFFT 2.5's rule for its PSWF kernel (``ns`` grid points, at most 16); the grid is at
-    least ``upsampfac * N`` and ``2 ns`` per axis, rounded up to an even 2-3-5-smooth size.
+    Each transform in flight holds one complex128 array of this shape (plus its FFTW plan's). The grid is at
+    least ``upsampfac * N`` and ``2 ns`` per axis (:func:`kernel_width`), rounded up to an even 2-3-5-smooth
+    size.
     """
-    sigma = upsampfac(eps)
-    tolfac = 0.18 * 1.4 ** (len(matrix) - 1)
-    ns = math.ceil(math.log(tolfac / eps) / (math.pi * math.sqrt(1 - 1 / sigma)) + 1)
-    ns = min(MAX_KERNEL_WIDTH, max(2, ns))
+    sigma, ns = upsampfac(eps), kernel_width(eps, len(matrix))
     return tuple(next_smooth_even(max(math.ceil(sigma * n), 2 * ns)) for n in matrix)
 
 
@@ -59,9 +68,10 @@ def _finufft():
 
 def _scaled(trajectory: np.ndarray, matrix: tuple[int, ...]) -> list[np.ndarray]:
     """FINUFFT coordinates x_d = 2 pi k_d / N_d (its modes j - N_d // 2 are the voxels of
-    :mod:`mri_recon.grid`)."""
-    k = np.asarray(trajectory, dtype=np.float64)
-    return [np.ascontiguousarray(2 * np.pi * k[:, d] / n) for d, n in enumerate(matrix)]
+    :mod:`mri_recon.grid`), float64, one array per axis (made from each column, not from a float64 copy of
+    the whole trajectory)."""
+    k = np.asarray(trajectory)
+    return [2 * np.pi * np.asarray(k[:, d], dtype=np.float64) / n for d, n in enumerate(matrix)]
 
 
 def _per_coil(transform, count: int) -> None:
@@ -83,13 +93,29 @@ def adjoint(kspace: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...],
     :func:`workers` coils run at once, each with its own oversampled grid.
     """
     matrix = tuple(int(n) for n in matrix)
-    coords = _scaled(trajectory, matrix)
+    return _type1(kspace, _scaled(trajectory, matrix), matrix, eps)
+
+
+def psf(weights: np.ndarray, trajectory: np.ndarray, matrix: tuple[int, ...], eps: float = DEFAULT_EPS) -> np.ndarray:
+    """The Toeplitz PSF ``p[j] = sum_m w_m exp(+i 2 pi k_m . (j - N) / N)`` on the grid of twice ``matrix``
+    (complex128): F^H w with trajectory 2k on matrix 2N. Its FINUFFT coordinates 2 pi (2k) / (2N) are the
+    doubles 2 pi k / N (doubling is exact), so they are made from k on ``matrix``, without a doubled copy of
+    the trajectory."""
+    matrix = tuple(int(n) for n in matrix)
+    data = np.asarray(weights, dtype=np.complex128)[None, :]
+    return _type1(data, _scaled(trajectory, matrix), tuple(2 * n for n in matrix), eps)[0]
+
+
+def _type1(kspace: np.ndarray, coords: list[np.ndarray], shape: tuple[int, ...], eps: float) -> np.ndarray:
+    """Type-1 transforms of ``kspace`` ``(C, M)`` at FINUFFT ``coords`` onto ``shape``, one single-threaded
+    transform per coil, the coils on a pool of threads; complex128 ``(C, *shape)``."""
     data = np.ascontiguousarray(np.asarray(kspace, dtype=np.complex128))
-    fn = {2: _finufft().nufft2d1, 3: _finufft().nufft3d1}[len(matrix)]
-    out = np.empty((data.shape[0], *matrix), dtype=np.complex128)
+    fn = {2: _finufft().nufft2d1, 3: _finufft().nufft3d1}[len(shape)]
+    out = np.empty((data.shape[0], *shape), dtype=np.complex128)
 
     def one(c: int) -> None:
-        fn(*coords, data[c], n_modes=matrix, eps=eps, isign=+1, nthreads=1, upsampfac=upsampfac(eps), out=out[c])
+        fn(*coords, data[c], n_modes=shape, eps=eps, isign=+1, nthreads=1, upsampfac=upsampfac(eps),
+           spread_max_sp_size=MAX_SUBPROBLEM, out=out[c])
 
     _per_coil(one, data.shape[0])
     return out

@@ -89,7 +89,7 @@ class GpuNufftEncoding(GpuEncoding):
 
     @classmethod
     def stage_bytes(cls, matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, fixed: int,
-                    workers: int) -> dict[str, int]:
+                    workers: int, trajectory: Any = None) -> dict[str, int]:
         """The plan's sort buffers and trajectory copy, up to :data:`NUFFT_MAX_GROUP` fine grids (F^H d), the
         PSF's fine grid on the 2x grid, on top of the ``fixed`` arrays."""
         from .nufft_params import nufft_params  # noqa: PLC0415 - plain Python

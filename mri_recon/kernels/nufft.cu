@@ -28,8 +28,8 @@
 //     weights (into shared memory), the sample's origin and data come by shuffles, and lane l updates
 //     stencil cells l, l + 32, ... of all coils with plain loads and stores: the cells of one sample are
 //     distinct and __syncwarp orders successive samples, so no atomics are needed. The flush sums the
-//     warps' tiles. Measured on an H200 (8 coils, the adjoint): 2D 256^2 0.37 ms, 3D 128^3 10.0 ms, against
-//     0.47 and 18.5 ms with a sample's loads issued one sample at a time and a global atomic per cell.
+//     warps' tiles. Faster than issuing a sample's loads one at a time with a global atomic per cell
+//     (docs/benchmarks.md, "Figures behind choices in the code").
 //   mri_recon_nufft_spread ("atomic", the cufinufft scheme): one tile per block, one thread per sample
 //     with its W weights per axis in registers, shared-memory atomicAdd for all NUFFT_COILS coils.
 // Interpolation (mri_recon_nufft_interp): one thread per sorted sample, W^D grid reads per coil.

@@ -39,9 +39,10 @@ class DenseEncoding(Encoding):
 
     @classmethod
     def stage_bytes(cls, matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, fixed: int,
-                    workers: int) -> dict[str, int]:
+                    workers: int, trajectory: Any = None) -> dict[str, int]:
         """F^H d: the matrix and the coils' samples and images in complex128; the PSF: the matrix of the
-        doubled trajectory on the 2x grid."""
+        doubled trajectory on the 2x grid (neither depends on where the samples lie: ``trajectory`` unused)."""
+        del trajectory
         n_vox = math.prod(matrix)
         fhd = n_samples * n_vox * COMPLEX128 + n_coils * (n_samples + n_vox) * COMPLEX128
         psf = n_samples * (2 ** len(matrix) * n_vox) * COMPLEX128 + 2 ** len(matrix) * n_vox * COMPLEX128

@@ -20,20 +20,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import pipeline, stages
-from .backend import Device, synchronize
+from .arrays.backend import Device, synchronize
 from .errors import InvalidDataError
 from .io import load_scans
 from .io.frames import TimeSeries
 from .io.writers import write_result
 from .kernels import prefetch
 from .operators.engines import Encoding
-from .planner import Plan
+from .planning.planner import Plan
+from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
 from .prep.maps_methods import COIL_MAPS
 from .prep.maps_stage import CoilMapEstimate
-from .prep_memory import preparation_of
 from .result import Result
 from .scan import Scan
 from .settings import API_FIELDS, FIELDS, ReconSettings, default_of, refuse_unknown

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._version import __version__
-from .backend import Device, cupy_module, resolve_device
+from .arrays.backend import Device, cupy_module, resolve_device
 from .scan import Scan
 
 CPU_TOLERANCE = 1e-5
@@ -264,7 +264,7 @@ def _engine_trajectory(engine: type, matrix: tuple[int, ...], m: int, rng: np.ra
 def _engine_checks(engine: type, matrix: tuple[int, ...], rng: np.random.Generator) -> list[Check]:
     """F^H d and F of a registered ``engine`` on one random problem of its sampling, each against the float64
     NumPy DFT (on its device: CuPy arrays for a GPU engine)."""
-    from .backend import to_host
+    from .arrays.backend import to_host
     from .operators.engines.nudft import nudft_adjoint, nudft_forward
 
     m, coils = 400, 2

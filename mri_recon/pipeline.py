@@ -24,13 +24,14 @@ import math
 from typing import Any
 
 from . import stages
-from .backend import Device, blas_on_one_thread, device_memory
+from .arrays.backend import Device, blas_on_one_thread, device_memory
+from .checks.scaling import power_of_two
 from .errors import ResourceError
 from .io.cache import PsfCache
 from .io.frames import TimeSeries
 from .operators.engines import Encoding, choose_engine
 from .operators.engines.registry import sampling_of
-from .planner import (
+from .planning.planner import (
     COMPLEX64,
     FLOAT32,
     HEADROOM,
@@ -41,10 +42,9 @@ from .planner import (
     human_bytes,
     plan,
 )
-from .prep_memory import preparation_of
+from .planning.preparation import preparation_of
 from .progress import STAGES, Progress, print_progress
 from .result import Result
-from .scaling import power_of_two
 from .scan import Scan
 from .settings import ReconSettings, fields_in, refuse_unknown
 from .stages import SOLVER_KERNELS, gpu_lock
@@ -60,11 +60,11 @@ def memory_plan(scan: Scan, device: Device, iterations: int, sense: bool | None 
                 method: str = "auto", preparation: Preparation | None = None) -> Plan:
     """Check that the reconstruction fits the memory of ``device`` before anything is allocated.
 
-    Uses :func:`mri_recon.planner.plan` with the memory this process may use on the host (the least of
-    ``MemAvailable``, its cgroup's limit and ``RLIMIT_AS``: :func:`~mri_recon.backend.host_memory_limits`) or
+    Uses :func:`mri_recon.planning.planner.plan` with the memory this process may use on the host (the least of
+    ``MemAvailable``, its cgroup's limit and ``RLIMIT_AS``: :func:`~mri_recon.arrays.backend.host_memory_limits`) or
     the GPU's free memory; raises :class:`~mri_recon.errors.ResourceError` naming the bytes needed and
     available. The plan's ``coil_batch`` bounds how many coils go through the Toeplitz FFTs at once.
-    ``preparation`` (:func:`~mri_recon.prep_memory.preparation_of`) adds the preparation's stages; by default
+    ``preparation`` (:func:`~mri_recon.planning.preparation.preparation_of`) adds the preparation's stages; by default
     the scan's arrays that the run does not use are counted as held.
     """
     limit = None
@@ -99,7 +99,7 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
     sense
         One image with coil maps (True) or one per coil (False); None: whether ``scan`` has maps.
     preparation
-        What the preparation computes (:func:`~mri_recon.prep_memory.preparation_of`); None: the scan's arrays
+        What the preparation computes (:func:`~mri_recon.planning.preparation.preparation_of`); None: the scan's arrays
         only.
 
     Raises
@@ -127,7 +127,7 @@ def _series_bytes(series: TimeSeries, gpu: bool, splits: int) -> int:
 def plan_series(series: TimeSeries, device: str | int | Device | None = "auto", method: str = "auto",
                 iterations: int = 30, splits: int = 0) -> tuple[Device, type[Encoding], Plan]:
     """The device, the engine and the memory plan of a time series: one frame's stages
-    (:func:`mri_recon.planner.plan`) and, when its frames are solved together, what every frame keeps
+    (:func:`mri_recon.planning.planner.plan`) and, when its frames are solved together, what every frame keeps
     (``splits``: the frames-sized split variables of the temporal and spatial terms).
 
     Raises

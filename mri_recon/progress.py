@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .backend import Device, synchronize
+from .arrays.backend import Device, synchronize
 from .errors import InvalidDataError
 
 log = logging.getLogger("mri_recon.pipeline")

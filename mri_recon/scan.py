@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .validation import _fail, check_array, check_trajectory_units, check_weights, validate_matrix
+from .checks.validation import _fail, check_array, check_trajectory_units, check_weights, validate_matrix
 
 SCHEMA_VERSION = 1
 OPTIONAL = ("weights", "coil_maps", "field_map", "times", "noise", "ground_truth")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .checks.units import TRAJ_UNITS
 from .errors import InvalidDataError, listed
 from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
@@ -47,10 +48,9 @@ from .solvers.sparse import (
     sparse_names,
 )
 from .solvers.temporal_terms import TEMPORAL_TERMS, temporal_names
-from .units import TRAJ_UNITS
 
 if TYPE_CHECKING:
-    from .backend import Device
+    from .arrays.backend import Device
 
 SECTIONS = ("output", "solve", "device", "prepare", "input", "cache", "access")
 """Where an option sits: ``output`` (format and values), ``solve`` (the solver and the engine), ``device``,
@@ -161,7 +161,7 @@ class ReconSettings:
     temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
                                   "solve", choices=joint_names)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
-    """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.backend.Device` (in a GPU
+    """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.arrays.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""
     coil_maps: str = option("auto", coil_map_help(), str, "prepare", choices=coil_map_choices)
     dcf: str = option("auto", "Density compensation: auto (the file's weights if any), none, ramp, pipe, file.",
@@ -182,7 +182,7 @@ class ReconSettings:
     BART's ``"y:x:yx"`` (:mod:`mri_recon.prep.gradient_delay`)."""
     traj_units: str = option("auto", "ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).",
                              str, "input", choices=TRAJ_UNITS)
-    """:data:`mri_recon.units.TRAJ_UNITS`."""
+    """:data:`mri_recon.checks.units.TRAJ_UNITS`."""
     trajectory: str | None = option(None, "BART input: the trajectory (3, RO, SPOKES) .cfl of SCAN's k-space (1, RO, "
                                     "SPOKES, COILS); none for Cartesian k-space (X, Y, Z, COILS) with zeros where "
                                     "nothing was sampled, as bart pics takes it.", str, "input", optional=True,

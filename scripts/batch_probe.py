@@ -84,7 +84,7 @@ def main() -> None:
         return
     from bench_batch import make_scans
 
-    from mri_recon.backend import gpu_count
+    from mri_recon.arrays.backend import gpu_count
 
     result: dict = {"gpus": gpu_count(), "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="probe.") as tmp:

@@ -45,7 +45,7 @@ import h5py
 import numpy as np
 
 import mri_recon
-from mri_recon.backend import gpu_count
+from mri_recon.arrays.backend import gpu_count
 from mri_recon.batch import reconstruct_many
 from mri_recon.batch.cluster import start_local, visible_gpus
 from mri_recon.io import save_scan

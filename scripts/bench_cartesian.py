@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import mri_recon
-from mri_recon.backend import gpu_available
+from mri_recon.arrays.backend import gpu_available
 from mri_recon.io import load_scans
 from mri_recon.io.cartesian_write import write_cartesian_ismrmrd
 from mri_recon.pipeline import reconstruct

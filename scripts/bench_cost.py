@@ -19,7 +19,7 @@ import numpy as np
 from benchtools import wall_timed
 
 from mri_recon import __version__
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.engines import GpuExactEncoding, GpuNufftEncoding, cost, fastest
 from mri_recon.sim.trajectories import kooshball, radial
 

@@ -37,7 +37,7 @@ import numpy as np
 from benchtools import wall_timed as timed
 
 from mri_recon import __version__
-from mri_recon.backend import cupy_module, resolve_device, synchronize
+from mri_recon.arrays.backend import cupy_module, resolve_device, synchronize
 from mri_recon.io.cache import PsfCache
 from mri_recon.pipeline import reconstruct
 from mri_recon.prep.dcf import pipe_menon

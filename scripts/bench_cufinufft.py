@@ -30,7 +30,7 @@ from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
 from benchtools import section as run_section
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.sim import trajectories
 
 EPS = 1e-6

@@ -24,8 +24,8 @@ import numpy as np
 from benchtools import cuda_timed, radial_2d
 from benchtools import section as run_section
 
-from mri_recon.backend import cupy_module
-from mri_recon.grid import voxel_positions
+from mri_recon.arrays.backend import cupy_module
+from mri_recon.checks.grid import voxel_positions
 from mri_recon.kernels.configs import fhd_defines
 from mri_recon.operators.engines import gpu_exact as gpu_fhd
 from mri_recon.operators.engines.gpu_layout import fixed_point_turns

@@ -42,7 +42,8 @@ import traceback
 
 import numpy as np
 
-from mri_recon import backend, filters
+from mri_recon import filters
+from mri_recon.arrays import backend
 from mri_recon.filters import gpu as gpu_filter
 from mri_recon.filters import plan as gpu_plan
 

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 from benchtools import wall_timed
 
-from mri_recon import backend
+from mri_recon.arrays import backend
 from mri_recon.io import ismrmrd as ismrmrd_io
 from mri_recon.io import ismrmrd_write
 from mri_recon.operators.engines import finufft as nufft_cpu

@@ -26,7 +26,7 @@ import numpy as np
 from benchtools import cuda_timed, exact_adjoint, exact_forward, radial_2d
 from benchtools import section as run_section
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.engines import gpu_nufft, nufft_launch
 from mri_recon.sim import trajectories
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 from benchtools import cuda_timed, radial_2d
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.engines.gpu_nufft import GpuNufft
 
 MATRIX = (256, 256)

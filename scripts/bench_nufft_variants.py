@@ -20,7 +20,7 @@ import time
 import numpy as np
 from benchtools import cuda_timed, exact_adjoint, radial_2d
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.engines import gpu_nufft
 from mri_recon.sim.trajectories import kooshball
 

@@ -46,8 +46,8 @@ from benchtools import cuda_timed, radial_2d, wall_timed
 from benchtools import section as run_section
 
 import mri_recon
-from mri_recon.backend import Device, cupy_module, gpu_available
-from mri_recon.grid import voxel_positions
+from mri_recon.arrays.backend import Device, cupy_module, gpu_available
+from mri_recon.checks.grid import voxel_positions
 from mri_recon.kernels import get_module
 from mri_recon.kernels.configs import fhd_defines, offres_rotates, thread_floats
 from mri_recon.operators.engines import gpu_exact

@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--only", default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from mri_recon.planner import human_bytes, plan  # noqa: PLC0415 - after the path is set
+    from mri_recon.planning.planner import human_bytes, plan  # noqa: PLC0415 - after the path is set
 
     baseline = min(_child(IMPORTS)[0] for _ in range(3))
     rows = []

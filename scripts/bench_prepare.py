@@ -17,7 +17,7 @@ Also: the k-space upload by ``prep.upload.upload_columns`` and ``to_device`` (st
 ``--sweep`` adds the host share (same figures) for matrices 64^2 to 512^2 and 64^3 to 256^3 with 1 to 64 coils
 (random k-space, file maps, ramp weights computed, prewhitened), printed as a Markdown table.
 ``--compare-pageable`` adds each sweep row's whole call with every copy up by one pageable ``set`` (the copy
-before the staged one of ``mri_recon.staging``), in the same process, the two calls taken in turn.
+before the staged one of ``mri_recon.arrays.staging``), in the same process, the two calls taken in turn.
 Usage: python scripts/bench_prepare.py OUT.json [--repeats N] [--problem 2d|3d128|all|none] [--sweep]
        [--compare-pageable]
 """
@@ -40,8 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_recon  # noqa: E402 - the problems live there
 
 import mri_recon  # noqa: E402
-from mri_recon import pipeline, staging  # noqa: E402
-from mri_recon.backend import cupy_module, resolve_device, synchronize, to_device  # noqa: E402
+from mri_recon import pipeline  # noqa: E402
+from mri_recon.arrays import staging  # noqa: E402
+from mri_recon.arrays.backend import cupy_module, resolve_device, synchronize, to_device  # noqa: E402
 from mri_recon.prep import prepare_scan, upload  # noqa: E402
 from mri_recon.prep.device import prepare_on_device  # noqa: E402
 from mri_recon.scan import Scan  # noqa: E402

@@ -39,7 +39,7 @@ import numpy as np
 from benchtools import exact_adjoint, exact_forward, radial_2d, section, wall_timed
 
 import mri_recon
-from mri_recon.backend import Device, cupy_module, resolve_device, synchronize
+from mri_recon.arrays.backend import Device, cupy_module, resolve_device, synchronize
 from mri_recon.sim.trajectories import kooshball
 
 TARGETS_S = {("2d", 8): 0.4e-3, ("3d", 8): 15e-3}

@@ -32,7 +32,7 @@ import numpy as np
 from benchtools import wall_timed as timed
 
 from mri_recon import __version__
-from mri_recon.backend import cupy_module, resolve_device
+from mri_recon.arrays.backend import cupy_module, resolve_device
 from mri_recon.io import load_scan, save_scan
 from mri_recon.io.cache import PsfCache
 from mri_recon.pipeline import reconstruct

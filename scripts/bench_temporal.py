@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.prep.frames import prepare_series
 from mri_recon.sim.dynamic import simulate_series
 

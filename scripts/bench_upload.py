@@ -1,5 +1,5 @@
 """Host-to-device copies of a scan's arrays: CuPy's pageable ``ndarray.set`` against
-:class:`mri_recon.staging.Staging` (pinned buffers filled by several host threads) with 1 to 8 threads and
+:class:`mri_recon.arrays.staging.Staging` (pinned buffers filled by several host threads) with 1 to 8 threads and
 pieces of 1 to 4 MiB, for 16 MiB (2D 256^2, 8 coils), 100 MiB (3D 128^3, 8 coils) and 400 MiB (512^2, 64 coils,
 k-space and maps). Wall clock of the copy, device synchronized, median of ``--repeats`` after one warm-up; every
 copy checked byte for byte. The host's last-level cache is flushed of the source before each copy, as in a
@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from mri_recon.backend import cupy_module
-from mri_recon.staging import Staging
+from mri_recon.arrays.backend import cupy_module
+from mri_recon.arrays.staging import Staging
 
 SIZES_MIB = (16, 100, 400)
 OPTIONS = [(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4)]

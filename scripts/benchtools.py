@@ -16,7 +16,7 @@ import traceback
 
 import numpy as np
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 
 
 def radial_2d(n: int, spokes: int, samples: int) -> np.ndarray:

@@ -120,7 +120,7 @@ def planned_stages(plan: dict[str, int]) -> dict[str, int]:
 def finufft_grids(matrix: tuple[int, ...], coils: int, method: str) -> dict[str, int]:
     """Bytes of FINUFFT's fine grids in the ``fhd`` and ``psf`` stages, which tracemalloc does not see (their
     shapes are FINUFFT's own: tests/test_planner_png.py reads them from its debug output)."""
-    from mri_recon.backend import cpu_threads  # noqa: PLC0415 - after the path is set
+    from mri_recon.arrays.backend import cpu_threads  # noqa: PLC0415 - after the path is set
     from mri_recon.operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
     from mri_recon.operators.engines.finufft import fine_grid_shape  # noqa: PLC0415
 
@@ -186,7 +186,7 @@ def main() -> None:
         print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
         return
     sys.path.insert(0, str(ROOT))
-    from mri_recon.planner import human_bytes  # noqa: PLC0415 - after the path is set
+    from mri_recon.planning.planner import human_bytes  # noqa: PLC0415 - after the path is set
 
     baseline = min(_child(IMPORTS)[0] for _ in range(3))
     print(f"baseline (imports only): {human_bytes(baseline)}")

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import mri_recon
-from mri_recon.backend import resolve_device, to_device, to_host
+from mri_recon.arrays.backend import resolve_device, to_device, to_host
 from mri_recon.operators.engines import choose_engine
 from mri_recon.operators.offres import time_segments as ts
 from mri_recon.operators.offres.model import OffresEncoding

@@ -29,7 +29,7 @@ import bench_prepare  # noqa: E402 - the problems live there
 import bench_recon  # noqa: E402
 
 import mri_recon  # noqa: E402
-from mri_recon.backend import resolve_device, synchronize  # noqa: E402
+from mri_recon.arrays.backend import resolve_device, synchronize  # noqa: E402
 
 STEPS = (r"api.py.*\(prepare_and_reconstruct\)|pipeline.py.*\(reconstruct\)|state.py.*\(plan\)"
          r"|device.py.*\(prepare_on_device\)")

@@ -23,7 +23,7 @@ import numpy as np
 from benchtools import cuda_timed, radial_2d
 
 import mri_recon
-from mri_recon.backend import cupy_module, resolve_device, synchronize
+from mri_recon.arrays.backend import cupy_module, resolve_device, synchronize
 
 
 def wall(fn, dev, runs: int) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.backend import gpu_available
+from mri_recon.arrays.backend import gpu_available
 
 
 def pytest_addoption(parser):

@@ -3,7 +3,7 @@
 F^H d climbs the ladder of the FHD kernel of *Programming Massively Parallel Processors* (chapter 17):
 the seed's four rungs (``tests/kernels/fhd_seed.cu``: global memory, registers, constant-memory chunks,
 array-of-structures chunks; one coil per launch, voxel coordinates read as float32 from
-:func:`mri_recon.grid.voxel_axes`), then four configurations of the production kernel
+:func:`mri_recon.checks.grid.voxel_axes`), then four configurations of the production kernel
 (:func:`mri_recon.operators.engines.gpu_exact.fhd_gpu`): ``packed`` (fixed-point trajectory and up to eight coils in
 one constant-memory record), ``mirror`` (one phase serves r and -r), ``multi`` (several voxels per thread)
 and ``recur`` (their phases by the angle-addition recurrence; the production default). F has three:
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from mri_recon.backend import Device, cupy_module
+from mri_recon.arrays.backend import Device, cupy_module
+from mri_recon.checks.grid import voxel_axes
 from mri_recon.errors import InvalidDataError
-from mri_recon.grid import voxel_axes
 from mri_recon.kernels import CONSTANT_BYTES, get_module, upload_constant
 from mri_recon.kernels.configs import forward_defines
 from mri_recon.operators.engines import gpu_exact

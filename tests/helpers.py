@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def poison_empty(monkeypatch, *modules) -> None:
     """Every buffer the launchers of ``modules`` take from their ``empty`` starts with all bytes 0xFF (NaN in
     float and complex arrays, -1 in integer ones), so an element a kernel leaves unwritten shows."""
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
 
     cupy = cupy_module()
 

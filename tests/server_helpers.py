@@ -10,7 +10,7 @@ import ismrmrd
 import numpy as np
 from click.testing import CliRunner
 
-from mri_recon.backend import resolve_device
+from mri_recon.arrays.backend import resolve_device
 from mri_recon.cli import main
 from mri_recon.io.ismrmrd_write import write_ismrmrd
 from mri_recon.server import Limits, Reconstructor, Server, configurator

@@ -142,7 +142,7 @@ def test_cli_run_with_a_worker_killed_mid_scan_exits_0_and_says_so(tmp_path, rng
 
 
 def test_local_workers_get_their_thread_share_over_the_callers_settings(monkeypatch):
-    from mri_recon.backend import THREADS_ENV
+    from mri_recon.arrays.backend import THREADS_ENV
     from mri_recon.batch.cluster import start_local
 
     pytest.importorskip("cryptography")

@@ -21,7 +21,7 @@ pytest.importorskip("cloudpickle").register_pickle_by_value(sys.modules[__name__
 
 def _worker_gpu():
     """In a worker: its CUDA_VISIBLE_DEVICES, how many GPUs it sees, and device 0's PCI bus id."""
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
 
     cp = cupy_module()
     return (os.environ.get("CUDA_VISIBLE_DEVICES"), int(cp.cuda.runtime.getDeviceCount()),

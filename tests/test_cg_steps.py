@@ -11,7 +11,7 @@ import host_kernels as host
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError
 from mri_recon.solvers import cg as cg_module
 from mri_recon.solvers import gpu_cg

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mri_recon import backend
+from mri_recon.arrays import backend
 from mri_recon.cli import main
 from mri_recon.io import load_scan
 
@@ -176,7 +176,7 @@ def test_info_reports_shapes_extent_and_estimates(small_scan):
 
 def test_info_makes_the_planner_call_reconstruct_makes(small_scan, tmp_path, monkeypatch):
     from mri_recon import pipeline
-    from mri_recon.planner import human_bytes
+    from mri_recon.planning.planner import human_bytes
 
     calls = []
     real = pipeline.plan

@@ -7,10 +7,10 @@ import functools
 import numpy as np
 import pytest
 
-from mri_recon import prep_memory
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, listed
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
+from mri_recon.planning import preparation as prep_memory
 from mri_recon.prep import cartesian_maps, coilmaps
 from mri_recon.prep.coilmaps import (
     calibration_region,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mri_recon
-from mri_recon.backend import cupy_module, to_host
+from mri_recon.arrays.backend import cupy_module, to_host
 from mri_recon.operators import NudftEncoding
 from mri_recon.operators.base import Compose
 from mri_recon.operators.engines import registry

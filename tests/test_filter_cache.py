@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mri_recon import backend
+from mri_recon.arrays import backend
 from mri_recon.filters import convolve, smooth
 from mri_recon.filters import gpu as gpu_filter
 from mri_recon.filters import plan as gpu_plan

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mri_recon import backend, filters
+from mri_recon import filters
+from mri_recon.arrays import backend
 from mri_recon.errors import FilterError
 from mri_recon.filters import convolve, smooth
 from mri_recon.filters import gpu as gpu_filter

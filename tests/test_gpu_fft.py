@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 
 
 @pytest.mark.gpu

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import poison_empty, random_problem, relative
 
-from mri_recon.backend import cupy_module, gpu_available, gpu_count
+from mri_recon.arrays.backend import cupy_module, gpu_available, gpu_count
+from mri_recon.checks.grid import voxel_positions
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
-from mri_recon.grid import voxel_positions
 from mri_recon.kernels.configs import adjoint_defines
 from mri_recon.operators.engines import gpu_exact as gpu_fhd
 from mri_recon.operators.engines import gpu_layout as layout

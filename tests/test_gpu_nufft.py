@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import random_problem, relative
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
 from mri_recon.operators.engines import gpu_nufft, nufft_launch
 from mri_recon.operators.engines.nufft_params import direct_adjoint, direct_forward

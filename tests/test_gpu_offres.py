@@ -8,7 +8,7 @@ import pytest
 from helpers import kernel_offres_turns, kernel_phasor, relative
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import DeviceError, InvalidDataError, SchemaError
 from mri_recon.operators.offres.model import OffresEncoding, offres_adjoint, offres_forward
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import kernel_offres_turns, kernel_phasor, poison_empty, relative
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError
 from mri_recon.kernels.configs import (
     OFFRES_RESEED,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import kernel_offres_turns, kernel_phasor, poison_empty, relative
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError, KernelError
 from mri_recon.kernels.configs import MAX_GROUP, offres_tc_defines
 from mri_recon.operators.offres.model import offres_adjoint
@@ -207,7 +207,7 @@ def test_defines_and_groups():
 def test_coil_launches_put_three_or_more_coils_on_the_tensor_cores(monkeypatch):
     """By default groups of 8 coils, each on the tensor cores from TC_MIN_COILS coils, the rest in fhd.cu; no
     tensor cores (here: the CPU) means fhd.cu's even groups, and tensor=True is then refused with the reason."""
-    from mri_recon.backend import Device
+    from mri_recon.arrays.backend import Device
     from mri_recon.kernels.configs import TC_MIN_COILS
     from mri_recon.operators.engines.gpu_layout import coil_groups
     from mri_recon.operators.offres import gpu_offres
@@ -253,7 +253,7 @@ def test_fhd_options_ask_for_fhd_and_are_refused_with_tensor_true():
                                               ({"slices": 0}, "must lie in 1..65535, found 0"),
                                               ({}, "needs compute capability 8.0 or newer")])
 def test_the_launcher_refuses_what_it_cannot_run(options, message):
-    from mri_recon.backend import Device
+    from mri_recon.arrays.backend import Device
     from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
 
     with pytest.raises(KernelError, match=message):  # checked before any array is touched
@@ -281,7 +281,7 @@ def poisoned(monkeypatch):
 @pytest.mark.parametrize("dim", [2, 3])
 @pytest.mark.parametrize("coils, start, size", [(1, 0, 1), (3, 0, 3), (8, 0, 8), (12, 8, 4), (7, 2, 5)])
 def test_record_kernel_matches_the_layout(rng, poisoned, dim, coils, start, size):
-    from mri_recon.backend import Device
+    from mri_recon.arrays.backend import Device
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
     from mri_recon.operators.offres.gpu_offres_layout import fixed_point_offres
     from mri_recon.operators.offres.gpu_offres_tc import pack_samples, sample_scale
@@ -309,7 +309,7 @@ CASES = [((6, 5), 1, 97), ((33, 30), 3, 400), ((1, 1), 2, 1), ((7, 1), 9, 130), 
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("mtiles, slices", [(None, None), (2, 3), (4, 1)])
 def test_tensor_core_kernel_against_the_oracle(rng, poisoned, case, mtiles, slices):
-    from mri_recon.backend import Device
+    from mri_recon.arrays.backend import Device
     from mri_recon.operators.engines.gpu_layout import fixed_point_turns
     from mri_recon.operators.offres.gpu_offres_layout import centre_phase, fixed_point_offres
     from mri_recon.operators.offres.gpu_offres_tc import fhd_offres_tc
@@ -362,7 +362,7 @@ def test_default_launches_and_agreement_with_fhd(rng, poisoned):
     """The default follows coil_launches bit for bit: 9 coils are 8 on the tensor cores and 1 in fhd.cu; an
     fhd.cu option (recur=False: random times take the phasor kernel anyway) gives fhd.cu; the two kernels
     agree, and both meet the oracle."""
-    from mri_recon.backend import Device
+    from mri_recon.arrays.backend import Device
     from mri_recon.operators.offres import gpu_offres
     from mri_recon.operators.offres.gpu_offres_tc import tensor_cores_available
 

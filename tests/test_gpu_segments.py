@@ -14,7 +14,7 @@ import pytest
 from helpers import relative
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import ResourceError
 from mri_recon.kernels import KERNEL_DIR
 from mri_recon.operators.gpu import fft as gpu_fft

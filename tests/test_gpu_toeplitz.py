@@ -9,7 +9,7 @@ import host_kernels as host
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.gpu import fft as gpu_fft
 from mri_recon.operators.normal import gpu_toeplitz
 from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator

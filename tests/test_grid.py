@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon import grid
+from mri_recon.checks import grid
 from mri_recon.operators import fhd, forward
 from mri_recon.sim.phantom import voxel_positions as phantom_positions
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mri_recon.backend import host_memory_available, host_memory_limits
+from mri_recon.arrays.backend import host_memory_available, host_memory_limits
 
 GIB, MIB = 2**30, 2**20
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_nothing_known_falls_back_to_free_pages(tmp_path):
 
 RLIMIT = """
 import resource, sys
-from mri_recon.backend import host_memory_limits
+from mri_recon.arrays.backend import host_memory_limits
 from mri_recon.errors import ResourceError
 from mri_recon.sim.simulate import simulate_scan
 import mri_recon

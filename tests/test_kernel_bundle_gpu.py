@@ -14,7 +14,7 @@ from helpers import load_script, random_problem, relative
 
 import mri_recon
 import mri_recon.kernels as kernels
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.kernels import bundle as kb
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import KernelError
 from mri_recon.kernels import compile_ptx, kernel_files, options, source, symbol_bytes, upload_constant
 

@@ -95,7 +95,7 @@ def test_limit_zero_turns_the_memo_off(scan, tmp_path, monkeypatch):
     cache = PsfCache(tmp_path)
     runs = [_run(scan, "nufft", cache) for _ in range(2)]
     assert [r.parameters["psf"] for r in runs] == ["computed (disk cache not used by the GPU NUFFT)"] * 2
-    from mri_recon.backend import resolve_device
+    from mri_recon.arrays.backend import resolve_device
 
     assert spectrum_memo(resolve_device("gpu")).lookup("nufft-gpu", scan.matrix, None, None) is None
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mri_recon import operators
-from mri_recon.backend import CPU, Device, cupy_module
+from mri_recon.arrays.backend import CPU, Device, cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError, listed
 from mri_recon.operators import GpuExactEncoding, GpuNufftEncoding, fhd, forward, psf, resolve
 from mri_recon.operators.engines import registry

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mri_recon
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 from mri_recon.operators.memo import ENTRIES_VARIABLE

@@ -10,7 +10,7 @@ import pytest
 
 from mri_recon.errors import OutputError, ResourceError
 from mri_recon.io.png import encode_png, montage, preview, write_png
-from mri_recon.planner import human_bytes, plan
+from mri_recon.planning.planner import human_bytes, plan
 
 
 def test_plan_counts_arrays_and_batches_coils_to_fit():

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import mri_recon
-from mri_recon import api, pipeline, prep_memory
-from mri_recon.backend import host_memory_available, host_memory_limits
+from mri_recon import api, pipeline
+from mri_recon.arrays.backend import host_memory_available, host_memory_limits
 from mri_recon.errors import ResourceError
-from mri_recon.planner import Preparation, plan
+from mri_recon.planning import preparation as prep_memory
+from mri_recon.planning.planner import Preparation, plan
 from mri_recon.prep import dcf, lowres
 from mri_recon.sim.simulate import simulate_scan
 
@@ -154,7 +155,7 @@ def test_gpu_plan_counts_the_coil_map_estimate_on_the_device():
     """On a GPU the Walsh estimate runs in CuPy arrays: the peak of the live device arrays against the device
     plan (on an H200: 216.5 MB live at 256^2 x 8 coils, 215.2 MB planned; CuPy's pool grew 1.5x that, by
     freed blocks it keeps and gives back when an allocation would fail)."""
-    from mri_recon.prep_memory import preparation_of
+    from mri_recon.planning.preparation import preparation_of
 
     scan = simulate_scan((256, 256), "golden", coils=8, snr=30.0, seed=int(np.random.default_rng().integers(1000)))
     scan = scan.replace(coil_maps=None)
@@ -171,7 +172,7 @@ def test_gpu_plan_counts_the_coil_map_estimate_on_the_device():
 def test_fhd_stage_is_within_25_percent_of_the_traced_peak_and_finufft_s_grids():
     """File maps, several coils: F^H d is the peak. The plan once counted two more complex128 copies of the
     samples (a phase product the FINUFFT wrapper no longer makes) and read 0.73 of the peak."""
-    from mri_recon.backend import cpu_threads
+    from mri_recon.arrays.backend import cpu_threads
     from mri_recon.operators.engines.encoding import NUFFT_EPS
     from mri_recon.operators.engines.finufft import fine_grid_shape
 

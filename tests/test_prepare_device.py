@@ -11,7 +11,7 @@ from helpers import relative
 
 from mri_recon import pipeline
 from mri_recon.api import prepare_and_reconstruct
-from mri_recon.backend import CPU, cupy_module, resolve_device, to_host
+from mri_recon.arrays.backend import CPU, cupy_module, resolve_device, to_host
 from mri_recon.errors import InvalidDataError, SchemaError
 from mri_recon.prep import dcf as dcf_module
 from mri_recon.prep import prepare_scan, upload

@@ -10,7 +10,7 @@ import pytest
 
 import mri_recon
 from mri_recon import pipeline as recon
-from mri_recon.backend import Device
+from mri_recon.arrays.backend import Device
 from mri_recon.errors import InvalidDataError, ResourceError, SchemaError
 from mri_recon.operators import psf
 from mri_recon.operators.engines import finufft as nufft_cpu

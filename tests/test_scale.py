@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.io.outputs import nrmse_vs_truth
 from mri_recon.pipeline import power_of_two, reconstruct
 from mri_recon.prep import prepare_scan

@@ -6,11 +6,11 @@ import h5py
 import numpy as np
 import pytest
 
+from mri_recon.checks.validation import trajectory_extent, validate_matrix
 from mri_recon.errors import InvalidDataError, OutputError, ScanFileError, SchemaError, TrajectoryUnitsError
 from mri_recon.io import load_scan, save_scan
 from mri_recon.io.files import atomic_output
 from mri_recon.scan import Scan
-from mri_recon.validation import trajectory_extent, validate_matrix
 
 
 def _arrays(rng, coils=2, m=50, matrix=(16, 12)):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import relative
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import InvalidDataError
 from mri_recon.operators import finite_difference as fd
 from mri_recon.operators.wavelet import Wavelet, analysis_filters, daubechies, wavelet_levels

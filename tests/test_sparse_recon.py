@@ -232,7 +232,7 @@ def test_cli_regularizer_options_and_errors(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("regularizer,solver,anisotropic", CASES, ids=["tv", "tv-aniso", "wav-admm", "wav-fista"])
 def test_gpu_solvers_match_the_cpu(problem, regularizer, solver, anisotropic):
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
 
     cp = cupy_module()
     args = {"regularizer": regularizer, "lam": problem["lam"], "rho": float(np.abs(problem["spectrum"]).max()) / 8,
@@ -279,7 +279,7 @@ def test_gpu_iteration_never_waits_for_the_host(problem, regularizer):
     queue work only: under cupyx.allow_synchronize(False) any implicit read-back raises."""
     import cupyx
 
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
     from mri_recon.operators.normal.toeplitz import normal_operator
     from mri_recon.solvers.cg import WarmCg
     from mri_recon.solvers.proximal import shrink_update, soft_threshold

@@ -1,4 +1,4 @@
-"""Host-to-device copies through pinned buffers filled by several threads (mri_recon.staging)."""
+"""Host-to-device copies through pinned buffers filled by several threads (mri_recon.arrays.staging)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module, resolve_device, to_device
-from mri_recon.staging import STAGED_ABOVE, Staging
+from mri_recon.arrays.backend import cupy_module, resolve_device, to_device
+from mri_recon.arrays.staging import STAGED_ABOVE, Staging
 
 pytestmark = pytest.mark.gpu
 

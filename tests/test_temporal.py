@@ -223,7 +223,7 @@ def test_gpu_matches_numpy(small_series, solver, regularizer):
 
 @pytest.mark.gpu
 def test_gpu_joint_admm_dense_against_numpy():
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
 
     cupy = cupy_module()
     normals, rhs, energy = _problem(np.random.default_rng(9), frames=3, n=8, dtype=np.complex64)
@@ -269,7 +269,7 @@ def test_simulate_scan_with_frames_is_a_series():
 
 @pytest.mark.gpu
 def test_gpu_batched_normal_matches_numpy(small_series):
-    from mri_recon.backend import cupy_module
+    from mri_recon.arrays.backend import cupy_module
     from mri_recon.operators.engines import choose_engine
     from mri_recon.operators.normal.toeplitz import kernel_spectrum
     from mri_recon.solvers.temporal import BatchedSeriesNormal

@@ -9,7 +9,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import mri_recon
-from mri_recon.backend import THREADS_ENV, cpu_threads
+from mri_recon.arrays.backend import THREADS_ENV, cpu_threads
 from mri_recon.errors import DeviceError
 from mri_recon.solvers.cg import inner
 

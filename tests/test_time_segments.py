@@ -162,7 +162,7 @@ def test_planned_correction_carries_the_interpolators_of_the_distinct_times():
 
 @pytest.mark.gpu
 def test_uploaded_correction_makes_the_same_interpolators_and_phases_on_the_gpu():
-    from mri_recon.backend import Device, to_host
+    from mri_recon.arrays.backend import Device, to_host
 
     scan = mri_recon.simulate_scan((48, 40), "spiral", coils=1, snr=None, field_map_peak=150, readout_ms=16)
     host = plan_correction(scan.field_map, scan.times, 1, gpu=True, correction="segmented")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mri_recon.backend import cupy_module
+from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators import psf
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 from mri_recon.operators.normal.toeplitz import kernel_spectrum, normal_operator, toeplitz_apply

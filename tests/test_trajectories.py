@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
+from mri_recon.checks.validation import check_trajectory_units
 from mri_recon.errors import InvalidDataError
 from mri_recon.sim import trajectories as tr
-from mri_recon.validation import check_trajectory_units
 
 CASES = {
     "radial": (lambda: tr.radial((32, 32), 50), (32, 32), 50 * 64),

@@ -65,7 +65,7 @@ def local_cpus(bus_id: str, sysfs: Path | None = None) -> set[int] | None:
 
 def gpu_bus_id(index: int = 0) -> str | None:
     """The PCI bus id of CUDA device ``index`` of this process, or None without CuPy or a GPU."""
-    from ..backend import cupy_module  # noqa: PLC0415 - the worker's backend, on use
+    from ..arrays.backend import cupy_module  # noqa: PLC0415 - the worker's backend, on use
 
     cupy = cupy_module()
     if cupy is None:

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backend import THREADS_ENV, cpu_threads, gpu_available, gpu_count
+from ..arrays.backend import THREADS_ENV, cpu_threads, gpu_available, gpu_count
 from ..errors import DeviceError, InvalidDataError
 from .security import HEALTH_ONLY, LOOPBACK, check_scheduler, dashboard_served, local_security, scheduler_security
 
@@ -229,7 +229,7 @@ def worker_threads(workers: int, gpu: bool) -> dict[str, str]:
     """The thread settings of a local cluster's workers (environment variables, set before they start).
 
     CPU workers share the cores: each runs on ``cores // workers`` threads (FINUFFT's transforms and the FFTs
-    through ``MRI_RECON_THREADS``, :func:`~mri_recon.backend.cpu_threads`; BLAS and OpenMP through their
+    through ``MRI_RECON_THREADS``, :func:`~mri_recon.arrays.backend.cpu_threads`; BLAS and OpenMP through their
     variables), so that ``workers`` processes do not oversubscribe the cores. Their images are bit-identical
     to a single run's: the CPU path gives the same bits for any thread count.
 

@@ -2,7 +2,7 @@
 
 Starting a local cluster (worker processes that import mri-recon, TLS handshakes) costs about
 :data:`CLUSTER_START_S`; a batch of small scans is over sooner in this process. The work of each scan is
-predicted by :func:`mri_recon.planner.plan` from the sizes in its file (matrix, coils, samples; read from the
+predicted by :func:`mri_recon.planning.planner.plan` from the sizes in its file (matrix, coils, samples; read from the
 file's metadata, no data loaded), and ``W`` workers can save at most ``work * (1 - 1/W)`` of it. A cluster is
 started only when that saving exceeds its start-up (a cluster already running costs nothing to reuse). A scan
 whose sizes cannot be read without loading it (an MRD, twix or BART file) counts as large: the cluster asked
@@ -19,7 +19,7 @@ import h5py
 
 from ..errors import MriReconError
 from ..io.readers import reader_of
-from ..planner import plan
+from ..planning.planner import plan
 from .task import ScanTask
 
 CLUSTER_START_S = 1.4
@@ -37,7 +37,7 @@ class Decision:
 
 
 def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
-    """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planner.plan`); 0 for a file
+    """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planning.planner.plan`); 0 for a file
     that no reader takes or a malformed schema-v1 file (it fails at once: it has no work); None when the sizes
     of a readable scan cannot be read from its metadata (MRD, twix, BART)."""
     try:

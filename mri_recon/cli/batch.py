@@ -72,7 +72,7 @@ def is_batch(scans: tuple[Path, ...], workers: int | None, scheduler: str | None
 def run_batch(params: dict[str, Any]) -> None:
     """Run the batch that the ``reconstruct`` command's ``params`` describe; exit 1 when a scan failed."""
     from ..batch import reconstruct_many
-    from ..console import cli_logging, typed_settings, write_run_log
+    from .console import cli_logging, typed_settings, write_run_log
 
     quiet, verbose = params["quiet"], params["verbose"]
     if quiet and verbose:
@@ -134,7 +134,7 @@ class _ScanBar:
     def __call__(self, event: str, value: Any) -> None:
         from tqdm import tqdm
 
-        from ..console import bar_shown
+        from .console import bar_shown
 
         if event == "cluster":
             message = value.kind + (f"; Dask dashboard: {value.dashboard}" if value.dashboard else "")

@@ -21,7 +21,7 @@ def cache() -> None:
 def cache_info(cache_dir: Path | None) -> None:
     """Print the cache's folder, number of entries, total size and cap."""
     from ..io.cache import PsfCache
-    from ..planner import human_bytes
+    from ..planning.planner import human_bytes
 
     info = PsfCache(cache_dir).info()
     click.echo(f"folder   {info.directory}\nentries  {info.entries}\n"

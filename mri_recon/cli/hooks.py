@@ -24,8 +24,8 @@ class ProgressHooks:
         self.device = None
 
     def loaded(self, images: list) -> None:
-        from ..console import ProgressBar
         from ..io.geometry import geometry_of
+        from .console import ProgressBar
 
         geometry = geometry_of(images[0][1].matrix, images[0][1].attrs, str(self.scan))  # malformed: refused
         if not geometry.oriented and self.chosen.placed is not None:  # HDF5 records it in `geometry`
@@ -56,7 +56,7 @@ class ProgressHooks:
 
 def resolve_with_notice(device: Any) -> Any:
     """The device ``device`` names; logs why ``auto`` chose the CPU."""
-    from ..backend import cupy_module, resolve_device
+    from ..arrays.backend import cupy_module, resolve_device
 
     resolved = resolve_device(device)
     if device == "auto" and not resolved.is_gpu:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from ..checks.validation import trajectory_extent
 from ..errors import printable
-from ..validation import trajectory_extent
 from .common import friendly
 from .options import settings_from, settings_option
 
@@ -49,9 +49,9 @@ def estimate_lines(scans: list, device: str) -> list[str]:
     """The memory and time ``reconstruct`` would take with its defaults (method auto, 30 iterations, the
     preparation's defaults), or why it does not fit."""
     from ..api import plan_prepared
-    from ..backend import device_memory
+    from ..arrays.backend import device_memory
     from ..errors import ResourceError
-    from ..planner import host_memory_available, human_bytes
+    from ..planning.planner import host_memory_available, human_bytes
 
     s = scans[0][1]
     try:

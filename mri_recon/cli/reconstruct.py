@@ -65,7 +65,7 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
         return run_pipe(ctx)
     if is_batch(scans, workers, scheduler):
         return run_batch(ctx.params)
-    from ..console import typed_settings
+    from .console import typed_settings
 
     if quiet and verbose:
         raise click.UsageError("--quiet and --verbose contradict each other; give one")
@@ -105,8 +105,8 @@ def reconstruct_one(scan: Path, output: Path, settings: ReconSettings, *, png: P
                     quiet: bool, verbose: int, log_json: Path | None, logged: dict, values: str) -> None:
     """Reconstruct one scan file into ``output`` (and ``png``, ``log_json``), then print the result line."""
     from ..api import reconstruct_file
-    from ..console import cli_logging, run_log, write_run_log
     from ..io.writers import OUTPUTS, output_format
+    from .console import cli_logging, run_log, write_run_log
 
     chosen = OUTPUTS[output_format(output, settings.format)]
     with cli_logging(verbose, quiet):
@@ -138,7 +138,7 @@ def write_preview(png: Path, results: list, axis: int, inputs: tuple) -> str:
 def result_line(output: Path, written: list[Path], what: str, shown: str, log_json: Path | None, results: list,
                 regularizer: str, seconds: float) -> str:
     """``wrote OUT (HDF5): 1 image(s), 30 CG iterations, final residual ..., ENGINE on DEVICE, S s``."""
-    from ..console import delay_summary, truth_summary
+    from .console import delay_summary, truth_summary
 
     last = results[-1][3]
     chosen = regularizer_of(regularizer)

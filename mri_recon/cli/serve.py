@@ -60,7 +60,7 @@ def server_logging(verbose: int, quiet: bool) -> Iterator[None]:
 
 def _reconstructor(settings: ReconSettings):
     """The server's :class:`~mri_recon.server.recon.Reconstructor`: the settings' device and PSF cache."""
-    from ..backend import resolve_device
+    from ..arrays.backend import resolve_device
     from ..io.cache import PsfCache
     from ..server.recon import Reconstructor
 

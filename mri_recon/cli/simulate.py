@@ -84,10 +84,10 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
              readout_ms: float, gradient_delay: tuple | None, quiet: bool) -> None:
     """Write a Shepp-Logan phantom scan to OUTPUT: schema v1 with its ground truth, or MRD raw data for a name
     ending .mrd.h5 or .mrd."""
-    from ..console import sample_bar
     from ..io import save_scan
     from ..io.mrd_image import is_mrd_name
     from ..sim.simulate import simulate_scan
+    from .console import sample_bar
 
     check_delay_form(click.get_current_context(), trajectory, gradient_delay)
     three = trajectory in ("kooshball", "stack-of-stars")

@@ -154,9 +154,9 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     """``reconstruct`` of one file as a time series, with the command's ``params``: read, prepared and
     reconstructed by the same calls as one scan (:func:`mri_recon.api.prepare_and_reconstruct`), written in any
     output format."""
-    from ..console import cli_logging, delay_words  # noqa: PLC0415
     from ..io.frames import load_series  # noqa: PLC0415
     from ..result import magnitude_nrmse  # noqa: PLC0415
+    from .console import cli_logging, delay_words  # noqa: PLC0415
 
     scan = params["scans"][0]
     if len(params["scans"]) > 1:
@@ -175,7 +175,7 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
         chosen, shown = _write(output, result, ready, record, settings, params, error)
     seconds = time.perf_counter() - started
     if params.get("log_json") is not None:
-        from ..console import series_log, write_run_log  # noqa: PLC0415
+        from .console import series_log, write_run_log  # noqa: PLC0415
 
         logged = {k: v for k, v in params.items() if k not in ("quiet", "verbose")}
         write_run_log(params["log_json"], series_log({**logged, "output": output}, result, record, seconds, error),

@@ -20,7 +20,7 @@ Gaussian filters of :func:`smooth` correlation and convolution coincide.) Exampl
   real and imaginary parts with the same real filter. Image values are not checked: a NaN or Inf spreads
   to the outputs whose footprint holds it, as in scipy.
 - Device: ``device="auto"`` runs on the GPU when one is present (on the array's own GPU for a CuPy input),
-  ``"cpu"``, ``"gpu"``, ``"gpu:N"`` or a :class:`~mri_recon.backend.Device`. NumPy in gives NumPy out,
+  ``"cpu"``, ``"gpu"``, ``"gpu:N"`` or a :class:`~mri_recon.arrays.backend.Device`. NumPy in gives NumPy out,
   CuPy in gives CuPy out, wherever the work ran.
 - Repeated calls: filters are validated once and GPU plans made once (:mod:`.taps`, :mod:`.gpu`). A CuPy
   filter array is read once; change its values in place and the change is not seen (pass a new array).
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from ..backend import Device
+from ..arrays import backend
+from ..arrays.backend import Device
 from . import cpu
 from .plan import MAX_RADIUS, SEPARABLE_MAX_RADIUS
 from .taps import (

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend, kernels
-from ..backend import Device
+from .. import kernels
+from ..arrays import backend
+from ..arrays.backend import Device
 from ..errors import DeviceError, FilterError, InvalidDataError
 from .plan import (
     FILENAME,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
+from ..arrays import backend
 from ..errors import FilterError, InvalidDataError
 
 MODES = ("zero", "nearest")

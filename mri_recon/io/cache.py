@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
-from ..backend import to_host
+from ..arrays.backend import to_host
 from ..errors import InvalidDataError, OutputError, printable
 from .cache_entry import EntryRefused, check_key, folder_problem, header, own_entry, own_lock, read_entry, trust_problem
 from .files import atomic_output, clean_stale

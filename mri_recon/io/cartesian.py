@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..checks.validation import trajectory_extent
 from ..errors import InvalidDataError, SchemaError
-from ..validation import trajectory_extent
 from .ismrmrd_encoding import detect_units
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..checks.validation import validate_matrix
 from ..errors import SchemaError
 from ..scan import Scan
-from ..validation import validate_matrix
 from .cfl import COIL_DIM, DIMS, STACK_DIMS, trimmed
 from .stack import DIMENSIONS, select
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from ..checks.units import check_units, suspect_units, to_cycles_per_fov, wrong_units_error
+from ..checks.validation import trajectory_extent, validate_matrix
 from ..errors import InvalidDataError, SchemaError, printable
 from ..scan import Scan
-from ..units import check_units, suspect_units, to_cycles_per_fov, wrong_units_error
-from ..validation import trajectory_extent, validate_matrix
 from .cfl import COIL_DIM, DIM_NAMES, DIMS, MAPS_DIM, STACK_DIMS, cfl_pair, is_cfl_name, read_cfl, trimmed, write_cfl
 from .files import FileSet
 from .inputs import InputFormat, Probe
@@ -57,7 +57,8 @@ def parse_matrix(value: str | Sequence[int]) -> tuple[int, ...]:
     Raises
     ------
     InvalidDataError
-        Anything else (the sizes themselves are checked with the scan, :func:`mri_recon.validation.validate_matrix`).
+        Anything else (the sizes themselves are checked with the scan,
+        :func:`mri_recon.checks.validation.validate_matrix`).
     """
     parts = value.replace("x", ",").split(",") if isinstance(value, str) else value
     try:

@@ -5,7 +5,7 @@ Conventions
 - Image axis d of a ``matrix`` is trajectory column d. For ISMRMRD input the trajectory's columns are the
   logical read, phase and slice axes, so image axis 0 runs along ``read_dir``, axis 1 along ``phase_dir``
   and axis 2 (3-D) along ``slice_dir``; a 2-D image is one voxel thick along ``slice_dir``.
-- Voxel j of an axis of N voxels sits at ``(j - N // 2) / N`` of the field of view (``mri_recon.grid``), so
+- Voxel j of an axis of N voxels sits at ``(j - N // 2) / N`` of the field of view (``mri_recon.checks.grid``), so
   the field of view's centre, the ISMRMRD ``position``, is voxel ``N // 2`` (voxel 0 of a 2-D slice axis).
 - Positions and directions are in the ISMRMRD patient frame, LPS (x to the patient's left, y posterior,
   z superior), in mm. NIfTI's world frame is RAS+: x and y are negated.

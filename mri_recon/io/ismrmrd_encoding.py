@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..checks.units import TRAJ_UNITS, check_units, suspect_units, unit_factor, wrong_units_error
+from ..checks.validation import trajectory_extent
 from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
-from ..units import TRAJ_UNITS, check_units, suspect_units, unit_factor, wrong_units_error
-from ..validation import trajectory_extent
 
 __all__ = ["SPACES", "TRAJ_UNITS", "detect_units", "encoding_space", "one_line", "scale_trajectory"]
 
@@ -81,7 +81,7 @@ def detect_units(extent: np.ndarray, encoded: Sequence[float], source: str = "<m
     Cycles per FOV reach about ``encoded_d / 2``, normalized units about 0.5; each is accepted between
     :data:`_PLAUSIBLE` times that. Raises :class:`TrajectoryUnitsError` when both fit (tiny matrices) or
     neither does; when neither does but radians or 1/m (with the encoded ``fov_mm``) fit
-    (:func:`mri_recon.units.suspect_units`), the error names that unit and its ``traj_units``.
+    (:func:`mri_recon.checks.units.suspect_units`), the error names that unit and its ``traj_units``.
     """
     extent = np.asarray(extent, dtype=np.float64)
     nyquist = np.asarray(encoded, dtype=np.float64) / 2

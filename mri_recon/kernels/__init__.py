@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ..backend import Device, cupy_module
+from ..arrays.backend import Device, cupy_module
 from ..errors import KernelError
 from . import bundle, warmup
 from .sources import BASE_OPTIONS, KERNEL_DIR, header_files, include_options, kernel_files, options, source

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, get_xp
+from ..arrays.backend import Device, cupy_module, get_xp
+from ..checks.scaling import rescale as host_rescale
+from ..checks.scaling import rescale_steps
 from ..kernels import get_kernel
-from ..scaling import rescale as host_rescale
-from ..scaling import rescale_steps
 
 KERNEL_FILE = "arith.cu"
 THREADS = 256
@@ -97,7 +97,7 @@ def alternate(array: Any, factor: float) -> Any:
 
 
 def rescale(array: Any, factor: float) -> Any:
-    """``array *= factor`` in place for a power of two ``factor`` (:func:`mri_recon.scaling.rescale`)."""
+    """``array *= factor`` in place for a power of two ``factor`` (:func:`mri_recon.checks.scaling.rescale`)."""
     if not _on_gpu(array):
         return host_rescale(array, factor)
     for step in rescale_steps(factor):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import SchemaError
 
 

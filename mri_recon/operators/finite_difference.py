@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, is_gpu_array
+from ..arrays.backend import Device, get_xp, is_gpu_array
 from .base import LinearOperator
 
 BLOCK = 256

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, device_memory, get_xp, is_gpu_array, resolve_device
+from ..arrays.backend import Device, cupy_module, device_memory, get_xp, is_gpu_array, resolve_device
 from .engines.encoding import Encoding
 from .reads import DIFFERENT, Flags
 
@@ -384,7 +384,7 @@ def plan_cache(device: Device) -> PlanCache:
 
 def plan_cache_info(device: Device | str | None = None) -> PlanCacheInfo:
     """What the plan caches of the one-shot :func:`~mri_recon.fhd`, :func:`~mri_recon.forward` and
-    :func:`~mri_recon.psf` did: of ``device`` (a :class:`~mri_recon.backend.Device`, ``"cpu"``, ``"gpu:N"``), or
+    :func:`~mri_recon.psf` did: of ``device`` (a :class:`~mri_recon.arrays.backend.Device`, ``"cpu"``, ``"gpu:N"``), or
     summed over every device for None. Counters count since the process started or :func:`plan_cache_clear`."""
     if device is not None:
         return plan_cache(resolve_device(device)).info()

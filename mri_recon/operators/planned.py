@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, is_gpu_array, to_device
+from ..arrays.backend import Device, cupy_module, is_gpu_array, to_device
+from ..checks.validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
 from ..errors import InvalidDataError, SchemaError
-from ..validation import check_any_array, check_trajectory, nonfinite_error, positive_int, validate_matrix
 from .base import Adjoint, LinearOperator
 from .engines import choose_engine
 from .memo import UseGuard

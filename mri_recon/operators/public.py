@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, is_gpu_array, to_device, to_host
+from ..arrays.backend import Device, get_xp, is_gpu_array, to_device, to_host
+from ..checks.validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
 from ..errors import SchemaError
-from ..validation import check_any_array, check_trajectory, check_trajectory_units, validate_matrix
 from .engines import Encoding, choose_engine
 from .memo import plan_cache, trajectory_key
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module, get_xp
-from ..scaling import largest as host_largest
+from ..arrays.backend import cupy_module, get_xp
+from ..checks.scaling import largest as host_largest
 from .arith import BLOCKS, THREADS, _blocks, _dense, _floats, _kernel, _launch, _on_gpu
 
 NOT_FINITE, NEGATIVE, POSITIVE, DIFFERENT = 1, 2, 4, 8
@@ -76,7 +76,7 @@ class Scalars:
 
     def largest(self, array: Any) -> int:
         """``max |Re|, |Im|`` of a complex64 array, ``max |.|`` of a float32 one
-        (:func:`mri_recon.scaling.largest`)."""
+        (:func:`mri_recon.checks.scaling.largest`)."""
         if not _on_gpu(array) or array.dtype not in (np.float32, np.complex64):
             return self._host(host_largest(array))
         if array.size == 0:
@@ -89,7 +89,7 @@ class Scalars:
         squares in float64 on the GPU; on the host of the maps divided by a power of two near their largest
         component)."""
         if not _on_gpu(maps):
-            from ..scaling import unit_scale  # noqa: PLC0415 - the host twin only
+            from ..checks.scaling import unit_scale  # noqa: PLC0415 - the host twin only
 
             unit, scale = unit_scale(maps)
             return self._host(scale * math.sqrt(float(np.max((unit.real ** 2 + unit.imag ** 2).sum(axis=0)))))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module
+from ..arrays.backend import cupy_module
 
 REPLAY_BYTES = 64 << 20
 """Inputs and outputs of at most this many bytes together are replayed (the replay keeps a buffer of each); a

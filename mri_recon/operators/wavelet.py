@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, is_gpu_array
+from ..arrays.backend import Device, get_xp, is_gpu_array
 from ..errors import InvalidDataError
 from .base import LinearOperator
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import blas_on_one_thread
+from ..arrays.backend import blas_on_one_thread
+from ..checks.validation import check_field_map_pair, trajectory_extent
 from ..errors import InvalidDataError, SchemaError
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
-from ..validation import check_field_map_pair, trajectory_extent
 from .maps_methods import COIL_MAPS, chosen_method, method_of, without_file_maps
 from .maps_stage import CoilMapEstimate
 
@@ -91,7 +91,7 @@ def reader_record(scan: Scan) -> dict[str, Any]:
 
 BEYOND_NYQUIST = 1.1
 """A trajectory reaching past this many times the Nyquist extent ``matrix / 2`` on some axis is warned about
-(past 2x it is refused, :func:`mri_recon.validation.check_trajectory_units`)."""
+(past 2x it is refused, :func:`mri_recon.checks.validation.check_trajectory_units`)."""
 
 
 def extent_record(scan: Scan) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, resolve_device, to_device
+from ..arrays.backend import Device, get_xp, resolve_device, to_device
+from ..checks.validation import validate_matrix
 from ..errors import InvalidDataError, listed
 from ..operators.engines.cartesian import scatter_sum
-from ..validation import validate_matrix
 from .espirit import espirit
 from .maps_methods import estimated, is_estimated
 from .walsh import walsh

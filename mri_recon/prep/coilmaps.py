@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, to_host
+from ..arrays.backend import Device, to_host
+from ..checks.validation import validate_matrix
 from ..errors import InvalidDataError, listed
 from ..scan import Scan
-from ..validation import validate_matrix
 from .espirit import espirit, espirit_operator
 from .lowres import (
     _centre_adjoint,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
+from ..checks.grid import axis_positions
+from ..checks.validation import positive_int, trajectory_extent, validate_matrix
 from ..errors import InvalidDataError
-from ..grid import axis_positions
 from ..operators.engines import finufft as nufft_cpu
-from ..validation import positive_int, trajectory_extent, validate_matrix
 
 BLOB_WIDTH = 0.1
 """Standard deviation (FOV units) of the Gaussian blob that fixes the scale of the weights (at least

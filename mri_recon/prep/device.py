@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, to_host
+from ..arrays.backend import Device, get_xp, to_host
+from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
-from ..validation import check_field_map_pair
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS

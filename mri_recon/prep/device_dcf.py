@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import cupy_module, get_xp
+from ..arrays.backend import cupy_module, get_xp
 from ..operators.arith import ramp_density
 from .dcf import blob_extent, blob_samples, blob_spectrum
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, to_host
+from ..arrays.backend import get_xp, to_host
+from ..checks.scaling import unit_scale
+from ..checks.validation import validate_matrix
 from ..errors import InvalidDataError, SchemaError
-from ..scaling import unit_scale
-from ..validation import validate_matrix
 from .lowres import _centre_phases, _phase_reference, dominant_eigenvectors
 
 

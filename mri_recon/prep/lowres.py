@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
+from ..arrays.backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
+from ..checks.grid import centre_phase
+from ..checks.scaling import rescale, unit_scale
+from ..checks.validation import validate_matrix
 from ..errors import InvalidDataError, SchemaError
-from ..grid import centre_phase
-from ..scaling import rescale, unit_scale
-from ..validation import validate_matrix
 
 EIGEN_CHUNK = 1 << 19
 """Voxels per batched eigen-solver call (bounds the temporary (n, C, C) arrays)."""
@@ -157,7 +157,7 @@ def fourier_resize(images: Any, matrix: Sequence[int]) -> Any:
 
     The grid's coefficients ``y(kappa)`` (:func:`calibration_region`, kappa in ``[-g/2, g/2)``) define
     ``x(r) = g^-D sum_kappa y(kappa) exp(+i 2 pi kappa . r)``, which is evaluated at the voxels
-    ``r = (n - N // 2) / N`` of ``matrix`` (:mod:`mri_recon.grid`) by a zero-padded inverse FFT; on the
+    ``r = (n - N // 2) / N`` of ``matrix`` (:mod:`mri_recon.checks.grid`) by a zero-padded inverse FFT; on the
     grid's own voxels it returns the input.
     """
     xp = get_xp(images)

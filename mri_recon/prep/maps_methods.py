@@ -8,7 +8,7 @@ root-sum-of-squares). ``auto`` stands for one of the others, chosen per scan (:f
 Everything else asks this module: the settings' choices and help (and so the command line's), the
 preparation on the host and on the device, the coil-map stage's check, the planner's preparation and the
 messages. An estimated method is implemented under its name by :mod:`.coilmaps` (from the k-space centre),
-:mod:`.cartesian_maps` (a Cartesian scan's autocalibration region) and :mod:`mri_recon.prep_memory` (its
+:mod:`.cartesian_maps` (a Cartesian scan's autocalibration region) and :mod:`mri_recon.planning.preparation` (its
 memory model); ``tests/test_coilmaps.py`` checks that each of them serves every estimated method here.
 """
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, to_host
+from ..arrays.backend import Device, get_xp, to_host
+from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError, listed
-from ..scaling import unit_scale
 from ..scan import Scan
 from .maps_methods import estimated, is_estimated
 

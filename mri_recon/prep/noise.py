@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import InvalidDataError, SchemaError
 from ..scan import Scan
 

@@ -7,9 +7,9 @@ of the array. On the CPU the same product runs in NumPy over chunks of whole col
 compare with): a matrix applied over the row (channel) axis gives the same values chunk by chunk as on the
 whole array.
 
-The copy up is :func:`mri_recon.backend.upload_into`: arrays above 64 MiB through pinned buffers filled by
+The copy up is :func:`mri_recon.arrays.backend.upload_into`: arrays above 64 MiB through pinned buffers filled by
 several host threads (faster than a pageable copy, whose staging the driver fills from one thread:
-docs/benchmarks.md), smaller ones by one pageable copy (:mod:`mri_recon.staging`).
+docs/benchmarks.md), smaller ones by one pageable copy (:mod:`mri_recon.arrays.staging`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, cupy_module, upload_into
+from ..arrays.backend import Device, cupy_module, upload_into
 from ..operators.arith import whiten
 
 CHUNK_BYTES = 4 << 20

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
+from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError, SchemaError
-from ..scaling import unit_scale
 from .lowres import _box_sum, _phase_reference, _strongest, dominant_eigenvectors
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..api import prepare_and_reconstruct
-from ..backend import Device
+from ..arrays.backend import Device
 from ..io.ismrmrd import INPUT as ISMRMRD_INPUT
 from ..io.mrd_image import image_meta, mrd_image
 from ..io.mrd_stream import SOURCE, load_stream

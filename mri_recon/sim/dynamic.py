@@ -17,12 +17,12 @@ import math
 
 import numpy as np
 
+from ..checks.grid import axis_positions
+from ..checks.validation import positive_int, validate_matrix
 from ..errors import InvalidDataError
-from ..grid import axis_positions
 from ..io.frames import TimeSeries
 from ..prep import dcf as _dcf
 from ..scan import Scan
-from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
 from .trajectories import delayed_positions
 

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
+from ..checks.grid import voxel_positions
 from ..errors import InvalidDataError
-from ..grid import voxel_positions
 from ..operators.engines import finufft
 from ..operators.offres.time_segments import SegmentFit
 from . import phantom

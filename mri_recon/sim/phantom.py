@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy.special import j1
 
+from ..checks.grid import axis_positions, voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
+from ..checks.validation import positive_int, validate_matrix
 from ..errors import InvalidDataError
-from ..grid import axis_positions, voxel_positions  # noqa: F401 - re-exported: phantoms are sampled at voxel centres
-from ..validation import positive_int, validate_matrix
 
 SCALE = 0.45
 """Factor from the classic ``[-1, 1]`` phantom coordinates to the field of view ``[-0.5, 0.5)``."""

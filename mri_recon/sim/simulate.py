@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
+from ..checks.validation import positive_int, validate_matrix
 from ..errors import InvalidDataError
 from ..prep import dcf as _dcf
 from ..scan import Scan
-from ..validation import positive_int, validate_matrix
 from . import phantom, trajectories
 from .trajectories import delayed_positions
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks.validation import positive_int, validate_matrix
 from ..errors import InvalidDataError
-from ..validation import positive_int, validate_matrix
 
 GOLDEN_ANGLE = np.pi * (np.sqrt(5.0) - 1.0) / 2.0
 """Golden-angle increment of full-diameter radial spokes: 180 deg / golden ratio = 111.246 deg."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
 from .cg import WarmCg, inner
 from .proximal import group_norm, l1_norm, shrink_update

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, is_gpu_array
+from ..arrays.backend import get_xp, is_gpu_array
 from ..errors import InvalidDataError, SchemaError
 from ..operators import arith, reads
 from .gpu_cg import DeviceSteps

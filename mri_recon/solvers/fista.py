@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from .admm import Callback, objective
 from .power import operator_norm
 from .proximal import l1_norm, soft_threshold

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, get_xp, to_host
+from ..arrays.backend import Device, get_xp, to_host
 from ..kernels import get_kernel
 from ..operators.replay import capture
 

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import InvalidDataError, listed
 from ..operators.normal.toeplitz import normal_operator
 from .admm import Callback, Sparsity

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
 from .admm import Callback, Sparsity, objective
 from .cg import WarmCg, inner

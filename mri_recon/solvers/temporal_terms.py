@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
 from .admm import Sparsity
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, to_host
+from ..arrays.backend import get_xp, to_host
 from ..errors import InvalidDataError
 from ..operators import arith, reads
 from ..prep.maps_stage import unit_basis

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, listed
 from ..io.cache import PsfCache
 from ..operators.engines.registry import sampling_of
@@ -19,7 +20,6 @@ from ..solvers.registry import solver as solver_of
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import check_sparse, resolve_lam
 from ..solvers.temporal_terms import TemporalTerm, temporal_term
-from ..validation import check_field_map_pair
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp
+from ..arrays.backend import get_xp
 from ..settings import solver_options
 from ..solvers.cg import cg
 from ..solvers.registry import solver

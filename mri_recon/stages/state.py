@@ -13,17 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Device, to_device
+from ..arrays.backend import Device, to_device
+from ..checks.scaling import power_of_two
 from ..io.frames import TimeSeries
 from ..kernels import prefetch
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
 from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..operators.reads import Scalars
-from ..planner import Plan, Preparation
-from ..prep_memory import preparation_of
+from ..planning.planner import Plan, Preparation
+from ..planning.preparation import preparation_of
 from ..progress import Clock, progress_callback
-from ..scaling import power_of_two
 from ..scan import Scan
 from .options import Options
 

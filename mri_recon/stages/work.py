@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import get_xp, to_device, to_host
+from ..arrays.backend import get_xp, to_device, to_host
+from ..checks.scaling import power_of_two
 from ..errors import InvalidDataError, SchemaError
 from ..io.cache import PsfCache, psf_key
 from ..operators import arith
@@ -17,7 +18,6 @@ from ..operators.engines import Encoding
 from ..operators.memo import spectrum_memo
 from ..operators.normal.toeplitz import kernel_spectrum
 from ..operators.reads import rss_peak
-from ..scaling import power_of_two
 from ..solvers.sparse import data_energy
 from .options import Options
 from .state import Encoded, FrameData, FrameNormal, State

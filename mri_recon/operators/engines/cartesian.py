@@ -2,7 +2,7 @@
 
 Samples sit on integer frequencies ``k`` (cycles per field of view) of the image's own grid, and F is the same
 sum as every other engine's (:mod:`.encoding`): ``F x = sum_n x_n exp(-i 2 pi k_m . r_n)`` with
-``r_n = (n - N // 2) / N`` (:mod:`mri_recon.grid`), unnormalized, so lambda and the scale of the data mean
+``r_n = (n - N // 2) / N`` (:mod:`mri_recon.checks.grid`), unnormalized, so lambda and the scale of the data mean
 what they mean for the non-Cartesian engines. On the grid that sum is a DFT::
 
     (F x)_m = fftn(ifftshift(x))[k_m mod N]          (F^H d) = fftshift(N * ifftn(G)),  G[q] = sum_{k_m = q} d_m
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import cpu_threads, get_xp
+from ...arrays.backend import cpu_threads, get_xp
 from ...errors import InvalidDataError
 from ..base import LinearOperator
 from ..normal.toeplitz import kernel_spectrum

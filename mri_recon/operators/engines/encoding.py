@@ -2,7 +2,7 @@
 
 ``F x = sum_n x_n exp(-i 2 pi k_m . r_n)`` maps images ``(C, *matrix)`` to samples ``(C, M)`` (C images at
 once, e.g. coils); ``F^H d = sum_m d_m exp(+i 2 pi k_m . r_n)`` is its adjoint. The trajectory k is in
-cycles per field of view and r_n is the voxel grid of :mod:`mri_recon.grid`.
+cycles per field of view and r_n is the voxel grid of :mod:`mri_recon.checks.grid`.
 
 An engine is a subclass that states its ``name`` (what it computes: ``"exact"`` sums or a ``"nufft"``), its
 ``device_kind`` (``"cpu"`` or ``"gpu"``), its capabilities (``dims``, ``samplings``, ``caches_psf``, ``memo``,
@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...backend import get_xp
+from ...arrays.backend import get_xp
 from ..base import LinearOperator
 from ..normal.toeplitz import kernel_spectrum, normal_operator
 from . import cost

@@ -1,6 +1,6 @@
 """FINUFFT wrappers in the project's conventions: the fast CPU path for F and F^H.
 
-Convention (schema v1, :mod:`mri_recon.grid`): voxel j of an axis of size N sits at r = (j - N // 2) / N,
+Convention (schema v1, :mod:`mri_recon.checks.grid`): voxel j of an axis of size N sits at r = (j - N // 2) / N,
 the trajectory k is in cycles per field of view, F x = sum_n x_n exp(-i 2 pi k . r_n) and
 F^H d = sum_m d_m exp(+i 2 pi k_m . r). FINUFFT's modes are the integers q = j - N // 2 (its default
 ``modeord=0``), the same grid, so its type-1 and type-2 transforms at x_d = 2 pi k_d / N_d are F^H and F
@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ...backend import cpu_threads
+from ...arrays.backend import cpu_threads
 from .nufft_params import next_smooth_even  # FINUFFT's next235even
 
 DEFAULT_EPS = 1e-9
@@ -68,14 +68,14 @@ def _finufft():
 
 def _scaled(trajectory: np.ndarray, matrix: tuple[int, ...]) -> list[np.ndarray]:
     """FINUFFT coordinates x_d = 2 pi k_d / N_d (its modes j - N_d // 2 are the voxels of
-    :mod:`mri_recon.grid`), float64, one array per axis (made from each column, not from a float64 copy of
+    :mod:`mri_recon.checks.grid`), float64, one array per axis (made from each column, not from a float64 copy of
     the whole trajectory)."""
     k = np.asarray(trajectory)
     return [2 * np.pi * np.asarray(k[:, d], dtype=np.float64) / n for d, n in enumerate(matrix)]
 
 
 def _per_coil(transform, count: int) -> None:
-    """``transform(c)`` for every coil ``c < count``, up to :func:`~mri_recon.backend.cpu_threads` at once."""
+    """``transform(c)`` for every coil ``c < count``, up to :func:`~mri_recon.arrays.backend.cpu_threads` at once."""
     threads = min(cpu_threads(), count)
     if threads <= 1:  # one coil, or none
         for c in range(count):

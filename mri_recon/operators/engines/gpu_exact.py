@@ -1,7 +1,7 @@
 """F^H d, F and the Toeplitz PSF on the GPU by exact direct summation (CUDA in ``kernels/fhd.cu`` and
 ``kernels/forward.cu``): the production launchers.
 
-Conventions (schema v1, :mod:`mri_recon.grid`): voxel j of an axis of size N sits at ``r = (j - N // 2) / N``,
+Conventions (schema v1, :mod:`mri_recon.checks.grid`): voxel j of an axis of size N sits at ``r = (j - N // 2) / N``,
 the trajectory is in cycles per field of view, ``F x = sum_n x_n exp(-i 2 pi k . r_n)`` and
 ``F^H d = sum_m d_m exp(+i 2 pi k_m . r)``. The launchers take CuPy arrays on the current device and return
 CuPy arrays there.
@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module
+from ...arrays.backend import Device, cupy_module
+from ...checks.validation import validate_matrix
 from ...errors import InvalidDataError, ResourceError, SchemaError
 from ...kernels import get_module, upload_constant
 from ...kernels.configs import (
@@ -34,7 +35,6 @@ from ...kernels.configs import (
     forward_defines,
     psf_defines,
 )
-from ...validation import validate_matrix
 from ..arith import records as arith_records
 from ..gpu.launch import (
     check_gpu_array,

@@ -1,7 +1,7 @@
 """Host-side layout of the exact GPU transforms: fixed-point trajectories, the line list of F^H d, the runs
 of F, coil groups and grid slices. Pure NumPy (or the trajectory's array module); no GPU needed.
 
-Grid (:mod:`mri_recon.grid`): voxel j of an axis of size N sits at ``r = Q / (2N)`` with ``Q = 2j - 2c``,
+Grid (:mod:`mri_recon.checks.grid`): voxel j of an axis of size N sits at ``r = Q / (2N)`` with ``Q = 2j - 2c``,
 ``c = N // 2``; its mirror (the voxel at ``-r``) is ``2c - j``, which exists for every voxel of an odd axis
 and for all but voxel 0 of an even axis.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import cupy_module
-from ...grid import centre
+from ...arrays.backend import cupy_module
+from ...checks.grid import centre
 from ...kernels.configs import MAX_GROUP
 from ..arith import turns
 

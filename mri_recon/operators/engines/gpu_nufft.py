@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module, device_memory, resolve_device
+from ...arrays.backend import Device, cupy_module, device_memory, resolve_device
 from ...errors import DeviceError, InvalidDataError, SchemaError, TrajectoryUnitsError
 from ...kernels import get_kernel
 from ..arith import scaled
@@ -78,7 +78,7 @@ class GpuNufft:
         Relative tolerance of the algorithm (sets the kernel width; 1e-6 gives about 1e-6 in float64 and
         about 2e-6 with the float32 grid).
     device
-        ``"gpu"``, ``"gpu:N"``, ``N`` or a :class:`~mri_recon.backend.Device`; None: the current GPU.
+        ``"gpu"``, ``"gpu:N"``, ``N`` or a :class:`~mri_recon.arrays.backend.Device`; None: the current GPU.
     bins
         Bin size per axis in fine-grid points (tuning; default :data:`DEFAULT_BINS`).
     max_group

@@ -1,6 +1,6 @@
 """The exact non-uniform DFT in NumPy: the slow, obviously correct oracle every fast path is tested against.
 
-Convention (schema v1, :mod:`mri_recon.grid`): voxel j of an axis of size N sits at r = (j - N // 2) / N,
+Convention (schema v1, :mod:`mri_recon.checks.grid`): voxel j of an axis of size N sits at r = (j - N // 2) / N,
 the trajectory k is in
 cycles per field of view, the forward transform is d_m = sum_n x_n exp(-i 2 pi k_m . r_n) and the adjoint
 is (F^H d)_n = sum_m d_m exp(+i 2 pi k_m . r_n). Both are evaluated term by term, one block of
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...checks.grid import voxel_positions
 from ...errors import SchemaError
-from ...grid import voxel_positions
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Upper bound on the working memory of one block of phases (bytes)."""

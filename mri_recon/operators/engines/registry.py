@@ -17,7 +17,7 @@ import functools
 import importlib
 from typing import Any
 
-from ...backend import Device, is_gpu_array, resolve_device
+from ...arrays.backend import Device, is_gpu_array, resolve_device
 from ...errors import InvalidDataError, listed
 from .encoding import Encoding
 

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ...backend import cupy_module
+from ...arrays.backend import cupy_module
 
 FORWARD, INVERSE = -1, 1
 """cuFFT's ``CUFFT_FORWARD`` and ``CUFFT_INVERSE`` (fixed by its API), without loading libcufft."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module, gpu_available
+from ...arrays.backend import Device, cupy_module, gpu_available
 from ...errors import DeviceError, InvalidDataError, SchemaError
 from ..engines.gpu_layout import forward_runs, line_list
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module
+from ...arrays.backend import Device, cupy_module
 from ...kernels import get_kernel
 from ..arith import scaled
 from ..base import LinearOperator

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import cpu_threads, get_xp
+from ...arrays.backend import cpu_threads, get_xp
 from ..arith import alternate
 from ..base import LinearOperator
 

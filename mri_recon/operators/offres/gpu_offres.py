@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module
+from ...arrays.backend import Device, cupy_module
 from ...errors import InvalidDataError, SchemaError
 from ...kernels import get_module
 from ...kernels.configs import (

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import get_xp
+from ...arrays.backend import get_xp
+from ...checks.grid import centre as grid_centre
 from ...errors import InvalidDataError
-from ...grid import centre as grid_centre
 from ...kernels.configs import OFFRES_RESEED, fhd_record_words
 
 MAX_FIELD_HZ = 32767.0

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, cupy_module
+from ...arrays.backend import Device, cupy_module
 from ...errors import KernelError
 from ...kernels import get_module
 from ...kernels.configs import MAX_GROUP, TC_CHUNK, TC_WARPS, offres_tc_defines, tc_column_tiles

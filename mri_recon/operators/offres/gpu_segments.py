@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import cupy_module, get_xp
+from ...arrays.backend import cupy_module, get_xp
 from ...errors import SchemaError
 from ...kernels import get_kernel
 from ...kernels.configs import SEGMENT_TIERS, segments_defines

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import get_xp
+from ...arrays.backend import get_xp
+from ...checks.grid import voxel_positions
 from ...errors import InvalidDataError, SchemaError
-from ...grid import voxel_positions
 from ..base import LinearOperator, SenseNormal
 from ..engines.encoding import Encoding
 from ..engines.nudft import DEFAULT_CHUNK_BYTES, _blocks

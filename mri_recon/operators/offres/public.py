@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...backend import Device, is_gpu_array, resolve_device, to_device
+from ...arrays.backend import Device, is_gpu_array, resolve_device, to_device
+from ...checks.validation import check_any_array, check_trajectory, validate_matrix
 from ...errors import SchemaError
-from ...validation import check_any_array, check_trajectory, validate_matrix
 from ..public import returned_like
 from .model import OffresEncoding
 

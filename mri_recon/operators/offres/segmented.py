@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, device_memory, get_xp, is_gpu_array
+from ...arrays.backend import Device, device_memory, get_xp, is_gpu_array
 from ...errors import InvalidDataError, ResourceError
 from ..base import LinearOperator, SenseNormal
 from ..engines.encoding import Encoding

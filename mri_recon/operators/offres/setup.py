@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import Device, resolve_device, to_device
+from ...arrays.backend import Device, resolve_device, to_device
 from ...errors import InvalidDataError
 from ...kernels.configs import segments_defines
 from ..engines import cost

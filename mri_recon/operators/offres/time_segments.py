@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import get_xp
+from ...arrays.backend import get_xp
 from ...errors import InvalidDataError
 
 DEFAULT_TOL = 1e-3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...backend import get_xp
+from ...arrays.backend import get_xp
 from ...operators import finite_difference as fd
 from ..admm import Sparsity
 from .base import Normal, Regularizer

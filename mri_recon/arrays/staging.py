@@ -1,5 +1,5 @@
 """Host-to-device copies through pinned buffers filled by several host threads (the copy up of
-:func:`mri_recon.backend.to_device`; CuPy is passed in, so that this module imports nothing of the package).
+:func:`mri_recon.arrays.backend.to_device`; CuPy is passed in, so that this module imports nothing of the package).
 
 A copy from pageable memory goes through the driver's own pinned staging, filled by the calling thread alone, so it
 runs no faster than one host thread copies. :class:`Staging` cuts the source into pieces, lets a pool of threads

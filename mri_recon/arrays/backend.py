@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .errors import DeviceError
+from ..errors import DeviceError
 from .staging import copy_up
 
 try:  # CuPy is the optional "gpu" extra.
@@ -319,7 +319,7 @@ def to_device(array: Any, device: Device) -> Any:
 
 def upload_into(host: np.ndarray, out: Any, device: Device) -> None:
     """The C-contiguous host array ``host`` into the CuPy array ``out`` of the same bytes on ``device``,
-    complete on return (:func:`mri_recon.staging.copy_up`: pinned buffers filled by several threads)."""
+    complete on return (:func:`mri_recon.arrays.staging.copy_up`: pinned buffers filled by several threads)."""
     copy_up(_cupy, host, out, device.index)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_xp, is_gpu_array
-from .errors import InvalidDataError, SchemaError, TrajectoryUnitsError
+from ..arrays.backend import get_xp, is_gpu_array
+from ..errors import InvalidDataError, SchemaError, TrajectoryUnitsError
 from .units import suspect_units, wrong_units_error
 
 MAX_AXIS = 16384  # larger matrices are taken as a mistake, not a request
@@ -137,7 +137,7 @@ def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str
             f"{source}: trajectory extent {float(np.max(extent)):.4g} looks normalized to [-0.5, 0.5]; "
             f"mri-recon works in cycles per field of view: ISMRMRD and BART input take --traj-units normalized "
             f"(traj_units='normalized'); otherwise multiply axis d by matrix[d] "
-            f"(mri_recon.units.to_cycles_per_fov(k, 'normalized', matrix))"
+            f"(mri_recon.checks.units.to_cycles_per_fov(k, 'normalized', matrix))"
         )
 
 

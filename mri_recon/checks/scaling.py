@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import get_xp
+from ..arrays.backend import get_xp
 
 MIN_EXPONENT, MAX_EXPONENT = -126, 127
 """Exponents of the scale factors: their powers of two and the reciprocals are normal float32 numbers."""

@@ -1,14 +1,14 @@
 """Memory and time planning for a reconstruction, before anything is allocated.
 
 The planner follows the run stage by stage and takes the largest: the preparation (prewhitening, density
-weights, coil-map estimates: :mod:`mri_recon.prep_memory`), F^H d (the samples in double
+weights, coil-map estimates: :mod:`mri_recon.planning.preparation`), F^H d (the samples in double
 precision, FINUFFT's oversampled complex128 fine grid per transform in flight, the complex128 images), the
 PSF (FINUFFT's fine grid of the 2x grid, about ``(2.5 N)^D * 16`` bytes, and the complex128 PSF), the
 kernel spectrum's FFT, and the CG iterations (spectrum, CG vectors and per-coil Toeplitz FFT work). It picks
 how many coils go through the Toeplitz operator at once so that the peak fits the memory available; when
 even one coil at a time does not fit it raises :class:`~mri_recon.errors.ResourceError` naming the size
 needed and the size available, the stage and what to change. The memory available on the host is the least
-of MemAvailable, the cgroup's limit and RLIMIT_AS (:func:`~mri_recon.backend.host_memory_limits`). Measured
+of MemAvailable, the cgroup's limit and RLIMIT_AS (:func:`~mri_recon.arrays.backend.host_memory_limits`). Measured
 against tracemalloc and peak RSS on the CPU in ``docs/planner.md`` (``scripts/measure_planner.py``). The GPU
 figures count the device arrays only.
 """
@@ -19,11 +19,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import prep_memory
-from .backend import cpu_threads, host_memory_available, host_memory_limits
-from .errors import ResourceError
-from .operators.engines import Encoding, engine
-from .prep_memory import Preparation
+from ..arrays.backend import cpu_threads, host_memory_available, host_memory_limits
+from ..errors import ResourceError
+from ..operators.engines import Encoding, engine
+from . import preparation as prep_memory
+from .preparation import Preparation
 
 __all__ = ["Plan", "Preparation", "host_memory_available", "host_memory_limits", "human_bytes", "plan"]
 

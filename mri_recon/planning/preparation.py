@@ -1,6 +1,6 @@
 """Bytes the preparation of a scan holds at its peaks: prewhitening, density compensation, coil-map estimation.
 
-The planner (:mod:`mri_recon.planner`) adds these to the arrays held for the whole run. Each count follows
+The planner (:mod:`mri_recon.planning.planner`) adds these to the arrays held for the whole run. Each count follows
 the code of :mod:`mri_recon.prep` array by array (NumPy's temporaries included: an expression ``a * b + c``
 holds two results at once) and was checked against the peaks traced by ``tracemalloc`` and the peak RSS
 (``scripts/measure_planner.py``, ``docs/planner.md``). The preparation's own constants are repeated here
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .scan import Scan
-from .validation import trajectory_extent
+from ..checks.validation import trajectory_extent
+from ..scan import Scan
 
 C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
 EIGEN_CHUNK = 1 << 19
@@ -42,7 +42,8 @@ BLOB_CHUNK = 8192
 
 @dataclass(frozen=True)
 class Preparation:
-    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planner.plan`'s ``preparation``)."""
+    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planning.planner.plan`'s
+    ``preparation``)."""
 
     noise_samples: int = 0
     """K of the ``(C, K)`` noise the data are prewhitened with; 0: no prewhitening."""
@@ -90,7 +91,7 @@ def pipe_region(extent: tuple[float, ...]) -> int:
 
 def _convolution(points: int, positions: int, grid: int, d: int) -> int:
     """One Pipe-Menon convolution: FINUFFT's type-1 of ``points`` onto ``grid`` and type-2 back at ``positions``."""
-    from .operators.engines.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
+    from ..operators.engines.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
 
     fine = upsampfac(1e-4) ** d * grid * C128
     adjoint = points * (d * F64 + C128) + grid * C128 + fine
@@ -137,8 +138,8 @@ def _eigen(n_vox: int, c: int) -> int:
 def _lowres(c: int, m_in: int, d: int, grid: int, workers: int) -> int:
     """The low-resolution adjoint: the radii of every sample, the central samples weighted, their FINUFFT
     transform (complex128 samples and images, one fine grid per transform in flight)."""
-    from .operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
-    from .operators.engines.finufft import upsampfac  # noqa: PLC0415
+    from ..operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
+    from ..operators.engines.finufft import upsampfac  # noqa: PLC0415
 
     fine = int(upsampfac(NUFFT_EPS) ** d * grid) * C128
     return (m_in * (d * F32 + 3 * F32 + I64) + 2 * c * m_in * C64 + c * m_in * C128 + m_in * d * F64

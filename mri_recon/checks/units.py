@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InvalidDataError, TrajectoryUnitsError
+from ..errors import InvalidDataError, TrajectoryUnitsError
 
 TRAJ_UNITS = ("auto", "cycles-per-fov", "normalized", "radians", "per-meter")
 """Values of ``traj_units`` / ``--traj-units``."""

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ._version import __version__
-from .errors import printable
-from .io.files import write_file
+from .._version import __version__
+from ..errors import printable
+from ..io.files import write_file
 
 LOGGER = "mri_recon"
 
@@ -153,7 +153,7 @@ def truth_errors(results: list) -> list[tuple[str, float] | None]:
     """Per image, ``(kind, NRMSE)`` against its scan's ground truth
     (:func:`mri_recon.io.outputs.nrmse_vs_truth`, the value of the HDF5 output's ``nrmse_vs_ground_truth``), or
     None for a scan without one. ``results`` as for :func:`run_log`."""
-    from .io.outputs import nrmse_vs_truth
+    from ..io.outputs import nrmse_vs_truth
 
     return [None if scan.ground_truth is None else
             nrmse_vs_truth(np.asarray(result.image, dtype=np.complex64), scan.ground_truth, result)

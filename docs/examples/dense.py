@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...grid import voxel_positions
+from ...checks.grid import voxel_positions
 from .encoding import Encoding
 
 COMPLEX64, COMPLEX128 = 8, 16

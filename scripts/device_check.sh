@@ -51,6 +51,9 @@ for step in $steps; do
       timeout ${T_HASHES:-240} python3 scripts/image_hashes.py "$OUT/hashes_gpu_head2.json" gpu --save /tmp/h_head2 >/tmp/h_head2.log 2>&1
       tail -3 /tmp/h_base.log /tmp/h_head.log
       python3 scripts/compare_images.py /tmp/h_head /tmp/h_base /tmp/h_head2 "$OUT/hashes_gpu_compare.json" 2>&1 | tail -25 ;;
+    wholecall)  # the README's call, this tree and the base tree (.base) in turn on one machine
+      timeout ${T_WHOLE:-150} python3 scripts/bench_prepare.py "$OUT/bench_prepare_head.json" --repeats ${WHOLE_REPEATS:-8} 2>&1 | tail -8
+      (cd "${BASE_TREE:-.base}" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_WHOLE:-150} python3 scripts/bench_prepare.py "$OUT/bench_prepare_base.json" --repeats ${WHOLE_REPEATS:-8} 2>&1 | tail -8) ;;
     temporal) timeout ${T_TEMPORAL:-240} python3 scripts/bench_temporal.py "$OUT/bench_temporal_gpu.json" --sections gpu 2>&1 | tail -6 ;;
     record) timeout ${T_RECORD:-200} python3 scripts/record_cupy_kernels.py 2>&1 | tail -2 && cp mri_recon/kernels/cupy_kernels.json "$OUT/" ;;
   esac

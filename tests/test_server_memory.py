@@ -13,14 +13,18 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import hostile_clients as hostile
 import ismrmrd
 import numpy as np
 import pytest
+from server_helpers import make_scan
 
+from mri_recon.server.client import read_scan, send_scan
 from mri_recon.server.protocol import READ_CHUNK, Limits, MessageID, read_message
 
 MIB = 2**20
 ROOT = Path(__file__).resolve().parents[1]
+CLIENTS, SCAN, MESSAGE = 4, 8 * MIB, 2 * MIB
 
 
 def _read_peak(stream: bytes) -> tuple[object, int]:
@@ -79,3 +83,47 @@ def test_what_a_connection_s_thread_freed_is_given_back():
     done = subprocess.run([sys.executable, "-c", GIVE_BACK], capture_output=True, text=True, check=True, cwd=ROOT,
                           timeout=120)
     assert int(done.stdout.split()[-1]) >= 32 * MIB, done.stdout
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A server with 4 clients of at most 8 MiB of acquisitions and 2 MiB messages, warmed by one scan."""
+    folder = tmp_path_factory.mktemp("memory")
+    scan = make_scan(folder / "scan.mrd.h5", 5)
+    server, address = hostile.start_server(folder / "server.log", "--max-clients", str(CLIENTS),
+                                           "--max-scan-bytes", str(SCAN), "--max-message-bytes", str(MESSAGE),
+                                           "--idle-timeout", "5", "--header-timeout", "1")
+    try:
+        _, reply = send_scan(scan, *address)  # every module a reconstruction uses is loaded
+        assert reply.images and not reply.errors
+        yield server, address, scan
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+CASES = {  # name: (the clients, what their connections may hold where the case can reach it)
+    "idle sockets": (lambda address, xml, acq: hostile.idle_sockets(address, 3 * CLIENTS, 2.0),
+                     CLIENTS * hostile.connection_bound(0, 0)),
+    "large texts": (lambda address, xml, acq: hostile.large_texts(address, xml, CLIENTS, MESSAGE, 8),
+                    CLIENTS * hostile.connection_bound(0, MESSAGE)),
+    "tiny acquisitions": (lambda address, xml, acq: hostile.tiny_acquisitions(address, xml, CLIENTS, SCAN),
+                          CLIENTS * hostile.connection_bound(SCAN, 0)),
+    "disconnects": (lambda address, xml, acq: hostile.disconnects(address, xml, acq, CLIENTS, SCAN // 2),
+                    CLIENTS * hostile.connection_bound(SCAN, MESSAGE)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_peak_memory_under_hostile_clients_is_within_the_limits(served, name):
+    """The growth of the server's peak RSS over a case, against what its connections may hold (4 at once, 8 MiB
+    of acquisitions and 2 MiB messages each), and the next client served."""
+    server, address, scan = served
+    xml, acquisitions = read_scan(scan)
+    clients, bound = CASES[name]
+    grown, _ = hostile.peak_growth(server.pid, lambda: clients(address, xml, acquisitions))
+    assert grown <= bound, (name, grown / MIB, bound / MIB)
+    assert server.poll() is None
+    reply = hostile.served(scan, address)  # and the next client is served
+    assert reply.images and not reply.errors

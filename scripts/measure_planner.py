@@ -39,9 +39,11 @@ import time
 from functools import partial
 from pathlib import Path
 
-from benchtools import child_rss
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, before any installed one (benchtools imports it)
+
+from benchtools import child_rss  # noqa: E402
+
 _child = partial(child_rss, root=ROOT)
 """Run code in a fresh interpreter with this repository on its path: its max RSS in bytes and its stdout."""
 ITERATIONS = 10
@@ -281,7 +283,6 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--markdown", default=None, help="print the tables of this JSON file and exit")
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())["rows"]))
         return

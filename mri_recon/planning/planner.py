@@ -92,7 +92,7 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
         stages["dcf"] = base + held + prep_memory.dcf(preparation.dcf, m, matrix, preparation.extent)
     if estimated:
         m_in = min(m, preparation.centre_samples or m)
-        stages["coil_maps"] = base + held + prep_memory.coil_maps(preparation.coil_maps, matrix, c, m_in,
+        stages["coil_maps"] = base + held + prep_memory.coil_maps(preparation.coil_maps, matrix, c, m, m_in,
                                                                   0 if gpu else workers)
     return stages, held
 

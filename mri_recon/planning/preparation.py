@@ -15,12 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from ..checks.validation import trajectory_extent
 from ..scan import Scan
+from ..checks.validation import trajectory_extent
 
 C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
 EIGEN_CHUNK = 1 << 19
 """Voxels per batched eigen-solver call (:data:`mri_recon.prep.lowres.EIGEN_CHUNK`)."""
+EIGEN_SCALARS = 36
+"""Bytes per matrix of the eigen solver's chunk besides its (C, C) arrays: the traces and their guards, the
+int64 column of each argmax, the norms (traced at C = 1 to 16: 36 bytes whatever C; with one coil they are most
+of it)."""
 WALSH_RADIUS = 12.0
 """Radius of Walsh's low-resolution images in cycles per FOV, at most a quarter of the matrix
 (:func:`mri_recon.prep.lowres.default_radius`)."""
@@ -30,20 +34,21 @@ ESPIRIT_KERNEL = {2: 6, 3: 5}
 (:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
 ESPIRIT_KEPT = 1 / 3
 """Share of the C x kernel^D calibration kernels ESPIRiT is assumed to keep (singular values above its
-threshold): above what the simulated scans of ``scripts/measure_planner.py`` keep (docs/planner.md); noisier
-calibration data keep more, and their plan is low by that share of the kernels' images."""
+threshold): the simulated scans of ``scripts/measure_planner.py`` keep 17-28%; noisier calibration data keep
+more, and their plan is low by that share of the kernels' images."""
 PIPE_MARGIN = 8 / (2 * math.pi * 0.25)
 """Pipe-Menon's grid margin in cycles per FOV: eight kernel widths (:mod:`mri_recon.prep.dcf`)."""
 PIPE_STEP = 0.5
 """Spacing of Pipe-Menon's uniform reference sampling (cycles per FOV)."""
+PIPE_EPS = 1e-4
+"""FINUFFT's tolerance in Pipe-Menon's convolutions (:mod:`mri_recon.prep.dcf`)."""
 BLOB_CHUNK = 8192
 """Samples per block of the weights' normalization (:func:`mri_recon.prep.dcf.normalize`)."""
 
 
 @dataclass(frozen=True)
 class Preparation:
-    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planning.planner.plan`'s
-    ``preparation``)."""
+    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planning.planner.plan`'s ``preparation``)."""
 
     noise_samples: int = 0
     """K of the ``(C, K)`` noise the data are prewhitened with; 0: no prewhitening."""
@@ -79,9 +84,14 @@ def _blob(m: int, matrix: tuple[int, ...]) -> int:
     return BLOB_CHUNK * max(matrix) * (C128 + C128) + 2 * m * F64
 
 
+def pipe_shape(extent: tuple[float, ...]) -> tuple[int, ...]:
+    """Pipe-Menon's convolution grid (two margins beyond the samples' extent, even)."""
+    return tuple(int(2 * math.ceil(r + PIPE_MARGIN)) for r in extent)
+
+
 def pipe_grid(extent: tuple[float, ...]) -> int:
-    """Voxels of Pipe-Menon's convolution grid (two margins beyond the samples' extent, even)."""
-    return math.prod(int(2 * math.ceil(r + PIPE_MARGIN)) for r in extent)
+    """Voxels of Pipe-Menon's convolution grid (:func:`pipe_shape`)."""
+    return math.prod(pipe_shape(extent))
 
 
 def pipe_region(extent: tuple[float, ...]) -> int:
@@ -89,13 +99,26 @@ def pipe_region(extent: tuple[float, ...]) -> int:
     return math.prod(int(math.ceil((2 * r + 1) / PIPE_STEP)) + 1 for r in extent)
 
 
-def _convolution(points: int, positions: int, grid: int, d: int) -> int:
-    """One Pipe-Menon convolution: FINUFFT's type-1 of ``points`` onto ``grid`` and type-2 back at ``positions``."""
-    from ..operators.engines.finufft import upsampfac  # noqa: PLC0415 - numpy only; keeps this module light
+def _transform(shape: tuple[int, ...], eps: float, points: int) -> int:
+    """One FINUFFT type-1 transform of ``points`` onto ``shape`` at ``eps``: its complex128 fine grid and what its
+    spreading holds besides (the sort order, a subproblem's samples, subgrids over the whole grid: the
+    trajectory is not read here; :mod:`mri_recon.operators.engines.finufft_spread`)."""
+    from ..operators.engines.finufft import fine_grid_shape  # noqa: PLC0415 - numpy only; keeps this module light
+    from ..operators.engines.finufft_spread import spread_bytes  # noqa: PLC0415
 
-    fine = upsampfac(1e-4) ** d * grid * C128
-    adjoint = points * (d * F64 + C128) + grid * C128 + fine
-    forward = positions * (d * F64 + C128 + F64) + 2 * grid * C128 + fine
+    fine = fine_grid_shape(shape, eps)
+    return math.prod(fine) * C128 + spread_bytes(fine, eps, points)
+
+
+def _convolution(points: int, positions: int, shape: tuple[int, ...]) -> int:
+    """One Pipe-Menon convolution: FINUFFT's type-1 of ``points`` onto ``shape`` and type-2 back at
+    ``positions`` (which sorts them too)."""
+    from ..operators.engines.finufft import fine_grid_shape  # noqa: PLC0415
+
+    d, grid = len(shape), math.prod(shape)
+    adjoint = points * (d * F64 + C128) + grid * C128 + _transform(shape, PIPE_EPS, points)
+    forward = (positions * (d * F64 + C128 + F64 + I64) + 2 * grid * C128
+               + math.prod(fine_grid_shape(shape, PIPE_EPS)) * C128)
     return max(adjoint + grid * C128, forward)
 
 
@@ -106,62 +129,64 @@ def dcf(kind: str, m: int, matrix: tuple[int, ...], extent: tuple[float, ...]) -
     if kind == "ramp":
         return k + max(2 * m * d * F64 + m * F64, m * F64 + _blob(m, matrix)) + m * F32
     extent = extent or tuple(n / 2 for n in matrix)
-    grid, region = pipe_grid(extent), pipe_region(extent)
+    shape, region = pipe_shape(extent), pipe_region(extent)
+    grid = math.prod(shape)
     unique = 3 * m * d * F64 + 3 * m * I64  # np.unique along axis 0: copies, its sort order and inverse
     found = m * d * F64 + 2 * m * I64  # the distinct positions, inverse and counts (at most M of each)
     sampled = 2 * region * d * F64 + m * d * F64  # the reference points (slabs and their concatenation), tree
-    iterate = max(_convolution(region, m, grid, d) + region * d * F64, _convolution(m, m, grid, d) + 3 * m * F64)
+    iterate = max(_convolution(region, m, shape) + region * d * F64, _convolution(m, m, shape) + 3 * m * F64)
     rest = found + grid * F64 + max(sampled, iterate, _blob(m, matrix) + 3 * m * F64)
     return k + max(unique, rest)
 
 
 def centre_radius(method: str, matrix: tuple[int, ...]) -> float:
     """The k-space radius (cycles per FOV) of the samples a coil-map estimate by ``method`` transforms."""
-    return ESTIMATES[method][0](tuple(matrix))
-
-
-def _walsh_radius(matrix: tuple[int, ...]) -> float:
-    return min(WALSH_RADIUS, min(matrix) / 4)
-
-
-def _espirit_radius(matrix: tuple[int, ...]) -> float:
+    if method == "walsh":
+        return min(WALSH_RADIUS, min(matrix) / 4)
     width = min(ESPIRIT_CALIBRATION[len(matrix)], min(matrix))
     return min(width / 2 * math.sqrt(len(matrix)) + 6, min(matrix) / 2)
 
 
 def _eigen(n_vox: int, c: int) -> int:
-    """The batched eigen solver: its chunk's copy, the power iteration's three (C, C) arrays, the vectors."""
+    """The batched eigen solver: its chunk's copy, the power iteration's three (C, C) arrays and
+    :data:`EIGEN_SCALARS` per matrix, the vectors."""
     chunk = min(n_vox, EIGEN_CHUNK)
-    return 4 * chunk * c * c * C64 + n_vox * (c * C64 + F32)
+    return 4 * chunk * c * c * C64 + chunk * EIGEN_SCALARS + n_vox * (c * C64 + F32)
 
 
-def _lowres(c: int, m_in: int, d: int, grid: int, workers: int) -> int:
-    """The low-resolution adjoint: the radii of every sample, the central samples weighted, their FINUFFT
-    transform (complex128 samples and images, one fine grid per transform in flight)."""
+def _lowres(c: int, m: int, m_in: int, shape: tuple[int, ...], workers: int) -> int:
+    """The low-resolution adjoint on the coarse grid ``shape``: the radii of all ``m`` samples (their float32
+    copy and its square while they are summed, and the radii kept), the ``m_in`` central samples weighted,
+    their FINUFFT transform (complex128 samples and images, per transform in flight its fine grid and what its
+    spreading holds)."""
     from ..operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
-    from ..operators.engines.finufft import upsampfac  # noqa: PLC0415
 
-    fine = int(upsampfac(NUFFT_EPS) ** d * grid) * C128
-    return (m_in * (d * F32 + 3 * F32 + I64) + 2 * c * m_in * C64 + c * m_in * C128 + m_in * d * F64
-            + c * grid * (C128 + C64) + min(workers, c) * fine)
+    d, grid = len(shape), math.prod(shape)
+    return (m * (2 * d + 2) * F32 + m_in * (d * F32 + 3 * F32 + I64) + 2 * c * m_in * C64 + c * m_in * C128
+            + m_in * d * F64 + c * grid * (C128 + C64) + min(workers, c) * _transform(shape, NUFFT_EPS, m_in))
 
 
-def walsh(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
+def _coarse(method: str, matrix: tuple[int, ...]) -> tuple[int, ...]:
+    """The coarse grid of a coil-map estimate's low-resolution images (:func:`mri_recon.prep.lowres.coarse_grid`)."""
+    return tuple(min(n, 2 * math.ceil(2 * centre_radius(method, matrix))) for n in matrix)
+
+
+def walsh(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
     """Bytes at the peak of Walsh's maps (final maps included): the low-resolution images and their copy, the
     covariance of every coil pair (three while it is formed, four in the box sum), the (N, C, C) matrices
     and the eigen solver."""
-    d, n_vox = len(matrix), math.prod(matrix)
-    grid = math.prod(min(n, 2 * math.ceil(2 * _walsh_radius(matrix))) for n in matrix)
+    n_vox = math.prod(matrix)
+    shape = _coarse("walsh", matrix)
     pairs = c * (c + 1) // 2
     images = c * n_vox * C64
     cov = pairs * n_vox * C64
     mats = n_vox * c * c * C64
-    return max(_lowres(c, m_in, d, grid, workers) + c * grid * C64, 3 * images,
+    return max(_lowres(c, m, m_in, shape, workers) + c * math.prod(shape) * C64, 3 * images,
                2 * images + 4 * cov, 2 * images + 2 * cov + mats,
                2 * images + cov + mats + _eigen(n_vox, c), 2 * images + cov + mats + 3 * images)
 
 
-def espirit(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
+def espirit(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
     """Bytes at the peak of ESPIRiT's maps: the calibration matrix and its Gram matrix, the kernels'
     images on a ``2 kernel`` grid (:data:`ESPIRIT_KEPT` of the C x kernel^D kernels: the number kept depends
     on the data), the
@@ -169,25 +194,20 @@ def espirit(matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
     d, n_vox = len(matrix), math.prod(matrix)
     width = min(ESPIRIT_CALIBRATION[d], min(matrix))
     kernel = ESPIRIT_KERNEL[d]
-    grid = math.prod(min(n, 2 * math.ceil(2 * _espirit_radius(matrix))) for n in matrix)
     rows, columns = (width - kernel + 1) ** d, c * kernel ** d
     kept = min(rows, math.ceil(columns * ESPIRIT_KEPT))
     hankel = rows * columns * (C64 + C128) + 3 * columns * columns * C128
     images = 2 * kept * c * (2 * kernel) ** d * C128
     operator = c * c * n_vox * C64
     maps = c * n_vox * C64
-    return max(_lowres(c, m_in, d, grid, workers), hankel, images, 3 * operator,
+    return max(_lowres(c, m, m_in, _coarse("espirit", matrix), workers), hankel, images, 3 * operator,
                operator + _eigen(n_vox, c), operator + n_vox * (c * C64 + F32) + 3 * maps)
 
 
-ESTIMATES = {"walsh": (_walsh_radius, walsh), "espirit": (_espirit_radius, espirit)}
-"""``(k-space radius, peak bytes)`` of each method that estimates coil maps
-(:func:`mri_recon.prep.maps_methods.estimated`, which a test checks against these names)."""
-
-
-def coil_maps(method: str, matrix: tuple[int, ...], c: int, m_in: int, workers: int) -> int:
-    """Bytes at the peak of estimating coil maps by ``method`` (``"walsh"`` or ``"espirit"``)."""
-    return ESTIMATES[method][1](tuple(matrix), c, m_in, workers)
+def coil_maps(method: str, matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
+    """Bytes at the peak of estimating coil maps by ``method`` (``"walsh"`` or ``"espirit"``) from ``m``
+    samples, ``m_in`` of them within its radius."""
+    return (walsh if method == "walsh" else espirit)(tuple(matrix), c, m, m_in, workers)
 
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,

@@ -112,22 +112,41 @@ def _ismrmrd():
     return ismrmrd
 
 
-def read_exactly(stream: BinaryIO, n: int, what: str) -> bytes:
-    """``n`` bytes of ``stream`` (fewer only at its end: :class:`TruncatedError`)."""
-    parts, left = [], n
-    while left > 0:
-        chunk = stream.read(left)
+READ_CHUNK = 2 ** 20
+"""Bytes asked of the stream at a time while a payload is read."""
+
+
+def read_into(stream: BinaryIO, out: memoryview, what: str) -> None:
+    """Fill ``out`` (a writable byte view: a buffer or an array's memory) from ``stream``, at most
+    :data:`READ_CHUNK` bytes at a time: a payload is held once as it arrives, not as its pieces and then
+    their join (:class:`TruncatedError` when the stream ends first)."""
+    n, done = len(out), 0
+    while done < n:
+        chunk = stream.read(min(n - done, READ_CHUNK))
         if not chunk:
-            raise TruncatedError(f"the stream ended inside {what} ({n - left} of {n} bytes received)")
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
+            raise TruncatedError(f"the stream ended inside {what} ({done} of {n} bytes received)")
+        out[done:done + len(chunk)] = chunk
+        done += len(chunk)
+        del chunk  # before the next piece is read
 
 
-def _text(payload: bytes, what: str) -> str:
-    """UTF-8 text up to its first NUL (python-ismrmrd-server terminates its texts with one)."""
+def read_exactly(stream: BinaryIO, n: int, what: str) -> bytearray:
+    """``n`` bytes of ``stream`` (fewer only at its end: :class:`TruncatedError`)."""
+    out = bytearray(n)
+    read_into(stream, memoryview(out), what)
+    return out
+
+
+def _before_nul(payload: bytearray) -> memoryview:
+    """The payload up to its first NUL (python-ismrmrd-server terminates its texts with one), not copied."""
+    end = payload.find(0)
+    return memoryview(payload)[:end if end >= 0 else len(payload)]
+
+
+def _text(payload: bytearray, what: str) -> str:
+    """UTF-8 text up to its first NUL."""
     try:
-        return payload.split(b"\x00", 1)[0].decode("utf-8")
+        return str(_before_nul(payload), "utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
@@ -152,12 +171,16 @@ def _acquisition(stream: BinaryIO, limits: Limits):
     traj_bytes, data_bytes = samples * dims * 4, samples * channels * 8
     limits.check(f"an acquisition ({samples} samples, {channels} channels, {dims} trajectory dimensions)",
                  traj_bytes + data_bytes)
-    acq = mr.Acquisition(head)
-    traj = np.frombuffer(read_exactly(stream, traj_bytes, "an acquisition's trajectory"), dtype=np.float32)
-    data = np.frombuffer(read_exactly(stream, data_bytes, "an acquisition's data"), dtype=np.complex64)
-    acq.traj[:] = traj.reshape(samples, dims)
-    acq.data[:] = data.reshape(channels, samples)
+    acq = mr.Acquisition(head)  # its arrays are read into: the payload is not held twice
+    read_into(stream, _bytes_of(acq.traj), "an acquisition's trajectory")
+    read_into(stream, _bytes_of(acq.data), "an acquisition's data")
     return acq
+
+
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """The memory of a C-contiguous array (an acquisition's, made from the header whose sizes were read), as a
+    writable byte view."""
+    return memoryview(array.reshape(-1).view(np.uint8))
 
 
 def _waveform(stream: BinaryIO, limits: Limits):
@@ -225,7 +248,7 @@ def read_message(stream: BinaryIO, limits: Limits = DEFAULT_LIMITS, *, images: b
         limits.check(f"a {kind.name} message", n, None if kind == MessageID.HEADER else limits.max_text_bytes)
         payload = read_exactly(stream, n, f"a {kind.name} message")
         if kind == MessageID.HEADER:
-            return Message(kind, payload.split(b"\x00", 1)[0])
+            return Message(kind, bytes(_before_nul(payload)))
         return Message(kind, _text(payload, kind.name))
     if kind == MessageID.ACQUISITION:
         return Message(kind, _acquisition(stream, limits))

@@ -9,6 +9,9 @@ accepting, lets the running connections finish their scans and returns from :met
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import ipaddress
 import logging
 import os
@@ -209,6 +212,26 @@ class Server:
                 self._sessions.pop(threading.current_thread(), None)
                 self.served += 1
                 self.endings[ending] = self.endings.get(ending, 0) + 1
+            release_free_memory()
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def release_free_memory() -> None:
+    """Give back to the system the memory the allocator holds free (glibc's ``malloc_trim(0)``), as a connection
+    ends. glibc keeps what a thread freed in that thread's arena, for that arena's later allocations only, so
+    connections served one after another on different arenas each left their peak behind: the process grew
+    past what its connections may hold at once. Nothing where the C library has no such call."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class SocketInput:

@@ -36,7 +36,7 @@ sample."""
 HISTOGRAM = 4096
 """Bins of the first axis in :func:`subproblem_spans` (its resolution: 1/4096 of the axis)."""
 CHUNK = 1 << 16
-"""Samples binned at a time by :func:`subproblem_spans` (the plan itself takes about 2 MiB for it)."""
+"""Samples binned at a time by :func:`subproblem_spans` (bounds what the plan itself allocates for it)."""
 
 
 @dataclass(frozen=True)

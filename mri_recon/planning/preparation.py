@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..scan import Scan
 from ..checks.validation import trajectory_extent
+from ..scan import Scan
 
 C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
 EIGEN_CHUNK = 1 << 19
@@ -34,8 +34,8 @@ ESPIRIT_KERNEL = {2: 6, 3: 5}
 (:func:`mri_recon.prep.coilmaps.coil_maps_from_kspace`)."""
 ESPIRIT_KEPT = 1 / 3
 """Share of the C x kernel^D calibration kernels ESPIRiT is assumed to keep (singular values above its
-threshold): the simulated scans of ``scripts/measure_planner.py`` keep 17-28%; noisier calibration data keep
-more, and their plan is low by that share of the kernels' images."""
+threshold): above what the simulated scans of ``scripts/measure_planner.py`` keep (docs/planner.md); noisier
+calibration data keep more, and their plan is low by that share of the kernels' images."""
 PIPE_MARGIN = 8 / (2 * math.pi * 0.25)
 """Pipe-Menon's grid margin in cycles per FOV: eight kernel widths (:mod:`mri_recon.prep.dcf`)."""
 PIPE_STEP = 0.5
@@ -48,7 +48,8 @@ BLOB_CHUNK = 8192
 
 @dataclass(frozen=True)
 class Preparation:
-    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planning.planner.plan`'s ``preparation``)."""
+    """What the preparation of a scan computes, in sizes only (:func:`mri_recon.planning.planner.plan`'s
+    ``preparation``)."""
 
     noise_samples: int = 0
     """K of the ``(C, K)`` noise the data are prewhitened with; 0: no prewhitening."""
@@ -141,8 +142,14 @@ def dcf(kind: str, m: int, matrix: tuple[int, ...], extent: tuple[float, ...]) -
 
 def centre_radius(method: str, matrix: tuple[int, ...]) -> float:
     """The k-space radius (cycles per FOV) of the samples a coil-map estimate by ``method`` transforms."""
-    if method == "walsh":
-        return min(WALSH_RADIUS, min(matrix) / 4)
+    return ESTIMATES[method][0](tuple(matrix))
+
+
+def _walsh_radius(matrix: tuple[int, ...]) -> float:
+    return min(WALSH_RADIUS, min(matrix) / 4)
+
+
+def _espirit_radius(matrix: tuple[int, ...]) -> float:
     width = min(ESPIRIT_CALIBRATION[len(matrix)], min(matrix))
     return min(width / 2 * math.sqrt(len(matrix)) + 6, min(matrix) / 2)
 
@@ -204,10 +211,15 @@ def espirit(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) ->
                operator + _eigen(n_vox, c), operator + n_vox * (c * C64 + F32) + 3 * maps)
 
 
+ESTIMATES = {"walsh": (_walsh_radius, walsh), "espirit": (_espirit_radius, espirit)}
+"""``(k-space radius, peak bytes)`` of each method that estimates coil maps
+(:func:`mri_recon.prep.maps_methods.estimated`, which a test checks against these names)."""
+
+
 def coil_maps(method: str, matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
     """Bytes at the peak of estimating coil maps by ``method`` (``"walsh"`` or ``"espirit"``) from ``m``
     samples, ``m_in`` of them within its radius."""
-    return (walsh if method == "walsh" else espirit)(tuple(matrix), c, m, m_in, workers)
+    return ESTIMATES[method][1](tuple(matrix), c, m, m_in, workers)
 
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,

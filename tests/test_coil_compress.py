@@ -314,6 +314,24 @@ def test_the_plan_uses_the_virtual_coils(scan):
     assert compressed.estimated_seconds < plain.estimated_seconds
 
 
+def test_the_plan_of_a_compressed_run_is_within_25_percent_of_the_traced_peak():
+    """32 coils compressed to 8 with Walsh maps: the peak is the estimate on the virtual coils (tracemalloc, as
+    tests/test_planner_prep.py traces the uncompressed runs)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        scan = simulate_scan((128, 128), "golden", coils=32, snr=30.0, seed=3, dcf="ramp")
+        _, _, planned = plan_prepared(scan, device="cpu", iterations=2, coil_maps="walsh", coil_compress=8)
+        tracemalloc.reset_peak()
+        mri_recon.reconstruct(scan, device="cpu", iterations=2, coil_maps="walsh", coil_compress=8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert max(planned.stages, key=planned.stages.get) == "coil_maps"
+    assert abs(planned.peak_bytes - peak) <= 0.25 * peak, (planned.stages, peak)
+
+
 # --- the device preparation -------------------------------------------------------------------------------------------
 
 

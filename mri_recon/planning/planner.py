@@ -91,20 +91,18 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
 
     stages: dict[str, int] = {}
     held = 0 if gpu else preparation.held_bytes
-    whitened = 0  # what prewhitening adds to the bytes held
     k = preparation.noise_samples
-    if not gpu and k:
+    n = prep_memory.coils_after(preparation, c)
+    if not gpu and k and n == c:
         peak, kept = prep_memory.prewhiten(c, m, k, n_vox, preparation.whitened_maps)
         stages["prewhiten"] = base(c) + held + peak
-        whitened = kept - (c * n_vox * COMPLEX64 if estimated and preparation.whitened_maps else 0)  # maps dropped
-        held += whitened
-    n = prep_memory.coils_after(preparation, c)
-    if n < c:
+        held += kept - (c * n_vox * COMPLEX64 if estimated and preparation.whitened_maps else 0)  # maps dropped
+    if n < c:  # whitened and compressed in one product
         maps = sense and not estimated
         stages["compress"] = base(c) + held + prep_memory.compress(
             c, n, m, 0 if gpu else k, n_vox, maps, 0 if gpu else preparation.compress_samples)
         if not gpu:  # the caller's k-space and maps stay, the later stages count the compressed ones instead
-            held += base(c) - m * (d + 1) * FLOAT32 - whitened + n * k * COMPLEX64
+            held += base(c) - m * (d + 1) * FLOAT32 + n * k * COMPLEX64
         c = n
     if not gpu and preparation.dcf is not None:
         stages["dcf"] = base(c) + held + prep_memory.dcf(preparation.dcf, m, matrix, preparation.extent)

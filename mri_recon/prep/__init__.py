@@ -85,8 +85,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     record.update(reader_record(scan))
     record.update(extent_record(scan))
     scan = _field_map_step(scan, field_map, record)
-    white, whitening, basis = _whiten_step(scan, prewhiten, record)
-    scan, basis = _compress_step(scan, white, coil_compress, whitening, basis, record)
+    scan, basis = _whiten_step(scan, prewhiten, coil_compress, record)
     scan = _dcf_step(scan, dcf, record)
     scan, maps = _maps_step(scan, coil_maps, basis, record)
     record.update(maps.record())
@@ -138,28 +137,27 @@ def _field_map_step(scan: Scan, field_map: str, record: dict[str, Any]) -> Scan:
     return scan
 
 
-def _whiten_step(scan: Scan, prewhiten: bool, record: dict[str, Any]) -> tuple[Scan, Any, Any]:
-    """Prewhiten with the scan's noise; the whitening matrix and the receiver basis (the noise's Cholesky
-    factor), or None for both."""
-    if not (prewhiten and scan.noise is not None):
-        return scan, None, None
-    from .noise import prewhiten_with_factors
+def _whiten_step(scan: Scan, prewhiten: bool, coil_compress: Any, record: dict[str, Any]) -> tuple[Scan, Any]:
+    """Prewhiten with the scan's noise and, when asked, compress the coils (:mod:`.compress`: the matrix ``A``
+    from the centre of the scan as it is and the whitening matrix ``W``), in one product ``A W``; the receiver
+    basis of the result (the noise's Cholesky factor, then of the virtual coils), or None."""
+    whiten = prewhiten and scan.noise is not None
+    if whiten:
+        from .noise import prewhiten_with_basis, whitening_and_basis
 
-    record["prewhitened"] = True
-    return prewhiten_with_factors(scan)
+        record["prewhitened"] = True
+    from .compress import compression_of, wanted
 
+    if not wanted(coil_compress):  # bit for bit as without the option
+        return prewhiten_with_basis(scan) if whiten else (scan, None)
 
-def _compress_step(raw: Scan, scan: Scan, coil_compress: Any, whitening: Any, basis: Any,
-                   record: dict[str, Any]) -> tuple[Scan, Any]:
-    """The whitened ``scan`` compressed to virtual coils (:mod:`.compress`: the matrix from the centre of ``raw``,
-    the scan before whitening, and the whitening matrix) and the receiver basis of the virtual coils."""
-    from .compress import compression_of
-
-    compression = compression_of(raw.kspace, raw.trajectory, coil_compress, whitening, raw.source)
-    if compression is None:
-        return scan, basis
+    w, basis = whitening_and_basis(scan) if whiten else (None, None)
+    compression = compression_of(scan.kspace, scan.trajectory, coil_compress, w, scan.source)
     record.update(compression.record())
-    return compression.scan(scan), compression.basis(basis)
+    if not compression.compresses:
+        return prewhiten_with_basis(scan) if whiten else (scan, None)
+    attrs = {**scan.attrs, "prewhitened": True} if whiten else scan.attrs
+    return compression.scan(scan, w).replace(attrs=attrs), compression.basis(basis)
 
 
 def _dcf_step(scan: Scan, dcf: str, record: dict[str, Any]) -> Scan:

@@ -18,8 +18,9 @@ calibration region of BART's ``cc``), at least :data:`MIN_PER_COIL` per coil and
 :data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed on the host in
 float64 from the scan's own k-space and the whitening matrix, the centre divided by a power of two near its
 largest value (:func:`mri_recon.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
-and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix; only the
-product ``A d`` runs where the data are (:meth:`CoilCompression.apply`, NumPy or CuPy).
+and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix. Whitening
+and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
+data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.
 
 Geometric compression per readout position for Cartesian readouts (GCC, Zhang et al. 2013; BART's
 ``cc -G``) and ESPIRiT-based compression (``cc -E``) are not implemented: those names are refused.
@@ -71,6 +72,11 @@ def parse_coil_compress(value: Any) -> str | int:
     raise InvalidDataError(f"coil_compress must be {_FORMS}, found {value!r}")
 
 
+def wanted(choice: Any) -> bool:
+    """Whether ``coil_compress=choice`` asks for compression (anything but ``"none"``; a bad value raises)."""
+    return isinstance(choice, CoilCompression) or parse_coil_compress(choice) != "none"
+
+
 def planned_coils(choice: Any, coils: int) -> int:
     """The coils a reconstruction of ``coils`` receivers runs on after ``coil_compress=choice``, as known before
     the data are read: N for a number below ``coils``, else ``coils`` (``"auto"`` decides from the data)."""
@@ -99,20 +105,26 @@ class CoilCompression:
     def compresses(self) -> bool:
         return self.matrix is not None
 
-    def apply(self, data: Any) -> Any:
-        """``matrix @ data`` over the leading (coil) axis of ``data`` ``(C, ...)`` (NumPy or CuPy), in its
-        precision: ``(N, ...)``; ``data`` itself when nothing is compressed."""
-        if not self.compresses:
+    def apply(self, data: Any, whitening: Any = None) -> Any:
+        """``matrix @ whitening @ data`` over the leading (coil) axis of ``data`` ``(C, ...)`` (NumPy or CuPy), as
+        one product in ``data``'s precision: ``(N, ...)``; ``data`` itself when nothing is compressed (and
+        nothing whitened)."""
+        if whitening is not None:
+            whitening = np.asarray(whitening, dtype=np.complex128)
+        if self.compresses:
+            matrix = self.matrix if whitening is None else self.matrix @ whitening
+        elif whitening is None:
             return data
-        xp = get_xp(data)
+        else:
+            matrix = whitening
         flat = data.reshape(data.shape[0], -1)
-        return (xp.asarray(self.matrix.astype(flat.dtype)) @ flat).reshape(self.virtual, *data.shape[1:])
+        product = get_xp(data).asarray(matrix.astype(flat.dtype)) @ flat
+        return product.reshape(matrix.shape[0], *data.shape[1:])
 
-    def scan(self, scan: Scan) -> Scan:
-        """``scan`` with its k-space, noise and coil maps compressed (:meth:`apply`)."""
-        if not self.compresses:
-            return scan
-        arrays = {name: self.apply(getattr(scan, name)) for name in ("kspace", "noise", "coil_maps")
+    def scan(self, scan: Scan, whitening: Any = None) -> Scan:
+        """``scan`` with its k-space, noise and coil maps whitened by ``whitening`` (when given) and compressed,
+        in one product each (:meth:`apply`)."""
+        arrays = {name: self.apply(getattr(scan, name), whitening) for name in ("kspace", "noise", "coil_maps")
                   if getattr(scan, name) is not None}
         return scan.replace(**arrays)
 

@@ -11,8 +11,8 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   (:func:`~mri_recon.prep.dcf.pipe_menon`: a convex hull and FINUFFT at eps 1e-4, which the GPU NUFFT would
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
-  then compressed to virtual coils when asked (:mod:`mri_recon.prep.compress`: the matrix from the host's
-  k-space centre, ``C x C``, as on the host; the noise compressed on the host), the ramp weights
+  or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
+  as on the host), whitened and compressed by one product ``A W`` (the noise on the host), the ramp weights
   (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed (finite whitened
   k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
@@ -155,11 +155,17 @@ def _read_checks(flags: Flags, checks: list[Check]) -> None:
             raise InvalidDataError(message)
 
 
-def _compressed(compression: CoilCompression, kspace: Any, maps: Any, noise: Any, basis: Any) -> tuple:
-    """The k-space and maps (on the device), the noise (on the host) compressed, and the receiver basis of the
-    virtual coils."""
-    return tuple(None if a is None else compression.apply(a) for a in (kspace, maps, noise)) + (
-        compression.basis(basis),)
+def _uploaded(scan: Scan, device: Device, w: Any, compression: CoilCompression | None, maps: bool) -> tuple:
+    """The k-space and (``maps``) the coil maps on ``device``, whitened by ``w`` in place chunk by chunk, or
+    whitened and compressed in one product ``A W`` after an unchanged copy up."""
+    compress = compression is not None and compression.compresses
+    arrays = [scan.kspace.reshape(scan.n_coils, -1)] + ([scan.coil_maps.reshape(scan.n_coils, -1)] if maps else [])
+    up = [upload_columns(a, device, None if compress else w) for a in arrays]
+    if compress:
+        up = [compression.apply(a, w) for a in up]
+    shapes = [scan.kspace.shape[1:]] + ([scan.coil_maps.shape[1:]] if maps else [])
+    out = [a.reshape(a.shape[0], *shape) for a, shape in zip(up, shapes)]
+    return out[0], out[1] if maps else None
 
 
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
@@ -194,18 +200,15 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         if method.file and scan.coil_maps is None:
             _read_checks(flags, weight_checks)  # the host path raises those first
             raise missing_maps(scan, name)
-        kspace = upload_columns(scan.kspace, device, w)
-        maps = None
-        if method.file:
-            flat = scan.coil_maps.reshape(scan.n_coils, -1)
-            maps = upload_columns(flat, device, w).reshape(scan.coil_maps.shape)
+        kspace, maps = _uploaded(scan, device, w, compression, method.file)
         if w is not None:
             checks += [_finite(flags, kspace, "kspace", scan.source)]
             checks += [_finite(flags, maps, "coil_maps", scan.source)] if maps is not None else []
         _read_checks(flags, checks + weight_checks)
-        if compression is not None:
-            record.update(compression.record())
-            kspace, maps, noise, basis = _compressed(compression, kspace, maps, noise, basis)
+    if compression is not None:
+        record.update(compression.record())
+        noise = noise if not compression.compresses else compression.apply(scan.noise, w)
+        basis = compression.basis(basis)
     if whiten:
         attrs["prewhitened"], record["prewhitened"] = True, True
     record["dcf"] = dcf if dcf != "auto" else ("file" if weights is not None else "none")

@@ -117,12 +117,6 @@ def prewhiten(scan: Scan) -> Scan:
 
 def prewhiten_with_basis(scan: Scan) -> tuple[Scan, Any]:
     """:func:`prewhiten` and the receiver basis ``L`` (:func:`receiver_basis`), from one covariance."""
-    white, _, basis = prewhiten_with_factors(scan)
-    return white, basis
-
-
-def prewhiten_with_factors(scan: Scan) -> tuple[Scan, Any, Any]:
-    """:func:`prewhiten`, the whitening matrix ``W`` and the receiver basis ``L``, from one covariance."""
     if scan.noise is None:
         raise InvalidDataError(f"{scan.source}: no 'noise' dataset to prewhiten with; acquire noise-only "
                                f"samples or reconstruct without prewhitening")
@@ -130,4 +124,4 @@ def prewhiten_with_factors(scan: Scan) -> tuple[Scan, Any, Any]:
     maps = None if scan.coil_maps is None else apply_whitening(w, scan.coil_maps)
     white = scan.replace(kspace=apply_whitening(w, scan.kspace), noise=apply_whitening(w, scan.noise),
                          coil_maps=maps, attrs={**scan.attrs, "prewhitened": True})
-    return white, w, basis
+    return white, basis

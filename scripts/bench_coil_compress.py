@@ -45,7 +45,7 @@ import benchtools  # noqa: E402
 
 import mri_recon  # noqa: E402
 from mri_recon.api import prepare_and_reconstruct  # noqa: E402
-from mri_recon.backend import one_blas_thread, resolve_device, synchronize  # noqa: E402
+from mri_recon.arrays.backend import one_blas_thread, resolve_device, synchronize  # noqa: E402
 from mri_recon.io.cfl import read_cfl, write_cfl  # noqa: E402
 from mri_recon.prep import prepare_scan  # noqa: E402
 from mri_recon.prep.compress import centre_energies, centre_samples, compression_of  # noqa: E402

@@ -18,7 +18,7 @@ from scipy.linalg import subspace_angles
 import mri_recon
 from mri_recon import pipeline
 from mri_recon.api import plan_prepared, prepare_and_reconstruct
-from mri_recon.backend import CPU, cupy_module, resolve_device, to_host
+from mri_recon.arrays.backend import CPU, cupy_module, resolve_device, to_host
 from mri_recon.batch import reconstruct_many
 from mri_recon.cli import main
 from mri_recon.errors import InvalidDataError
@@ -302,6 +302,14 @@ def test_a_time_series_is_compressed_with_one_matrix():
     truth = np.abs(series.ground_truth)
     errors = [relative(np.abs(r.image), truth) for r in (plain, result)]
     assert errors[1] < 1.1 * errors[0], errors
+
+
+def test_the_planner_s_constants_are_the_compression_s():
+    from mri_recon.planning import preparation
+
+    assert preparation.COMPRESS_RADIUS == compress.CENTRE_RADIUS
+    assert preparation.COMPRESS_MIN_PER_COIL == compress.MIN_PER_COIL
+    assert preparation.COMPRESS_MAX_SAMPLES == compress.MAX_SAMPLES
 
 
 def test_the_plan_uses_the_virtual_coils(scan):

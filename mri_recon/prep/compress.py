@@ -17,7 +17,7 @@ The centre is the samples with ``|k|`` below :data:`CENTRE_RADIUS` cycles per fi
 calibration region of BART's ``cc``), at least :data:`MIN_PER_COIL` per coil and at most
 :data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed on the host in
 float64 from the scan's own k-space and the whitening matrix, the centre divided by a power of two near its
-largest value (:func:`mri_recon.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
+largest value (:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
 and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix. Whitening
 and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
 data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.

@@ -170,10 +170,15 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
     Raises
     ------
     InvalidDataError
-        An unknown keyword (the message names the valid ones), a value of the wrong type or range.
+        An unknown keyword (the message names the valid ones), a value of the wrong type or range, or
+        ``coil_compress`` with ``prepare=False``.
     """
     chosen = ReconSettings(**settings)
     if not prepare:
+        if chosen.coil_compress != default_of("coil_compress"):
+            raise InvalidDataError(f"coil_compress={chosen.coil_compress!r} compresses the coils in the preparation, "
+                                   f"and prepare=False reconstructs the scan as given; compress it first "
+                                   f"(mri_recon.prepare_scan(scan, coil_compress=...)) or let reconstruct prepare it")
         return pipeline.reconstruct(scan, chosen, progress=progress, psf_cache=psf_cache, psf=psf,
                                     estimate_maps=estimate_maps, maps_basis=maps_basis)
     computed = {name: value for name, value in (("estimate_maps", estimate_maps), ("maps_basis", maps_basis))

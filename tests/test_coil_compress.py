@@ -228,6 +228,14 @@ def test_a_silent_centre_and_a_foreign_compression_are_refused(scan):
         prepare_scan(scan, coil_compress=other)
 
 
+def test_compression_without_the_preparation_is_refused(scan):
+    with pytest.raises(InvalidDataError, match=r"coil_compress=4 compresses the coils in the preparation, and "
+                                               r"prepare=False reconstructs the scan as given"):
+        mri_recon.reconstruct(scan, prepare=False, coil_compress=4, **FAST)
+    with pytest.raises(InvalidDataError, match=r"pipeline.reconstruct: unexpected keyword argument 'coil_compress'"):
+        pipeline.reconstruct(scan, coil_compress=4, **FAST)
+
+
 def test_the_cli_refuses_a_bad_value_in_one_line(tmp_path, scan):
     path = tmp_path / "s.h5"
     save_scan(path, scan)

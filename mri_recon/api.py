@@ -30,6 +30,7 @@ from .operators.engines import Encoding
 from .planning.planner import Plan
 from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
+from .prep.compress import planned_coils
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
 from .prep.maps_methods import COIL_MAPS
@@ -88,7 +89,7 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     # the memory of the whole run, preparation included, is checked before anything is prepared
     dev, engine, memory = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf,
                                         coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
-                                        iterations=settings.iterations)
+                                        iterations=settings.iterations, coil_compress=settings.coil_compress)
     if dev.is_gpu:  # the run's CUDA modules build on threads while CuPy's own are compiled ahead (kernels.warmup)
         prefetch(stages.run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
@@ -169,10 +170,15 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
     Raises
     ------
     InvalidDataError
-        An unknown keyword (the message names the valid ones), a value of the wrong type or range.
+        An unknown keyword (the message names the valid ones), a value of the wrong type or range, or
+        ``coil_compress`` with ``prepare=False``.
     """
     chosen = ReconSettings(**settings)
     if not prepare:
+        if chosen.coil_compress != default_of("coil_compress"):
+            raise InvalidDataError(f"coil_compress={chosen.coil_compress!r} compresses the coils in the preparation, "
+                                   f"and prepare=False reconstructs the scan as given; compress it first "
+                                   f"(mri_recon.prepare_scan(scan, coil_compress=...)) or let reconstruct prepare it")
         return pipeline.reconstruct(scan, chosen, progress=progress, psf_cache=psf_cache, psf=psf,
                                     estimate_maps=estimate_maps, maps_basis=maps_basis)
     computed = {name: value for name, value in (("estimate_maps", estimate_maps), ("maps_basis", maps_basis))
@@ -182,13 +188,16 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                   device: str | int | Device | None = "auto", method: str = "auto",
-                  iterations: int = 30) -> tuple[Device, type[Encoding], Plan]:
+                  iterations: int = 30, coil_compress: Any = "none") -> tuple[Device, type[Encoding], Plan]:
     """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these
-    choices will prepare it, the preparation's stages included (prewhitening, density weights, coil-map estimate): what
-    :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon info`` reports."""
-    maps = coil_map_method(scan, coil_maps)
+    choices will prepare it, the preparation's stages included (prewhitening, coil compression, density weights,
+    coil-map estimate): what :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon
+    info`` reports. Coil compression to N coils plans the reconstruction with N; ``"auto"``, which decides from
+    the data, with the scan's coils."""
+    coils = planned_coils(coil_compress, scan.n_coils)
+    maps = coil_map_method(scan, coil_maps, coils)
     estimate = maps if COIL_MAPS[maps].estimated else None
-    preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate)
+    preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate, coils=coils)
     sense = COIL_MAPS[maps].sense
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
 

@@ -42,7 +42,7 @@ from .planning.planner import (
     human_bytes,
     plan,
 )
-from .planning.preparation import preparation_of
+from .planning.preparation import coils_after, preparation_of
 from .progress import STAGES, Progress, print_progress
 from .result import Result
 from .scan import Scan
@@ -107,7 +107,8 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
     ResourceError
         The reconstruction does not fit the device's memory even one coil at a time.
     """
-    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, scan.n_coils),
+    coils = scan.n_coils if preparation is None else coils_after(preparation, scan.n_coils)  # coil compression
+    dev, engine = choose_engine(device, method, problem=(scan.matrix, scan.n_samples, coils),
                                 sampling=sampling_of(scan))
     return dev, engine, memory_plan(scan, dev, iterations, sense, engine.name, preparation)
 

@@ -33,6 +33,7 @@ from .io.writers import formats
 from .operators.engines import methods as engine_methods
 from .operators.offres.setup import CORRECTIONS
 from .prep import DCF_CHOICES
+from .prep.compress import AUTO_ENERGY, parse_coil_compress
 from .prep.gradient_delay import parse_gradient_delay
 from .prep.maps_methods import choices as coil_map_choices
 from .prep.maps_methods import coil_map_help
@@ -54,8 +55,8 @@ if TYPE_CHECKING:
 
 SECTIONS = ("output", "solve", "device", "prepare", "input", "cache", "access")
 """Where an option sits: ``output`` (format and values), ``solve`` (the solver and the engine), ``device``,
-``prepare`` (prewhitening, density weights, coil maps, field map), ``input`` (reading the scan), ``cache``
-(the PSF cache), ``access`` (what the reader may open)."""
+``prepare`` (prewhitening, coil compression, density weights, coil maps, field map), ``input`` (reading the
+scan), ``cache`` (the PSF cache), ``access`` (what the reader may open)."""
 API_SECTIONS = ("solve", "device", "prepare")
 """The sections whose options are keywords of :func:`mri_recon.reconstruct`."""
 DEVICE_HELP = "Compute device: auto (GPU if present, else CPU), cpu, gpu or gpu:N."
@@ -180,6 +181,11 @@ class ReconSettings:
                                  "corrected before anything else.", str, "prepare", check=parse_gradient_delay)
     """``"none"``, ``"auto"``, an estimator's name, delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples, or
     BART's ``"y:x:yx"`` (:mod:`mri_recon.prep.gradient_delay`)."""
+    coil_compress: Any = option("none", "Compress the receivers to N virtual coils after prewhitening: the principal "
+                                "components of the k-space centre (as bart cc -p N); auto: the fewest that keep "
+                                f"{AUTO_ENERGY:.0%} of the centre's energy; none keeps every coil. Coil maps and the "
+                                "solve then run on the virtual coils.", str, "prepare", check=parse_coil_compress)
+    """``"none"``, ``"auto"`` or a number of virtual coils N (:mod:`mri_recon.prep.compress`)."""
     traj_units: str = option("auto", "ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).",
                              str, "input", choices=TRAJ_UNITS)
     """:data:`mri_recon.checks.units.TRAJ_UNITS`."""
@@ -215,6 +221,7 @@ class ReconSettings:
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.matrix is not None:  # one form, "NxM" or sizes, one record
             object.__setattr__(self, "matrix", parse_matrix(self.matrix))
+        object.__setattr__(self, "coil_compress", parse_coil_compress(self.coil_compress))  # "8" and 8: one record
         for name, spec in _OPTIONS.items():
             check_value(name, spec, getattr(self, name))
 

@@ -186,6 +186,23 @@ def delay_words(record: Mapping[str, Any]) -> str:
     return f"; gradient delay ({values}) samples applied ({record['gradient_delay']})"
 
 
+def compress_summary(results: list) -> str:
+    """The result line's words on coil compression (empty when no image's preparation compressed): ``; 32 coils
+    compressed to 8 virtual coils``, or the range of virtual coils when the images differ (``auto``)."""
+    return compress_words([record for _, _, record, _ in results])
+
+
+def compress_words(records: list[Mapping[str, Any]]) -> str:
+    """:func:`compress_summary` of preparation records."""
+    counts = sorted({record["coil_compress"] for record in records if "coil_compress" in record})
+    if not counts:
+        return ""
+    if len(counts) > 1:
+        return f"; coils compressed to {counts[0]}-{counts[-1]} virtual coils"
+    first = next(record for record in records if "coil_compress" in record)
+    return "; " + first["coil_compress_note"].split(" (")[0]
+
+
 def run_log(settings: Mapping[str, Any], results: list, seconds: float) -> dict[str, Any]:
     """The record of a reconstruction run: settings, and per image its key, engine, device, iterations,
     residuals, stage timings, the pipeline's parameters and the preparation record, and the NRMSE against the

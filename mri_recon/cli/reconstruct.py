@@ -138,7 +138,7 @@ def write_preview(png: Path, results: list, axis: int, inputs: tuple) -> str:
 def result_line(output: Path, written: list[Path], what: str, shown: str, log_json: Path | None, results: list,
                 regularizer: str, seconds: float) -> str:
     """``wrote OUT (HDF5): 1 image(s), 30 CG iterations, final residual ..., ENGINE on DEVICE, S s``."""
-    from .console import delay_summary, truth_summary
+    from .console import compress_summary, delay_summary, truth_summary
 
     last = results[-1][3]
     chosen = regularizer_of(regularizer)
@@ -151,6 +151,6 @@ def result_line(output: Path, written: list[Path], what: str, shown: str, log_js
             + f"{max(r.residuals[-1] for *_, r in results):.1e}{truth_summary(results)}, "
             f"{last.parameters['method']} on {last.device}, "
             f"{seconds:.2f} s ({time.perf_counter() - STARTED:.2f} s since the command started)"
-            f"{delay_summary(results)}")
+            f"{delay_summary(results)}{compress_summary(results)}")
 
 

@@ -156,7 +156,7 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     output format."""
     from ..io.frames import load_series  # noqa: PLC0415
     from ..result import magnitude_nrmse  # noqa: PLC0415
-    from .console import cli_logging, delay_words  # noqa: PLC0415
+    from .console import cli_logging, compress_words, delay_words  # noqa: PLC0415
 
     scan = params["scans"][0]
     if len(params["scans"]) > 1:
@@ -186,7 +186,8 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
          f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
          + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
-         + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}")
+         + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}"
+         + compress_words([record]))
 
 
 def _reconstructed(series: Any, settings: Any, scan: Path, quiet: bool) -> tuple[Any, dict, Any]:

@@ -49,8 +49,9 @@ class Plan:
     available_bytes: int | None
     estimated_seconds: float
     stages: Mapping[str, int] = field(default_factory=dict)
-    """Bytes held at the peak of each stage: the preparation's ``prewhiten`` and ``dcf`` (CPU only) and
-    ``coil_maps`` (when maps are estimated), then ``fhd``, ``psf``, ``spectrum`` (CPU only) and ``iterations``."""
+    """Bytes held at the peak of each stage: the preparation's ``prewhiten`` and ``dcf`` (CPU only),
+    ``compress`` (coil compression) and ``coil_maps`` (when maps are estimated), then ``fhd``, ``psf``,
+    ``spectrum`` (CPU only) and ``iterations``."""
 
     @property
     def batched(self) -> bool:
@@ -68,8 +69,9 @@ def human_bytes(n: float) -> str:
 ADVICE = {
     "prewhiten": "reconstruct without prewhitening (--no-prewhiten) or with fewer noise samples",
     "dcf": "take the density weights from the file (--dcf file) or the analytic ramp (--dcf ramp)",
+    "compress": "reconstruct without prewhitening (--no-prewhiten) or without coil compression",
     "coil_maps": ("give the coil maps in the file (--coil-maps file), solve each coil alone (--coil-maps rss) "
-                  "or compress the coils first"),
+                  "or compress the coils first (--coil-compress N)"),
 }
 """What to change when a stage of the preparation does not fit; other stages: the problem's size."""
 
@@ -77,23 +79,37 @@ ADVICE = {
 def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: bool, workers: int,
                  preparation: Preparation) -> tuple[dict[str, int], int]:
     """Bytes at the peaks of the preparation's stages (inputs included), and the bytes held from then on that
-    the later stages do not count (the caller's arrays, the whitened copies). On the GPU only the coil-map
-    estimate runs on the device; prewhitening and density weights are host work."""
+    the later stages do not count (the caller's arrays, the whitened copies). On the GPU only the coil
+    compression and the coil-map estimate run on the device; prewhitening and density weights are host work.
+    ``c`` is the scan's coils; the stages after coil compression hold the virtual ones."""
     d, n_vox = len(matrix), math.prod(matrix)
     estimated = preparation.coil_maps is not None
-    base = c * m * COMPLEX64 + m * (d + 1) * FLOAT32 + (c * n_vox * COMPLEX64 if sense and not estimated else 0)
+
+    def base(coils: int) -> int:
+        return coils * m * COMPLEX64 + m * (d + 1) * FLOAT32 + (coils * n_vox * COMPLEX64 if sense and not estimated
+                                                                else 0)
+
     stages: dict[str, int] = {}
     held = 0 if gpu else preparation.held_bytes
-    if not gpu and preparation.noise_samples:
-        peak, kept = prep_memory.prewhiten(c, m, preparation.noise_samples, n_vox, preparation.whitened_maps)
-        stages["prewhiten"] = base + held + peak
+    k = preparation.noise_samples
+    n = prep_memory.coils_after(preparation, c)
+    if not gpu and k and n == c:
+        peak, kept = prep_memory.prewhiten(c, m, k, n_vox, preparation.whitened_maps)
+        stages["prewhiten"] = base(c) + held + peak
         held += kept - (c * n_vox * COMPLEX64 if estimated and preparation.whitened_maps else 0)  # maps dropped
+    if n < c:  # whitened and compressed in one product
+        maps = sense and not estimated
+        stages["compress"] = base(c) + held + prep_memory.compress(
+            c, n, m, 0 if gpu else k, n_vox, maps, 0 if gpu else preparation.compress_samples)
+        if not gpu:  # the caller's k-space and maps stay, the later stages count the compressed ones instead
+            held += base(c) - m * (d + 1) * FLOAT32 + n * k * COMPLEX64
+        c = n
     if not gpu and preparation.dcf is not None:
-        stages["dcf"] = base + held + prep_memory.dcf(preparation.dcf, m, matrix, preparation.extent)
+        stages["dcf"] = base(c) + held + prep_memory.dcf(preparation.dcf, m, matrix, preparation.extent)
     if estimated:
         m_in = min(m, preparation.centre_samples or m)
-        stages["coil_maps"] = base + held + prep_memory.coil_maps(preparation.coil_maps, matrix, c, m, m_in,
-                                                                  0 if gpu else workers)
+        stages["coil_maps"] = base(c) + held + prep_memory.coil_maps(preparation.coil_maps, matrix, c, m, m_in,
+                                                                     0 if gpu else workers)
     return stages, held
 
 
@@ -110,7 +126,8 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
          available_bytes: int | None, gpu: bool, max_coil_batch: int | None = None,
          what: str = "memory", method: str | type[Encoding] = "auto", workers: int | None = None,
          preparation: Preparation | None = None, limit: str | None = None) -> Plan:
-    """Plan the memory of a reconstruction of ``n_coils`` x ``n_samples`` samples onto ``matrix``.
+    """Plan the memory of a reconstruction of ``n_coils`` x ``n_samples`` samples onto ``matrix`` (the stages
+    after the preparation's coil compression with its virtual coils: :attr:`Preparation.virtual_coils`).
 
     Parameters
     ----------
@@ -131,8 +148,9 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     workers
         CPU transforms in flight at once (default: the CPUs this process may use).
     preparation
-        What the preparation computes (:class:`Preparation`): its stages ``prewhiten``, ``dcf`` (host) and
-        ``coil_maps`` (on the device) are planned too, and the arrays it keeps count in every later stage;
+        What the preparation computes (:class:`Preparation`): its stages ``prewhiten``, ``compress``, ``dcf``
+        (host) and ``coil_maps`` (on the device) are planned too, and the arrays it keeps count in every later
+        stage;
         its ``trajectory``, when known, goes to the engine's memory model.
     limit
         The limit that sets ``available_bytes`` (named in the refusal).
@@ -143,6 +161,8 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
         Even one coil at a time needs more than ``available_bytes``.
     """
     kind = engine(method, "gpu" if gpu else "cpu") if isinstance(method, str) else method
+    preparation = preparation or Preparation()
+    scan_coils, n_coils = n_coils, prep_memory.coils_after(preparation, n_coils)  # after coil compression
     matrix = tuple(matrix)
     n_vox = math.prod(matrix)
     grid2 = n_vox * 2 ** len(matrix)
@@ -157,8 +177,7 @@ def plan(matrix: tuple[int, ...], n_coils: int, n_samples: int, *, sense: bool, 
     )
     per_coil = 2 * grid2 * COMPLEX64  # padded grid and the FFT's work area
     workers = cpu_threads() if workers is None else max(1, int(workers))
-    preparation = preparation or Preparation()
-    stages, held = _prep_stages(matrix, n_coils, n_samples, sense=sense, gpu=gpu, workers=workers,
+    stages, held = _prep_stages(matrix, scan_coils, n_samples, sense=sense, gpu=gpu, workers=workers,
                                 preparation=preparation)
     work = kind.stage_bytes(matrix, n_coils, n_samples, sense=sense, fixed=fixed, workers=workers,
                             trajectory=preparation.trajectory)

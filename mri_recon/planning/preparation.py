@@ -44,6 +44,9 @@ PIPE_EPS = 1e-4
 """FINUFFT's tolerance in Pipe-Menon's convolutions (:mod:`mri_recon.prep.dcf`)."""
 BLOB_CHUNK = 8192
 """Samples per block of the weights' normalization (:func:`mri_recon.prep.dcf.normalize`)."""
+COMPRESS_RADIUS, COMPRESS_MIN_PER_COIL, COMPRESS_MAX_SAMPLES = 12.0, 4, 65536
+"""The centre coil compression is computed from (:mod:`mri_recon.prep.compress`: ``CENTRE_RADIUS``,
+``MIN_PER_COIL``, ``MAX_SAMPLES``)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,11 @@ class Preparation:
     """Samples within the coil-map estimate's k-space radius (bounded by all samples when unknown)."""
     whitened_maps: bool = False
     """The scan's own coil maps are prewhitened with the data."""
+    virtual_coils: int = 0
+    """The coils after coil compression (:mod:`mri_recon.prep.compress`), which every later stage holds; 0: not
+    compressed (or the number decided from the data: the scan's coils are planned)."""
+    compress_samples: int = 0
+    """The centre samples the compression matrix is computed from."""
     held_bytes: int = 0
     """The caller's arrays that the run's stages do not otherwise count (noise, ground truth, field map,
     times, the scan's own weights), held throughout."""
@@ -78,6 +86,18 @@ def prewhiten(c: int, m: int, k: int, n_vox: int, maps: bool) -> tuple[int, int]
     complex128 for its covariance, and the finiteness test's booleans when the whitened scan is validated."""
     kept = c * m * C64 + c * k * C64 + (c * n_vox * C64 if maps else 0)
     return kept + max(c * k * C128, 2 * c * m, 2 * c * n_vox if maps else 0), kept
+
+
+def coils_after(preparation: Preparation, coils: int) -> int:
+    """The coils of the stages after the preparation's coil compression (the scan's ``coils`` without one)."""
+    return min(coils, preparation.virtual_coils) if preparation.virtual_coils else coils
+
+
+def compress(c: int, n: int, m: int, k: int, n_vox: int, maps: bool, centre: int) -> int:
+    """Bytes beyond the inputs at the peak of whitening and compressing ``c`` coils to ``n`` in one product: the
+    noise in complex128 for its covariance, the ``centre`` samples gathered, whitened and scaled in complex128,
+    or the compressed k-space, noise and maps."""
+    return max(c * k * C128, 3 * c * centre * C128, n * m * C64 + n * k * C64 + (n * n_vox * C64 if maps else 0))
 
 
 def _blob(m: int, matrix: tuple[int, ...]) -> int:
@@ -223,10 +243,11 @@ def coil_maps(method: str, matrix: tuple[int, ...], c: int, m: int, m_in: int, w
 
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,
-                   estimate_maps: str | None = None) -> Preparation:
+                   estimate_maps: str | None = None, coils: int | None = None) -> Preparation:
     """The sizes of what preparing ``scan`` computes, for the planner: prewhitening with its noise (when
-    ``prewhiten`` and it has noise), ``dcf`` (``"ramp"`` or ``"pipe"``: weights computed) and the coil maps
-    estimated by ``estimate_maps``; the scan's arrays the run keeps without counting them are ``held_bytes``."""
+    ``prewhiten`` and it has noise), coil compression to ``coils`` virtual coils (when fewer than the scan's),
+    ``dcf`` (``"ramp"`` or ``"pipe"``: weights computed) and the coil maps estimated by ``estimate_maps``; the
+    scan's arrays the run keeps without counting them are ``held_bytes``."""
     unused_maps = scan.coil_maps if estimate_maps is not None else None
     held = sum(a.nbytes for a in (scan.noise, scan.ground_truth, scan.field_map, scan.times, scan.weights,
                                   unused_maps) if a is not None)
@@ -237,7 +258,13 @@ def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = Non
         radius = centre_radius(estimate_maps, scan.matrix)
         centre = int(np.count_nonzero(np.einsum("md,md->m", scan.trajectory, scan.trajectory) < radius ** 2))
     whiten = prewhiten and scan.noise is not None
+    virtual = int(coils) if coils is not None and coils < scan.n_coils else 0
+    squared = np.einsum("md,md->m", scan.trajectory, scan.trajectory) if virtual else None
     return Preparation(noise_samples=int(scan.noise.shape[1]) if whiten else 0,
+                       virtual_coils=virtual,
+                       compress_samples=0 if squared is None else max(
+                           min(scan.n_samples, COMPRESS_MIN_PER_COIL * scan.n_coils),
+                           min(COMPRESS_MAX_SAMPLES, int(np.count_nonzero(squared < COMPRESS_RADIUS ** 2)))),
                        dcf=dcf if dcf in ("ramp", "pipe") else None,
                        extent=tuple(float(r) for r in trajectory_extent(scan.trajectory)) if dcf == "pipe" else (),
                        coil_maps=estimate_maps, centre_samples=centre,

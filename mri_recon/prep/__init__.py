@@ -1,8 +1,9 @@
 """Getting a scan ready for :func:`mri_recon.reconstruct`: prewhitening, density compensation, coil maps.
 
 The order matters and is fixed here: the gradient-delay correction of the trajectory before anything uses it
-(:mod:`mri_recon.prep.gradient_delay`), prewhiten (maps and data must live in the whitened coil basis),
-then choose the density weights (the coil-map estimate uses them), then the coil maps.
+(:mod:`mri_recon.prep.gradient_delay`), prewhiten (maps and data must live in the whitened coil basis), compress
+the coils when asked (:mod:`mri_recon.prep.compress`: principal components of the whitened receivers), then
+choose the density weights (the coil-map estimate uses them), then the coil maps.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ FIELD_MAP_CHOICES = ("correct", "ignore")
 
 @blas_on_one_thread
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
-                 field_map: str = "correct", gradient_delay="none") -> tuple[Scan, dict[str, Any]]:
+                 field_map: str = "correct", gradient_delay="none",
+                 coil_compress: Any = "none") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: the coil-map stage (:class:`~.maps_stage.CoilMapEstimate`,
@@ -58,12 +60,20 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     gradient_delay
         ``"none"`` (default), ``"auto"``, ``"ring"`` or delays ``(X, Y[, Z])`` in samples: the trajectory
         corrected first (:func:`mri_recon.prep.gradient_delay.correct_gradient_delay`, its record entries).
+    coil_compress
+        ``"none"`` (default), ``"auto"`` or a number of virtual coils N: after prewhitening, the k-space, noise
+        and coil maps compressed to the principal components of the k-space centre
+        (:mod:`mri_recon.prep.compress`; record entries ``coil_compress``, ``coil_compress_energy``,
+        ``coil_compress_note``), and everything after run on them. A
+        :class:`~mri_recon.prep.compress.CoilCompression` computed before is applied as it is (the frames of a
+        time series share their averaged data's).
 
     Raises
     ------
     InvalidDataError
         An unknown choice, a field map without times (or times without a field map) with
-        ``field_map="correct"``, or density weights that come out all zero.
+        ``field_map="correct"``, density weights that come out all zero, or coil compression of a scan whose
+        k-space centre is all zero.
     SchemaError
         ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
@@ -75,7 +85,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     record.update(reader_record(scan))
     record.update(extent_record(scan))
     scan = _field_map_step(scan, field_map, record)
-    scan, basis = _whiten_step(scan, prewhiten, record)
+    scan, basis = _whiten_step(scan, prewhiten, coil_compress, record)
     scan = _dcf_step(scan, dcf, record)
     scan, maps = _maps_step(scan, coil_maps, basis, record)
     record.update(maps.record())
@@ -127,14 +137,27 @@ def _field_map_step(scan: Scan, field_map: str, record: dict[str, Any]) -> Scan:
     return scan
 
 
-def _whiten_step(scan: Scan, prewhiten: bool, record: dict[str, Any]) -> tuple[Scan, Any]:
-    """Prewhiten with the scan's noise; the receiver basis (the noise's Cholesky factor) or None."""
-    if not (prewhiten and scan.noise is not None):
-        return scan, None
-    from .noise import prewhiten_with_basis
+def _whiten_step(scan: Scan, prewhiten: bool, coil_compress: Any, record: dict[str, Any]) -> tuple[Scan, Any]:
+    """Prewhiten with the scan's noise and, when asked, compress the coils (:mod:`.compress`: the matrix ``A``
+    from the centre of the scan as it is and the whitening matrix ``W``), in one product ``A W``; the receiver
+    basis of the result (the noise's Cholesky factor, then of the virtual coils), or None."""
+    whiten = prewhiten and scan.noise is not None
+    if whiten:
+        from .noise import prewhiten_with_basis, whitening_and_basis
 
-    record["prewhitened"] = True
-    return prewhiten_with_basis(scan)
+        record["prewhitened"] = True
+    from .compress import compression_of, wanted
+
+    if not wanted(coil_compress):  # bit for bit as without the option
+        return prewhiten_with_basis(scan) if whiten else (scan, None)
+
+    w, basis = whitening_and_basis(scan) if whiten else (None, None)
+    compression = compression_of(scan.kspace, scan.trajectory, coil_compress, w, scan.source)
+    record.update(compression.record())
+    if not compression.compresses:
+        return prewhiten_with_basis(scan) if whiten else (scan, None)
+    attrs = {**scan.attrs, "prewhitened": True} if whiten else scan.attrs
+    return compression.scan(scan, w).replace(attrs=attrs), compression.basis(basis)
 
 
 def _dcf_step(scan: Scan, dcf: str, record: dict[str, Any]) -> Scan:
@@ -176,8 +199,10 @@ def missing_maps(scan: Scan, name: str) -> SchemaError:
                        f"(use {without_file_maps()})")
 
 
-def coil_map_method(scan: Scan, coil_maps: str = "auto") -> str:
+def coil_map_method(scan: Scan, coil_maps: str = "auto", coils: int | None = None) -> str:
     """The coil-map method :func:`prepare_scan` uses: ``coil_maps`` itself, or for ``"auto"`` the file's maps,
     an estimate (Walsh; ESPIRiT from a Cartesian scan's ACS, as ecalib) for several coils, or ``"none"`` for
-    one coil (:func:`.maps_methods.chosen_method`)."""
-    return chosen_method(coil_maps, scan.coil_maps is not None, scan.n_coils, sampling_of(scan))
+    one coil (:func:`.maps_methods.chosen_method`). ``coils``: the coils after compression (default the
+    scan's)."""
+    coils = scan.n_coils if coils is None else coils
+    return chosen_method(coil_maps, scan.coil_maps is not None, coils, sampling_of(scan))

@@ -11,8 +11,10 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   (:func:`~mri_recon.prep.dcf.pipe_menon`: a convex hull and FINUFFT at eps 1e-4, which the GPU NUFFT would
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
-  the ramp weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed
-  (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
+  or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
+  as on the host), whitened and compressed by one product ``A W`` (the noise on the host), the ramp weights
+  (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed (finite whitened
+  k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
 
 Arrays the scan brought were validated when the :class:`~mri_recon.scan.Scan` was made and are not checked
@@ -35,6 +37,7 @@ from ..kernels import warm_up
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
+from .compress import CoilCompression, compression_of
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS
 from .upload import upload, upload_columns
@@ -152,12 +155,26 @@ def _read_checks(flags: Flags, checks: list[Check]) -> None:
             raise InvalidDataError(message)
 
 
+def _uploaded(scan: Scan, device: Device, w: Any, compression: CoilCompression | None, maps: bool) -> tuple:
+    """The k-space and (``maps``) the coil maps on ``device``, whitened by ``w`` in place chunk by chunk, or
+    whitened and compressed in one product ``A W`` after an unchanged copy up."""
+    compress = compression is not None and compression.compresses
+    arrays = [scan.kspace.reshape(scan.n_coils, -1)] + ([scan.coil_maps.reshape(scan.n_coils, -1)] if maps else [])
+    up = [upload_columns(a, device, None if compress else w) for a in arrays]
+    if compress:
+        up = [compression.apply(a, w) for a in up]
+    shapes = [scan.kspace.shape[1:]] + ([scan.coil_maps.shape[1:]] if maps else [])
+    out = [a.reshape(a.shape[0], *shape) for a, shape in zip(up, shapes)]
+    return out[0], out[1] if maps else None
+
+
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
-                      coil_maps: str = "auto", field_map: str = "correct",
-                      gradient_delay: Any = "none") -> tuple[DeviceScan, dict[str, Any]]:
+                      coil_maps: str = "auto", field_map: str = "correct", gradient_delay: Any = "none",
+                      coil_compress: Any = "none") -> tuple[DeviceScan, dict[str, Any]]:
     """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
     there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
-    host path's to float32 rounding."""
+    host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
+    host (:func:`~mri_recon.prep.compress.compression_of`), its product runs on the device."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)
@@ -170,26 +187,28 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         record["field_map"], attrs["field_map_correction"], field_values = "ignored", "ignored", (None, None)
     whiten = prewhiten and scan.noise is not None
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
+    compression = compression_of(scan.kspace, scan.trajectory, coil_compress, w, scan.source)
+    coils = scan.n_coils if compression is None else compression.virtual
     checks: list[Check] = []
     warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
     with device.use():
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
-        name = coil_map_method(scan, coil_maps)
+        name = coil_map_method(scan, coil_maps, coils)
         method = COIL_MAPS[name]
         if method.file and scan.coil_maps is None:
             _read_checks(flags, weight_checks)  # the host path raises those first
             raise missing_maps(scan, name)
-        kspace = upload_columns(scan.kspace, device, w)
-        maps = None
-        if method.file:
-            flat = scan.coil_maps.reshape(scan.n_coils, -1)
-            maps = upload_columns(flat, device, w).reshape(scan.coil_maps.shape)
+        kspace, maps = _uploaded(scan, device, w, compression, method.file)
         if w is not None:
             checks += [_finite(flags, kspace, "kspace", scan.source)]
             checks += [_finite(flags, maps, "coil_maps", scan.source)] if maps is not None else []
         _read_checks(flags, checks + weight_checks)
+    if compression is not None:
+        record.update(compression.record())
+        noise = noise if not compression.compresses else compression.apply(scan.noise, w)
+        basis = compression.basis(basis)
     if whiten:
         attrs["prewhitened"], record["prewhitened"] = True, True
     record["dcf"] = dcf if dcf != "auto" else ("file" if weights is not None else "none")

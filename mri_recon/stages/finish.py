@@ -28,8 +28,11 @@ def _combined(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
         if basis is not None:
             x = (xp.asarray(unit) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
         return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64), scale
-    if combine == "single":
-        return (x[0] * np.float32(abs(complex(unit.reshape(-1)[0]))) if basis is not None else x[0]), scale
+    if combine == "single":  # one (virtual) coil: the norm of its receiver column
+        if basis is None:
+            return x[0], scale
+        column = abs(complex(unit.reshape(-1)[0])) if unit.size == 1 else float(np.linalg.norm(unit))
+        return x[0] * np.float32(column), scale
     return x, scale
 
 

@@ -1,0 +1,208 @@
+"""Coil compression: the receivers replaced by N virtual coils, the principal components of the k-space centre.
+
+``coil_compress=N`` (``--coil-compress N``) projects the prewhitened k-space ``(C, M)`` onto the N eigenvectors
+with the largest eigenvalues of the central samples' ``C x C`` Gram matrix (principal components of the
+receivers: Buehrer et al. 2007, Huang et al. 2008; BART's ``cc -S``): a matrix ``A`` ``(N, C)`` with
+orthonormal rows, and ``d' = A d``. The scan's coil maps go with it (``S' = A S``, so that SENSE with the
+compressed maps is exact in the compressed subspace: ``A d = F (A S) x``) and so does its noise (white after
+prewhitening; ``A A^H = I`` keeps it white). The receiver basis in which estimated maps and
+root-sum-of-squares images are normalized (:class:`~.maps_stage.CoilMapEstimate`) becomes ``L A^H``, which
+takes virtual channels back to the receiver's. Everything after (density weights, coil-map estimation, the
+solve) runs on the N virtual coils.
+
+``"auto"`` keeps the fewest virtual coils that hold :data:`AUTO_ENERGY` of the centre's energy (the sum of the
+Gram matrix's eigenvalues). ``N`` at or above the scan's coil count compresses nothing (recorded so).
+
+The centre is the samples with ``|k|`` below :data:`CENTRE_RADIUS` cycles per field of view (the 24-wide
+calibration region of BART's ``cc``), at least :data:`MIN_PER_COIL` per coil and at most
+:data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed on the host in
+float64 from the scan's own k-space and the whitening matrix, the centre divided by a power of two near its
+largest value (:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
+and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix. Whitening
+and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
+data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.
+
+Geometric compression per readout position for Cartesian readouts (GCC, Zhang et al. 2013; BART's
+``cc -G``) and ESPIRiT-based compression (``cc -E``) are not implemented: those names are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..arrays.backend import get_xp
+from ..checks.scaling import unit_scale
+from ..errors import InvalidDataError
+from ..scan import Scan
+
+CHOICES = ("none", "auto")
+"""The named values of ``coil_compress=``; else a number of virtual coils N >= 1."""
+AUTO_ENERGY = 0.99
+"""``"auto"``: the share of the centre's energy the virtual coils keep (the fewest that hold it)."""
+CENTRE_RADIUS = 12.0
+"""Cycles per field of view: the centre whose samples give the compression matrix."""
+MIN_PER_COIL = 4
+"""The fewest centre samples per coil; a sparser centre is widened to the samples nearest ``k = 0``."""
+MAX_SAMPLES = 65536
+"""The most centre samples used (the nearest ``k = 0``): the Gram matrix costs ``C^2`` per sample."""
+NOT_IMPLEMENTED = {"gcc": "geometric compression (GCC, bart cc -G)", "geometric": "geometric compression "
+                   "(GCC, bart cc -G)", "ecc": "ESPIRiT-based compression (ECC, bart cc -E)"}
+"""Variants of the peers' that are named but not implemented: refused with what they are."""
+_FORMS = "none, auto or a number of virtual coils N >= 1"
+
+
+def parse_coil_compress(value: Any) -> str | int:
+    """``"none"``, ``"auto"`` or the number of virtual coils (an ``int`` >= 1, or its text) of
+    ``coil_compress=``; anything else raises :class:`~mri_recon.errors.InvalidDataError` naming the option."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in CHOICES:
+            return text
+        variant = text.split(":")[0]
+        if variant in NOT_IMPLEMENTED:
+            raise InvalidDataError(f"coil_compress {value!r}: {NOT_IMPLEMENTED[variant]} is not implemented; use "
+                                   f"a number of virtual coils or auto (SVD compression, as bart cc -S)")
+        if text.isdecimal():
+            value = int(text)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 1:
+        return int(value)
+    raise InvalidDataError(f"coil_compress must be {_FORMS}, found {value!r}")
+
+
+def wanted(choice: Any) -> bool:
+    """Whether ``coil_compress=choice`` asks for compression (anything but ``"none"``; a bad value raises)."""
+    return isinstance(choice, CoilCompression) or parse_coil_compress(choice) != "none"
+
+
+def planned_coils(choice: Any, coils: int) -> int:
+    """The coils a reconstruction of ``coils`` receivers runs on after ``coil_compress=choice``, as known before
+    the data are read: N for a number below ``coils``, else ``coils`` (``"auto"`` decides from the data)."""
+    chosen = choice.virtual if isinstance(choice, CoilCompression) else parse_coil_compress(choice)
+    return min(chosen, coils) if isinstance(chosen, int) else coils
+
+
+@dataclass(frozen=True)
+class CoilCompression:
+    """What compressing a scan's receivers does: from :attr:`coils` to :attr:`virtual` coils by :attr:`matrix`."""
+
+    coils: int
+    """C, the receivers."""
+    virtual: int
+    """N <= C, the virtual coils (C: nothing compressed)."""
+    matrix: np.ndarray | None = None
+    """complex128 ``(N, C)`` with orthonormal rows (virtual = matrix @ receivers); None when N = C."""
+    energy: float = 1.0
+    """The share of the centre's energy the virtual coils hold."""
+    samples: int = 0
+    """The centre samples the matrix comes from (0: none were needed)."""
+    asked: str | int = "none"
+    """The ``coil_compress`` choice that gave it."""
+
+    @property
+    def compresses(self) -> bool:
+        return self.matrix is not None
+
+    def apply(self, data: Any, whitening: Any = None) -> Any:
+        """``matrix @ whitening @ data`` over the leading (coil) axis of ``data`` ``(C, ...)`` (NumPy or CuPy), as
+        one product in ``data``'s precision: ``(N, ...)``; ``data`` itself when nothing is compressed (and
+        nothing whitened)."""
+        if whitening is not None:
+            whitening = np.asarray(whitening, dtype=np.complex128)
+        if self.compresses:
+            matrix = self.matrix if whitening is None else self.matrix @ whitening
+        elif whitening is None:
+            return data
+        else:
+            matrix = whitening
+        flat = data.reshape(data.shape[0], -1)
+        product = get_xp(data).asarray(matrix.astype(flat.dtype)) @ flat
+        return product.reshape(matrix.shape[0], *data.shape[1:])
+
+    def scan(self, scan: Scan, whitening: Any = None) -> Scan:
+        """``scan`` with its k-space, noise and coil maps whitened by ``whitening`` (when given) and compressed,
+        in one product each (:meth:`apply`)."""
+        arrays = {name: self.apply(getattr(scan, name), whitening) for name in ("kspace", "noise", "coil_maps")
+                  if getattr(scan, name) is not None}
+        return scan.replace(**arrays)
+
+    def basis(self, basis: Any) -> Any:
+        """The receiver basis of the virtual coils: ``basis @ matrix^H`` (``(C, N)``: virtual channels back to the
+        receiver's), or ``basis`` itself (None without prewhitening: ``matrix^H`` keeps root-sum-of-squares)."""
+        if basis is None or not self.compresses:
+            return basis
+        return np.asarray(basis) @ self.matrix.conj().T
+
+    def record(self) -> dict[str, Any]:
+        """The preparation record's entries: ``coil_compress`` (N), ``coil_compress_energy`` and
+        ``coil_compress_note`` (one sentence)."""
+        if not self.compresses:
+            note = (f"{self.coils} coil(s) not compressed (coil_compress {self.asked} keeps them all)")
+        else:
+            note = (f"{self.coils} coils compressed to {self.virtual} virtual coils (coil_compress {self.asked}: "
+                    f"{self.energy:.2%} of the energy of the {self.samples} centre samples)")
+        return {"coil_compress": self.virtual, "coil_compress_energy": float(self.energy),
+                "coil_compress_note": note}
+
+
+def centre_samples(trajectory: np.ndarray, coils: int) -> np.ndarray:
+    """Indices of the samples the compression matrix is computed from (see the module docstring)."""
+    squared = np.einsum("md,md->m", trajectory, trajectory, dtype=np.float64)
+    inside = np.flatnonzero(squared < CENTRE_RADIUS ** 2)
+    least = min(len(squared), MIN_PER_COIL * coils)
+    if len(inside) < least:
+        return np.sort(np.argpartition(squared, least - 1)[:least])
+    if len(inside) > MAX_SAMPLES:
+        nearest = np.argpartition(squared[inside], MAX_SAMPLES - 1)[:MAX_SAMPLES]
+        return np.sort(inside[nearest])
+    return inside
+
+
+def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.ndarray | None = None,
+                    source: str = "<memory>") -> tuple[np.ndarray, np.ndarray, int]:
+    """``(eigenvalues, eigenvectors, samples)`` of the Gram matrix of the (whitened) centre samples, largest
+    first: float64 ``(C,)`` and complex128 ``(C, C)`` (columns), on the host, the centre divided by a power
+    of two near its largest value first.
+
+    Raises
+    ------
+    InvalidDataError
+        The centre's samples are all zero (the eigenvectors would be arbitrary).
+    """
+    index = centre_samples(trajectory, kspace.shape[0])
+    centre = kspace[:, index].astype(np.complex128)
+    if whitening is not None:
+        centre = np.asarray(whitening, dtype=np.complex128) @ centre
+    unit, _ = unit_scale(centre)
+    if not np.any(unit):
+        raise InvalidDataError(f"{source}: the {len(index)} k-space samples nearest the centre are all zero; coil "
+                               f"compression needs signal there (reconstruct without --coil-compress)")
+    values, vectors = np.linalg.eigh(unit @ unit.conj().T)
+    return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
+
+
+def compression_of(kspace: np.ndarray, trajectory: np.ndarray, choice: Any, whitening: np.ndarray | None = None,
+                   source: str = "<memory>") -> CoilCompression | None:
+    """The :class:`CoilCompression` of host k-space ``(C, M)`` and trajectory ``(M, D)`` for ``choice``
+    (:func:`parse_coil_compress`, or a :class:`CoilCompression` computed before: checked against the coils),
+    with the data whitened by ``whitening`` ``(C, C)`` first; None for ``"none"``."""
+    coils = kspace.shape[0]
+    if isinstance(choice, CoilCompression):
+        if choice.coils != coils:
+            raise InvalidDataError(f"{source}: a coil compression of {choice.coils} coils cannot compress "
+                                   f"{coils} coils")
+        return choice
+    chosen = parse_coil_compress(choice)
+    if chosen == "none":
+        return None
+    if isinstance(chosen, int) and chosen >= coils:
+        return CoilCompression(coils, coils, asked=chosen)
+    values, vectors, samples = centre_energies(kspace, trajectory, whitening, source)
+    shares = np.cumsum(values) / values.sum()
+    virtual = chosen if isinstance(chosen, int) else min(coils, int(np.searchsorted(shares, AUTO_ENERGY)) + 1)
+    if virtual >= coils:
+        return CoilCompression(coils, coils, energy=1.0, samples=samples, asked=chosen)
+    matrix = np.ascontiguousarray(vectors[:, :virtual].conj().T)
+    return CoilCompression(coils, virtual, matrix, float(shares[virtual - 1]), samples, chosen)

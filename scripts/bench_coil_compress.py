@@ -1,0 +1,235 @@
+"""Coil compression (``coil_compress=N``, issue 46): image quality against the uncompressed reconstruction, the
+subspace against BART's ``cc``, the compression step's time on the CPU, and the GPU whole call with and without.
+
+Sections (each recorded on its own, ``benchtools.section``):
+
+- ``quality`` (CPU): 32-coil scans reconstructed without compression and compressed to N = 8, 10, 12 and
+  ``auto``, with the scan's coil maps and with Walsh maps; NRMSE against the ground truth (complex with the
+  scan's maps, magnitude with Walsh's) and its ratio to the uncompressed one. Scans: ``simulate_scan``'s
+  128^2 golden-angle phantom (32 coils, SNR 30; its coil model spans 9 functions, so its maps have 9
+  independent components) and :func:`birdcage_scan` (32 Gaussian coils on a ring: a spectrum that decays
+  without a cut).
+- ``bart``: the whitened centre samples of both scans written as BART k-space ``(1, M, 1, C)``,
+  ``bart cc -A -M`` (SVD of all the given samples: the matrix whose first N columns ``bart cc -A -p N``
+  applies; checked) against our matrix from the same samples: the largest principal angle
+  (``scipy.linalg.subspace_angles``) for N = 1..16, beside the angle between our float64 matrix and the
+  float64 SVD of the same samples (NumPy), and the centre's eigenvalue spectrum relative to the largest.
+- ``cpu_time``: ``prepare_scan`` of a 512^2 x 32-coil scan (``bench_prepare.synthetic``) with and without
+  ``coil_compress=8``, and the compression matrix alone (``compression_of``); one BLAS thread, as
+  ``prepare_scan`` runs.
+- ``gpu`` (``--gpu``): the whole call ``mri_recon.reconstruct(scan, device="gpu")`` of a 512^2 x 32-coil
+  golden-angle scan (the phantom, 804 spokes of 1024 samples, SNR 30, noise for prewhitening, the file's maps
+  and weights, 30 CG iterations) without compression and with N = 8, 10, 12 and ``auto``: medians of
+  ``--repeats`` after a warm-up, the device synchronized, the speed-up and the NRMSE of each.
+
+Usage: python scripts/bench_coil_compress.py OUT.json [--gpu] [--no-cpu] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import benchtools  # noqa: E402
+
+import mri_recon  # noqa: E402
+from mri_recon.api import prepare_and_reconstruct  # noqa: E402
+from mri_recon.arrays.backend import one_blas_thread, resolve_device, synchronize  # noqa: E402
+from mri_recon.io.cfl import read_cfl, write_cfl  # noqa: E402
+from mri_recon.prep import prepare_scan  # noqa: E402
+from mri_recon.prep.compress import centre_energies, centre_samples, compression_of  # noqa: E402
+from mri_recon.prep.noise import whitening_and_basis  # noqa: E402
+from mri_recon.scan import Scan  # noqa: E402
+
+CHOICES = ("none", 8, 10, 12, "auto")
+SETTINGS = {"iterations": 30, "lam": 1e-3}
+
+
+def birdcage_scan(n: int = 64, coils: int = 32, spokes: int = 100, noise: float = 1e-3, seed: int = 0) -> Scan:
+    """A golden-angle radial scan of the Shepp-Logan phantom seen by ``coils`` Gaussian coils (width 0.2 FOV)
+    on a ring of radius 0.55 FOV, each with a random phase: a coil spectrum without a cut. Complex noise of
+    ``noise`` times the largest sample, and as many noise-only samples per coil (for prewhitening)."""
+    from mri_recon.sim.phantom import shepp_logan, voxel_positions  # noqa: PLC0415
+    from mri_recon.sim.trajectories import radial  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    trajectory = radial((n, n), spokes, 2 * n, golden=True)
+    r = voxel_positions((n, n))
+    angle = 2 * np.pi * np.arange(coils) / coils
+    ring = 0.55 * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    maps = np.exp(-((r[None] - ring[:, None]) ** 2).sum(-1) / (2 * 0.2 ** 2)) * np.exp(2j * np.pi * rng.random(coils))[
+        :, None]
+    maps = maps.reshape(coils, n, n).astype(np.complex64)
+    truth = shepp_logan(r).reshape(n, n).astype(np.complex64)
+    clean = mri_recon.forward(maps * truth, trajectory, device="cpu")
+    level = noise * float(np.abs(clean).max())
+
+    def white(shape):
+        return level * (rng.standard_normal(shape) + 1j * rng.standard_normal(shape))
+
+    return Scan(kspace=(clean + white(clean.shape)).astype(np.complex64), trajectory=trajectory, matrix=(n, n),
+                coil_maps=maps, noise=white((coils, 4096)).astype(np.complex64), ground_truth=truth,
+                weights=np.hypot(*trajectory.T).astype(np.float32) + 0.5, source="birdcage")
+
+
+def nrmse(result, scan: Scan) -> float:
+    """NRMSE against the truth: complex with the scan's maps, magnitude otherwise (as the CLI reports it)."""
+    from mri_recon.io.outputs import nrmse_vs_truth  # noqa: PLC0415
+
+    return nrmse_vs_truth(result.image, scan.ground_truth, result)[1]
+
+
+def quality_of(scan: Scan, maps: str) -> dict:
+    """NRMSE per choice of :data:`CHOICES` (and the coils kept, the seconds of the call) on the CPU."""
+    rows = {}
+    for choice in CHOICES:
+        start = time.perf_counter()
+        _, record, result = prepare_and_reconstruct(scan, device="cpu", coil_maps=maps, coil_compress=choice,
+                                                    **SETTINGS)
+        rows[str(choice)] = {"coils": record.get("coil_compress", scan.n_coils), "nrmse": nrmse(result, scan),
+                             "energy": record.get("coil_compress_energy", 1.0),
+                             "seconds": time.perf_counter() - start}
+    base = rows["none"]["nrmse"]
+    for row in rows.values():
+        row["ratio"] = row["nrmse"] / base
+    return rows
+
+
+def quality() -> dict:
+    out = {}
+    for name, scan in (("phantom128", mri_recon.simulate_scan((128, 128), "golden", coils=32, snr=30.0, seed=1)),
+                       ("birdcage64", birdcage_scan())):
+        for maps in ("file", "walsh"):
+            rows = quality_of(scan, maps)
+            out[f"{name}_{maps}"] = rows
+            print(f"{name} {maps}: " + ", ".join(f"{k} ({v['coils']}) {v['nrmse']:.4f} x{v['ratio']:.4f}"
+                                                 for k, v in rows.items()), flush=True)
+    return out
+
+
+def whitened_centre(scan: Scan) -> np.ndarray:
+    """The scan's centre samples (:func:`~mri_recon.prep.compress.centre_samples`) whitened, complex64."""
+    w, _ = whitening_and_basis(scan)
+    index = centre_samples(scan.trajectory, scan.n_coils)
+    return (w @ scan.kspace[:, index].astype(np.complex128)).astype(np.complex64)
+
+
+def bart_matrix(centre: np.ndarray, folder: Path, bart: str) -> np.ndarray:
+    """``bart cc -A -M`` of centre samples ``(C, M)``: the ``(C, C)`` matrix, its columns largest first."""
+    c = centre.shape[0]
+    write_cfl(folder / "centre", centre.T.reshape(1, -1, 1, c))
+    subprocess.run([bart, "cc", "-A", "-M", str(folder / "centre"), str(folder / "matrix")], check=True,
+                   capture_output=True)
+    return np.asarray(read_cfl(folder / "matrix")).reshape(c, c)
+
+
+def bart_applies(centre: np.ndarray, matrix: np.ndarray, n: int, folder: Path, bart: str) -> float:
+    """``bart cc -A -p n`` of the samples against ``matrix[:, :n]^H`` applied to them (relative error): the
+    columns ``-M`` writes are the ones ``-p`` compresses with."""
+    subprocess.run([bart, "cc", "-A", "-p", str(n), str(folder / "centre"), str(folder / "compressed")], check=True,
+                   capture_output=True)
+    theirs = np.asarray(read_cfl(folder / "compressed")).reshape(-1, n).T
+    ours = matrix[:, :n].conj().T @ centre
+    return float(np.linalg.norm(theirs - ours) / np.linalg.norm(ours))
+
+
+def against_bart(scan: Scan, bart: str) -> dict:
+    from scipy.linalg import subspace_angles  # noqa: PLC0415
+
+    centre = whitened_centre(scan)
+    with tempfile.TemporaryDirectory() as folder:
+        theirs = bart_matrix(centre, Path(folder), bart)
+        applied = bart_applies(centre, theirs, 8, Path(folder), bart)
+    values, ours, _ = centre_energies(centre, np.zeros((centre.shape[1], 2), np.float32))
+    oracle = np.linalg.svd(centre.astype(np.complex128), full_matrices=False)[0]
+    top = min(16, scan.n_coils)
+    return {"samples": centre.shape[1], "bart_p8_vs_M_columns": applied,
+            "eigenvalues_relative": (values[:top + 1] / values[0]).tolist(),
+            "angle_vs_bart": [float(subspace_angles(theirs[:, :n], ours[:, :n]).max()) for n in range(1, top + 1)],
+            "angle_vs_numpy_svd": [float(subspace_angles(oracle[:, :n], ours[:, :n]).max())
+                                   for n in range(1, top + 1)]}
+
+
+def bart_section() -> dict:
+    bart = shutil.which("bart")
+    if bart is None:
+        return {"skipped": "no bart command"}
+    out = {"bart": subprocess.run([bart, "version"], capture_output=True, text=True).stdout.strip()}
+    for name, scan in (("phantom128", mri_recon.simulate_scan((128, 128), "golden", coils=32, snr=30.0, seed=1)),
+                       ("birdcage64", birdcage_scan())):
+        out[name] = against_bart(scan, bart)
+        print(name, "angles vs bart:", " ".join(f"{a:.1e}" for a in out[name]["angle_vs_bart"]), flush=True)
+    return out
+
+
+def cpu_time(repeats: int) -> dict:
+    from bench_prepare import synthetic  # noqa: PLC0415
+
+    scan = synthetic((512, 512), 32)
+    w, _ = whitening_and_basis(scan)
+    with one_blas_thread():
+        matrix, _, found = benchtools.wall_timed(lambda: compression_of(scan.kspace, scan.trajectory, 8, w), repeats)
+        plain, _, _ = benchtools.wall_timed(lambda: prepare_scan(scan, coil_maps="file", dcf="none"), repeats)
+    compressed, _, _ = benchtools.wall_timed(
+        lambda: prepare_scan(scan, coil_maps="file", dcf="none", coil_compress=8), repeats)
+    out = {"matrix": [512, 512], "coils": 32, "samples": scan.n_samples, "centre_samples": found.samples,
+           "compression_matrix_s": matrix, "prepare_scan_s": plain, "prepare_scan_compress8_s": compressed}
+    print(out, flush=True)
+    return out
+
+
+def gpu_scan() -> Scan:
+    return mri_recon.simulate_scan((512, 512), "golden", coils=32, snr=30.0, seed=3, spokes=804, dcf="ramp")
+
+
+def gpu(repeats: int) -> dict:
+    dev = resolve_device("gpu")
+    scan = gpu_scan()
+    rows = {}
+    for choice in CHOICES:
+        seconds, times, result = benchtools.wall_timed(
+            lambda c=choice: mri_recon.reconstruct(scan, device=dev, coil_compress=c, **SETTINGS), repeats,
+            sync=lambda: synchronize(dev))
+        rows[str(choice)] = {"whole_s": seconds, "times_s": times, "nrmse": nrmse(result, scan),
+                             "timings": dict(result.timings)}
+    for row in rows.values():
+        row["speedup"] = rows["none"]["whole_s"] / row["whole_s"]
+        row["nrmse_ratio"] = row["nrmse"] / rows["none"]["nrmse"]
+    print("\n".join(f"{k}: {v['whole_s'] * 1e3:.1f} ms x{v['speedup']:.2f}, NRMSE {v['nrmse']:.4f}"
+                    for k, v in rows.items()), flush=True)
+    return {"device": str(dev), "matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples,
+            "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--gpu", action="store_true", help="the GPU whole call at 512^2 x 32 coils")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the CPU sections (quality, BART, CPU time)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+              "mri_recon": mri_recon.__version__}
+    if not args.no_cpu:
+        benchtools.section(report, "quality", quality, lambda e: "NRMSE with and without compression (CPU)")
+        benchtools.section(report, "bart", bart_section, lambda e: "principal angles against bart cc")
+        benchtools.section(report, "cpu_time", lambda: cpu_time(args.repeats),
+                           lambda e: "the compression step on the CPU")
+    if args.gpu:
+        benchtools.section(report, "gpu", lambda: gpu(args.repeats), lambda e: "GPU whole call, 512^2 x 32 coils")
+    benchtools.write_report(report, args.out)
+
+
+if __name__ == "__main__":
+    main()

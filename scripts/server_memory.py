@@ -38,20 +38,6 @@ RECONSTRUCTION_STATE = 16 * MIB
 """What a reconstruction holds beyond its plan's arrays (FFT plans, thread stacks: docs/planner.md)."""
 
 
-def cases(clients: int, scan: int, message: int) -> dict:
-    """name: (the clients, what their connections may hold where the case can reach it)."""
-    return {
-        "idle sockets": (lambda a, x, q: hostile.idle_sockets(a, 3 * clients, 2.0),
-                         clients * hostile.connection_bound(0, 0)),
-        "large texts": (lambda a, x, q: hostile.large_texts(a, x, clients, message, 8),
-                        clients * hostile.connection_bound(0, message)),
-        "tiny acquisitions": (lambda a, x, q: hostile.tiny_acquisitions(a, x, clients, scan),
-                              clients * hostile.connection_bound(scan, 0)),
-        "disconnects": (lambda a, x, q: hostile.disconnects(a, x, q, clients, scan // 2),
-                        clients * hostile.connection_bound(scan, message)),
-    }
-
-
 def queued(folder: Path, clients: int) -> tuple[Path, tuple]:
     """A 128^2, 8-coil scan (200 spokes) sent by ``clients`` at once, and what they may hold: each its
     acquisitions read as a scan (:func:`hostile_clients.connection_bound`); and one reconstruction at a time
@@ -97,7 +83,7 @@ def main() -> None:
             baseline = hostile.memory(server.pid, "VmRSS")
             print(f"server RSS after one scan: {baseline / MIB:.1f} MiB")
             rows = [measure(server, address, scan_file, name, case)
-                    for name, case in cases(args.clients, scan, message).items()]
+                    for name, case in hostile.cases(args.clients, scan, message).items()]
             path, case = queued(Path(folder), args.clients)
             send_scan(path, *address)  # its reconstruction's modules and plans made once
             rows.append(measure(server, address, path, "queued scans", case))

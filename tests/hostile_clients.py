@@ -185,3 +185,17 @@ def served(scan_file: Path, address: tuple[str, int], timeout: float = 15.0):
         if reply.images or not any("server busy" in t for t in reply.texts) or time.time() > deadline:
             return reply
         time.sleep(0.5)
+
+
+def cases(clients: int, scan: int, message: int) -> dict:
+    """name: (the clients, what their connections may hold where the case can reach it)."""
+    return {
+        "idle sockets": (lambda a, x, q: idle_sockets(a, 3 * clients, 2.0),
+                         clients * connection_bound(0, 0)),
+        "large texts": (lambda a, x, q: large_texts(a, x, clients, message, 8),
+                        clients * connection_bound(0, message)),
+        "tiny acquisitions": (lambda a, x, q: tiny_acquisitions(a, x, clients, scan),
+                              clients * connection_bound(scan, 0)),
+        "disconnects": (lambda a, x, q: disconnects(a, x, q, clients, scan // 2),
+                        clients * connection_bound(scan, message)),
+    }

@@ -102,16 +102,7 @@ def served(tmp_path_factory):
         server.wait(60)
 
 
-CASES = {  # name: (the clients, what their connections may hold where the case can reach it)
-    "idle sockets": (lambda address, xml, acq: hostile.idle_sockets(address, 3 * CLIENTS, 2.0),
-                     CLIENTS * hostile.connection_bound(0, 0)),
-    "large texts": (lambda address, xml, acq: hostile.large_texts(address, xml, CLIENTS, MESSAGE, 8),
-                    CLIENTS * hostile.connection_bound(0, MESSAGE)),
-    "tiny acquisitions": (lambda address, xml, acq: hostile.tiny_acquisitions(address, xml, CLIENTS, SCAN),
-                          CLIENTS * hostile.connection_bound(SCAN, 0)),
-    "disconnects": (lambda address, xml, acq: hostile.disconnects(address, xml, acq, CLIENTS, SCAN // 2),
-                    CLIENTS * hostile.connection_bound(SCAN, MESSAGE)),
-}
+CASES = hostile.cases(CLIENTS, SCAN, MESSAGE)
 
 
 @pytest.mark.slow

@@ -111,12 +111,15 @@ def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings,
     stages as one scan (:func:`mri_recon.pipeline.run`, which plans it)."""
     from .prep.frames import prepare_series  # noqa: PLC0415 - time series only
 
+    # the frames' memory is checked before anything is prepared (with the coils as read: compression only lowers it)
+    planned = pipeline.plan_series(series, settings.device, settings.method, settings.iterations,
+                                   pipeline.series_splits(series, settings))
     start = time.perf_counter()
     ready, record = prepare_series(series, **settings.prepare_keywords())
     prepared_s = time.perf_counter() - start
     maps = CoilMapEstimate.take(record)
     options = pipeline.options_of(ready, settings, estimate_maps=maps.method, maps_basis=maps.basis, **runtime)
-    return ready, record, pipeline.run(ready, options, prepared_s=prepared_s)
+    return ready, record, pipeline.run(ready, options, planned=planned, prepared_s=prepared_s)
 
 
 def settings_signature(func: Callable[P, R]) -> Callable[P, R]:
@@ -173,7 +176,7 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
         An unknown keyword (the message names the valid ones), a value of the wrong type or range, or
         ``coil_compress`` with ``prepare=False``.
     """
-    chosen = ReconSettings(**settings)
+    chosen = ReconSettings(**pipeline.series_keywords(scan, settings))
     if not prepare:
         if chosen.coil_compress != default_of("coil_compress"):
             raise InvalidDataError(f"coil_compress={chosen.coil_compress!r} compresses the coils in the preparation, "

@@ -114,9 +114,10 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
 
 
 def _series_bytes(series: TimeSeries, gpu: bool, splits: int) -> int:
-    """What every frame of a joint solve keeps at once: its Toeplitz spectrum (on a GPU also the batched normal
-    operator's coil grids), the solver's vectors over all frames (x, r, p, A p, b and the previous b), ``splits``
-    split-and-dual pairs of frames' size per term, the frames' data and the maps."""
+    """What a time series keeps at once: every frame's Toeplitz spectrum (on a GPU also the batched normal
+    operator's coil grids), the solver's vectors over all frames (x, r, p, A p, b and the previous b; frame by
+    frame fewer), ``splits`` split-and-dual pairs of frames' size per term of a joint solve, the frames' data and
+    the maps."""
     matrix, t, c = series.matrix, series.n_frames, series.n_coils
     n_vox, grid2 = math.prod(matrix), math.prod(matrix) * 2 ** len(matrix)
     per_frame = grid2 * COMPLEX64 * (1 + 3 * c if gpu else 1)
@@ -136,12 +137,13 @@ def plan_series(series: TimeSeries, device: str | int | Device | None = "auto", 
     ResourceError
         It does not fit the device's (or host's) memory; nothing has been allocated.
     """
-    dev, engine = choose_engine(device, method, problem=(series.matrix, series.samples_per_frame, series.n_coils))
+    dev, engine = choose_engine(device, method, problem=(series.matrix, series.samples_per_frame, series.n_coils),
+                                sampling=sampling_of(series.frames[0]))
     available = device_memory(dev)[0] if dev.is_gpu else host_memory_available()
     what = f"GPU memory ({dev})" if dev.is_gpu else "host memory"
     frame = plan(series.matrix, series.n_coils, series.samples_per_frame, sense=True, iterations=iterations,
                  available_bytes=available, gpu=dev.is_gpu, what=what, method=engine.name)
-    need = _series_bytes(series, dev.is_gpu, splits) if splits else 0
+    need = _series_bytes(series, dev.is_gpu, splits)
     if available is not None and need > available * HEADROOM:
         raise ResourceError(f"the time series needs {human_bytes(need)} of {what} ({series.n_frames} frames, matrix "
                             f"{list(series.matrix)}, {series.n_coils} coils) but {human_bytes(available)} are "
@@ -169,6 +171,7 @@ def reconstruct(scan: Scan | TimeSeries, settings: ReconSettings | None = None, 
     """
     refuse_unknown(keywords, SOLVER_FIELDS, "pipeline.reconstruct")
     base = settings if settings is not None else ReconSettings()
+    keywords = series_keywords(scan, keywords) if settings is None else keywords
     settings = base.replace(**keywords) if keywords else base
     options = options_of(scan, settings, progress=progress, psf=psf, psf_cache=psf_cache,
                          estimate_maps=estimate_maps, maps_basis=maps_basis)
@@ -177,22 +180,38 @@ def reconstruct(scan: Scan | TimeSeries, settings: ReconSettings | None = None, 
 
 def options_of(source: Scan | TimeSeries, settings: ReconSettings, **runtime: Any) -> stages.Options:
     """:meth:`stages.Options.of <mri_recon.stages.Options.of>` for a scan or a time series."""
-    reference, _, series = stages.sources(source)
+    reference, frames, series = stages.sources(source)
+    if series is not None:
+        stages.check_frames(frames, series.source)
     return stages.Options.of(reference, settings, series=series is not None, **runtime)
 
 
-def _splits(series: TimeSeries, options: stages.Options) -> int:
+def series_splits(series: TimeSeries, settings: ReconSettings) -> int:
     """The frames-sized split variables of a joint solve's terms (none when each frame is solved alone)."""
-    if not options.temporal.joint:
-        return 0
     from .solvers.regularizers import regularizer  # noqa: PLC0415
+    from .solvers.temporal_terms import temporal_term  # noqa: PLC0415
 
-    spatial = regularizer(options.regularizer)
+    if not temporal_term(settings.temporal).joint:
+        return 0
+    spatial = regularizer(settings.regularizer)
     if not spatial.sparse:
         return 1
     shape = (series.n_frames, *series.matrix)
-    sparsity, _ = spatial.sparsity(shape, len(series.matrix), anisotropic=options.joint["anisotropic"])
+    sparsity, _ = spatial.sparsity(shape, len(series.matrix), anisotropic=settings.anisotropic)
     return 1 + math.prod(sparsity.shape) // math.prod(shape)
+
+
+def series_keywords(source: Scan | TimeSeries, keywords: dict[str, Any]) -> dict[str, Any]:
+    """``keywords`` with a joint time series' own number of iterations when none is given
+    (:data:`mri_recon.solvers.temporal.ITERATIONS_DEFAULT`, where it has converged; one scan's 30 stop early),
+    as the command line does."""
+    from .solvers.temporal import ITERATIONS_DEFAULT  # noqa: PLC0415
+    from .solvers.temporal_terms import temporal_term  # noqa: PLC0415
+
+    joint = temporal_term(keywords.get("temporal", ReconSettings().temporal)).joint
+    if isinstance(source, TimeSeries) and joint and "iterations" not in keywords:
+        return {**keywords, "iterations": ITERATIONS_DEFAULT}
+    return keywords
 
 
 @blas_on_one_thread
@@ -204,7 +223,8 @@ def run(scan: Scan | TimeSeries, options: stages.Options, planned: tuple[Device,
     counts the preparation), used instead of planning again; ``prepared_s``: the seconds the caller's
     preparation of ``scan`` took (device synchronized), the run's ``prepare`` stage."""
     if planned is None and isinstance(scan, TimeSeries):
-        planned = plan_series(scan, options.device, options.method, options.iterations, _splits(scan, options))
+        planned = plan_series(scan, options.device, options.method, options.iterations,
+                              series_splits(scan, options.settings))
     state = stages.plan(scan, options, plan_reconstruction, planned)
     clock, filter_sigma = state.clock, options.filter_sigma
     if prepared_s is not None:

@@ -5,11 +5,11 @@ Each field carries its :class:`Option`: type, choices, range, help text, and whe
 :func:`mri_recon.reconstruct`; whether the output depends on it). Everything else is derived from it: the
 click options of ``mri-recon reconstruct`` (:mod:`mri_recon.cli.options`), the batch's settings
 (:func:`mri_recon.reconstruct_many` takes its fields), the keywords of :func:`mri_recon.reconstruct` (a test
-checks that its signature is :data:`API_FIELDS`), the keywords of :func:`mri_recon.pipeline.reconstruct`
-(:meth:`ReconSettings.solver_keywords`) and the settings a batch's completion record holds
+checks that its signature is :data:`API_FIELDS`, derived from here), the settings
+:func:`mri_recon.pipeline.reconstruct` takes and the settings a batch's completion record holds
 (:meth:`ReconSettings.record`). An unknown or misspelled option is refused with the valid ones.
 
-Adding an option is one field here (and, for an API keyword, its parameter in :func:`mri_recon.reconstruct`).
+Adding an option is one field here (a solver's option, :attr:`Option.solver`, also its parameter in the solver).
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ class Option:
     recorded: bool = True
     """The output depends on it (a batch's completion record holds it)."""
     show_default: bool = True
+    series: bool = False
+    """Applies to a time series only (a file read whole as frames): not a setting of a batch of scans or of the
+    server, which reconstruct images one by one."""
     solver: bool = False
     """The solve stage hands it to the solver as a keyword of the same name (None: the solver's own default):
     such an option is this field and the solver function's parameter, nothing in between."""
@@ -155,12 +158,12 @@ class ReconSettings:
     method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
     temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
                            "temporal-lambda ||D_t x||_1); none reconstructs each frame as one image.", str, "solve",
-                           choices=temporal_names)
+                           choices=temporal_names, series=True)
     """A time series' temporal term (:mod:`mri_recon.solvers.temporal_terms`)."""
     temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,
-                                        cli="--temporal-lambda")
+                                        cli="--temporal-lambda", series=True)
     temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
-                                  "solve", choices=joint_names)
+                                  "solve", choices=joint_names, series=True)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.arrays.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""
@@ -243,10 +246,6 @@ class ReconSettings:
         """Every option by name (the keywords that make these settings again)."""
         return {name: getattr(self, name) for name in FIELDS}
 
-    def solver_keywords(self) -> dict[str, Any]:
-        """The keywords of :func:`mri_recon.pipeline.reconstruct`: the ``solve`` and ``device`` options."""
-        return {name: getattr(self, name) for name in fields_in("solve", "device")}
-
     def prepare_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.prep.prepare_scan`."""
         return {name: getattr(self, name) for name in fields_in("prepare")}
@@ -289,6 +288,22 @@ _OPTIONS = {item.name: item.metadata["option"] for item in dataclasses.fields(Re
 def option_of(name: str) -> Option:
     """The :class:`Option` of the field ``name``."""
     return _OPTIONS[name]
+
+
+def series_fields() -> tuple[str, ...]:
+    """The options that apply to a time series only (:attr:`Option.series`)."""
+    return tuple(name for name, spec in _OPTIONS.items() if spec.series)
+
+
+def refuse_series_options(settings: ReconSettings, where: str) -> None:
+    """Refuse, naming them, the time-series options set away from their defaults where images are reconstructed
+    one by one (``where``: a batch, the server)."""
+    given = [option_of(name).cli or "--" + name.replace("_", "-") for name in series_fields()
+             if getattr(settings, name) != default_of(name)]
+    if given:
+        raise InvalidDataError(f"{', '.join(given)}: {where} reconstructs images one by one; a time series is one "
+                               f"file read whole (mri-recon reconstruct FILE --temporal ..., or "
+                               f"mri_recon.reconstruct(mri_recon.load_series(FILE), ...))")
 
 
 def solver_options(settings: ReconSettings) -> dict[str, Any]:

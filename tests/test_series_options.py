@@ -137,3 +137,26 @@ def test_a_time_series_reports_progress_and_honours_lambda(series_file):
     other = reconstruct(series, temporal="tv", regularizer="tv", lam=0.3, iterations=6, device="cpu")
     assert np.linalg.norm(other.image - first.image) > 0.05 * np.linalg.norm(first.image)
     assert other.parameters["lam"] == 0.3 and first.frames.labels == (0, 1, 2)
+
+
+def test_a_batch_and_the_server_refuse_the_time_series_options(tmp_path, series_file):
+    from mri_recon import reconstruct_many
+    from mri_recon.errors import InvalidDataError
+    from mri_recon.server.config import CLIENT_FIELDS, ConfigError, client_keywords
+    from mri_recon.settings import series_fields
+
+    with pytest.raises(InvalidDataError, match="--temporal: a batch reconstructs images one by one"):
+        reconstruct_many([series_file], tmp_path / "out", temporal="tv")
+    assert series_fields() and not set(series_fields()) & set(CLIENT_FIELDS)
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'temporal_solver'"):
+        client_keywords({"temporal_solver": "pdhg"})
+
+
+def test_the_series_hdf5_holds_the_preparation_record(tmp_path, series_file):
+    out = tmp_path / "r.h5"
+    done = _run("reconstruct", series_file, "-o", out, "--temporal", "tv", "--device", "cpu", "--iterations", "3",
+                "-q")
+    assert done.exit_code == 0, done.output
+    with h5py.File(out) as f:
+        assert f.attrs["param_prewhitened"] in (True, False) and f.attrs["param_frames"] == 3
+        assert f.attrs["param_temporal_axis"] == "repetition" and f.attrs["param_dcf"] == "auto"

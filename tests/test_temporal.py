@@ -149,16 +149,22 @@ def test_scale_invariance(small_series, factor):
 
 
 def test_planner_refuses_before_allocating(small_series, monkeypatch):
+    """Frame by frame the series keeps every frame's spectrum and data; a joint solve also its splits: the one
+    fits where the other is refused, before anything is prepared."""
     from mri_recon import pipeline
 
     raw, _ = small_series
     device, _, frame = plan_series(raw, "cpu", iterations=10, splits=1)
     assert not device.is_gpu and frame.coil_batch == raw.n_coils
-    frame_only = frame.peak_bytes
-    monkeypatch.setattr(pipeline, "host_memory_available", lambda: int(frame_only / 0.9) + 4096)
-    plan_series(raw, "cpu", iterations=10)  # one frame at a time fits
+    alone = pipeline._series_bytes(raw, False, 0)
+    assert pipeline._series_bytes(raw, False, 1) - alone == 3 * 5 * 32 * 32 * 8  # a split, its dual and update
+    monkeypatch.setattr(pipeline, "host_memory_available", lambda: int(max(alone, frame.peak_bytes) / 0.9) + 4096)
+    plan_series(raw, "cpu", iterations=10)  # frame by frame fits
+    prepared = []
+    monkeypatch.setattr("mri_recon.prep.frames.prepare_scan", lambda *a, **k: prepared.append(1))
     with pytest.raises(ResourceError, match="the time series needs .* of host memory .*5 frames"):
         reconstruct_series(raw, device="cpu", iterations=10)
+    assert not prepared
 
 
 def test_bad_choices(small_series):
@@ -285,3 +291,39 @@ def test_gpu_batched_normal_matches_numpy(small_series):
     out = cupy.empty_like(cupy.asarray(x))
     gpu.apply_into(cupy.asarray(x), out)
     assert np.linalg.norm(cupy.asnumpy(out) - cpu) / np.linalg.norm(cpu) < 1e-5
+
+
+def test_a_one_coil_series_is_in_the_receivers_units():
+    """One coil and no maps, prewhitened: the frames equal each frame reconstructed as one scan."""
+    raw = dynamic.simulate_series((24, 24), frames=3, spokes_per_frame=12, coils=1, snr=30, seed=6)
+    raw = raw.replace_frames(raw.frames, coil_maps=None)
+    series = mri_recon.reconstruct(raw, iterations=8, device="cpu")
+    for t, frame in enumerate(raw.frames):
+        alone = mri_recon.reconstruct(frame, iterations=8, device="cpu", dcf="pipe")
+        assert np.linalg.norm(np.abs(series.image[t]) - np.abs(alone.image)) < 1e-4 * np.linalg.norm(alone.image)
+
+
+def test_frames_the_pipeline_cannot_honour_are_refused(small_series):
+    raw, ready = small_series
+    mixed = ready.replace_frames([ready.frames[0].replace(weights=None), *ready.frames[1:]])
+    with pytest.raises(InvalidDataError, match="some frames have density weights and others none"):
+        mri_recon.reconstruct(mixed, prepare=False, device="cpu")
+    fields = np.zeros(ready.matrix, dtype=np.float32)
+    mapped = ready.replace_frames([f.replace(field_map=fields, times=np.zeros(f.n_samples, np.float32))
+                                   for f in ready.frames])
+    with pytest.raises(InvalidDataError, match="without off-resonance correction; its frames carry field maps"):
+        mri_recon.reconstruct(mapped, prepare=False, device="cpu")
+    raw_mapped = raw.replace_frames([f.replace(field_map=fields, times=np.zeros(f.n_samples, np.float32))
+                                     for f in raw.frames])
+    with pytest.raises(InvalidDataError, match="drop its field maps on purpose"):
+        mri_recon.reconstruct(raw_mapped, device="cpu")
+    assert mri_recon.reconstruct(raw_mapped, field_map="ignore", iterations=2, device="cpu").frames is not None
+
+
+def test_a_joint_solve_runs_its_own_iterations_unless_given(small_series):
+    from mri_recon.solvers.temporal import ITERATIONS_DEFAULT
+
+    _, ready = small_series
+    assert mri_recon.reconstruct(ready, prepare=False, temporal="tv", tol=0.0, device="cpu").iterations == \
+        ITERATIONS_DEFAULT
+    assert mri_recon.reconstruct(ready, prepare=False, temporal="tv", iterations=7, device="cpu").iterations == 7

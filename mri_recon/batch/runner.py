@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InvalidDataError
 from ..io.files import FileSet, check_output
 from ..io.writers import OUTPUTS
-from ..settings import ReconSettings
+from ..settings import ReconSettings, refuse_series_options
 from .inputs import expand_inputs, output_paths
 from .predict import decide
 from .record import complete
@@ -105,6 +105,7 @@ def reconstruct_many(paths: Sequence[str | os.PathLike] | str | os.PathLike, out
         time and where it ran. Failures are reported there, not raised.
     """
     opts = ReconSettings.from_keywords(options, "reconstruct_many")
+    refuse_series_options(opts, "a batch")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise InvalidDataError(f"workers must be a whole number >= 1, found {workers!r}")
     if sum(x is not None for x in (client, workers, scheduler)) > 1:

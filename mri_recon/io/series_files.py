@@ -156,10 +156,14 @@ def frame_results(result: Any, frames: Sequence[Any], record: Mapping[str, Any])
             for key, scan, frame in zip(keys, frames, result.image)]
 
 
-def _hdf5(output: Any, result: Any, geometry: Geometry, nrmse: float | None, protect: tuple, **_: Any) -> None:
-    write_series_hdf5(output, result.image, labels=result.frames.labels, axis=result.frames.axis,
-                      frame_duration_s=result.frames.duration_s, parameters=result.parameters,
-                      history=result.residuals, nrmse=nrmse, protect=protect)
+def _hdf5(output: Any, result: Any, geometry: Geometry, nrmse: float | None, protect: tuple,
+          record: Mapping[str, Any], **_: Any) -> None:
+    frames = result.frames
+    parameters = {**result.parameters, "frames": len(frames.labels), "temporal_axis": frames.axis,
+                  "dropped_readouts": frames.dropped_readouts, **record}  # the preparation's record too
+    write_series_hdf5(output, result.image, labels=frames.labels, axis=frames.axis,
+                      frame_duration_s=frames.duration_s, parameters=parameters, history=result.residuals,
+                      nrmse=nrmse, protect=protect)
 
 
 def _nifti(output: Any, result: Any, geometry: Geometry, protect: tuple, complex_: bool, **_: Any) -> None:
@@ -195,5 +199,5 @@ def write_series(output: str | os.PathLike, result: Any, frames: Sequence[Any], 
         return chosen
     geometry = geometry_of(frames[0].matrix, frames[0].attrs, str(source))
     writer(output, result, geometry, nrmse=nrmse, protect=protect, complex_=complex_, values=values,
-           header_xml=header_xml)
+           header_xml=header_xml, record=record)
     return chosen

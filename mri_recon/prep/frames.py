@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InvalidDataError, listed
 from ..io.frames import TimeSeries
 from ..scan import Scan
-from . import coil_map_method, prepare_scan
+from . import FIELD_MAP_CHOICES, coil_map_method, prepare_scan
 from .compress import compression_of, planned_coils
 from .gradient_delay import correct_gradient_delay
 from .maps_methods import COIL_MAPS
@@ -33,8 +33,13 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
     Raises
     ------
     InvalidDataError
-        ``coil_maps="rss"`` (a time series is solved with coil maps; one coil without maps has maps of ones).
+        ``coil_maps="rss"`` (a time series is solved with coil maps; one coil without maps has maps of ones),
+        or frames with field maps to correct (``field_map="correct"``).
     """
+    if field_map == FIELD_MAP_CHOICES[0] and any(f.field_map is not None for f in series.frames):
+        raise InvalidDataError(f"{series.source}: a time series is reconstructed without off-resonance correction "
+                               f"(one correction per frame is not implemented); drop its field maps on purpose "
+                               f"(field_map='ignore', --no-field-map)")
     frames, delays = correct_gradient_delay(list(series.frames), gradient_delay)
     series = series.replace_frames(frames)
     averaged = series.averaged()
@@ -51,14 +56,23 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
         choice = dcf if dcf != "auto" else ("file" if frame.weights is not None else "pipe")
         ready.append(prepare_scan(frame, prewhiten=prewhiten, dcf=choice, coil_maps="rss", field_map=field_map,
                                   coil_compress=compression)[0])
-    maps = None if averaged.coil_maps is None else np.asarray(averaged.coil_maps, dtype=np.complex64)
-    if not method.sense:  # one coil without maps: its image is the frame
-        maps = np.ones((1, *series.matrix), dtype=np.complex64)
+    maps, basis = None if averaged.coil_maps is None else np.asarray(averaged.coil_maps, np.complex64), \
+        record["maps_basis"]
+    if not method.sense:  # one coil without maps: its image is the frame, in the receiver's units
+        maps, basis = one_coil_maps(series.matrix, basis), None
     used = {**delays, "prewhitened": record["prewhitened"], "coil_maps": record["coil_maps"], "dcf": dcf,
             "coil_maps_from": "time-averaged data (all frames)" if record["estimate_maps"] else "scan",
-            "estimate_maps": record["estimate_maps"], "maps_basis": record["maps_basis"],
+            "estimate_maps": record["estimate_maps"], "maps_basis": basis,
             **{k: v for k, v in record.items() if k.startswith("coil_compress")}}
     return series.replace_frames(ready, coil_maps=maps), used
+
+
+def one_coil_maps(matrix: tuple[int, ...], basis: Any) -> np.ndarray:
+    """The map of one (whitened or virtual) coil: ``1 / ||b||`` with ``b`` the receiver basis' column (the
+    noise's Cholesky factor, times the compression's row), so that the frames are in the receiver's units as a
+    one-coil scan's image is; ones without a basis."""
+    scale = 1.0 if basis is None else float(np.linalg.norm(np.asarray(basis, dtype=np.complex128)[:, 0]))
+    return np.full((1, *matrix), 1.0 / scale if scale > 0 else 1.0, dtype=np.complex64)
 
 
 def shared_compression(averaged: Scan, coil_compress: Any, prewhiten: bool) -> Any:

@@ -33,7 +33,8 @@ class ConfigError(MriReconError):
     """A config message that names no preset, is not a JSON object of known settings, or sets a bad value."""
 
 
-CLIENT_FIELDS = (*(name for section in ("solve", "prepare") for name in FIELDS if option_of(name).section == section),
+CLIENT_FIELDS = (*(name for section in ("solve", "prepare") for name in FIELDS
+                   if option_of(name).section == section and not option_of(name).series),
                  "traj_units", "magnitude", "cache")
 """The fields of :class:`~mri_recon.settings.ReconSettings` a client may choose: the solver's and the
 preparation's, the trajectory units, magnitude images and the PSF cache's use (not ``device``, the paths,

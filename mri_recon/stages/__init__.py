@@ -12,11 +12,12 @@ A time series (:class:`~mri_recon.io.frames.TimeSeries`) runs the same stages wi
 from __future__ import annotations
 
 from .finish import combine, download, post_filter, result
-from .options import Options
+from .options import Options, check_frames
 from .solve import solve
 from .state import SOLVER_KERNELS, State, gpu_lock, held, plan, run_kernels, sources, upload
 from .work import coil_maps, encoding, normal_operator, right_hand_side, scale_maps
 
-__all__ = ["SOLVER_KERNELS", "Options", "State", "coil_maps", "combine", "download", "encoding", "gpu_lock", "held",
+__all__ = ["SOLVER_KERNELS", "Options", "State", "check_frames", "coil_maps", "combine", "download", "encoding",
+           "gpu_lock", "held",
            "normal_operator", "plan", "post_filter", "result", "right_hand_side", "run_kernels", "scale_maps", "solve",
            "sources", "upload"]

@@ -182,3 +182,15 @@ def _check_field_map(scan: Scan, segments: int | None, sparse: dict[str, Any], r
     if scan.field_map is not None and sparse:
         raise InvalidDataError(f"{scan.source}: off-resonance correction runs with the l2 regularizer only, not "
                                f"{regularizer}; reconstruct with l2, or drop the field map on purpose (--no-field-map)")
+
+
+def check_frames(frames: tuple[Scan, ...], source: str) -> None:
+    """A time series' frames: none with a field map (one correction per frame is not implemented), and every
+    frame's density weights or none (the run's weight scale is shared, so a mixture would not be scale-free)."""
+    if any(f.field_map is not None for f in frames):
+        raise InvalidDataError(f"{source}: a time series is reconstructed without off-resonance correction; its "
+                               f"frames carry field maps (drop them: field_map='ignore' in the preparation)")
+    weighted = {f.weights is not None for f in frames}
+    if len(weighted) > 1:
+        raise InvalidDataError(f"{source}: some frames have density weights and others none; give every frame "
+                               f"its weights, or none")

@@ -54,7 +54,10 @@ def _solve_frame(options: Options, state: State, t: int) -> tuple[Any, tuple[flo
             spectrum, maps, rhs, options.lam, state.peaks[t], state.energies[t], options.iterations, batch, callback,
             normal=lambda lam: encoding.toeplitz_normal(spectrum, maps, lam, batch), **options.sparse,
             **solver_options(options.settings))
-    x, residuals = cg(normal.operator, rhs, max_iterations=options.iterations, tolerance=options.tol,
+    operator = normal.operator or state.encoded[t].encoding.normal(
+        state.data[t].w, state.maps, options.lam * state.peaks[t], coil_batch=state.budget.coil_batch,
+        spectrum=normal.spectrum)
+    x, residuals = cg(operator, rhs, max_iterations=options.iterations, tolerance=options.tol,
                       callback=callback, **solver_options(options.settings))
     return x, residuals, {"regularizer": options.regularizer,
                           "solver": find_regularizer(options.regularizer).default_solver}

@@ -136,7 +136,8 @@ def _frame_normal(options: Options, state: State, frame: FrameData, encoded: Enc
         spectrum, cache_state = _spectrum(options, state, frame, encoded)
         if encoded.memo is not None:
             encoded.memo.store(state.engine.key, frame.scan.matrix, frame.trajectory, frame.w, encoding, spectrum)
-    solved_here = not options.sparse and not options.temporal.joint
+    # a time series' frames get theirs in the solve, one at a time (each holds work buffers on a GPU)
+    solved_here = not options.sparse and not options.temporal.joint and state.series is None
     operator = encoding.normal(frame.w, state.maps, lam, coil_batch=batch, spectrum=spectrum) if solved_here else None
     return FrameNormal(spectrum, operator, cache_state)
 

@@ -327,3 +327,16 @@ def test_a_joint_solve_runs_its_own_iterations_unless_given(small_series):
     assert mri_recon.reconstruct(ready, prepare=False, temporal="tv", tol=0.0, device="cpu").iterations == \
         ITERATIONS_DEFAULT
     assert mri_recon.reconstruct(ready, prepare=False, temporal="tv", iterations=7, device="cpu").iterations == 7
+
+
+def test_settings_a_series_cannot_take_are_refused_by_name(small_series):
+    raw, ready = small_series
+    with pytest.raises(InvalidDataError, match="anisotropic applies to total variation only"):
+        reconstruct_series(ready, prepare=False, regularizer="wavelet", anisotropic=True, device="cpu")
+    with pytest.raises(InvalidDataError, match="a PSF belongs to one trajectory"):
+        reconstruct_series(ready, prepare=False, psf=np.zeros((64, 64), np.complex64), device="cpu")
+    mapless = ready.replace_frames(ready.frames, coil_maps=None)
+    with pytest.raises(InvalidDataError, match="a time series is reconstructed with coil maps: the series' own"):
+        reconstruct_series(mapless, prepare=False, device="cpu")
+    with pytest.raises(InvalidDataError, match="temporal_lam must be a finite number >= 0"):
+        reconstruct_series(ready, prepare=False, temporal_lam=-1.0, device="cpu")

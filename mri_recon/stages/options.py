@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +106,7 @@ class Options:
             joint, lam = {}, resolve_lam(s.regularizer, s.lam, weighted=weighted)
             sparse = check_sparse(s.regularizer, s.rho, s.inner_iterations, s.anisotropic, s.solver, weighted,
                                   scan.matrix)
-        t_lam = term.lam_default if s.temporal_lam is None else _weight("temporal_lam", s.temporal_lam)
+        t_lam = term.lam_default if s.temporal_lam is None else float(s.temporal_lam)
         maps = CoilMapEstimate(estimate_maps, maps_basis, sampling_of(scan))
         maps.check(scan)
         _check_field_map(scan, s.segments, sparse, s.regularizer)
@@ -127,22 +126,13 @@ def _check_given(scan: Scan, maps: CoilMapEstimate, psf: Any, series: bool) -> N
                                "psf=None, or use a psf_cache)")
 
 
-def _weight(name: str, value: float) -> float:
-    """A relative weight: a finite number >= 0."""
-    if not (math.isfinite(value) and value >= 0):
-        raise InvalidDataError(f"{name} must be a finite number >= 0, found {value}")
-    return float(value)
-
-
 def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: str, series: bool) -> TemporalTerm:
-    """The temporal term, refused on a single scan; its weight and solver refused without one."""
+    """The temporal term, refused on a single scan; its weight and solver refused without one (their values are
+    checked by the settings)."""
     term = temporal_term(temporal)
     if term.joint and not series:
         raise InvalidDataError(f"temporal {temporal!r} applies to a time series (mri_recon.load_series, or the "
                                f"command line's --temporal-axis / --spokes-per-frame), not to one scan")
-    if temporal_solver not in joint_names():
-        raise InvalidDataError(f"temporal_solver must be one of {', '.join(joint_names())}, found "
-                               f"{temporal_solver!r}")
     if not term.joint and (temporal_lam is not None or temporal_solver != joint_names()[0]):
         raise InvalidDataError("temporal_lam and temporal_solver apply to a joint time series (a temporal term "
                                "such as temporal='tv')")
@@ -152,7 +142,8 @@ def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: 
 def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | None, anisotropic: bool,
                  solver: str | None, temporal_solver: str) -> dict[str, Any]:
     """The joint solver's settings: ``solver`` is refused (the joint solve runs ``temporal_solver``), ``rho``
-    and ``inner_iterations`` are ADMM's, ``anisotropic`` the spatial regularizer's."""
+    and ``inner_iterations`` are ADMM's, ``anisotropic`` the spatial regularizer's (their ranges are checked by
+    the settings)."""
     if solver is not None:
         raise InvalidDataError(f"solver {solver!r}: a time series with a temporal term is solved jointly by "
                                f"temporal_solver ({listed(joint_names())}); leave solver unset")
@@ -161,10 +152,6 @@ def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | No
         with_penalty = [name for name in joint_names() if solver_of(name).penalty]
         raise InvalidDataError(f"rho and inner_iterations are ADMM's; the joint solve runs {temporal_solver} "
                                f"(choose temporal_solver {listed(with_penalty, quote=True)} to set them)")
-    if rho is not None and not (math.isfinite(rho) and rho > 0):
-        raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
-    if inner_iterations is not None and int(inner_iterations) < 1:
-        raise InvalidDataError(f"inner_iterations must be >= 1, found {inner_iterations}")
     if anisotropic and not find_regularizer(regularizer).anisotropic:
         raise InvalidDataError("anisotropic applies to total variation only")
     return {"solver": temporal_solver, "anisotropic": bool(anisotropic),

@@ -34,6 +34,18 @@ def relative(out, ref) -> float:
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
+def adjoint_gap(x, fhy, y, fx) -> float:
+    """``|<F x, y> - <x, F^H y>|`` over the Cauchy-Schwarz bound ``max(||F x|| ||y||, ||x|| ||F^H y||)``.
+
+    The bound is the scale of the rounding in either inner product, so the gap measures adjointness without
+    the cancellation that can make ``|<F x, y>|`` itself small.
+    """
+    x, fhy, y, fx = (np.asarray(a, dtype=np.complex128) for a in (x, fhy, y, fx))
+    assert x.shape == fhy.shape and y.shape == fx.shape
+    bound = max(np.linalg.norm(fx) * np.linalg.norm(y), np.linalg.norm(x) * np.linalg.norm(fhy))
+    return float(abs(np.vdot(fx, y) - np.vdot(x, fhy)) / bound)
+
+
 def random_problem(rng, matrix, coils, samples, reach=0.5):
     """Trajectory uniform in reach * [-N, N) per axis (0.5: Nyquist), complex64 data of ``coils`` coils."""
     traj = ((rng.random((samples, len(matrix))) - 0.5) * 2 * reach * np.asarray(matrix)).astype(np.float32)

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import resource
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,11 +21,6 @@ import numpy as np
 
 from ..errors import DeviceError
 from .staging import copy_up
-
-try:  # CuPy is the optional "gpu" extra.
-    import cupy as _cupy
-except Exception:  # pragma: no cover - depends on the machine
-    _cupy = None
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,7 @@ class Device:
     @property
     def xp(self) -> Any:
         """The array module of this device (``numpy`` or ``cupy``)."""
-        return _cupy if self.is_gpu else np
+        return cupy_module() if self.is_gpu else np
 
     def __str__(self) -> str:
         return f"gpu:{self.index}" if self.is_gpu else "cpu"
@@ -48,7 +44,7 @@ class Device:
     def use(self):
         """Context manager making this device current (a no-op for the CPU)."""
         if self.is_gpu:
-            return _cupy.cuda.Device(self.index)
+            return cupy_module().cuda.Device(self.index)
         return _NullContext()
 
 
@@ -234,18 +230,31 @@ def host_memory_available(proc: str = "/proc", sys: str = "/sys") -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
 def cupy_module():
-    """The imported ``cupy`` module, or None when CuPy is not installed."""
-    return _cupy
+    """The ``cupy`` module (imported on the first call: a CPU reconstruction never pays for it), or None when
+    CuPy is not installed or cannot be loaded."""
+    try:  # CuPy is the optional "gpu" extra.
+        import cupy  # noqa: PLC0415
+    except Exception:  # pragma: no cover - depends on the machine
+        return None
+    return cupy
+
+
+def _loaded_cupy():
+    """``cupy`` if some code has imported it, else None: a CuPy array exists only once CuPy is imported, so the
+    array-type tests need not import it."""
+    return sys.modules.get("cupy")
 
 
 @functools.lru_cache(maxsize=1)
 def gpu_count() -> int:
     """Number of usable CUDA GPUs (0 without CuPy, driver or GPU)."""
-    if _cupy is None:
+    cupy = cupy_module()
+    if cupy is None:
         return 0
     try:
-        return int(_cupy.cuda.runtime.getDeviceCount())
+        return int(cupy.cuda.runtime.getDeviceCount())
     except Exception:
         return 0
 
@@ -280,7 +289,7 @@ def resolve_device(device: str | int | Device | None = "auto") -> Device:
         index = int(device)
     else:
         raise DeviceError(f"unknown device {device!r}: expected 'auto', 'cpu', 'gpu' or 'gpu:N'")
-    if _cupy is None:
+    if cupy_module() is None:
         raise DeviceError(
             "device 'gpu' requested but CuPy is not installed: pip install 'mri-recon[gpu]' "
             "(or use --device cpu)"
@@ -295,52 +304,57 @@ def resolve_device(device: str | int | Device | None = "auto") -> Device:
 
 def get_xp(array: Any) -> Any:
     """Array module (``numpy`` or ``cupy``) of ``array``."""
-    if _cupy is not None and isinstance(array, _cupy.ndarray):
-        return _cupy
+    cupy = _loaded_cupy()
+    if cupy is not None and isinstance(array, cupy.ndarray):
+        return cupy
     return np
 
 
 def is_gpu_array(array: Any) -> bool:
-    return _cupy is not None and isinstance(array, _cupy.ndarray)
+    cupy = _loaded_cupy()
+    return cupy is not None and isinstance(array, cupy.ndarray)
 
 
 def to_device(array: Any, device: Device) -> Any:
     """Copy ``array`` to ``device`` (no copy when it is already there)."""
     if device.is_gpu:
-        with _cupy.cuda.Device(device.index):
+        cupy = cupy_module()
+        with cupy.cuda.Device(device.index):
             if isinstance(array, np.ndarray):
                 host = np.ascontiguousarray(array)
-                out = _cupy.empty(host.shape, dtype=host.dtype)
+                out = cupy.empty(host.shape, dtype=host.dtype)
                 upload_into(host, out, device)
                 return out
-            return _cupy.asarray(array)
+            return cupy.asarray(array)
     return to_host(array)
 
 
 def upload_into(host: np.ndarray, out: Any, device: Device) -> None:
     """The C-contiguous host array ``host`` into the CuPy array ``out`` of the same bytes on ``device``,
     complete on return (:func:`mri_recon.arrays.staging.copy_up`: pinned buffers filled by several threads)."""
-    copy_up(_cupy, host, out, device.index)
+    copy_up(cupy_module(), host, out, device.index)
 
 
 def to_host(array: Any) -> np.ndarray:
     """NumPy copy of ``array`` (CuPy arrays are downloaded)."""
     if is_gpu_array(array):
-        return _cupy.asnumpy(array)
+        return _loaded_cupy().asnumpy(array)
     return np.asarray(array)
 
 
 def synchronize(device: Device) -> None:
     if device.is_gpu:
-        with _cupy.cuda.Device(device.index):
-            _cupy.cuda.get_current_stream().synchronize()
+        cupy = cupy_module()
+        with cupy.cuda.Device(device.index):
+            cupy.cuda.get_current_stream().synchronize()
 
 
 def device_memory(device: Device) -> tuple[int, int]:
     """``(free, total)`` bytes of a GPU's memory (CuPy's pool counts as free)."""
     if not device.is_gpu:
         raise DeviceError("device_memory() needs a GPU device")
-    with _cupy.cuda.Device(device.index):
-        free, total = _cupy.cuda.runtime.memGetInfo()
-        pool = _cupy.get_default_memory_pool()
+    cupy = cupy_module()
+    with cupy.cuda.Device(device.index):
+        free, total = cupy.cuda.runtime.memGetInfo()
+        pool = cupy.get_default_memory_pool()
         return int(free + pool.free_bytes()), int(total)

@@ -12,7 +12,6 @@ Fourier transform.
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree
 
 from ..checks.grid import axis_positions
 from ..checks.validation import positive_int, trajectory_extent, validate_matrix
@@ -161,6 +160,8 @@ def _covered_region(k: np.ndarray) -> tuple[np.ndarray, float] | None:
     outermost samples (each sample stands for a cell around it). Returns None when the samples span no
     volume.
     """
+    from scipy.spatial import ConvexHull, HalfspaceIntersection, QhullError, cKDTree  # noqa: PLC0415 - 0.3 s
+
     ndim = k.shape[1]
     try:
         hull = ConvexHull(k)

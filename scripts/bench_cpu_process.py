@@ -1,0 +1,159 @@
+"""The whole CLI process against the whole ``bart pics`` process on the CPU, on the same files (issue 45).
+
+Data made by BART (``bench_cs_bart.make_data``: radial S spokes x 256 samples scaled into a 128 grid, the
+analytic 8-coil Shepp-Logan k-space, BART's maps divided by their root-sum-of-squares peak, the rasterized
+phantom as the truth). Two problems, each solved by both programs from the same ``.cfl`` files:
+
+- ``cg``: CG-SENSE, 201 spokes (Nyquist), 30 iterations, l2 weight ``lambda`` relative (ours) and its BART
+  equivalent ``lambda * M / N`` (BART's NUFFT is ``F / sqrt(N)``; the maps peak at 1): ``bart pics -S -l2 -r``
+  against ``mri-recon reconstruct ksp.cfl --trajectory traj.cfl --sensitivities sensn.cfl``;
+- ``tv``: total variation, 40 spokes, BART ``pics -S -R T:3:0:1e-3 -i 100`` against ``--regularizer tv
+  --lambda 1e-3`` (the best weight of each in ``bench_cs_bart``).
+
+Each run is a process timed whole (start, imports, reading, the solve, writing), as a user meets it; runs of
+the two alternate, after one warm-up of each (Python's bytecode cache written, the files in the page cache).
+The child gets the environment of a user's shell: ``PYTHONDONTWRITEBYTECODE`` removed. NRMSE against the
+truth after the best complex scale. Medians and minima of ``--repeats`` runs, with the load average.
+
+Usage: python scripts/bench_cpu_process.py [OUT.json] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_cs_bart import make_data, nrmse, read_cfl
+from benchtools import child_env, write_report
+
+import mri_recon
+
+PROBLEMS = {
+    "cg": {
+        "spokes": 201,
+        "ours": ["--iterations", "30", "--lambda", "1e-3", "--tol", "0"],
+        "bart": ["-l2", "-r", "{lam_b}", "-i", "30"],
+    },
+    "tv": {
+        "spokes": 40,
+        "ours": ["--regularizer", "tv", "--lambda", "1e-3"],
+        "bart": ["-R", "T:3:0:1e-3", "-i", "100"],
+    },
+}
+
+
+def timed(command: list[str], folder: str, env: dict[str, str]) -> float:
+    """Wall seconds of ``command`` run to completion in ``folder`` (it must succeed)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}")
+    return seconds
+
+
+def commands(name: str, samples: int) -> tuple[list[str], list[str]]:
+    """Our command line and BART's for problem ``name`` with ``samples`` per coil."""
+    problem = PROBLEMS[name]
+    lam_b = f"{1e-3 * samples / 128**2:.6g}"
+    ours = [
+        sys.executable,
+        "-m",
+        "mri_recon",
+        "reconstruct",
+        "ksp.cfl",
+        "--trajectory",
+        "traj.cfl",
+        "--sensitivities",
+        "sensn.cfl",
+        "-o",
+        "ours.cfl",
+        "--device",
+        "cpu",
+        "--quiet",
+        *problem["ours"],
+    ]
+    theirs = [
+        "bart",
+        "pics",
+        "-S",
+        *(arg.format(lam_b=lam_b) for arg in problem["bart"]),
+        "-t",
+        "traj",
+        "ksp",
+        "sensn",
+        "theirs",
+    ]
+    return ours, theirs
+
+
+def compare(name: str, repeats: int) -> dict:
+    """Both processes on problem ``name``, alternating, ``repeats`` times each after one warm-up."""
+    env = child_env()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    with tempfile.TemporaryDirectory() as folder:
+        scan = make_data(PROBLEMS[name]["spokes"], folder)
+        ours, theirs = commands(name, scan.kspace.shape[1])
+        timed(ours, folder, env)
+        timed(theirs, folder, env)
+        times: dict[str, list[float]] = {"ours": [], "bart": []}
+        loads = []
+        for _ in range(repeats):
+            times["ours"].append(timed(ours, folder, env))
+            times["bart"].append(timed(theirs, folder, env))
+            loads.append(os.getloadavg()[0])
+        truth = scan.ground_truth
+        errors = {
+            "ours": nrmse(read_cfl(Path(folder) / "ours").reshape(truth.shape), truth),
+            "bart": nrmse(read_cfl(Path(folder) / "theirs").reshape(truth.shape), truth),
+        }
+    row = {
+        who: {"median_s": statistics.median(t), "min_s": min(t), "all_s": t, "nrmse": errors[who]}
+        for who, t in times.items()
+    }
+    return {
+        "commands": {"ours": " ".join(ours[1:]), "bart": " ".join(theirs)},
+        **row,
+        "ratio_median": row["ours"]["median_s"] / row["bart"]["median_s"],
+        "load_average": loads,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
+    args = parser.parse_args()
+    bart_version = subprocess.run(["bart", "version"], capture_output=True, text=True, check=True).stdout.strip()
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.platform(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "mri_recon": mri_recon.__version__,
+        "bart": bart_version,
+        "repeats": args.repeats,
+        "problems": {name: compare(name, args.repeats) for name in args.problems},
+    }
+    for name, row in report["problems"].items():
+        print(
+            f"{name}: ours {row['ours']['median_s']:.3f} s (NRMSE {row['ours']['nrmse']:.4f}), BART "
+            f"{row['bart']['median_s']:.3f} s (NRMSE {row['bart']['nrmse']:.4f}), ratio {row['ratio_median']:.2f}",
+            file=sys.stderr,
+        )
+    write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

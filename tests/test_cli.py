@@ -339,6 +339,24 @@ def test_version_loads_no_numerical_library_and_help_lists_every_command():
                                                    "serve", "send"))
 
 
+def test_a_quiet_cpu_reconstruction_loads_neither_the_gpu_nor_the_bar_nor_the_cluster(small_scan, tmp_path):
+    """A CPU run that draws no bar does not import CuPy, tqdm, Dask or SciPy's geometry (they cost the process
+    0.1-0.4 s of CPU time each where installed)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mri_recon.cli import main\n"
+            "try:\n    main(sys.argv[1:], prog_name='mri-recon')\n"
+            "except SystemExit as stop:\n    assert not stop.code\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in {'cupy', 'tqdm', 'dask', 'distributed'}"
+            " or m == 'scipy.spatial'))")
+    out = tmp_path / "r.h5"
+    done = subprocess.run([sys.executable, "-c", code, "reconstruct", str(small_scan), "-o", str(out),
+                           "--iterations", "3", "--device", "cpu", "--quiet"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]" and out.exists()
+
+
 def test_one_scan_into_an_existing_folder_as_a_batch_names_it(small_scan, tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()

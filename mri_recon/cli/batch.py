@@ -6,7 +6,6 @@ dashboard's address, the summary table, ``--log-json``). Dask is imported only o
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +131,7 @@ class _ScanBar:
         self.bar = None
 
     def __call__(self, event: str, value: Any) -> None:
-        from tqdm import tqdm
-
-        from .console import bar_shown
+        from .console import new_bar
 
         if event == "cluster":
             message = value.kind + (f"; Dask dashboard: {value.dashboard}" if value.dashboard else "")
@@ -143,8 +140,7 @@ class _ScanBar:
                 click.echo(message, err=True)
         elif event == "planned":
             run, skipped = value
-            self.bar = tqdm(total=run + skipped, unit="scan", file=sys.stderr, disable=not bar_shown(self.enabled),
-                            desc="scans", dynamic_ncols=True)
+            self.bar = new_bar(self.enabled, run + skipped, unit="scan", desc="scans", dynamic_ncols=True)
         elif event == "scan" and self.bar is not None:
             self.bar.set_postfix_str(f"{Path(value.input).name} {value.status}", refresh=False)
             self.bar.update(1)

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from .._version import __version__
 from ..errors import printable
@@ -26,12 +25,17 @@ LOGGER = "mri_recon"
 
 
 class _TqdmHandler(logging.Handler):
-    """Writes records to the current ``sys.stderr`` through :func:`tqdm.write`, so a bar is not broken."""
+    """Writes records to the current ``sys.stderr``, through ``tqdm.write`` once a bar may be drawn (tqdm is
+    imported only for a bar, :func:`new_bar`), so a bar is not broken."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = "\n".join(printable(line) for line in self.format(record).split("\n"))
-            tqdm.write(text, file=sys.stderr)
+            tqdm = sys.modules.get("tqdm")
+            if tqdm is None:
+                sys.stderr.write(text + "\n")
+            else:
+                tqdm.tqdm.write(text, file=sys.stderr)
         except Exception:  # noqa: BLE001 - logging's own convention
             self.handleError(record)
 
@@ -61,12 +65,38 @@ def bar_shown(enabled: bool) -> bool:
     return enabled and isatty is not None and bool(isatty())
 
 
+class _HiddenBar:
+    """What a bar that is not drawn needs of tqdm's interface: it counts and shows nothing."""
+
+    disable = True
+
+    def __init__(self, total: int) -> None:
+        self.total, self.n = total, 0
+
+    def update(self, step: int = 1) -> None:
+        self.n += step
+
+    def set_description(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    set_postfix = set_postfix_str = refresh = close = set_description
+
+
+def new_bar(enabled: bool, total: int, **options: Any) -> Any:
+    """A tqdm bar on stderr with ``options`` when it is drawn (:func:`bar_shown`), else a :class:`_HiddenBar`:
+    a run that draws no bar does not import tqdm."""
+    if not bar_shown(enabled):
+        return _HiddenBar(total)
+    from tqdm import tqdm  # noqa: PLC0415 - imported for a bar only
+
+    return tqdm(total=total, file=sys.stderr, **options)
+
+
 @contextlib.contextmanager
 def sample_bar(quiet: bool) -> Iterator[Any]:
     """A tqdm bar on stderr over the samples a simulation computes (a ``progress(done, total)`` callback),
     drawn only on a terminal and not with ``quiet``."""
-    bar = tqdm(total=0, unit="sample", unit_scale=True, desc="k-space", file=sys.stderr, leave=False,
-               disable=not bar_shown(not quiet))
+    bar = new_bar(not quiet, 0, unit="sample", unit_scale=True, desc="k-space", leave=False)
 
     def progress(done: int, total: int) -> None:
         bar.total = total
@@ -94,8 +124,8 @@ class ProgressBar:
         self.iterations = iterations
         self.count = 0
         self._in_image = 0
-        self.bar = tqdm(total=images * iterations, unit="it", file=sys.stderr, disable=not bar_shown(enabled),
-                        desc=name if images == 1 else f"{name}, image 1/{images}", dynamic_ncols=True, leave=True)
+        self.bar = new_bar(enabled, images * iterations, unit="it", dynamic_ncols=True, leave=True,
+                           desc=name if images == 1 else f"{name}, image 1/{images}")
         self._ticking = threading.Event()
         if not self.bar.disable:  # redraw every second, so the elapsed time runs through a long stage
             threading.Thread(target=self._tick, daemon=True).start()

@@ -191,14 +191,15 @@ def series_splits(series: TimeSeries, settings: ReconSettings) -> int:
     from .solvers.regularizers import regularizer  # noqa: PLC0415
     from .solvers.temporal_terms import temporal_term  # noqa: PLC0415
 
-    if not temporal_term(settings.temporal).joint:
+    term = temporal_term(settings.temporal)
+    if not term.joint:
         return 0
     spatial = regularizer(settings.regularizer)
     if not spatial.sparse:
-        return 1
+        return term.splits
     shape = (series.n_frames, *series.matrix)
     sparsity, _ = spatial.sparsity(shape, len(series.matrix), anisotropic=settings.anisotropic)
-    return 1 + math.prod(sparsity.shape) // math.prod(shape)
+    return term.splits + math.prod(sparsity.shape) // math.prod(shape)
 
 
 def series_keywords(source: Scan | TimeSeries, keywords: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
 from .cg import WarmCg, inner
-from .proximal import group_norm, l1_norm, shrink_update
+from .proximal import clip_moduli, group_norm, l1_norm, shrink_update
 
 Callback = Callable[[int, Any, float], None]
 
@@ -36,17 +36,45 @@ Callback = Callable[[int, Any, float], None]
 class Sparsity:
     """What ADMM needs of ``K`` and ``R``: ``forward(x) = K x``, ``adjoint_rhs(b, q, rho) = b + rho K^H q``,
     ``gram(x) = K^H K x``, ``groups`` (0: element-wise soft threshold; g > 0: groups of g components along
-    axis 0 of ``K x``, isotropic TV) and the shape of ``K x``."""
+    axis 0 of ``K x``, isotropic TV) and the shape of ``K x``.
+
+    ``R`` is an l1 norm (of moduli, or of the groups' l2 norms) unless ``prox`` and ``penalty`` give another
+    norm: ``prox(v, t)`` its proximal map ``argmin_z t R(z) + ||z - v||^2 / 2`` (a new array), ``penalty(v)``
+    its value ``R(v)``, and ``dual_prox`` (None: ``prox``) the map the primal-dual projection uses."""
 
     forward: Callable[[Any], Any]
     adjoint_rhs: Callable[[Any, Any, float], Any]
     gram: Callable[[Any], Any]
     groups: int
     shape: tuple[int, ...]
+    prox: Callable[[Any, float], Any] | None = None
+    penalty: Callable[[Any], float] | None = None
+    dual_prox: Callable[[Any, float], Any] | None = None
 
     def norm(self, kx: Any) -> float:
-        """``R`` at ``K x``: the sum of moduli, or of the groups' l2 norms."""
+        """``R`` at ``K x``: ``penalty``, else the sum of moduli, or of the groups' l2 norms."""
+        if self.penalty is not None:
+            return float(self.penalty(kx))
         return group_norm(kx) if self.groups else l1_norm(kx)
+
+    def shrink(self, kx: Any, u: Any, z: Any, t: float) -> None:
+        """ADMM's z- and u-update in place: ``v = kx + u``, ``z = prox of t R at v``, ``u = v - z``
+        (:func:`~.proximal.shrink_update`, one kernel on a GPU, for the l1 norms)."""
+        if self.prox is None:
+            shrink_update(kx, u, z, t, groups=self.groups)
+            return
+        v = kx + u
+        z[...] = self.prox(v, t)
+        u[...] = v - z
+
+    def project(self, y: Any, lam: float) -> None:
+        """In place: ``y`` onto the ball ``{R*(y) <= lam}`` of the dual norm, the primal-dual method's dual
+        step. For the l1 norms: each modulus (or group norm) clipped at ``lam``; otherwise the Moreau identity
+        ``y - prox of lam R at y``."""
+        if self.prox is None:
+            clip_moduli(y, lam, self.groups)
+            return
+        y -= (self.dual_prox or self.prox)(y, lam)
 
 
 def objective(x: Any, normal_x: Any, rhs: Any, data_energy: float, lam: float, penalty: float) -> float:
@@ -111,7 +139,7 @@ def admm(operator: Any, rhs: Any, sparsity: Sparsity, *, lam: float, rho: float,
         previous = b
         solve(x, r)
         kx = sparsity.forward(x)
-        shrink_update(kx, u, z, threshold, groups=sparsity.groups)
+        sparsity.shrink(kx, u, z, threshold)
         if k % check_every and k != iterations:
             continue
         normal_x = operator(x) - rho * sparsity.gram(x)

@@ -45,6 +45,17 @@ def group_norm(v: Any) -> float:
     return float(xp.sqrt((xp.abs(v).astype(np.float64) ** 2).sum(axis=0)).sum())
 
 
+def clip_moduli(y: Any, lam: float, groups: int = 0) -> None:
+    """In place: ``y`` onto ``{|y_i| <= lam}`` (moduli, or the l2 norms of groups along axis 0 when
+    ``groups > 0``), the dual ball of the l1 norm."""
+    xp = get_xp(y)
+    if groups:
+        size = xp.sqrt((y.real ** 2 + y.imag ** 2).sum(axis=0))[None]
+    else:
+        size = xp.abs(y)
+    y *= (1.0 / xp.maximum(size / lam, 1.0)).astype(y.real.dtype)
+
+
 def shrink_update(kx: Any, u: Any, z: Any, t: float, *, groups: int = 0) -> None:
     """In place: ``v = kx + u``, ``z = prox(v)`` (soft threshold, or the group threshold over ``groups``
     components along axis 0 when ``groups > 0``), ``u = v - z``. All three arrays have one shape."""

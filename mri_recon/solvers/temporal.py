@@ -36,7 +36,6 @@ from ..errors import InvalidDataError
 from .admm import Callback, Sparsity, objective
 from .cg import WarmCg, inner
 from .power import operator_norm
-from .proximal import shrink_update
 from .temporal_terms import time_difference, time_difference_adjoint
 
 __all__ = ["ITERATIONS_DEFAULT", "RHO_DEFAULT", "BatchedSeriesNormal",
@@ -195,22 +194,12 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
         previous = b
         solve(x, r)
         for term, zj, uj in zip(terms, z, u):
-            shrink_update(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho), groups=term.sparsity.groups)
+            term.sparsity.shrink(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho))
         if k % check_every == 0 or k == iterations:
             history.append(series_objective(operator, x, rhs, data_energy, terms) / energy)
             if callback is not None:
                 callback(k, x, history[-1])
     return x, tuple(history)
-
-
-def _project(y: Any, lam: float, groups: int) -> None:
-    """In place: ``y`` onto ``{|y_i| <= lam}`` (moduli, or the l2 norms of groups along axis 0)."""
-    xp = get_xp(y)
-    if groups:
-        size = xp.sqrt((y.real ** 2 + y.imag ** 2).sum(axis=0))[None]
-    else:
-        size = xp.abs(y)
-    y *= (1.0 / xp.maximum(size / lam, 1.0)).astype(y.real.dtype)
 
 
 def joint_pdhg(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, iterations: int, data_energy: float,
@@ -241,7 +230,7 @@ def joint_pdhg(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, itera
         extrapolated = 2.0 * new - x
         for term, yj in zip(terms, y):
             yj += sigma * term.sparsity.forward(extrapolated)
-            _project(yj, term.lam, term.sparsity.groups)
+            term.sparsity.project(yj, term.lam)
         x = new
         if k % check_every == 0 or k == iterations:
             history.append(series_objective(operator, x, rhs, data_energy, terms) / energy)

@@ -157,7 +157,9 @@ class ReconSettings:
                                   int, "solve", low=1, optional=True)
     method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
     temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
-                           "temporal-lambda ||D_t x||_1); none reconstructs each frame as one image.", str, "solve",
+                           "temporal-lambda ||D_t x||_1; lowrank: the nuclear norm of the frames' Casorati matrix; "
+                           "llr: of its blocks of 8^d voxels, shifted at random); none reconstructs each frame as "
+                           "one image.", str, "solve",
                            choices=temporal_names, series=True)
     """A time series' temporal term (:mod:`mri_recon.solvers.temporal_terms`)."""
     temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,

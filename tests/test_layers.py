@@ -180,6 +180,12 @@ def _solver_names() -> set[str]:
     return set(SOLVERS)
 
 
+def _temporal_names() -> set[str]:
+    from mri_recon.solvers.temporal_terms import TEMPORAL_TERMS
+
+    return set(TEMPORAL_TERMS)
+
+
 def _coil_map_names() -> set[str]:
     """The coil-map methods but ``auto`` and ``none``, words of other vocabularies too."""
     from mri_recon.prep.maps_methods import AUTO, COIL_MAPS, ONE_COIL
@@ -207,10 +213,9 @@ VOCABULARIES = {
     "regularizer": Vocabulary(_regularizer_names, ("solvers.regularizers",), ("regularizer",)),
     "solver": Vocabulary(_solver_names, ("solvers.registry",), ("solver", "used")),
     "coil-map": Vocabulary(_coil_map_names, ("prep.maps_methods",), ("maps", "method")),
-    "temporal": Vocabulary(lambda: {"tv", "none"}, (), ("temporal",)),
+    "temporal": Vocabulary(_temporal_names, ("solvers.temporal_terms",), ("temporal",)),
 }
-"""Every vocabulary with a registry (the temporal terms of a time series have none yet: their comparisons are
-all in :data:`ALLOWED`)."""
+"""Every vocabulary with a registry."""
 ALLOWED: dict[str, set[str]] = {}
 """Modules of the time-series path that still compare names of these vocabularies as text, while that path is
 rewritten (a time series as a reconstruction with a time axis): empty it as they go; the test fails for an

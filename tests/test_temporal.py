@@ -170,7 +170,7 @@ def test_planner_refuses_before_allocating(small_series, monkeypatch):
 def test_bad_choices(small_series):
     _, ready = small_series
     with pytest.raises(InvalidDataError, match="temporal must be one of"):
-        reconstruct_series(ready, prepare=False, temporal="lowrank", device="cpu")
+        reconstruct_series(ready, prepare=False, temporal="spline", device="cpu")
     with pytest.raises(InvalidDataError, match="temporal_solver must be one of"):
         reconstruct_series(ready, prepare=False, temporal_solver="fista", device="cpu")
     with pytest.raises(InvalidDataError, match="solver 'fista': a time series with a temporal term"):

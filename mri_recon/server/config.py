@@ -126,7 +126,7 @@ def client_keywords(chosen: Mapping[str, Any]) -> dict[str, Any]:
     dashes or underscores); an unknown name refused, with the valid ones."""
     named = {str(name)[:100].replace("-", "_"): value for name, value in chosen.items()}
     if "temporal" in named or "temporal_lambda" in named:
-        raise ConfigError("CONFIG_TEXT: the joint temporal reconstruction (temporal tv) needs every frame "
+        raise ConfigError("CONFIG_TEXT: the joint temporal reconstruction (a temporal term) needs every frame "
                           "before its first image and is not streamed; use spokes_per_frame (frame by frame) "
                           "or reconstruct the file with reconstruct --temporal tv")
     try:

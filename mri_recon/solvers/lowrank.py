@@ -42,10 +42,18 @@ def gram64(m: Any) -> Any:
     return out
 
 
+def squared_singular_values(gram: Any) -> Any:
+    """The eigenvalues of Gram matrices ``(..., T, T)`` (squared singular values, ascending), those at rounding
+    level (below ``T eps`` of the largest, as a rank-deficient matrix gives) set to 0."""
+    xp = get_xp(gram)
+    values = xp.linalg.eigvalsh(gram)
+    floor = gram.shape[-1] * np.finfo(np.float64).eps * values[..., -1:]
+    return xp.where(values > floor, values, 0.0)
+
+
 def singular_values(m: Any) -> Any:
     """The singular values of ``M`` (``(..., T, n)``), ``T`` of them per matrix (zeros included), float64."""
-    xp = get_xp(m)
-    return xp.sqrt(xp.maximum(xp.linalg.eigvalsh(gram64(m)), 0.0))
+    return get_xp(m).sqrt(squared_singular_values(gram64(m)))
 
 
 def nuclear_norm(m: Any) -> float:

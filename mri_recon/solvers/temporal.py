@@ -7,6 +7,9 @@ Frames ``x = (x_0, ..., x_{T-1})`` (shape ``(T, *matrix)``) solve one problem
 with ``D_t`` the forward differences along time, ``(D_t x)_t = x_{t+1} - x_t`` (shape ``(T-1, *matrix)``,
 no wrap-around), ``||.||_1`` the sum of complex moduli (as BART's ``pics -R T``), and ``R_s`` an optional
 spatial regularizer of every frame (total variation or l1-wavelets, :func:`mri_recon.solvers.sparse.sparsity_of`).
+The temporal term is any of :data:`~.temporal_terms.TEMPORAL_TERMS` (``D_t`` and the l1 norm for ``tv``; the
+frames themselves and a nuclear norm for the low-rank terms): each term's z-update and dual projection are its
+:class:`~.admm.Sparsity`'s (:meth:`~.admm.Sparsity.shrink`, :meth:`~.admm.Sparsity.project`).
 The data term's normal operator is block diagonal: one Toeplitz normal operator per frame
 (:class:`SeriesNormal`, each from :func:`mri_recon.operators.toeplitz.normal_operator`, the fused GPU one on a GPU).
 

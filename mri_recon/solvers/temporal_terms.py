@@ -84,7 +84,7 @@ class GlobalLowRank(TemporalTerm):
     proximal map singular value soft-thresholding (:mod:`.lowrank`)."""
 
     name = "lowrank"
-    lam_default = 0.05
+    lam_default = 2.0
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 1.0
     splits = 2

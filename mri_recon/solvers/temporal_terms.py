@@ -100,7 +100,7 @@ class LocallyLowRank(TemporalTerm):
     unshifted grid, whose penalty is also the one reported."""
 
     name = "llr"
-    lam_default = 0.05
+    lam_default = 0.3
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 1.0
     splits = 2

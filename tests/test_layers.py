@@ -36,6 +36,7 @@ LAYERS = [
     {"scan"},
     {"kernels"},
     {"io", "operators", "solvers", "filters"},
+    {"torch"},
     {"planning"},
     {"prep"},
     {"sim"},

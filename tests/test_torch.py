@@ -5,11 +5,13 @@ skips without torch (it is an optional extra, not in the test extra)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from examples import EXAMPLES
 from helpers import random_problem, relative
 
 torch = pytest.importorskip("torch")
@@ -179,6 +181,16 @@ def test_the_operator_reads_and_returns_the_tensors_memory(problem, rng):
     with torch.no_grad():
         out = op(x)
     assert spy.seen == [(x.data_ptr(), out.data_ptr())]
+
+
+def test_the_unrolled_example_learns_in_ten_steps():
+    spec = importlib.util.spec_from_file_location("unrolled", EXAMPLES / "unrolled.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.train(steps=10)
+    train, (before, after) = result["train"], result["held_out"]
+    assert len(train) == 10 and all(b < a for a, b in zip(train, train[1:])), train
+    assert train[-1] < 0.8 * train[0] and after < 0.8 * before, result
 
 
 def test_importing_the_package_does_not_import_torch():

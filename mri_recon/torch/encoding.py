@@ -35,7 +35,7 @@ from ..checks.validation import check_trajectory, validate_matrix
 from ..errors import SchemaError
 from ..operators import EncodingOperator, NudftEncoding, choose_engine
 from ..operators.engines.nudft import nudft_adjoint, nudft_forward
-from .tensors import as_array, as_tensor, complex_input, device_of, on_stream, torch_device
+from .tensors import COMPLEX, as_array, as_tensor, complex_input, device_of, on_stream, torch_device
 
 NAME = "TorchEncoding"
 Transform = Callable[[torch.Tensor], torch.Tensor]
@@ -104,8 +104,8 @@ class TorchEncoding:
         engine = choose_engine(self.operator.device, method, like=traj, problem=(self.matrix, self.samples, coils))[1]
         self._float64 = engine is NudftEncoding and not self.operator.device.is_gpu
         self._k64 = np.asarray(to_host(check_trajectory(NAME, traj, self.matrix)), dtype=np.float64)
-        self._maps = None if maps is None else _both(_tensor(maps, self.device))
-        self._weights = None if weights is None else _tensor(weights, self.device).to(torch.float64)
+        self._maps = None if maps is None else _maps(_tensor(maps, self.device))
+        self._weights = None if weights is None else _tensor(weights, self.device)
         self.lam = float(lam)
         self._normal: Any = None
         self.image_shape = self.matrix if maps is not None else (coils, *self.matrix)
@@ -160,54 +160,57 @@ class TorchEncoding:
     # -- the maps on tensors, outside autograd ----------------------------------------------------------------
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._batched(self._forward_one, x, self.image_shape, "image")
+        return self._batched(self._forward_array, x, self.image_shape, "image")
 
     def _adjoint(self, y: torch.Tensor) -> torch.Tensor:
-        return self._batched(self._adjoint_one, y, self.kspace_shape, "kspace")
+        return self._batched(self._adjoint_array, y, self.kspace_shape, "kspace")
 
     def _normal_map(self, x: torch.Tensor) -> torch.Tensor:
-        return self._batched(self._normal_one, x, self.image_shape, "image")
+        return self._batched(self._normal_array, x, self.image_shape, "image")
 
-    def _batched(self, one: Transform, x: torch.Tensor, shape: tuple[int, ...], name: str) -> torch.Tensor:
-        """``one`` of each item of ``x`` (``(..., *shape)``), at the precision the engine gives ``x``'s dtype."""
+    def _batched(self, fn: Callable[[Any], Any], x: torch.Tensor, shape: tuple[int, ...], name: str) -> torch.Tensor:
+        """``fn`` (on arrays) of each item of ``x`` (``(..., *shape)``), at the precision the engine gives
+        ``x``'s dtype."""
         if tuple(x.shape[x.ndim - len(shape) :]) != shape or x.ndim < len(shape):
             raise SchemaError(
                 f"{NAME}: {name} must have shape (..., {', '.join(map(str, shape))}), found {tuple(x.shape)}"
             )
         if x.dtype == torch.complex128 and not self._float64:  # rounded to the engine's precision
-            return self._batched(one, x.to(torch.complex64), shape, name).to(torch.complex128)
+            return self._batched(fn, x.to(torch.complex64), shape, name).to(torch.complex128)
         lead = x.shape[: x.ndim - len(shape)]
         if not lead:
-            return one(x)
-        items = [one(item) for item in x.reshape(-1, *shape)]
+            return _through(fn, x)
+        items = [_through(fn, item) for item in x.reshape(-1, *shape)]
         return torch.stack(items).reshape(*lead, *items[0].shape)
 
-    def _forward_one(self, x: torch.Tensor) -> torch.Tensor:
-        images = x if self._maps is None else self._maps[x.dtype] * x
-        if x.dtype == torch.complex128:
-            return as_tensor(nudft_forward(as_array(images), self._k64))
-        return _through(self.operator, images)
+    # -- the maps on arrays (NumPy or CuPy, the tensors' memory): complex64 by the engine, complex128 by the sums
 
-    def _adjoint_one(self, y: torch.Tensor) -> torch.Tensor:
-        if y.dtype == torch.complex128:
-            images = as_tensor(nudft_adjoint(as_array(y), self._k64, self.matrix))
+    def _forward_array(self, x: Any) -> Any:
+        images = x if self._maps is None else self._maps[x.dtype][0] * x
+        if x.dtype == np.complex128:
+            return nudft_forward(images, self._k64)
+        return self.operator(images)
+
+    def _adjoint_array(self, y: Any) -> Any:
+        if y.dtype == np.complex128:
+            images = nudft_adjoint(y, self._k64, self.matrix)
         else:
-            images = _through(self.operator.H, y)
-        return images if self._maps is None else (self._maps[y.dtype].conj() * images).sum(dim=0)
+            images = self.operator.H(y)
+        return images if self._maps is None else (self._maps[y.dtype][1] * images).sum(axis=0)
 
-    def _normal_one(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.complex128:  # the float64 sums: A^H (W (A x)) + lam x
-            y = self._forward_one(x)
-            out = self._adjoint_one(y if self._weights is None else y * self._weights)
+    def _normal_array(self, x: Any) -> Any:
+        if x.dtype == np.complex128:  # the float64 sums: A^H (W (A x)) + lam x
+            y = self._forward_array(x)
+            out = self._adjoint_array(y if self._weights is None else y * as_array(self._weights.double()))
             return out + self.lam * x if self.lam else out
-        return _through(self._planned_normal(), x)
+        return self._planned_normal()(x)
 
     def _planned_normal(self) -> Any:
         """The operator's Toeplitz normal for these weights, maps and lam, made on first use."""
         if self._normal is None:
             with on_stream(self.device):
-                maps = None if self._maps is None else as_array(self._maps[torch.complex64])
-                weights = None if self._weights is None else as_array(self._weights.to(torch.float32))
+                maps = None if self._maps is None else self._maps[np.dtype(np.complex64)][0]
+                weights = None if self._weights is None else as_array(self._weights.float())
                 self._normal = self.operator.normal(weights, maps, self.lam)
         return self._normal
 
@@ -236,9 +239,15 @@ def _array(value: Any) -> Any:
     return value
 
 
-def _both(maps: torch.Tensor) -> dict[torch.dtype, torch.Tensor]:
-    """The maps in both complex precisions, by dtype."""
-    return {dtype: maps.to(dtype) for dtype in (torch.complex64, torch.complex128)}
+def _maps(maps: torch.Tensor) -> dict[np.dtype, tuple[Any, Any]]:
+    """The maps and their conjugates in both complex precisions, as arrays (NumPy or CuPy) by dtype: the views
+    keep their tensors."""
+    out = {}
+    with on_stream(maps.device):
+        for dtype in (torch.complex64, torch.complex128):
+            m = maps.to(dtype)
+            out[np.dtype(COMPLEX[dtype])] = (as_array(m), as_array(m.conj()))
+    return out
 
 
 def _tensor(value: Any, device: torch.device) -> torch.Tensor:

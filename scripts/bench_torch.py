@@ -14,8 +14,9 @@ same values (tensors made with ``torch.from_numpy``, so they share the arrays' m
   grad     op(S x) - y, then SENSE^H of it                 ||A x - y||^2 and its backward
 
 The torch calls run under ``torch.no_grad()`` except ``grad``. Rounds: every configuration once per round, in
-turn, after one warm-up round; the median wall time per configuration, and the torch/NumPy ratio. The results
-are checked against the NumPy calls (relative L2). Then the wrapper's fixed cost per call (:func:`fixed_cost`).
+turn (NumPy and torch each first in every other round), after one warm-up round; the median wall time per
+configuration, and the torch/NumPy ratio. The results are checked against the NumPy calls (relative L2).
+Then the wrapper's fixed cost per call (:func:`fixed_cost`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def measure(configs: dict, rounds: int) -> dict:
     results = {}
     for r in range(rounds + 1):  # round 0: warm-up (plans, FFT caches, thread pools)
         for name, calls in configs.items():
-            for side, call in enumerate(calls):
+            order = list(enumerate(calls)) if r % 2 else list(enumerate(calls))[::-1]  # each side first in turn
+            for side, call in order:
                 start = time.perf_counter()
                 out = call()
                 elapsed = time.perf_counter() - start

@@ -7,11 +7,12 @@ normal operator ``A^H W A x + lam x`` (the operator's Toeplitz normal, as the so
 the operator is F on C coil images, ``(C, *matrix) -> (C, M)``. Any leading axes are a batch: each item is
 transformed in turn.
 
-Each is a :class:`torch.autograd.Function` whose backward is the adjoint map: PyTorch hands a linear map
-``y = A x`` the gradient ``g = dL/d(conj y)`` of a real loss L and wants ``A^H g`` back (its conjugate Wirtinger
-convention), so the forward's backward is the adjoint, the adjoint's is the forward and the normal's (A^H A is
-Hermitian) is the normal itself. The backward is again such a Function, so gradients of gradients work too.
-The maps, weights and trajectory are constants: no gradient reaches them.
+Each is a :class:`torch.autograd.Function` whose backward is the adjoint map: PyTorch's gradient of a real loss
+L with respect to a complex tensor z is ``2 dL/d(conj z)`` (the conjugate Wirtinger derivative), so the backward
+of a linear map ``y = A x`` takes the output's gradient g to ``A^H g``: the forward's backward is the adjoint, the
+adjoint's is the forward and the normal's (A^H A is Hermitian) is the normal itself. The backward is again
+such a Function, so gradients of gradients work too. The maps, weights and trajectory are constants: no
+gradient reaches them.
 
 Precision: complex64 in, complex64 out, by the chosen engine. complex128 in, complex128 out: on the CPU with
 the ``exact`` engine the sums are evaluated in float64 (:mod:`~mri_recon.operators.engines.nudft`, the
@@ -19,6 +20,9 @@ oracle; the normal operator is then ``A^H (W (A x)) + lam x``, no Toeplitz kerne
 double-precision ``torch.autograd.gradcheck`` needs; on any other engine the input is rounded to complex64,
 transformed, and the result widened to complex128 (float32 accuracy). A real input is taken as complex of
 its precision.
+
+The work runs on the tensors' memory seen as NumPy or CuPy arrays (:mod:`.tensors`), the maps' products
+included: torch computes nothing here but the stacking of a batch.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class Preparation:
     extent: tuple[float, ...] = ()
     """``max |k_d|`` of the trajectory per axis (cycles per FOV): the size of Pipe-Menon's grids."""
     coil_maps: str | None = None
-    """``"walsh"`` or ``"espirit"``: maps estimated from the data; None: none estimated."""
+    """``"walsh"``, ``"espirit"`` or ``"nlinv"``: maps estimated from the data; None: none estimated."""
     centre_samples: int = 0
     """Samples within the coil-map estimate's k-space radius (bounded by all samples when unknown)."""
     whitened_maps: bool = False
@@ -231,7 +231,31 @@ def espirit(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) ->
                operator + _eigen(n_vox, c), operator + n_vox * (c * C64 + F32) + 3 * maps)
 
 
-ESTIMATES = {"walsh": (_walsh_radius, walsh), "espirit": (_espirit_radius, espirit)}
+def _nlinv_radius(matrix: tuple[int, ...]) -> float:
+    return math.inf  # every sample
+
+
+def nlinv(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
+    """Bytes at the peak of NLINV's maps (:mod:`mri_recon.prep.nlinv`), counted from its arrays: the PSF on the
+    2x grid (FINUFFT's type-1 of the ``m`` samples, its shifted copy and spectrum), the coils' adjoint images
+    (complex128 while transformed), then the solve: the unknowns (the image and ``c`` coefficient grids of the
+    2x grid) held about ten times (``x``, the step, the right-hand side, CG's four vectors, the operator's
+    output and its two halves' temporaries), the sensitivities and coil images on the matrix and the ``c``
+    padded 2x grids of the Toeplitz and coefficient transforms (two each)."""
+    from ..operators.engines.encoding import NUFFT_EPS  # noqa: PLC0415
+
+    n_vox = math.prod(matrix)
+    big = tuple(2 * n for n in matrix)
+    q = math.prod(big)
+    unknowns = (n_vox + c * q) * C64
+    psf = _transform(big, NUFFT_EPS, m) + 3 * q * C64
+    adjoint = c * n_vox * (C128 + C64) + min(workers, c) * _transform(tuple(matrix), NUFFT_EPS, m)
+    solve = 2 * q * C64 + c * n_vox * C64 + 10 * unknowns + 4 * c * n_vox * C64 + 4 * c * q * C64
+    return max(psf, 2 * q * C64 + adjoint, solve)
+
+
+ESTIMATES = {"walsh": (_walsh_radius, walsh), "espirit": (_espirit_radius, espirit),
+             "nlinv": (_nlinv_radius, nlinv)}
 """``(k-space radius, peak bytes)`` of each method that estimates coil maps
 (:func:`mri_recon.prep.maps_methods.estimated`, which a test checks against these names)."""
 

@@ -50,8 +50,9 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         ramp); ``"pipe"`` (iterative Pipe-Menon); ``"file"``: the scan's ``weights``, required.
     coil_maps
         ``"auto"``: the scan's maps if present, else Walsh estimates for several coils; ``"file"``: the
-        scan's maps, required; ``"walsh"`` / ``"espirit"``: estimated from the k-space centre; ``"rss"``: no
-        maps, each coil solved alone and combined by root-sum-of-squares.
+        scan's maps, required; ``"walsh"`` / ``"espirit"``: estimated from the k-space centre; ``"nlinv"``:
+        estimated with the image from all samples (:mod:`mri_recon.prep.nlinv`); ``"rss"``: no maps, each coil
+        solved alone and combined by root-sum-of-squares.
     field_map
         ``"correct"`` (default): keep ``field_map`` and ``times`` for :func:`mri_recon.reconstruct` to correct
         off-resonance; one without the other raises :class:`~mri_recon.errors.InvalidDataError`.

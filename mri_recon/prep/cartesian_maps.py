@@ -5,7 +5,8 @@ The calibration region is the largest centred box of integer frequencies, at mos
 was sampled; its values are the samples themselves (repeated samples averaged), in the layout of
 :func:`mri_recon.prep.lowres.calibration_region` (index ``i`` at ``kappa = i - size // 2``), so ESPIRiT
 (:func:`mri_recon.prep.espirit.espirit`) runs on it unchanged. Walsh maps are computed from the coil images
-of the same region (zero-filled to the matrix).
+of the same region (zero-filled to the matrix), NLINV's (:mod:`.nlinv`) from the region's samples alone, on the
+matrix.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..errors import InvalidDataError, listed
 from ..operators.engines.cartesian import scatter_sum
 from .espirit import espirit
 from .maps_methods import estimated, is_estimated
+from .nlinv import nlinv
 from .walsh import walsh
 
 
@@ -128,6 +130,16 @@ def _walsh_maps(calib: Any, matrix: tuple[int, ...], *, solver: str, **unused: A
     return walsh(_coil_images(calib, matrix), solver=solver)
 
 
-FROM_ACS = {"walsh": _walsh_maps, "espirit": espirit}
+def _nlinv_maps(calib: Any, matrix: tuple[int, ...], **unused: Any) -> Any:
+    """NLINV's maps (:func:`mri_recon.prep.nlinv.nlinv`) on the matrix from the region's samples alone."""
+    xp = get_xp(calib)
+    sizes = calib.shape[1:]
+    frequencies = np.stack(np.meshgrid(*[np.arange(s) - s // 2 for s in sizes], indexing="ij"), axis=-1)
+    trajectory = xp.asarray(frequencies.reshape(-1, len(sizes)).astype(np.float32))
+    kspace = xp.ascontiguousarray(calib.reshape(calib.shape[0], -1))
+    return nlinv(kspace, trajectory, matrix, device="cpu" if xp is np else "auto").maps
+
+
+FROM_ACS = {"walsh": _walsh_maps, "espirit": espirit, "nlinv": _nlinv_maps}
 """The estimator of each estimated method of :data:`.maps_methods.COIL_MAPS`, from the calibration region."""
 

@@ -13,6 +13,9 @@ squaring by default, batched ``eigh`` on request):
   (Uecker et al. 2014), whose eigenvalue is 1 where the maps explain the data; maps are zero where it is
   below ``crop``.
 
+NLINV (:mod:`.nlinv`) is served here too: it takes every sample, not the centre alone, and estimates the
+maps together with the image by regularized Gauss-Newton.
+
 The phase of each voxel's eigenvector is referenced to the coil with the most energy. Everything after
 the adjoint is written against the array module of its input, so NumPy and CuPy run the same code.
 The pieces live in :mod:`.lowres` (low-resolution images, eigen solver), :mod:`.walsh` and :mod:`.espirit`.
@@ -46,6 +49,7 @@ from .lowres import (
     lowres_images,
 )
 from .maps_methods import estimated, is_estimated
+from .nlinv import nlinv
 from .walsh import walsh
 
 __all__ = [ "calibration_region", "cell_density_weights", "coarse_grid", "coil_maps_from_kspace",
@@ -83,7 +87,7 @@ def coil_maps_from_kspace(kspace: Any, trajectory: Any, matrix: Sequence[int], m
     matrix
         Image size.
     method
-        ``"walsh"`` or ``"espirit"``.
+        ``"walsh"``, ``"espirit"`` or ``"nlinv"`` (every sample; the options below do not apply).
     weights
         Density compensation (M,), or None for :func:`cell_density_weights`.
     device
@@ -130,5 +134,11 @@ def _espirit_maps(kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights
     return espirit(calib, matrix, kernel=kernel, threshold=threshold, crop=crop, solver=solver)
 
 
-FROM_CENTRE = {"walsh": _walsh_maps, "espirit": _espirit_maps}
+def _nlinv_maps(kspace: Any, trajectory: Any, matrix: tuple[int, ...], weights: Any, dev: Device,
+                **unused: Any) -> Any:
+    """NLINV's maps from all samples, unweighted as BART's ``nlinv`` (:func:`mri_recon.prep.nlinv.nlinv`)."""
+    return nlinv(kspace, trajectory, matrix, device=dev).maps
+
+
+FROM_CENTRE = {"walsh": _walsh_maps, "espirit": _espirit_maps, "nlinv": _nlinv_maps}
 """The estimator of each estimated method of :data:`.maps_methods.COIL_MAPS`, from the k-space centre."""

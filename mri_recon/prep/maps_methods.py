@@ -1,7 +1,7 @@
 """The coil-map methods, one registry: :data:`COIL_MAPS`, what ``coil_maps=`` may name and what each needs.
 
 A method takes the scan's own maps (``file``), estimates maps from the data in the pipeline's coil-map stage
-(``estimated``: Walsh, ESPIRiT), or reconstructs without maps (``sense`` False: each coil alone, combined by
+(``estimated``: Walsh, ESPIRiT, NLINV), or reconstructs without maps (``sense`` False: each coil alone, combined by
 root-sum-of-squares). ``auto`` stands for one of the others, chosen per scan (:func:`chosen_method`);
 ``none`` is what ``auto`` records for a single coil without maps, never a choice.
 
@@ -46,6 +46,8 @@ COIL_MAPS: dict[str, CoilMapMethod] = {m.name: m for m in (
     CoilMapMethod("file", "the file's maps", file=True),
     CoilMapMethod("walsh", "estimated from the k-space centre (Walsh)", estimated=True, auto_for=("non-cartesian",)),
     CoilMapMethod("espirit", "estimated from the k-space centre (ESPIRiT)", estimated=True, auto_for=("cartesian",)),
+    CoilMapMethod("nlinv", "estimated with the image from all samples by nonlinear inversion (NLINV)",
+                  estimated=True),
     CoilMapMethod("rss", "no maps, root-sum-of-squares", sense=False),
     CoilMapMethod("none", "one coil without maps", sense=False, offered=False),
 )}

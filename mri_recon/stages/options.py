@@ -10,6 +10,7 @@ from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, listed
 from ..io.cache import PsfCache
 from ..operators.engines.registry import sampling_of
+from ..prep.maps_methods import estimated
 from ..prep.maps_stage import CoilMapEstimate
 from ..scan import Scan
 from ..settings import ReconSettings
@@ -33,10 +34,10 @@ class Options:
     relative to the largest diagonal entry of the normal operator (``max_n sum_c |S_c(n)|^2 * sum(w)``); sparse:
     relative to ``max |A^H W d|``."""
     maps: CoilMapEstimate
-    """The coil-map stage: a method (``estimate_maps``: walsh or espirit) estimates the maps on the device from
-    the data already uploaded, instead of using the scan's; ``maps_basis`` (prewhitened data, no maps from the
-    file: the noise's Cholesky factor) normalizes estimated maps and combines per-coil images in the receiver's
-    channels, so the image has the same scale whichever maps (or none) are used."""
+    """The coil-map stage: a method (``estimate_maps``: one of :func:`~mri_recon.prep.maps_methods.estimated`)
+    estimates the maps on the device from the data already uploaded, instead of using the scan's; ``maps_basis``
+    (prewhitened data, no maps from the file: the noise's Cholesky factor) normalizes estimated maps and combines
+    per-coil images in the receiver's channels, so the image has the same scale whichever maps (or none) are used."""
     sparse: dict[str, Any] = field(default_factory=dict)
     """A sparse regularizer's solver keywords (:func:`~mri_recon.solvers.sparse.check_sparse`); empty for l2 and
     for a joint time series."""
@@ -120,7 +121,7 @@ def _check_given(scan: Scan, maps: CoilMapEstimate, psf: Any, series: bool) -> N
         raise InvalidDataError("a PSF applies to the model without off-resonance; with a field map leave psf=None")
     if series and scan.coil_maps is None and maps.method is None:
         raise InvalidDataError(f"{scan.source}: a time series is reconstructed with coil maps: the series' own, or "
-                               f"estimate_maps (walsh or espirit)")
+                               f"estimate_maps ({listed(estimated())})")
     if series and psf is not None:
         raise InvalidDataError("a PSF belongs to one trajectory; the frames of a time series have one each (leave "
                                "psf=None, or use a psf_cache)")

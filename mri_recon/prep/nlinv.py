@@ -13,8 +13,8 @@ Only ``A^H A`` and ``A^H y`` are needed: ``A^H A`` is the Toeplitz convolution o
 Gauss-Newton step solves ``(DG^H DG + alpha_n I) h = DG^H (y - G(x_n)) - alpha_n x_n`` by conjugate gradients
 (:func:`mri_recon.solvers.cg.cg`) and sets ``x_{n+1} = x_n + h``; ``alpha_n = alpha_0 / q^n`` (BART's
 ``irgnm``: alpha_0 = 1, q = 2, from ``rho = 1``, ``chat = 0``; 11 steps, BART 8). Samples are not density
-compensated, as in BART. The data are first divided by a power of two that brings ``||A^H y||`` near
-:data:`DATA_NORM` (as BART normalizes its data), so the result does not depend on their scale.
+compensated, as in BART. The data are first scaled so that ``||A^H y|| =`` :data:`DATA_NORM` (as BART
+normalizes its data), so the result does not depend on their scale.
 
 The maps returned are the sensitivities divided by their root-sum-of-squares per voxel (unit norm
 everywhere, no mask); their phase is NLINV's own: the joint estimate leaves the smooth phase in the maps
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays.backend import Device, cpu_threads, get_xp
-from ..checks.scaling import power_of_two, unit_scale
+from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
 from ..operators.normal.toeplitz import kernel_spectrum, toeplitz_apply
 from ..solvers.cg import cg, inner
@@ -47,7 +47,7 @@ ALPHA, REDUCTION = 1.0, 2.0
 CG_ITERATIONS, CG_TOLERANCE = 30, 0.1
 """Most CG iterations of each step's linear problem, and its relative residual tolerance."""
 DATA_NORM = 1000.0
-"""``||A^H y||`` the data are scaled to (by a power of two), as BART scales its gridded data to 100 in its own
+"""``||A^H y||`` the data are scaled to, as BART scales its gridded data to 100 in its own
 units; this value sets the balance of data and regularization."""
 
 
@@ -207,7 +207,7 @@ def nlinv(
     if adjoint is None:
         adjoint = coil_adjoint(kspace, trajectory, matrix, device)
     model = NlinvModel(spectrum, matrix, adjoint.shape[0])
-    data, scale = scaled_adjoint(adjoint, math.prod(matrix))
+    data, scale = scaled_adjoint(adjoint)
     x = model.initial()
     data_norm = math.sqrt(inner(data, data).real)
     residuals, iterations = [], []
@@ -232,7 +232,7 @@ def nlinv(
     residuals.append(math.sqrt(inner(back, back).real) / data_norm)
     rho, chat = model.split(x)
     maps, rss = normalized(model.sensitivities(chat))
-    image = rho * rss * np.float32(scale)
+    image = rho * rss * np.float32(scale / math.prod(matrix))  # A^H A / prod(matrix): back to the data's units
     return NlinvResult(
         image=image.astype(np.complex64), maps=maps, residuals=tuple(residuals), iterations=tuple(iterations)
     )
@@ -246,14 +246,19 @@ def normalized(coils: Any) -> tuple[Any, Any]:
     return (coils * inverse).astype(np.complex64), rss.astype(np.float32)
 
 
-def scaled_adjoint(adjoint: Any, voxels: int) -> tuple[Any, float]:
-    """``(z, s)``: the coils' adjoint images as ``A^H y`` of the model (divided by ``sqrt(voxels)``) and by a
-    power of two ``s`` that brings ``||z||`` near :data:`DATA_NORM`; complex64."""
+def scaled_adjoint(adjoint: Any) -> tuple[Any, float]:
+    """``(z, s)``: the coils' adjoint images divided by ``s`` so that ``||z|| =`` :data:`DATA_NORM`, complex64.
+
+    The images are first divided by a power of two near their largest value (:func:`unit_scale`: exact, and
+    float32 then holds the norm's squares whatever the data's scale), then by the factor that sets the norm:
+    the balance of data and regularization, and so the result, is then the same at any scale (bit for bit
+    when the scales differ by a power of two)."""
     unit, first = unit_scale(adjoint)
-    z = unit.astype(np.complex64) * np.float32(1.0 / math.sqrt(voxels))
-    second = power_of_two(math.sqrt(inner(z, z).real) / DATA_NORM)
-    z *= np.float32(1.0 / second)
-    return z, first * second * math.sqrt(voxels)
+    norm = math.sqrt(inner(unit, unit).real)
+    if norm == 0:
+        raise InvalidDataError("nlinv needs data: the k-space is zero")
+    z = unit.astype(np.complex64) * np.float32(DATA_NORM / norm)
+    return z, first * norm / DATA_NORM
 
 
 def toeplitz_spectrum(trajectory: Any, matrix: Sequence[int], device: str | int | Device | None = "auto") -> Any:

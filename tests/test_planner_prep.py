@@ -91,7 +91,8 @@ def test_reconstruct_refuses_before_it_prepares(monkeypatch):
     ((128, 128), 8, {"coil_maps": "walsh"}),
     ((96, 96), 6, {"coil_maps": "espirit"}),
     ((24, 24, 24), 6, {"coil_maps": "walsh"}),
-], ids=["walsh-2d", "espirit-2d", "walsh-3d"])
+    ((96, 96), 6, {"coil_maps": "nlinv"}),
+], ids=["walsh-2d", "espirit-2d", "walsh-3d", "nlinv-2d"])
 def test_plan_is_within_25_percent_of_the_traced_peak(matrix, coils, options):
     """The NumPy arrays of the whole run (tracemalloc, which NumPy reports to) against the plan, in cases whose
     peak is the coil-map estimate (FINUFFT's own grids, which tracemalloc does not see, are small there)."""

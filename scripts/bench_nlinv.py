@@ -15,7 +15,8 @@ and written included) and by :func:`mri_recon.prep.nlinv.nlinv` (the whole call:
 mri-recon's CG-SENSE image with the nlinv maps (``mri_recon.reconstruct``, its defaults) is scored too. Images are
 compared with the truth by the NRMSE of their magnitudes after the best real scale,
 ``min_s || s |x| - |t| || / || |t| ||``, over the whole field of view and inside the support (``|t| > 0``).
-Times are medians of ``--repeats`` runs after one warm-up run of each.
+Times are medians of ``--repeats`` runs after one warm-up run of each; the machine's one-minute load average
+before and after each case is recorded (other jobs on the machine slow both tools).
 """
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             truth = make(folder)
+            load = os.getloadavg()[0]
             results["cases"][name] = case(args.bart, folder, truth, args.repeats)
+            results["cases"][name]["load_average_1min"] = [load, os.getloadavg()[0]]
             print(name, json.dumps(results["cases"][name]), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -106,6 +106,8 @@ def test_gauss_newton_operator_is_dg_h_dg_with_the_exact_encoding(rng):
     expected = np.vdot(encode[1], encode[0]) / math.prod(model.matrix)
     got = inner(dy, model.gauss_newton(x)(dx))
     assert abs(got - expected) <= 1e-4 * abs(expected)
+    regularized = model.gauss_newton(x, 0.5)(dx) - model.gauss_newton(x)(dx)
+    assert np.linalg.norm(regularized - 0.5 * dx) <= 1e-5 * np.linalg.norm(dx)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -180,6 +182,8 @@ def test_parameters_are_checked():
         match="nlinv needs steps >= 1, alpha > 0 and reduction >= 1, found steps=0, alpha=1.0, reduction=2.0",
     ):
         nlinv(kspace, traj, MATRIX, steps=0)
+    with pytest.raises(InvalidDataError, match="nlinv needs data: the k-space is zero"):
+        nlinv(np.zeros_like(kspace), traj, MATRIX, device="cpu")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -161,15 +161,18 @@ class NlinvModel:
         """``A^H A`` of each coil image (the Toeplitz convolution)."""
         return toeplitz_apply(images, self.spectrum)
 
-    def gauss_newton(self, x: Any) -> Any:
-        """``dx -> DG^H DG dx`` at ``x``, its sensitivities computed once."""
+    def gauss_newton(self, x: Any, alpha: float = 0.0) -> Any:
+        """``dx -> (DG^H DG + alpha I) dx`` at ``x``, its sensitivities computed once."""
         rho, chat = self.split(x)
         coils = self.sensitivities(chat)
+        alpha = np.float32(alpha)
 
         def apply(dx: Any) -> Any:
             drho, dchat = self.split(dx)
             images = drho * coils + rho * self.sensitivities(dchat)
-            return self.derivative_adjoint(x, self.normal(images), coils)
+            out = self.derivative_adjoint(x, self.normal(images), coils)
+            out += alpha * dx
+            return out
 
         return apply
 
@@ -217,14 +220,8 @@ def nlinv(
         residuals.append(math.sqrt(inner(back, back).real) / data_norm)
         rhs = model.derivative_adjoint(x, back)
         rhs -= np.float32(alpha) * x
-        step_alpha = np.float32(alpha)
-        apply = model.gauss_newton(x)
-        h, history = cg(
-            lambda dx, apply=apply, a=step_alpha: apply(dx) + a * dx,
-            rhs,
-            max_iterations=cg_iterations,
-            tolerance=cg_tolerance,
-        )
+        operator = model.gauss_newton(x, alpha)
+        h, history = cg(operator, rhs, max_iterations=cg_iterations, tolerance=cg_tolerance)
         x = x + h.astype(np.complex64, copy=False)
         iterations.append(len(history) - 1)
         alpha /= reduction

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import mri_recon
 from mri_recon.arrays.backend import cupy_module
 from mri_recon.cli import main
 from mri_recon.errors import InvalidDataError
@@ -29,6 +30,8 @@ from mri_recon.prep.nlinv import NlinvModel, nlinv, sobolev_weights, toeplitz_sp
 from mri_recon.scan import Scan
 from mri_recon.sim import phantom, trajectories
 from mri_recon.sim.cartesian import cartesian_kspace, cartesian_trajectory, undersampling_mask
+from mri_recon.sim.dynamic import simulate_series
+from mri_recon.sim.simulate import simulate_scan
 from mri_recon.solvers.cg import inner
 
 BART = shutil.which("bart")
@@ -260,3 +263,14 @@ def test_gpu_matches_cpu():
     inside = np.abs(image) > 0.05
     assert _correlation(cp.asnumpy(gpu.maps), cpu.maps)[inside].min() > 0.999
     assert _correlation(cp.asnumpy(gpu.maps), truth)[inside].mean() > 0.999
+
+
+def test_tv_and_a_time_series_take_nlinv_maps():
+    scan = simulate_scan((48, 48), "golden", coils=4, spokes=30, snr=40, seed=1).replace(coil_maps=None)
+    truth = scan.ground_truth
+    tv = mri_recon.reconstruct(scan, device="cpu", coil_maps="nlinv", regularizer="tv", progress=False)
+    assert tv.parameters["coil_maps"] == "nlinv"
+    assert _nrmse(tv.image, truth, np.abs(truth) > 0.05) < 0.2
+    series = simulate_series((32, 32), frames=3, spokes_per_frame=13, coils=4)
+    result = mri_recon.reconstruct(series, device="cpu", coil_maps="nlinv", temporal="tv", progress=False)
+    assert result.parameters["coil_maps"] == "nlinv" and result.image.shape == (3, 32, 32)

@@ -26,7 +26,7 @@ Methods, 100 iterations each, every one over a sweep of its weight (each phantom
 NRMSE: of the magnitudes over all frames after the best real scale (BART's images are in its own units).
 
 Usage: python scripts/bench_lowrank.py OUT.json [--bart PATH] [--sections beating,rotating]
-       [--methods tv,lowrank,llr,bart_llr,bart_global]
+       [--methods tv,lowrank,llr,bart_llr,bart_global] [--weights METHOD=W1,W2,... ...]
 """
 
 from __future__ import annotations
@@ -155,10 +155,10 @@ def run_bart(binary: str, folder: Path, lam: float, block: int) -> tuple[np.ndar
 
 
 def phantom(
-    name: str, series: TimeSeries, truths: dict[str, np.ndarray], methods: list[str], binary: str, save
+    name: str, series: TimeSeries, truths: dict[str, np.ndarray], methods: list[str], binary: str, save, sweeps
 ) -> dict:
-    """Every method's sweep on one prepared series, saved after each run; each method's best by the first
-    truth."""
+    """Every method's sweep (``sweeps[method]``) on one prepared series, saved after each run; each method's
+    best by the first truth."""
     first = next(iter(truths))
     report: dict = {}
     with tempfile.TemporaryDirectory() as work:
@@ -167,7 +167,7 @@ def phantom(
             bart_inputs(series, folder)
         for method in methods:
             runs = {}
-            for lam in SWEEPS[method]:
+            for lam in sweeps[method]:
                 if method.startswith("bart"):
                     image, seconds, command = run_bart(binary, folder, lam, BLOCKS[method])
                 else:
@@ -191,7 +191,13 @@ def main() -> None:
     parser.add_argument("--bart", default="/usr/bin/bart")
     parser.add_argument("--sections", default="beating,rotating")
     parser.add_argument("--methods", default=",".join(SWEEPS))
+    parser.add_argument("--weights", action="append", default=[], metavar="METHOD=W1,W2,...",
+                        help="a method's weights instead of its default sweep (repeatable)")
     args = parser.parse_args()
+    sweeps = dict(SWEEPS)
+    for given in args.weights:
+        method, _, values = given.partition("=")
+        sweeps[method] = tuple(float(v) for v in values.split(","))
     methods = [m for m in args.methods.split(",") if m]
     if not Path(args.bart).exists():
         methods = [m for m in methods if not m.startswith("bart")]
@@ -213,7 +219,7 @@ def main() -> None:
         "matrix": MATRIX,
         "coils": COILS,
         "iterations": ITERATIONS,
-        "sweeps": SWEEPS,
+        "sweeps": sweeps,
     }
 
     def save(name: str, value) -> None:
@@ -226,12 +232,12 @@ def main() -> None:
         if section == "beating":
             raw = simulate_series((MATRIX, MATRIX), frames=FRAMES, spokes_per_frame=SPOKES, coils=COILS, snr=30, seed=0)
             series, _ = prepare_series(raw, coil_maps="file")
-            phantom(section, series, {"truth": raw.ground_truth}, methods, args.bart, save)
+            phantom(section, series, {"truth": raw.ground_truth}, methods, args.bart, save, sweeps)
         elif section == "rotating":
             with tempfile.TemporaryDirectory() as work:
                 raw, truths = rotating_series(args.bart, Path(work))
             series, _ = prepare_series(raw, coil_maps="file")
-            phantom(section, series, truths, methods, args.bart, save)
+            phantom(section, series, truths, methods, args.bart, save, sweeps)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,31 @@ def test_svt_of_a_stack_is_each_matrix_alone(rng):
         assert np.allclose(out[k], _svt_oracle(m[k], 0.8), rtol=0, atol=2e-6 * np.linalg.norm(m[k]))
 
 
+def test_svt_in_groups_is_each_matrix_alone(rng):
+    """Many small blocks of many frames: the stack goes through in groups (their T x T temporaries bounded by
+    the stack's size), each matrix thresholded as if alone."""
+    m = _complex(rng, (100, 12, 5), np.complex64)
+    out = svt(m, 0.8)
+    for k in (0, 37, 99):
+        assert np.allclose(out[k], _svt_oracle(m[k], 0.8), rtol=0, atol=2e-6 * np.linalg.norm(m[k]))
+
+
+def test_the_llr_proximal_map_keeps_what_the_planner_counts(rng):
+    """The traced peak of one llr proximal map, in frames-sized arrays, is within what its ``splits`` give it
+    beside the split's own triple, and does not grow with the number of frames."""
+    import tracemalloc
+
+    term = LocallyLowRank()
+    for frames in (8, 96):
+        x = _complex(rng, (frames, 64, 64), np.complex64)
+        prox = term.sparsity(x.shape).prox
+        tracemalloc.start()
+        prox(x, 0.1)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak <= (3 * (term.splits - 1) + 1) * x.nbytes, (frames, peak / x.nbytes)
+
+
 def test_the_dual_step_is_the_projection_onto_the_spectral_ball(rng):
     """The primal-dual step ``y - prox(y, lam)`` (Moreau) is ``U min(S, lam) V^H``: spectral norm at most lam."""
     shape = (6, 5, 7)

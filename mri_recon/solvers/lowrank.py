@@ -63,7 +63,25 @@ def nuclear_norm(m: Any) -> float:
 
 def svt(m: Any, t: float) -> Any:
     """Singular value soft-thresholding of each matrix of ``m`` (``(..., T, n)``): the proximal map of
-    ``t ||.||_*``, ``U max(S - t, 0) V^H``, a new array of ``m``'s dtype."""
+    ``t ||.||_*``, ``U max(S - t, 0) V^H``, a new array of ``m``'s dtype.
+
+    The matrices go through in groups whose ``T x T`` float64 temporaries (the Gram matrix, its eigenvectors,
+    the mix and its copy in ``m``'s precision) take no more memory than ``m`` itself: for small blocks and many
+    frames they would otherwise outgrow the frames ``T / 32`` times over (8^2 blocks)."""
+    xp = get_xp(m)
+    stack = m.reshape(-1, *m.shape[-2:])
+    per_matrix = 4 * m.shape[-2] ** 2 * np.dtype(np.complex128).itemsize
+    group = max(1, m.nbytes // per_matrix)
+    if group >= stack.shape[0]:
+        return _svt(stack, t).reshape(m.shape)
+    out = xp.empty_like(stack)
+    for start in range(0, stack.shape[0], group):
+        out[start : start + group] = _svt(stack[start : start + group], t)
+    return out.reshape(m.shape)
+
+
+def _svt(m: Any, t: float) -> Any:
+    """:func:`svt` of a stack of matrices ``(B, T, n)`` at once."""
     xp = get_xp(m)
     values, vectors = xp.linalg.eigh(gram64(m))
     s = xp.sqrt(xp.maximum(values, 0.0))

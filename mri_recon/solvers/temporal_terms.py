@@ -103,7 +103,10 @@ class LocallyLowRank(TemporalTerm):
     lam_default = 0.3
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 1.0
-    splits = 2
+    splits = 3
+    """Beside the split's own triple, two for the proximal map's frames-sized copies (the shifted frames, the
+    blocks, their thresholded copy and the way back; :func:`~.lowrank.svt` bounds its ``T x T`` temporaries by
+    the blocks' size)."""
 
     def __init__(self, block: int = 8, seed: int = 0) -> None:
         self.block, self.seed = int(block), int(seed)

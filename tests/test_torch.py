@@ -131,6 +131,13 @@ def test_double_precision_values_are_the_float64_sums(problem, rng):
     assert relative(nx.numpy(), ref) < 1e-13
 
 
+def test_the_tikhonov_weight_is_fixed_with_the_operator(problem):
+    op = _op(problem, lam=0.3)
+    assert op.lam == 0.3
+    with pytest.raises(AttributeError):
+        op.lam = 5.0  # the Toeplitz normal is planned with it: a new weight is a new operator
+
+
 def test_double_precision_on_finufft_is_rounded_and_widened(problem, rng):
     op = _op(problem, method="nufft")
     x = torch.from_numpy(_complex(rng, MATRIX))

@@ -46,7 +46,8 @@ COIL_MAPS: dict[str, CoilMapMethod] = {m.name: m for m in (
     CoilMapMethod("file", "the file's maps", file=True),
     CoilMapMethod("walsh", "estimated from the k-space centre (Walsh)", estimated=True, auto_for=("non-cartesian",)),
     CoilMapMethod("espirit", "estimated from the k-space centre (ESPIRiT)", estimated=True, auto_for=("cartesian",)),
-    CoilMapMethod("nlinv", "estimated with the image from all samples by nonlinear inversion (NLINV)",
+    CoilMapMethod("nlinv", "estimated with the image by nonlinear inversion (NLINV; all samples, or a Cartesian "
+                  "scan's calibration region)",
                   estimated=True),
     CoilMapMethod("rss", "no maps, root-sum-of-squares", sense=False),
     CoilMapMethod("none", "one coil without maps", sense=False, offered=False),

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, cpu_threads, get_xp
+from ..arrays.backend import Device, cpu_threads, get_xp, is_gpu_array, resolve_device, to_device
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
 from ..operators.normal.toeplitz import kernel_spectrum, toeplitz_apply
@@ -196,8 +196,9 @@ def nlinv(
 
     ``spectrum`` (the Toeplitz kernel of the unweighted PSF, :func:`toeplitz_spectrum`) and ``adjoint`` (the
     coils' ``F^H y``, complex ``(C, *matrix)``) may be given when already computed; otherwise they are computed
-    on ``device`` (as :func:`mri_recon.operators.fhd`'s), and the solve runs on their array type. The other
-    parameters are those of BART's ``nlinv``.
+    on ``device`` (as :func:`mri_recon.operators.fhd`'s). The solve runs on ``device`` (``"auto"``: the
+    k-space's GPU for a CuPy k-space), whatever array types the inputs come in; the results are its arrays. The
+    other parameters are those of BART's ``nlinv``.
     """
     matrix = tuple(int(n) for n in matrix)
     if steps < 1 or not alpha > 0 or not reduction >= 1:
@@ -209,6 +210,9 @@ def nlinv(
         spectrum = toeplitz_spectrum(trajectory, matrix, device)
     if adjoint is None:
         adjoint = coil_adjoint(kspace, trajectory, matrix, device)
+    dev = resolve_device(int(kspace.device.id)) if device in (None, "auto") and is_gpu_array(kspace) else \
+        resolve_device(device)
+    spectrum, adjoint = to_device(spectrum, dev), to_device(adjoint, dev)
     model = NlinvModel(spectrum, matrix, adjoint.shape[0])
     data, scale = scaled_adjoint(adjoint)
     x = model.initial()

@@ -110,7 +110,7 @@ class TorchEncoding:
         self._k64 = np.asarray(to_host(check_trajectory(NAME, traj, self.matrix)), dtype=np.float64)
         self._maps = None if maps is None else _maps(_tensor(maps, self.device))
         self._weights = None if weights is None else _tensor(weights, self.device)
-        self.lam = float(lam)
+        self._lam = float(lam)
         self._normal: Any = None
         self.image_shape = self.matrix if maps is not None else (coils, *self.matrix)
         """Shape of an image (after any batch axes)."""
@@ -126,6 +126,12 @@ class TorchEncoding:
         if coils is not None and int(coils) != shape[0]:
             raise SchemaError(f"{NAME}: coils = {coils} but the maps have {shape[0]} coils")
         return shape[0]
+
+    @property
+    def lam(self) -> float:
+        """The Tikhonov weight of :meth:`normal`, fixed when the operator is made (its Toeplitz normal operator
+        is planned with it): a new weight is a new ``TorchEncoding``."""
+        return self._lam
 
     @property
     def name(self) -> str:
@@ -206,7 +212,7 @@ class TorchEncoding:
         if x.dtype == np.complex128:  # the float64 sums: A^H (W (A x)) + lam x
             y = self._forward_array(x)
             out = self._adjoint_array(y if self._weights is None else y * as_array(self._weights.double()))
-            return out + self.lam * x if self.lam else out
+            return out + self._lam * x if self._lam else out
         return self._planned_normal()(x)
 
     def _planned_normal(self) -> Any:
@@ -215,7 +221,7 @@ class TorchEncoding:
             with on_stream(self.device):
                 maps = None if self._maps is None else self._maps[np.dtype(np.complex64)][0]
                 weights = None if self._weights is None else as_array(self._weights.float())
-                self._normal = self.operator.normal(weights, maps, self.lam)
+                self._normal = self.operator.normal(weights, maps, self._lam)
         return self._normal
 
 

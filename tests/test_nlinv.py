@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 
+import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -274,3 +275,26 @@ def test_tv_and_a_time_series_take_nlinv_maps():
     series = simulate_series((32, 32), frames=3, spokes_per_frame=13, coils=4)
     result = mri_recon.reconstruct(series, device="cpu", coil_maps="nlinv", temporal="tv", progress=False)
     assert result.parameters["coil_maps"] == "nlinv" and result.image.shape == (3, 32, 32)
+
+
+def test_a_batch_and_the_server_reconstruct_with_nlinv_maps(tmp_path):
+    """A batch writes what one call gives; the server sends what the command line writes."""
+    from server_helpers import assert_same_images, make_scan, reference, running_server
+
+    from mri_recon.batch import reconstruct_many
+    from mri_recon.io import save_scan
+    from mri_recon.server.client import send_scan
+
+    scan = simulate_scan((24, 24), "golden", coils=4, spokes=16, snr=40.0, seed=5).replace(coil_maps=None)
+    save_scan(tmp_path / "in.h5", scan)
+    keywords = {"coil_maps": "nlinv", "iterations": 5, "device": "cpu"}
+    report = reconstruct_many([tmp_path / "in.h5"], tmp_path / "out", cache_dir=str(tmp_path / "cache"), **keywords)
+    assert report.ok and report.outcomes[0].status == "done"
+    with h5py.File(report.outcomes[0].output) as f:
+        assert f.attrs["coil_maps"] == "nlinv"
+        assert np.array_equal(f["image"][()], mri_recon.reconstruct(load_scan(tmp_path / "in.h5"), **keywords).image)
+    path = make_scan(tmp_path / "s.mrd.h5", 7)
+    with running_server() as server:
+        _, reply = send_scan(path, *server.address, settings='{"coil_maps": "nlinv"}')
+    assert not reply.errors and len(reply.images) == 1
+    assert_same_images(reply.images, reference(path, tmp_path, "--coil-maps", "nlinv"))

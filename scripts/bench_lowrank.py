@@ -26,7 +26,7 @@ Methods, 100 iterations each, every one over a sweep of its weight (each phantom
 NRMSE: of the magnitudes over all frames after the best real scale (BART's images are in its own units).
 
 Usage: python scripts/bench_lowrank.py OUT.json [--bart PATH] [--sections beating,rotating]
-       [--methods tv,lowrank,llr,bart_llr,bart_global] [--weights METHOD=W1,W2,... ...]
+       [--methods tv,lowrank,llr,bart_llr,bart_global] [--weights METHOD=W1,W2,... ...] [--device gpu]
 """
 
 from __future__ import annotations
@@ -123,10 +123,10 @@ def rotating_series(binary: str, folder: Path) -> tuple[TimeSeries, dict[str, np
     return series, truths
 
 
-def ours(series: TimeSeries, temporal: str, lam: float) -> tuple[np.ndarray, float]:
+def ours(series: TimeSeries, temporal: str, lam: float, device: str = "cpu") -> tuple[np.ndarray, float]:
     start = time.perf_counter()
     result = mri_recon.reconstruct(
-        series, prepare=False, device="cpu", temporal=temporal, temporal_lam=lam, iterations=ITERATIONS
+        series, prepare=False, device=device, temporal=temporal, temporal_lam=lam, iterations=ITERATIONS
     )
     return result.image, time.perf_counter() - start
 
@@ -155,7 +155,8 @@ def run_bart(binary: str, folder: Path, lam: float, block: int) -> tuple[np.ndar
 
 
 def phantom(
-    name: str, series: TimeSeries, truths: dict[str, np.ndarray], methods: list[str], binary: str, save, sweeps
+    name: str, series: TimeSeries, truths: dict[str, np.ndarray], methods: list[str], binary: str, save, sweeps,
+    device: str = "cpu",
 ) -> dict:
     """Every method's sweep (``sweeps[method]``) on one prepared series, saved after each run; each method's
     best by the first truth."""
@@ -171,7 +172,8 @@ def phantom(
                 if method.startswith("bart"):
                     image, seconds, command = run_bart(binary, folder, lam, BLOCKS[method])
                 else:
-                    (image, seconds), command = ours(series, method, lam), f"reconstruct(temporal={method!r})"
+                    image, seconds = ours(series, method, lam, device)
+                    command = f"reconstruct(temporal={method!r}, device={device!r})"
                 runs[str(lam)] = {
                     "nrmse": {k: nrmse(image, v) for k, v in truths.items()},
                     "seconds": seconds,
@@ -191,6 +193,7 @@ def main() -> None:
     parser.add_argument("--bart", default="/usr/bin/bart")
     parser.add_argument("--sections", default="beating,rotating")
     parser.add_argument("--methods", default=",".join(SWEEPS))
+    parser.add_argument("--device", default="cpu", help="where ours runs: cpu, gpu")
     parser.add_argument("--weights", action="append", default=[], metavar="METHOD=W1,W2,...",
                         help="a method's weights instead of its default sweep (repeatable)")
     args = parser.parse_args()
@@ -232,12 +235,12 @@ def main() -> None:
         if section == "beating":
             raw = simulate_series((MATRIX, MATRIX), frames=FRAMES, spokes_per_frame=SPOKES, coils=COILS, snr=30, seed=0)
             series, _ = prepare_series(raw, coil_maps="file")
-            phantom(section, series, {"truth": raw.ground_truth}, methods, args.bart, save, sweeps)
+            phantom(section, series, {"truth": raw.ground_truth}, methods, args.bart, save, sweeps, args.device)
         elif section == "rotating":
             with tempfile.TemporaryDirectory() as work:
                 raw, truths = rotating_series(args.bart, Path(work))
             series, _ = prepare_series(raw, coil_maps="file")
-            phantom(section, series, truths, methods, args.bart, save, sweeps)
+            phantom(section, series, truths, methods, args.bart, save, sweeps, args.device)
 
 
 if __name__ == "__main__":

@@ -158,14 +158,16 @@ class ReconSettings:
     method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
     temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
                            "temporal-lambda ||D_t x||_1; lowrank: the nuclear norm of the frames' Casorati matrix; "
-                           "llr: of its blocks of 8^d voxels, shifted at random); none reconstructs each frame as "
-                           "one image.", str, "solve",
+                           "llr: of its blocks of B^d voxels, --temporal-block, shifted at random); none "
+                           "reconstructs each frame as one image.", str, "solve",
                            choices=temporal_names, series=True)
     """A time series' temporal term (:mod:`mri_recon.solvers.temporal_terms`)."""
     temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,
                                         cli="--temporal-lambda", series=True)
     temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
                                   "solve", choices=joint_names, series=True)
+    temporal_block: int | None = option(None, "llr: the side B of its blocks in voxels (default 8, as BART's pics -b).",
+                                        int, "solve", low=2, high=128, optional=True, series=True)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.arrays.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import mri_recon
 from mri_recon.arrays.backend import cupy_module
 from mri_recon.cli import main
+from mri_recon.errors import InvalidDataError
 from mri_recon.prep.frames import prepare_series
 from mri_recon.result import magnitude_nrmse
 from mri_recon.settings import ReconSettings, refuse_series_options
@@ -262,6 +263,22 @@ def test_llr_is_reproducible(small_series, solver):
         for _ in range(2)
     ]
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_the_block_size_is_the_users_and_only_llrs(small_series, tmp_path):
+    """``temporal_block`` (``--temporal-block``) sets llr's blocks: one block as large as the frames is the
+    global low rank (the same proximal map, fixed grid: PDHG); with another term it is refused by name."""
+    _, ready = small_series
+    common = {"prepare": False, "temporal_solver": "pdhg", "iterations": 15, "temporal_lam": 1.0, "device": "cpu"}
+    whole = mri_recon.reconstruct(ready, temporal="llr", temporal_block=32, **common).image
+    small = mri_recon.reconstruct(ready, temporal="llr", temporal_block=4, **common).image
+    assert np.allclose(whole, mri_recon.reconstruct(ready, temporal="lowrank", **common).image, rtol=0,
+                       atol=1e-5 * np.abs(whole).max())
+    assert np.linalg.norm(small - whole) > 1e-2 * np.linalg.norm(whole)
+    for temporal in ("tv", "lowrank"):
+        refused = rf"temporal_block applies to temporal='llr', not temporal='{temporal}'"
+        with pytest.raises(InvalidDataError, match=refused):
+            mri_recon.reconstruct(ready, temporal=temporal, temporal_block=4, **common)
 
 
 @pytest.mark.parametrize("temporal", LOW_RANK)

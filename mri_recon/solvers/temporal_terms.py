@@ -46,10 +46,16 @@ class TemporalTerm:
     splits: ClassVar[int] = 1
     """Frames-sized split, dual and update triples the joint solve keeps for the term (the planner's count; the
     proximal map's own temporaries counted as further triples)."""
+    options: ClassVar[tuple[str, ...]] = ()
+    """The settings fields of this term alone (None: the term's default); set with another term, refused."""
 
     def sparsity(self, shape: tuple[int, ...]) -> Sparsity:
         """The :class:`~.admm.Sparsity` of the term for frames of ``shape = (T, *matrix)``."""
         raise NotImplementedError(f"temporal term {self.name} has no transform")
+
+    def configured(self, settings: Any) -> TemporalTerm:
+        """The term with its :attr:`options` taken from ``settings`` (a ``ReconSettings``)."""
+        return self
 
 
 class NoTemporalTerm(TemporalTerm):
@@ -100,6 +106,7 @@ class LocallyLowRank(TemporalTerm):
     unshifted grid, whose penalty is also the one reported."""
 
     name = "llr"
+    options = ("temporal_block",)
     lam_default = 0.3
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 1.0
@@ -110,6 +117,10 @@ class LocallyLowRank(TemporalTerm):
 
     def __init__(self, block: int = 8, seed: int = 0) -> None:
         self.block, self.seed = int(block), int(seed)
+
+    def configured(self, settings: Any) -> LocallyLowRank:
+        block = settings.temporal_block
+        return self if block is None else LocallyLowRank(block, self.seed)
 
     def sparsity(self, shape: tuple[int, ...]) -> Sparsity:
         blocks = LocalLowRank(self.block, self.seed)

@@ -19,7 +19,7 @@ from ..solvers.registry import joint_names
 from ..solvers.registry import solver as solver_of
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import check_sparse, resolve_lam
-from ..solvers.temporal_terms import TemporalTerm, temporal_term
+from ..solvers.temporal_terms import TEMPORAL_TERMS, TemporalTerm, temporal_term
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,8 @@ class Options:
         :class:`~mri_recon.errors.InvalidDataError` naming the first setting that does not apply."""
         s = settings
         weighted, chosen = scan.weights is not None, find_regularizer(s.regularizer)
-        term = _check_temporal(s.temporal, s.temporal_lam, s.temporal_solver, series)
+        term = _check_temporal(s.temporal, s.temporal_lam, s.temporal_solver, series).configured(s)
+        _check_term_options(s, term)
         if term.joint:
             joint = _check_joint(s.regularizer, s.rho, s.inner_iterations, s.anisotropic, s.solver, s.temporal_solver)
             lam = 0.0 if s.lam is None and not chosen.sparse else resolve_lam(s.regularizer, s.lam, weighted)
@@ -125,6 +126,16 @@ def _check_given(scan: Scan, maps: CoilMapEstimate, psf: Any, series: bool) -> N
     if series and psf is not None:
         raise InvalidDataError("a PSF belongs to one trajectory; the frames of a time series have one each (leave "
                                "psf=None, or use a psf_cache)")
+
+
+def _check_term_options(settings: ReconSettings, term: TemporalTerm) -> None:
+    """The settings of one temporal term (:attr:`~mri_recon.solvers.temporal_terms.TemporalTerm.options`) refused
+    with another."""
+    for name in {option for other in TEMPORAL_TERMS.values() for option in other.options} - set(term.options):
+        if getattr(settings, name) is not None:
+            users = [t.name for t in TEMPORAL_TERMS.values() if name in t.options]
+            raise InvalidDataError(f"{name} applies to temporal={' or '.join(map(repr, users))}, not "
+                                   f"temporal={term.name!r}")
 
 
 def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: str, series: bool) -> TemporalTerm:

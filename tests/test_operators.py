@@ -96,7 +96,7 @@ def test_resolve():
 
 
 def test_gpu_engines_by_method(monkeypatch):
-    monkeypatch.setattr(registry, "resolve_device", lambda device: Device(0))
+    monkeypatch.setattr(registry, "resolve_device_like", lambda device, like: Device(0))
     assert resolve("gpu", "exact") == (Device(0), "exact")
     assert resolve("gpu", "nufft") == (Device(0), "nufft")
     assert resolve("gpu", "auto") == (Device(0), "exact")  # no problem size: the exact kernels
@@ -108,7 +108,7 @@ def test_gpu_engines_by_method(monkeypatch):
     assert choose("gpu", "exact", problem=((256, 256), 262144, 8))[1] is GpuExactEncoding
     assert GpuExactEncoding.key == "exact-gpu" and GpuNufftEncoding.key == "nufft-gpu"
     # device "auto" with a GPU present: "nufft" is the GPU NUFFT (it used to mean FINUFFT on the CPU)
-    monkeypatch.setattr(registry, "resolve_device", lambda device: Device(0 if device == "auto" else -1))
+    monkeypatch.setattr(registry, "resolve_device_like", lambda device, like: Device(0 if device == "auto" else -1))
     assert resolve("auto", "nufft") == (Device(0), "nufft")
     assert choose("auto", "nufft")[1] is GpuNufftEncoding
 

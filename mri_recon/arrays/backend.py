@@ -302,6 +302,12 @@ def resolve_device(device: str | int | Device | None = "auto") -> Device:
     return Device(index)
 
 
+def resolve_device_like(device: str | int | Device | None, like: Any) -> Device:
+    """:func:`resolve_device`, except that ``"auto"`` (or None) with a CuPy array ``like`` is that array's GPU."""
+    auto = device is None or (isinstance(device, str) and device == "auto")
+    return resolve_device(int(like.device.id)) if auto and is_gpu_array(like) else resolve_device(device)
+
+
 def get_xp(array: Any) -> Any:
     """Array module (``numpy`` or ``cupy``) of ``array``."""
     cupy = _loaded_cupy()

@@ -31,14 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, to_host
+from ..arrays.backend import Device, resolve_device_like, to_host
 from ..checks.validation import validate_matrix
 from ..errors import InvalidDataError, listed
 from ..scan import Scan
 from .espirit import espirit, espirit_operator
 from .lowres import (
     _centre_adjoint,
-    _device,
     _lowres_scaled,
     calibration_region,
     cell_density_weights,
@@ -106,7 +105,7 @@ def coil_maps_from_kspace(kspace: Any, trajectory: Any, matrix: Sequence[int], m
     if not is_estimated(method):
         raise InvalidDataError(f"unknown coil map method {method!r}: expected {listed(estimated(), quote=True)}")
     matrix = validate_matrix(matrix, "coil maps")
-    dev = _device(device, kspace)
+    dev = resolve_device_like(device, kspace)
     with dev.use():
         return FROM_CENTRE[method](kspace, trajectory, matrix, weights, dev, radius=radius, kernel=kernel,
                                    calibration=calibration, threshold=threshold, crop=crop, solver=solver)

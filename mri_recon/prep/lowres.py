@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, get_xp, is_gpu_array, resolve_device, to_device, to_host
+from ..arrays.backend import Device, get_xp, resolve_device_like, to_device, to_host
 from ..checks.grid import centre_phase
 from ..checks.scaling import rescale, unit_scale
 from ..checks.validation import validate_matrix
@@ -48,12 +48,6 @@ def _window(radius_k: Any, radius: float, flat: float) -> Any:
     xp = get_xp(radius_k)
     t = xp.clip((radius_k - flat) / max(radius - flat, 1e-12), 0.0, 1.0)
     return (xp.cos(0.5 * np.pi * t) ** 2).astype(xp.float32)
-
-
-def _device(device: str | int | Device | None, like: Any) -> Device:
-    if (device is None or device == "auto") and is_gpu_array(like):
-        return resolve_device(int(like.device.id))
-    return resolve_device(device)
 
 
 def coarse_grid(matrix: Sequence[int], radius: float) -> tuple[int, ...]:
@@ -126,7 +120,7 @@ def _centre_adjoint(kspace: Any, trajectory: Any, grid: tuple[int, ...], radius:
     if any(2 * radius > n for n in grid):
         raise InvalidDataError(f"lowres_images: radius {radius:g} exceeds the Nyquist extent of the grid "
                                f"{list(grid)}")
-    dev = _device(device, kspace)
+    dev = resolve_device_like(device, kspace)
     with dev.use():
         xp = dev.xp
         data = to_device(kspace, dev)

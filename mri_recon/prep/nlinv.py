@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, cpu_threads, get_xp, is_gpu_array, resolve_device, to_device
+from ..arrays.backend import Device, cpu_threads, get_xp, resolve_device_like, to_device
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
 from ..operators.normal.toeplitz import kernel_spectrum, toeplitz_apply
@@ -210,8 +210,7 @@ def nlinv(
         spectrum = toeplitz_spectrum(trajectory, matrix, device)
     if adjoint is None:
         adjoint = coil_adjoint(kspace, trajectory, matrix, device)
-    dev = resolve_device(int(kspace.device.id)) if device in (None, "auto") and is_gpu_array(kspace) else \
-        resolve_device(device)
+    dev = resolve_device_like(device, kspace)
     spectrum, adjoint = to_device(spectrum, dev), to_device(adjoint, dev)
     model = NlinvModel(spectrum, matrix, adjoint.shape[0])
     data, scale = scaled_adjoint(adjoint)

@@ -17,7 +17,7 @@ import functools
 import importlib
 from typing import Any
 
-from ...arrays.backend import Device, is_gpu_array, resolve_device
+from ...arrays.backend import Device, resolve_device_like
 from ...errors import InvalidDataError, listed
 from .encoding import Encoding
 
@@ -105,11 +105,7 @@ def choose_engine(device: str | int | Device | None = "auto", method: str = "aut
     """
     if method not in methods():
         raise InvalidDataError(f"unknown method {method!r}: expected {listed(methods(), quote=True)}")
-    auto = device is None or (isinstance(device, str) and device == "auto")
-    if auto and is_gpu_array(like):
-        dev = resolve_device(int(like.device.id))
-    else:
-        dev = resolve_device(device)
+    dev = resolve_device_like(device, like)
     kind = "gpu" if dev.is_gpu else "cpu"
     if method != "auto" or problem is None:
         return dev, engine(method, kind)

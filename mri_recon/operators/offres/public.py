@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...arrays.backend import Device, is_gpu_array, resolve_device, to_device
+from ...arrays.backend import Device, resolve_device_like, to_device
 from ...checks.validation import check_any_array, check_trajectory, validate_matrix
 from ...errors import SchemaError
 from ..public import returned_like
@@ -25,11 +25,6 @@ def _offres_arrays(name: str, field_map: Any, times: Any, matrix: tuple[int, ...
     if t.shape[0] != n_samples:
         raise SchemaError(f"{name}: times has {t.shape[0]} samples but the data have {n_samples}")
     return f, t
-
-
-def _device(device: str | int | Device | None, like: Any) -> Device:
-    auto = device is None or device == "auto"
-    return resolve_device(int(like.device.id)) if auto and is_gpu_array(like) else resolve_device(device)
 
 
 def fhd_offres(kspace: Any, trajectory: Any, matrix: Sequence[int], field_map: Any, times: Any, *,
@@ -62,7 +57,7 @@ def fhd_offres(kspace: Any, trajectory: Any, matrix: Sequence[int], field_map: A
     data = data[None, :] if single else data
     traj = check_trajectory("fhd_offres", trajectory, matrix, data.shape[1])
     f, t = _offres_arrays("fhd_offres", field_map, times, matrix, data.shape[1])
-    dev = _device(device, kspace)
+    dev = resolve_device_like(device, kspace)
     with dev.use():
         op = OffresEncoding(*(to_device(a, dev) for a in (traj, f, t)), batch=data.shape[0])
         out = returned_like(op.H(to_device(data, dev)), kspace)
@@ -85,7 +80,7 @@ def forward_offres(image: Any, trajectory: Any, field_map: Any, times: Any, *,
                           f"{tuple(x.shape[1:])}")
     traj = check_trajectory("forward_offres", trajectory, matrix)
     f, t = _offres_arrays("forward_offres", field_map, times, matrix, traj.shape[0])
-    dev = _device(device, image)
+    dev = resolve_device_like(device, image)
     with dev.use():
         op = OffresEncoding(*(to_device(a, dev) for a in (traj, f, t)), batch=x.shape[0])
         out = returned_like(op(to_device(x, dev)), image)

@@ -357,6 +357,28 @@ def test_a_quiet_cpu_reconstruction_loads_neither_the_gpu_nor_the_bar_nor_the_cl
     assert done.stdout.splitlines()[-1] == "[]" and out.exists()
 
 
+def test_auto_without_the_driver_is_the_cpu_and_leaves_cupy_unimported(monkeypatch):
+    """Where the driver's library cannot be loaded no GPU can be used, so ``"auto"`` answers the CPU without
+    asking CuPy (whose import alone costs a CPU process a few tenths of a second)."""
+    from mri_recon.arrays import backend
+
+    def no_library(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    def no_cupy():
+        raise AssertionError("CuPy was asked for")
+
+    monkeypatch.setattr(backend.sys, "platform", "linux")
+    monkeypatch.setattr(backend.ctypes, "CDLL", no_library)
+    monkeypatch.setattr(backend, "cupy_module", no_cupy)
+    backend.gpu_count.cache_clear()
+    try:
+        assert not backend.driver_loadable()
+        assert backend.resolve_device("auto") == backend.CPU
+    finally:
+        backend.gpu_count.cache_clear()
+
+
 def test_one_scan_into_an_existing_folder_as_a_batch_names_it(small_scan, tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()

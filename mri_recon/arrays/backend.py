@@ -8,6 +8,7 @@ Everything else asks an array for its module with :func:`get_xp` and moves data 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import resource
@@ -247,10 +248,23 @@ def _loaded_cupy():
     return sys.modules.get("cupy")
 
 
+def driver_loadable() -> bool:
+    """False where the NVIDIA driver's library cannot be loaded (Linux: ``libcuda.so.1``), so that no CUDA GPU
+    can be used: CuPy loads the same library. Asked before CuPy is imported, so that ``device="auto"`` on a
+    machine with CuPy installed and no driver does not pay for CuPy's import. True elsewhere (CuPy decides)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_count() -> int:
-    """Number of usable CUDA GPUs (0 without CuPy, driver or GPU)."""
-    cupy = cupy_module()
+    """Number of usable CUDA GPUs (0 without the driver, CuPy or a GPU)."""
+    cupy = cupy_module() if driver_loadable() else None
     if cupy is None:
         return 0
     try:

@@ -226,28 +226,29 @@ def run(scan: Scan | TimeSeries, options: stages.Options, planned: tuple[Device,
     if planned is None and isinstance(scan, TimeSeries):
         planned = plan_series(scan, options.device, options.method, options.iterations,
                               series_splits(scan, options.settings))
-    state = stages.plan(scan, options, plan_reconstruction, planned)
-    clock, filter_sigma = state.clock, options.filter_sigma
-    if prepared_s is not None:
-        clock.record("prepare", prepared_s)
-    with stages.held(state):
+    run_plan = stages.plan(scan, options, plan_reconstruction, planned)
+    with stages.held(options, run_plan) as context:
+        clock = context.clock
+        if prepared_s is not None:
+            clock.record("prepare", prepared_s)
         with clock.stage("upload"):
-            stages.upload(options, state)
+            uploaded = stages.upload(options, run_plan)
+        maps = uploaded.maps
         if options.maps.method is not None:
             with clock.stage("coil_maps"):
-                stages.coil_maps(options, state)
-        stages.scale_maps(options, state)
-        stages.encoding(options, state)
+                maps = stages.coil_maps(options, run_plan, uploaded.data)
+        maps = stages.scale_maps(options, run_plan, maps)
+        encoded = stages.encoding(options, run_plan, uploaded.data, context.stack)
         with clock.stage("fhd"):
-            stages.right_hand_side(options, state)
+            rhs = stages.right_hand_side(options, run_plan, uploaded, maps, encoded)
         with clock.stage("psf"):
-            stages.normal_operator(options, state)
+            normals = stages.normal_operator(options, run_plan, uploaded, maps, encoded, rhs.peaks)
         with clock.stage("iterations"):
-            stages.solve(options, state)
-            stages.combine(options, state)
-        if filter_sigma is not None:
+            solution = stages.solve(options, run_plan, clock, uploaded, maps, encoded, rhs, normals)
+            image = stages.combine(options, run_plan, solution.x, uploaded.data_scale, maps.scale)
+        if options.filter_sigma is not None:
             with clock.stage("filter"):
-                stages.post_filter(options, state)
+                image = stages.post_filter(options, run_plan, image)
         with clock.stage("download"):
-            stages.download(options, state)
-    return stages.result(options, state)
+            host = stages.download(image)
+    return stages.result(options, run_plan, clock.timings, encoded, normals, solution, host)

@@ -13,7 +13,7 @@ from ..operators import arith, reads
 from ..prep.maps_stage import unit_basis
 from ..result import FrameAxis, Result
 from .options import Options
-from .state import State
+from .state import Encoded, FrameNormal, Planned, Solution
 
 
 def _combined(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
@@ -36,73 +36,64 @@ def _combined(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
     return x, scale
 
 
-def combine(options: Options, state: State) -> None:
-    """The image (SENSE, root-sum-of-squares or the one coil) back in the data's units (powers of two: exact);
-    refuse an image beyond float32's range."""
-    image, combine_scale = _combined(state.x, state.combine, options.maps.basis if not state.sense else None)
-    image = arith.rescale(image, state.data_scale * combine_scale / state.maps_scale)
+def combine(options: Options, planned: Planned, x: Any, data_scale: float, maps_scale: float) -> Any:
+    """The image (SENSE, root-sum-of-squares or the one coil) from the solution ``x``, back in the data's units
+    (powers of two: exact); refuse an image beyond float32's range."""
+    image, combine_scale = _combined(x, planned.combine, options.maps.basis if not planned.sense else None)
+    image = arith.rescale(image, data_scale * combine_scale / maps_scale)
     if not reads.all_finite(image):
-        raise InvalidDataError(f"{state.scan.source}: the image exceeds the float32 range (the k-space is near "
+        raise InvalidDataError(f"{planned.scan.source}: the image exceeds the float32 range (the k-space is near "
                                f"float32's largest values and the coil maps are small); scale the data down")
-    state.image = image
+    return image
 
 
-def post_filter(options: Options, state: State) -> None:
+def post_filter(options: Options, planned: Planned, image: Any) -> Any:
     """The Gaussian post-filter of width ``filter_sigma`` voxels (:func:`mri_recon.filters.smooth`)."""
     from ..filters import smooth  # noqa: PLC0415 - loaded on use
 
-    if state.series is None:
-        state.image = smooth(state.image, options.filter_sigma, device=state.device)
-        return
-    frames = [smooth(frame, options.filter_sigma, device=state.device) for frame in state.image]
-    state.image = get_xp(state.image).stack(frames)
+    if planned.series is None:
+        return smooth(image, options.filter_sigma, device=planned.device)
+    frames = [smooth(frame, options.filter_sigma, device=planned.device) for frame in image]
+    return get_xp(image).stack(frames)
 
 
-def download(options: Options, state: State) -> None:
+def download(image: Any) -> np.ndarray:
     """The image to the host, once."""
-    state.host = np.ascontiguousarray(to_host(state.image), dtype=np.complex64)
+    return np.ascontiguousarray(to_host(image), dtype=np.complex64)
 
 
-def _lam_abs(options: Options, state: State) -> float:
-    """``lam`` in the data's units: Tikhonov's weight, or for a sparse regularizer ``max |A^H W d|`` times
-    ``lam``."""
-    if "lam_abs" in state.extra:  # the sparse solvers' weight, relative to max |A^H W d|
-        return state.extra.pop("lam_abs") * (state.weight_scale * state.maps_scale * state.data_scale)
-    return options.lam * max(state.peaks) * state.weight_scale * state.maps_scale ** 2
-
-
-def _psf_word(options: Options, state: State) -> str:
+def _psf_word(options: Options, normals: tuple[FrameNormal, ...]) -> str:
     """Where the PSF came from (each frame's, where they differ)."""
-    words = dict.fromkeys(n.cache_state for n in state.normals if n.cache_state)
+    words = dict.fromkeys(n.cache_state for n in normals if n.cache_state)
     if words:
         return "/".join(words)
     return ("given" if options.psf is not None else
             "computed (disk cache not used by the GPU NUFFT)" if options.psf_cache is not None else "computed")
 
 
-def _frames(state: State) -> FrameAxis | None:
-    series = state.series
+def _frames(planned: Planned) -> FrameAxis | None:
+    series = planned.series
     if series is None:
         return None
     return FrameAxis(labels=series.labels, axis=series.axis, duration_s=series.frame_duration_s,
                      dropped_readouts=series.dropped_readouts)
 
 
-def result(options: Options, state: State) -> Result:
-    """The :class:`~mri_recon.result.Result`: the image (a time series' frames first), residuals or objective,
-    timings and the settings used (``lam_abs`` in the data's units)."""
-    scan, iterated = state.scan, bool(options.sparse or options.temporal.joint)
-    lam_abs = _lam_abs(options, state)
+def result(options: Options, planned: Planned, timings: dict[str, float], encoded: tuple[Encoded, ...],
+           normals: tuple[FrameNormal, ...], solution: Solution, image: np.ndarray) -> Result:
+    """The :class:`~mri_recon.result.Result`: the image on the host (a time series' frames first), residuals or
+    objective, ``timings`` and the settings used (``lam_abs`` in the data's units)."""
+    scan, iterated = planned.scan, bool(options.sparse or options.temporal.joint)
     sigma = None if options.filter_sigma is None else float(options.filter_sigma)
     parameters = {"iterations": int(options.iterations), "tol": float(options.tol), "lam": float(options.lam),
-                  "lam_abs": lam_abs, "filter_sigma": sigma, "method": state.encoded[0].encoding.name,
-                  "weights": "scan" if scan.weights is not None else "ones", "psf": _psf_word(options, state),
-                  "coil_batch": int(state.budget.coil_batch),
-                  "coil_maps": options.maps.method or ("scan" if state.sense else "none"),
-                  "field_map_correction": (state.offres.label if state.offres
+                  "lam_abs": solution.lam_abs, "filter_sigma": sigma, "method": encoded[0].encoding.name,
+                  "weights": "scan" if scan.weights is not None else "ones", "psf": _psf_word(options, normals),
+                  "coil_batch": int(planned.budget.coil_batch),
+                  "coil_maps": options.maps.method or ("scan" if planned.sense else "none"),
+                  "field_map_correction": (planned.offres.label if planned.offres
                                            else scan.attrs.get("field_map_correction", "none")),
-                  **({"temporal": options.temporal.name} if state.series is not None else {}), **state.extra}
-    return Result(image=state.host, residuals=state.residuals,
-                  iterations=options.iterations if iterated else len(state.residuals) - 1,
-                  timings=dict(state.clock.timings), device=str(state.device), parameters=parameters,
-                  combine=state.combine, frames=_frames(state))
+                  **({"temporal": options.temporal.name} if planned.series is not None else {}), **solution.extra}
+    return Result(image=image, residuals=solution.residuals,
+                  iterations=options.iterations if iterated else len(solution.residuals) - 1,
+                  timings=dict(timings), device=str(planned.device), parameters=parameters,
+                  combine=planned.combine, frames=_frames(planned))

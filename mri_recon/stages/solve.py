@@ -3,11 +3,13 @@ series together when a temporal term joins them (:mod:`mri_recon.solvers.tempora
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..arrays.backend import get_xp
+from ..progress import Clock
 from ..settings import solver_options
 from ..solvers.cg import cg
 from ..solvers.registry import solver
@@ -15,23 +17,55 @@ from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import solve_regularized
 from ..solvers.temporal import BatchedSeriesNormal, Term
 from .options import Options
-from .state import State
+from .state import Encoded, FrameData, FrameNormal, Maps, Planned, RightHandSide, Solution, Uploaded
 
 
-def solve(options: Options, state: State) -> None:
-    """Solve for the image (or the frames): jointly with a temporal term, else frame by frame."""
+def solve(options: Options, planned: Planned, clock: Clock, uploaded: Uploaded, maps: Maps,
+          encoded: tuple[Encoded, ...], rhs: RightHandSide, normals: tuple[FrameNormal, ...]) -> Solution:
+    """Solve for the image (or the frames): jointly with a temporal term, else frame by frame; and the weight
+    solved with in the data's units."""
+    problem = _Problem(planned, uploaded.data, maps.array, encoded, rhs, normals)
     if options.temporal.joint:
-        state.x, state.residuals, state.extra = _solve_joint(options, state)
-        return
-    solved = [_solve_frame(options, state, t) for t in range(len(state.data))]
-    if state.series is None:
-        state.x, state.residuals, state.extra = solved[0]
-        return
-    state.x = get_xp(state.rhs).stack([x for x, _, _ in solved])
-    state.residuals = _worst([residuals for _, residuals, _ in solved])
-    state.extra = dict(solved[0][2])
-    if "lam_abs" in state.extra:
-        state.extra["lam_abs"] = max(extra["lam_abs"] for _, _, extra in solved)
+        x, residuals, extra = _solve_joint(options, problem, clock)
+    else:
+        x, residuals, extra = _solve_frames(options, problem, clock)
+    lam_abs = extra.pop("lam_abs", None)
+    return Solution(x, residuals, extra, _lam_abs(options, lam_abs, uploaded, maps, rhs.peaks))
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """What the solvers read: the plan, and per frame the data, encoding, normal operator and right-hand side."""
+
+    planned: Planned
+    data: tuple[FrameData, ...]
+    maps: Any
+    encoded: tuple[Encoded, ...]
+    rhs: RightHandSide
+    normals: tuple[FrameNormal, ...]
+
+
+def _lam_abs(options: Options, lam_abs: float | None, uploaded: Uploaded, maps: Maps,
+             peaks: tuple[float, ...]) -> float:
+    """``lam`` in the data's units: Tikhonov's weight, or for a sparse regularizer (``lam_abs``, its solver's
+    weight relative to ``max |A^H W d|`` in scaled units) ``max |A^H W d|`` times ``lam``."""
+    if lam_abs is not None:
+        return lam_abs * (uploaded.weight_scale * maps.scale * uploaded.data_scale)
+    return options.lam * max(peaks) * uploaded.weight_scale * maps.scale ** 2
+
+
+def _solve_frames(options: Options, problem: _Problem, clock: Clock) -> tuple[Any, Any, dict[str, Any]]:
+    """Each frame as a single image; a time series' frames stacked, their worst residuals, the largest
+    ``lam_abs``."""
+    solved = [_solve_frame(options, problem, clock, t) for t in range(len(problem.data))]
+    if problem.planned.series is None:
+        x, residuals, extra = solved[0]
+        return x, residuals, dict(extra)
+    x = get_xp(problem.rhs.b).stack([x for x, _, _ in solved])
+    extra = dict(solved[0][2])
+    if "lam_abs" in extra:
+        extra["lam_abs"] = max(extra["lam_abs"] for _, _, extra in solved)
+    return x, _worst([residuals for _, residuals, _ in solved]), extra
 
 
 def _worst(histories: list[tuple[float, ...]]) -> tuple[float, ...]:
@@ -41,31 +75,31 @@ def _worst(histories: list[tuple[float, ...]]) -> tuple[float, ...]:
     return tuple(float(v) for v in padded.max(axis=0))
 
 
-def _solve_frame(options: Options, state: State, t: int) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+def _solve_frame(options: Options, problem: _Problem, clock: Clock,
+                 t: int) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
     """Frame ``t`` as a single image: CG on its normal operator (l2), or ADMM / FISTA for a sparse regularizer
     on the engine's Toeplitz operators."""
-    callback = state.clock.callback() if len(state.data) == 1 else None
-    rhs = state.rhs if state.series is None else state.rhs[t]
-    normal = state.normals[t]
+    planned, maps, peak = problem.planned, problem.maps, problem.rhs.peaks[t]
+    callback = clock.callback() if len(problem.data) == 1 else None
+    rhs = problem.rhs.b if planned.series is None else problem.rhs.b[t]
+    normal, encoding, batch = problem.normals[t], problem.encoded[t].encoding, planned.budget.coil_batch
     if options.sparse:
-        encoding, spectrum, maps, batch = state.encoded[t].encoding, normal.spectrum, state.maps, \
-            state.budget.coil_batch
+        spectrum = normal.spectrum
         return solve_regularized(
-            spectrum, maps, rhs, options.lam, state.peaks[t], state.energies[t], options.iterations, batch, callback,
+            spectrum, maps, rhs, options.lam, peak, problem.rhs.energies[t], options.iterations, batch, callback,
             normal=lambda lam: encoding.toeplitz_normal(spectrum, maps, lam, batch), **options.sparse,
             **solver_options(options.settings))
-    operator = normal.operator or state.encoded[t].encoding.normal(
-        state.data[t].w, state.maps, options.lam * state.peaks[t], coil_batch=state.budget.coil_batch,
-        spectrum=normal.spectrum)
+    operator = normal.operator or encoding.normal(problem.data[t].w, maps, options.lam * peak, coil_batch=batch,
+                                                  spectrum=normal.spectrum)
     x, residuals = cg(operator, rhs, max_iterations=options.iterations, tolerance=options.tol,
                       callback=callback, **solver_options(options.settings))
     return x, residuals, {"regularizer": options.regularizer,
                           "solver": find_regularizer(options.regularizer).default_solver}
 
 
-def _terms(options: Options, state: State, scale_b: float) -> list[Term]:
+def _terms(options: Options, problem: _Problem, scale_b: float) -> list[Term]:
     """The temporal term and, for a sparse regularizer, the spatial one, with absolute weights."""
-    shape, ndim = tuple(state.rhs.shape), len(state.scan.matrix)
+    shape, ndim = tuple(problem.rhs.b.shape), len(problem.planned.scan.matrix)
     terms = [Term(options.temporal.sparsity(shape), options.temporal_lam * scale_b, options.temporal.norm_squared)]
     spatial = find_regularizer(options.regularizer)
     if spatial.sparse:
@@ -74,29 +108,30 @@ def _terms(options: Options, state: State, scale_b: float) -> list[Term]:
     return terms
 
 
-def _normals(options: Options, state: State, tikhonov: float) -> Any:
+def _normals(problem: _Problem, tikhonov: float) -> Any:
     """The frames' normal operators: on a GPU all frames in one
     :class:`~mri_recon.solvers.temporal.BatchedSeriesNormal` (a few launches per product whatever the number of
     frames), else each frame's engine Toeplitz operator."""
-    if state.device.is_gpu:
-        xp = get_xp(state.rhs)
-        return BatchedSeriesNormal(xp.stack([n.spectrum for n in state.normals]), state.maps, tikhonov)
-    return [e.encoding.normal(d.w, state.maps, tikhonov, coil_batch=state.budget.coil_batch, spectrum=n.spectrum)
-            for d, e, n in zip(state.data, state.encoded, state.normals)]
+    if problem.planned.device.is_gpu:
+        xp = get_xp(problem.rhs.b)
+        return BatchedSeriesNormal(xp.stack([n.spectrum for n in problem.normals]), problem.maps, tikhonov)
+    batch = problem.planned.budget.coil_batch
+    return [e.encoding.normal(d.w, problem.maps, tikhonov, coil_batch=batch, spectrum=n.spectrum)
+            for d, e, n in zip(problem.data, problem.encoded, problem.normals)]
 
 
-def _solve_joint(options: Options, state: State) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+def _solve_joint(options: Options, problem: _Problem, clock: Clock) -> tuple[Any, Any, dict[str, Any]]:
     """Every frame in one problem: ``lam_t`` and a sparse ``lam`` relative to ``max |A^H W d|`` over all frames,
     Tikhonov's (l2) and ``rho`` relative to the largest peak of the frames' normal operators."""
-    xp, settings = get_xp(state.rhs), options.joint
-    scale_b, peak = float(xp.abs(state.rhs).max()), max(state.peaks)
+    b, xp, settings = problem.rhs.b, get_xp(problem.rhs.b), options.joint
+    scale_b, peak = float(xp.abs(b).max()), max(problem.rhs.peaks)
     sparse = find_regularizer(options.regularizer).sparse
-    normals = _normals(options, state, 0.0 if sparse else options.lam * peak)
-    terms, energy = _terms(options, state, scale_b), sum(state.energies)
-    common = {"iterations": options.iterations, "data_energy": energy, "callback": state.clock.callback(),
+    normals = _normals(problem, 0.0 if sparse else options.lam * peak)
+    terms, energy = _terms(options, problem, scale_b), sum(problem.rhs.energies)
+    common = {"iterations": options.iterations, "data_energy": energy, "callback": clock.callback(),
               **solver_options(options.settings)}
     rho = None if settings["rho"] is None else settings["rho"] * peak
-    x, history = solver(settings["solver"]).joint(normals, state.rhs, terms, rho=rho,
+    x, history = solver(settings["solver"]).joint(normals, b, terms, rho=rho,
                                                   inner_iterations=settings["inner_iterations"], **common)
     extra = {"regularizer": options.regularizer, "temporal": options.temporal.name,
              "temporal_lam": options.temporal_lam, "objective": float(history[-1]),

@@ -1,5 +1,7 @@
-"""What a reconstruction holds between its stages (:class:`State`), and its first stages: the plan (device,
-engine, memory, off-resonance choice, scaled weights) and the upload."""
+"""What a reconstruction passes from stage to stage, frozen records each made by one stage (:class:`Planned`,
+:class:`Uploaded`, :class:`Maps`, ...; per frame :class:`FrameData`, :class:`Encoded`, :class:`FrameNormal`), the
+run's resources (:class:`Context`), and its first stages: the plan (device, engine, memory, off-resonance
+choice) and the upload (the scales, the scaled weights)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,13 +85,10 @@ class FrameNormal:
     cache_state: str | None = None
 
 
-@dataclass
-class State:
-    """One reconstruction between its stages: the plan, the scales and what each stage made, per frame.
-
-    The problem is solved in scaled units: ``kspace / data_scale``, weights divided by ``weight_scale`` and
-    ``maps / maps_scale``, all powers of two shared by every frame, so the result does not depend on the data's
-    scale (see :mod:`mri_recon.pipeline`)."""
+@dataclass(frozen=True)
+class Planned:
+    """What a reconstruction is (the plan stage's record): its frames, how the image is formed, the device, the
+    engine, the memory plan and the off-resonance correction."""
 
     scan: Scan
     """The scan, or a time series' first frame with the series' maps (its settings and messages)."""
@@ -104,32 +103,74 @@ class State:
     engine: type[Encoding]
     budget: Plan
     offres: OffresCorrection | None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a run holds rather than computes (:func:`held`): the clock that times its stages, and the exit
+    stack that releases the GPU's lock, the current device and the host threads the stages start, at its end."""
+
     clock: Clock
-    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-    data: tuple[FrameData, ...] = ()
-    weight_scale: float = 1.0
-    data_scale: float = 1.0
-    maps: Any = None
-    maps_scale: float = 1.0
+    stack: contextlib.ExitStack
+
+
+@dataclass(frozen=True)
+class Maps:
+    """The coil maps solved with, and their scales (the coil-map stages' record; ``array`` None: one image per
+    coil)."""
+
+    array: Any = None
+    """The maps on the device, ``(C, *matrix)``: the maps divided by ``scale`` once scaled."""
+    scale: float = 1.0
     """The maps solved with are the maps divided by this power of two."""
-    maps_peak: float = 1.0
+    peak: float = 1.0
     """``max_n sqrt(sum_c |S_c(n)|^2)`` of the maps solved with (1 without maps); of the scan's maps as given
     until :func:`~mri_recon.stages.work.scale_maps`."""
     basis_scale: float = 1.0
     """Estimated maps in the receiver's basis: the maps are those returned divided by this."""
-    encoded: tuple[Encoded, ...] = ()
-    rhs: Any = None
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """The data on the device in scaled units (the upload stage's record).
+
+    The problem is solved in scaled units: ``kspace / data_scale``, weights divided by ``weight_scale`` and
+    maps divided by :attr:`Maps.scale`, all powers of two shared by every frame, so the result does not depend
+    on the data's scale (see :mod:`mri_recon.pipeline`)."""
+
+    data: tuple[FrameData, ...]
+    """One record per frame (a single scan is one frame)."""
+    data_scale: float
+    weight_scale: float
+    maps: Maps
+    """The scan's (series') maps as given, their peak read with the scales; none when the maps are estimated or
+    absent."""
+
+
+@dataclass(frozen=True)
+class RightHandSide:
+    """The right-hand side and what the solvers' weights are relative to (the right-hand-side stage's record)."""
+
+    b: Any
     """``A^H W d``: the image's, or ``(T, *matrix)`` for a time series."""
-    energies: tuple[float, ...] = ()
-    """Each frame's ``d^H W d`` (the sparse and joint solvers' objective)."""
-    peaks: tuple[float, ...] = ()
+    energies: tuple[float, ...]
+    """Each frame's ``d^H W d`` (the sparse and joint solvers' objective; 0 where unused)."""
+    peaks: tuple[float, ...]
     """Each frame's largest diagonal entry of its normal operator, ``max_n sum_c |S_c(n)|^2 * sum(w)``."""
-    normals: tuple[FrameNormal, ...] = ()
-    x: Any = None
-    residuals: Any = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    image: Any = None
-    host: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What the solve found (the solve stage's record), in scaled units but for ``lam_abs``."""
+
+    x: Any
+    """The solution: the image, per-coil images, or a time series' frames first."""
+    residuals: Any
+    """CG's relative residuals, or a sparse or joint solver's objective, per iteration."""
+    extra: dict[str, Any]
+    """The solver's words for the result's parameters (regularizer, solver, ...)."""
+    lam_abs: float
+    """The weight solved with, in the data's units: Tikhonov's, or a sparse regularizer's."""
 
 
 def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict]]:
@@ -163,7 +204,7 @@ def sources(source: Scan | TimeSeries) -> tuple[Scan, tuple[Scan, ...], TimeSeri
 
 
 def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
-         planned: tuple[Device, type[Encoding], Plan] | None = None) -> State:
+         planned: tuple[Device, type[Encoding], Plan] | None = None) -> Planned:
     """Plan: the device, the engine, the memory (``planned``, or ``planner``'s: refuse or batch coils), the
     off-resonance correction; start building this run's CUDA modules on threads."""
     scan, frames, series = sources(source)
@@ -180,20 +221,20 @@ def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
         prefetch([*run_kernels(engine, len(scan.matrix), budget.coil_batch),
                   *(offres.kernel_configs(sense) if offres is not None else ())], dev)
-    clock = Clock(dev, progress_callback(options.progress), options.iterations)
-    return State(scan, frames, series, sense, combine, dev, engine, budget, offres, clock)
+    return Planned(scan, frames, series, sense, combine, dev, engine, budget, offres)
 
 
 @contextlib.contextmanager
-def held(state: State) -> Iterator[State]:
+def held(options: Options, planned: Planned) -> Iterator[Context]:
     """The device for the run: on a GPU its lock (one reconstruction at a time per GPU and process: they share
-    plans and work buffers), the device made current; and the host thread of the PSF lookup, joined at the
-    end."""
-    with state.stack:
-        if state.device.is_gpu:
-            state.stack.enter_context(gpu_lock(state.device.index))
-        state.stack.enter_context(state.device.use())
-        yield state
+    plans and work buffers), the device made current; the run's clock; and the host thread of the PSF lookup,
+    joined at the end."""
+    clock = Clock(planned.device, progress_callback(options.progress), options.iterations)
+    with contextlib.ExitStack() as stack:
+        if planned.device.is_gpu:
+            stack.enter_context(gpu_lock(planned.device.index))
+        stack.enter_context(planned.device.use())
+        yield Context(clock, stack)
 
 
 def _read(queue: list[tuple[str, Any]]) -> list[float]:
@@ -208,33 +249,35 @@ def _read(queue: list[tuple[str, Any]]) -> list[float]:
     return values
 
 
-def _scales(state: State, kspaces: list[Any]) -> list[tuple[np.ndarray, float]]:
-    """The data's scale and the weights' (largest over every frame), the peak of the scan's maps, read
-    together; each frame's weights divided by theirs (ones without) and their sum."""
-    weighted = [f for f in state.frames if f.weights is not None]
+def _scales(frames: tuple[Scan, ...], kspaces: list[Any], maps: Any) -> tuple[float, float, float, list[Any]]:
+    """The data's scale and the weights' (largest over every frame) and the peak of the scan's ``maps`` (1
+    without), read together; each frame's weights divided by theirs (ones without) and their sum."""
+    weighted = [f for f in frames if f.weights is not None]
     queue = [("largest", k) for k in kspaces] + [(kind, f.weights) for f in weighted for kind in ("largest", "total")]
-    values = _read(queue + ([("rss_peak", state.maps)] if state.maps is not None else []))
-    state.data_scale = power_of_two(max(values[:len(kspaces)]))
-    if state.maps is not None:
-        state.maps_peak = values[-1]
+    values = _read(queue + ([("rss_peak", maps)] if maps is not None else []))
+    data_scale = power_of_two(max(values[:len(kspaces)]))
+    maps_peak = values[-1] if maps is not None else 1.0
+    weight_scale = 1.0
     if weighted:  # > 0 (a Scan refuses all-zero and negative weights); by a power of two: exact, and so the sums
-        state.weight_scale = power_of_two(max(values[len(kspaces):len(queue):2]))
+        weight_scale = power_of_two(max(values[len(kspaces):len(queue):2]))
     totals = iter(values[len(kspaces) + 1:len(queue):2])
-    return [(np.ones(f.n_samples, dtype=np.float32), float(f.n_samples)) if f.weights is None else
-            (scaled(f.weights, 1.0 / state.weight_scale), next(totals) / state.weight_scale) for f in state.frames]
+    weights = [(np.ones(f.n_samples, dtype=np.float32), float(f.n_samples)) if f.weights is None else
+               (scaled(f.weights, 1.0 / weight_scale), next(totals) / weight_scale) for f in frames]
+    return data_scale, weight_scale, maps_peak, weights
 
 
-def upload(options: Options, state: State) -> None:
+def upload(options: Options, planned: Planned) -> Uploaded:
     """Upload each frame's k-space and trajectory and the scan's (series') maps once; the scales of the data and
     the weights and the peak of the maps, read together (:class:`~mri_recon.operators.reads.Scalars`); the
     weights divided by theirs, uploaded; the field map."""
-    dev = state.device
-    kspaces = [to_device(f.kspace, dev) for f in state.frames]
-    trajectories = [to_device(f.trajectory, dev) for f in state.frames]
-    given = state.scan.coil_maps if state.sense and options.maps.method is None else None
-    state.maps = None if given is None else to_device(given, dev)
-    weights = _scales(state, kspaces)
-    state.data = tuple(FrameData(f, k, t, to_device(w, dev), w, total)
-                       for f, k, t, (w, total) in zip(state.frames, kspaces, trajectories, weights))
-    if state.offres is not None:
-        state.offres.upload(dev)
+    dev, frames = planned.device, planned.frames
+    kspaces = [to_device(f.kspace, dev) for f in frames]
+    trajectories = [to_device(f.trajectory, dev) for f in frames]
+    given = planned.scan.coil_maps if planned.sense and options.maps.method is None else None
+    maps = None if given is None else to_device(given, dev)
+    data_scale, weight_scale, maps_peak, weights = _scales(frames, kspaces, maps)
+    data = tuple(FrameData(f, k, t, to_device(w, dev), w, total)
+                 for f, k, t, (w, total) in zip(frames, kspaces, trajectories, weights))
+    if planned.offres is not None:
+        planned.offres.upload(dev)
+    return Uploaded(data, data_scale, weight_scale, Maps(maps, peak=maps_peak))

@@ -4,11 +4,12 @@ operator (the PSF from the caller, the memo, the disk cache or computed) and the
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import get_xp, to_device, to_host
+from ..arrays.backend import Device, get_xp, to_device, to_host
 from ..checks.scaling import power_of_two
 from ..errors import InvalidDataError, SchemaError
 from ..io.cache import PsfCache, psf_key
@@ -20,37 +21,37 @@ from ..operators.normal.toeplitz import kernel_spectrum
 from ..operators.reads import rss_peak
 from ..solvers.sparse import data_energy
 from .options import Options
-from .state import Encoded, FrameData, FrameNormal, State
+from .state import Encoded, FrameData, FrameNormal, Maps, Planned, RightHandSide, Uploaded
 
 
-def coil_maps(options: Options, state: State) -> None:
+def coil_maps(options: Options, planned: Planned, data: tuple[FrameData, ...]) -> Maps:
     """Estimate the coil maps from the uploaded k-space centre (the preparation's coil-map stage): one scan's
     with its weights, or a time series' time-averaged data (every frame's samples, unweighted)."""
-    if state.series is None:
-        frame = state.data[0]
+    if planned.series is None:
+        frame = data[0]
         weights, kspace, trajectory = (frame.w if frame.scan.weights is not None else None), frame.kspace, \
             frame.trajectory
     else:
-        xp = get_xp(state.data[0].kspace)
+        xp = get_xp(data[0].kspace)
         weights = None
-        kspace = xp.concatenate([d.kspace for d in state.data], axis=1)
-        trajectory = xp.concatenate([d.trajectory for d in state.data])
-    state.maps, state.basis_scale = options.maps.run(kspace, trajectory, state.scan.matrix, weights, state.device)
+        kspace = xp.concatenate([d.kspace for d in data], axis=1)
+        trajectory = xp.concatenate([d.trajectory for d in data])
+    maps, basis_scale = options.maps.run(kspace, trajectory, planned.scan.matrix, weights, planned.device)
+    return Maps(maps, basis_scale=basis_scale)
 
 
-def scale_maps(options: Options, state: State) -> None:
-    """Divide the maps by a power of two near their largest root-sum-of-squares (refuse maps zero everywhere):
+def scale_maps(options: Options, planned: Planned, maps: Maps) -> Maps:
+    """The maps divided by a power of two near their largest root-sum-of-squares (refuse maps zero everywhere):
     the scan's maps' peak was read with the upload's scales, estimated maps' is read now."""
-    if state.maps is None:
-        return
-    maps_peak = rss_peak(state.maps) if options.maps.method is not None else state.maps_peak
+    if maps.array is None:
+        return maps
+    maps_peak = rss_peak(maps.array) if options.maps.method is not None else maps.peak
     if maps_peak == 0.0:
-        raise InvalidDataError(f"{state.scan.source}: the coil maps are zero everywhere")
+        raise InvalidDataError(f"{planned.scan.source}: the coil maps are zero everywhere")
     unit = power_of_two(maps_peak)
-    if unit != 1.0:
-        state.maps = scaled(state.maps, 1.0 / unit)
-    state.maps_scale = unit / state.basis_scale
-    state.maps_peak = maps_peak / unit  # a power of two: the peak of the scaled maps, without a second pass
+    array = scaled(maps.array, 1.0 / unit) if unit != 1.0 else maps.array
+    # the peak a power of two: the peak of the scaled maps, without a second pass
+    return Maps(array, unit / maps.basis_scale, maps_peak / unit, maps.basis_scale)
 
 
 def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray | None,
@@ -61,27 +62,28 @@ def _lookup_psf(psf_cache: PsfCache, trajectory: np.ndarray, weights: np.ndarray
     return key, psf_cache.load(key, tuple(2 * n for n in matrix))
 
 
-def encoding(options: Options, state: State) -> None:
+def encoding(options: Options, planned: Planned, data: tuple[FrameData, ...],
+             stack: ExitStack) -> tuple[Encoded, ...]:
     """Each frame's encoding operator: the memo's (one scan whose trajectory and weights are bit-identical to
     those still on this GPU) or a new one of the engine, with off-resonance when the scan has a field map; start
-    the PSF cache lookups on a host thread (hashing and reading release the GIL) when the engine's PSF is worth
-    caching."""
-    memo = options.psf is None and state.device.is_gpu and not state.offres and state.engine.memo and \
-        state.series is None
-    cache_used = options.psf_cache is not None and state.engine.caches_psf and state.offres is None and \
+    the PSF cache lookups on a host thread (hashing and reading release the GIL; joined when ``stack`` closes)
+    when the engine's PSF is worth caching."""
+    memo = options.psf is None and planned.device.is_gpu and not planned.offres and planned.engine.memo and \
+        planned.series is None
+    cache_used = options.psf_cache is not None and planned.engine.caches_psf and planned.offres is None and \
         options.psf is None
-    pool = state.stack.enter_context(ThreadPoolExecutor(1)) if cache_used else None
-    state.encoded = tuple(_encoded(options, state, frame, memo, pool) for frame in state.data)
+    pool = stack.enter_context(ThreadPoolExecutor(1)) if cache_used else None
+    return tuple(_encoded(options, planned, frame, memo, pool) for frame in data)
 
 
-def _encoded(options: Options, state: State, frame: FrameData, use_memo: bool,
+def _encoded(options: Options, planned: Planned, frame: FrameData, use_memo: bool,
              pool: ThreadPoolExecutor | None) -> Encoded:
     scan = frame.scan
-    memo = spectrum_memo(state.device) if use_memo else None
-    kept = memo.lookup(state.engine.key, scan.matrix, frame.trajectory, frame.w) if use_memo else None
-    plain = (state.engine(frame.trajectory, scan.matrix, scan.n_coils) if kept is None
+    memo = spectrum_memo(planned.device) if use_memo else None
+    kept = memo.lookup(planned.engine.key, scan.matrix, frame.trajectory, frame.w) if use_memo else None
+    plain = (planned.engine(frame.trajectory, scan.matrix, scan.n_coils) if kept is None
              else kept[0].batched(scan.n_coils))
-    encoding = plain if state.offres is None else state.offres.encoding(plain)
+    encoding = plain if planned.offres is None else planned.offres.encoding(plain)
     lookup = None
     if pool is not None and kept is None and encoding.caches_psf:
         key_weights = frame.weights if scan.weights is not None else None
@@ -89,21 +91,22 @@ def _encoded(options: Options, state: State, frame: FrameData, use_memo: bool,
     return Encoded(encoding, kept, memo, lookup)
 
 
-def right_hand_side(options: Options, state: State) -> None:
+def right_hand_side(options: Options, planned: Planned, uploaded: Uploaded, maps: Maps,
+                    encoded: tuple[Encoded, ...]) -> RightHandSide:
     """``A^H (W d) = sum_c conj(S_c) F^H (W d_c)`` (shape ``matrix``) of each frame, or ``F^H (W d)`` per coil
     without maps, coils ``coil_batch`` at a time (bounds the memory of the coil images); each frame's
     ``d^H W d`` for the sparse and joint solvers and the peak of its normal operator."""
     energy = bool(options.sparse or options.temporal.joint)
-    parts, energies = [], []
-    for frame, encoded in zip(state.data, state.encoded):
-        weighted = arith.weighted(frame.kspace, frame.w, 1.0 / state.data_scale)
-        parts.append(_rhs(encoded.encoding, weighted, state.maps, state.budget.coil_batch))
-        energies.append(data_energy(frame.kspace, weighted, state.data_scale) if energy else 0.0)
+    data_scale, parts, energies = uploaded.data_scale, [], []
+    for frame, frame_encoded in zip(uploaded.data, encoded):
+        weighted = arith.weighted(frame.kspace, frame.w, 1.0 / data_scale)
+        parts.append(_rhs(frame_encoded.encoding, weighted, maps.array, planned.budget.coil_batch))
+        energies.append(data_energy(frame.kspace, weighted, data_scale) if energy else 0.0)
         del weighted
-    state.rhs = parts[0] if state.series is None else get_xp(parts[0]).stack(parts)
-    state.energies = tuple(energies)
+    b = parts[0] if planned.series is None else get_xp(parts[0]).stack(parts)
     # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
-    state.peaks = tuple(frame.weight_sum * state.maps_peak ** 2 for frame in state.data)
+    peaks = tuple(frame.weight_sum * maps.peak ** 2 for frame in uploaded.data)
+    return RightHandSide(b, tuple(energies), peaks)
 
 
 def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
@@ -118,45 +121,49 @@ def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
     return out
 
 
-def normal_operator(options: Options, state: State) -> None:
+def normal_operator(options: Options, planned: Planned, uploaded: Uploaded, maps: Maps,
+                    encoded: tuple[Encoded, ...], peaks: tuple[float, ...]) -> tuple[FrameNormal, ...]:
     """Each frame's normal operator: with off-resonance the encoding's own (segment PSFs, or A and A^H every
     iteration); otherwise the kernel spectrum of the PSF (the memo's, the caller's, the cache's or computed now,
     and then stored in the cache and the memo) and, for CG, the engine's Toeplitz operator ``A^H W A + lam I``."""
-    state.normals = tuple(_frame_normal(options, state, frame, encoded, peak)
-                          for frame, encoded, peak in zip(state.data, state.encoded, state.peaks))
+    return tuple(_frame_normal(options, planned, uploaded.weight_scale, maps.array, frame, frame_encoded, peak)
+                 for frame, frame_encoded, peak in zip(uploaded.data, encoded, peaks))
 
 
-def _frame_normal(options: Options, state: State, frame: FrameData, encoded: Encoded, peak: float) -> FrameNormal:
-    lam, encoding, batch = options.lam * peak, encoded.encoding, state.budget.coil_batch
-    if state.offres is not None:
-        return FrameNormal(None, encoding.normal(frame.w, state.maps, lam, coil_batch=batch))
+def _frame_normal(options: Options, planned: Planned, weight_scale: float, maps: Any, frame: FrameData,
+                  encoded: Encoded, peak: float) -> FrameNormal:
+    lam, encoding, batch = options.lam * peak, encoded.encoding, planned.budget.coil_batch
+    if planned.offres is not None:
+        return FrameNormal(None, encoding.normal(frame.w, maps, lam, coil_batch=batch))
     if encoded.kept is not None:
         spectrum, cache_state = encoded.kept[1], "memory"
     else:
-        spectrum, cache_state = _spectrum(options, state, frame, encoded)
+        spectrum, cache_state = _spectrum(options, planned, weight_scale, maps, frame, encoded)
         if encoded.memo is not None:
-            encoded.memo.store(state.engine.key, frame.scan.matrix, frame.trajectory, frame.w, encoding, spectrum)
+            encoded.memo.store(planned.engine.key, frame.scan.matrix, frame.trajectory, frame.w, encoding, spectrum)
     # a time series' frames get theirs in the solve, one at a time (each holds work buffers on a GPU)
-    solved_here = not options.sparse and not options.temporal.joint and state.series is None
-    operator = encoding.normal(frame.w, state.maps, lam, coil_batch=batch, spectrum=spectrum) if solved_here else None
+    solved_here = not options.sparse and not options.temporal.joint and planned.series is None
+    operator = encoding.normal(frame.w, maps, lam, coil_batch=batch, spectrum=spectrum) if solved_here else None
     return FrameNormal(spectrum, operator, cache_state)
 
 
-def _spectrum(options: Options, state: State, frame: FrameData, encoded: Encoded) -> tuple[Any, str | None]:
+def _spectrum(options: Options, planned: Planned, weight_scale: float, maps: Any, frame: FrameData,
+              encoded: Encoded) -> tuple[Any, str | None]:
     """The kernel spectrum: of the caller's or the cache's PSF, else the engine's own (:meth:`Encoding.spectrum`:
     of its PSF on the 2x grid, or the FFT engines' sampling mask on the image grid with maps); and the cache's
     word on it."""
     if options.psf is None and encoded.lookup is None:
-        return encoded.encoding.spectrum(frame.w, state.maps), None
-    psf, cache_state = _point_spread(options, state, frame, encoded)
+        return encoded.encoding.spectrum(frame.w, maps), None
+    psf, cache_state = _point_spread(options, planned.device, weight_scale, frame, encoded)
     return kernel_spectrum(psf), cache_state
 
 
-def _point_spread(options: Options, state: State, frame: FrameData, encoded: Encoded) -> tuple[Any, str | None]:
+def _point_spread(options: Options, device: Device, weight_scale: float, frame: FrameData,
+                  encoded: Encoded) -> tuple[Any, str | None]:
     """The PSF on the 2x grid: the caller's (unscaled weights), the cache's (scaled weights; on a miss computed
     by one process at a time, the others wait, then read it), checked and uploaded, or computed now."""
     encoding, matrix, cache_state = encoded.encoding, frame.scan.matrix, None
-    given = None if options.psf is None else options.psf / np.float32(state.weight_scale)
+    given = None if options.psf is None else options.psf / np.float32(weight_scale)
     if encoded.lookup is not None:
         key, given = encoded.lookup.result()
         cache_state = "hit" if given is not None else "miss"
@@ -169,4 +176,4 @@ def _point_spread(options: Options, state: State, frame: FrameData, encoded: Enc
     if tuple(given.shape) != shape:
         raise SchemaError(f"psf must have shape {shape} (twice the matrix {list(matrix)}), "
                           f"found {tuple(given.shape)}")
-    return to_device(given, state.device).astype(np.complex64, copy=False), cache_state
+    return to_device(given, device).astype(np.complex64, copy=False), cache_state

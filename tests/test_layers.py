@@ -162,6 +162,57 @@ def test_the_pipeline_is_a_short_sequence_of_stages():
         assert _length(function) < MAX_RECONSTRUCT_LINES, f"pipeline.{name} has {_length(function)} lines"
 
 
+STAGE_MODULES = sorted(name for name in MODULES if name == "pipeline" or name.split(".")[0] == "stages")
+"""The stages and the pipeline that runs them: they pass frozen records, and none changes a shared object."""
+
+
+def _is_dataclass(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return (target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)) == "dataclass"
+
+
+def _frozen(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and any(k.arg == "frozen" and getattr(k.value, "value", None) is True
+                                              for k in node.keywords)
+
+
+def _mutations(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` of each place in ``source`` that makes or changes a mutable shared record: a dataclass
+    that is not frozen, an assignment to an attribute (``state.x = ...``, ``state.x += ...``) or to an item of
+    one (``state.extra[k] = ...``), a ``setattr``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            decorators = [d for d in node.decorator_list if _is_dataclass(d)]
+            found += [(node.lineno, f"dataclass {node.name} not frozen") for d in decorators if not _frozen(d)]
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) or (isinstance(part, ast.Subscript)
+                                                       and isinstance(part.value, ast.Attribute)):
+                    found.append((node.lineno, f"assigns {ast.unparse(part)}"))
+                    break
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+                "setattr", "__setattr__"):
+            found.append((node.lineno, "setattr"))
+    return found
+
+
+def test_the_mutation_check_finds_a_mutable_state():
+    source = ("@dataclass\nclass State:\n    x: int = 0\n@dataclass(frozen=True)\nclass Record:\n    x: int\n"
+              "def stage(state):\n    state.x = 1\n    state.extra['k'] += 2\n    a, state.y = 1, 2\n"
+              "    setattr(state, 'z', 3)\n    local = {}\n    local['k'] = 1\n")
+    assert sorted(_mutations(source)) == [(2, "dataclass State not frozen"), (8, "assigns state.x"),
+                                  (9, "assigns state.extra['k']"), (10, "assigns state.y"), (11, "setattr")]
+
+
+@pytest.mark.parametrize("module", STAGE_MODULES)
+def test_the_stages_pass_frozen_records(module):
+    found = _mutations(MODULES[module].read_text())
+    assert not found, f"{module} changes a shared record (a stage returns a frozen record instead): {found}"
+
+
 def _engine_names() -> set[str]:
     """Engine names, old and new (``Encoding.name``, ``Encoding.key``, the aliases), from the registry."""
     from mri_recon.operators.engines import registry

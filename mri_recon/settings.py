@@ -33,7 +33,7 @@ from .io.writers import formats
 from .operators.engines import methods as engine_methods
 from .operators.offres.setup import CORRECTIONS
 from .prep import DCF_CHOICES
-from .prep.compress import AUTO_ENERGY, parse_coil_compress
+from .prep.compress_methods import DEFAULT_METHOD, check_method, choice_help, method_help, method_names, parse_choice
 from .prep.gradient_delay import parse_gradient_delay
 from .prep.maps_methods import choices as coil_map_choices
 from .prep.maps_methods import coil_map_help
@@ -188,11 +188,10 @@ class ReconSettings:
                                  "corrected before anything else.", str, "prepare", check=parse_gradient_delay)
     """``"none"``, ``"auto"``, an estimator's name, delays ``"X,Y[,Z]"`` / ``(X, Y[, Z])`` in samples, or
     BART's ``"y:x:yx"`` (:mod:`mri_recon.prep.gradient_delay`)."""
-    coil_compress: Any = option("none", "Compress the receivers to N virtual coils after prewhitening: the principal "
-                                "components of the k-space centre (as bart cc -p N); auto: the fewest that keep "
-                                f"{AUTO_ENERGY:.0%} of the centre's energy; none keeps every coil. Coil maps and the "
-                                "solve then run on the virtual coils.", str, "prepare", check=parse_coil_compress)
+    coil_compress: Any = option("none", choice_help(), str, "prepare", check=parse_choice)
     """``"none"``, ``"auto"`` or a number of virtual coils N (:mod:`mri_recon.prep.compress`)."""
+    coil_compress_method: str = option(DEFAULT_METHOD, method_help(), str, "prepare", choices=method_names)
+    """:data:`mri_recon.prep.compress_methods.COMPRESSION_METHODS`; another than the default needs coil_compress."""
     traj_units: str = option("auto", "ISMRMRD / BART trajectory units (schema-v1 files are always cycles per FOV).",
                              str, "input", choices=TRAJ_UNITS)
     """:data:`mri_recon.checks.units.TRAJ_UNITS`."""
@@ -228,9 +227,10 @@ class ReconSettings:
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.matrix is not None:  # one form, "NxM" or sizes, one record
             object.__setattr__(self, "matrix", parse_matrix(self.matrix))
-        object.__setattr__(self, "coil_compress", parse_coil_compress(self.coil_compress))  # "8" and 8: one record
+        object.__setattr__(self, "coil_compress", parse_choice(self.coil_compress))  # "8" and 8: one record
         for name, spec in _OPTIONS.items():
             check_value(name, spec, getattr(self, name))
+        check_method(self.coil_compress, self.coil_compress_method)
 
     @classmethod
     def from_keywords(cls, keywords: Mapping[str, Any], where: str = "ReconSettings",

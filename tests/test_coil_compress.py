@@ -197,9 +197,6 @@ def test_compression_does_not_depend_on_the_data_scale(scan, prewhiten):
     (2.5, r"N >= 1, found 2.5"),
     (True, r"N >= 1, found True"),
     ("eight", r"N >= 1, found 'eight'"),
-    ("gcc", r"coil_compress 'gcc': geometric compression \(GCC, bart cc -G\) is not implemented"),
-    ("GCC:8", r"coil_compress 'GCC:8': geometric compression"),
-    ("geometric", r"geometric compression \(GCC, bart cc -G\) is not implemented"),
     ("ecc:4", r"ESPIRiT-based compression \(ECC, bart cc -E\) is not implemented"),
 ], ids=str)
 def test_bad_values_are_refused_with_the_option_s_name(value, message):
@@ -240,8 +237,8 @@ def test_the_cli_refuses_a_bad_value_in_one_line(tmp_path, scan):
     path = tmp_path / "s.h5"
     save_scan(path, scan)
     result = CliRunner().invoke(main, ["reconstruct", str(path), "-o", str(tmp_path / "r.h5"), "--coil-compress",
-                                       "gcc", "--device", "cpu"])
-    assert result.exit_code != 0 and "geometric compression (GCC, bart cc -G) is not implemented" in result.output
+                                       "ecc", "--device", "cpu"])
+    assert result.exit_code != 0 and "ESPIRiT-based compression (ECC, bart cc -E) is not implemented" in result.output
     assert not (tmp_path / "r.h5").exists()
 
 
@@ -255,6 +252,7 @@ def test_the_cli_writes_what_the_api_gives(tmp_path, scan):
                                        "cpu", "--iterations", "8"])
     assert result.exit_code == 0, result.output
     assert "12 coils compressed to 4 virtual coils" in result.output
+    assert "per readout position" not in result.output  # the default method: one matrix
     api = mri_recon.reconstruct(mri_recon.load_scan(path), coil_compress=4, **FAST).image
     with h5py.File(out) as f:
         assert np.array_equal(f["image"][()], api)
@@ -280,8 +278,8 @@ def test_a_client_chooses_compression_by_the_option_s_name():
     base = ReconSettings(device="cpu")
     assert configured(base, [("text", '{"coil_compress": 6}')]).coil_compress == 6
     assert configured(base, [("text", '{"coil-compress": "auto"}')]).coil_compress == "auto"
-    with pytest.raises(ConfigError, match=r"config: coil_compress 'gcc': geometric compression \(GCC"):
-        configured(base, [("text", '{"coil_compress": "gcc"}')])
+    with pytest.raises(ConfigError, match=r"config: coil_compress 'ecc': ESPIRiT-based compression \(ECC"):
+        configured(base, [("text", '{"coil_compress": "ecc"}')])
 
 
 def test_the_server_sends_what_reconstruct_writes(tmp_path):

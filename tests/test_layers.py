@@ -5,9 +5,9 @@ inside functions (imported on use). Layers, lowest first; a module may import fr
 Inside one folder, modules may import each other as long as no circle forms.
 
 Sizes and shape: no module over 400 lines, no function over 80 lines, ``pipeline.reconstruct`` and ``pipeline.run``
-under 60; the names of a vocabulary with a registry (engines, regularizers, solvers, coil-map methods; the time
-series' temporal terms) are compared as text only inside that registry (:data:`VOCABULARIES`, read from the
-registries themselves; :data:`ALLOWED` lists the modules still to change), and every throughput constant lives
+under 60; the names of a vocabulary with a registry (engines, regularizers, solvers, coil-map methods, coil-compression
+methods; the time series' temporal terms) are compared as text only inside that registry (:data:`VOCABULARIES`, read
+from the registries themselves; :data:`ALLOWED` lists the modules still to change), and every throughput constant lives
 in ``operators/engines/cost.py``.
 
 Text: no docstring or comment quotes a benchmark run (a time against another, a rate, the GPU it ran on, a run
@@ -238,6 +238,12 @@ def _temporal_names() -> set[str]:
     return set(TEMPORAL_TERMS)
 
 
+def _compression_names() -> set[str]:
+    from mri_recon.prep.compress_methods import COMPRESSION_METHODS
+
+    return set(COMPRESSION_METHODS)
+
+
 def _coil_map_names() -> set[str]:
     """The coil-map methods but ``auto`` and ``none``, words of other vocabularies too."""
     from mri_recon.prep.maps_methods import AUTO, COIL_MAPS, ONE_COIL
@@ -266,6 +272,7 @@ VOCABULARIES = {
     "solver": Vocabulary(_solver_names, ("solvers.registry",), ("solver", "used")),
     "coil-map": Vocabulary(_coil_map_names, ("prep.maps_methods",), ("maps", "method")),
     "temporal": Vocabulary(_temporal_names, ("solvers.temporal_terms",), ("temporal",)),
+    "coil-compression": Vocabulary(_compression_names, ("prep.compress_methods",), ("compress",)),
 }
 """Every vocabulary with a registry."""
 ALLOWED: dict[str, set[str]] = {}
@@ -350,6 +357,9 @@ def test_no_name_is_compared_outside_its_registry():
     ('ok = params["temporal"] != "none"', "temporal", True),
     ('ok = params.get("temporal", "none") != "none"', "temporal", True),
     ('ok = gradient_delay == "none"', "temporal", False),
+    ('ok = settings.coil_compress_method == "geometric"', "coil-compression", True),
+    ('ok = params["coil_compress_method"] != "svd"', "coil-compression", True),
+    ('ok = method == "svd"', "coil-compression", False),
 ])
 def test_the_check_sees_a_name_comparison(code, kind, flagged):
     vocabulary = VOCABULARIES[kind]

@@ -31,7 +31,7 @@ FIELD_MAP_CHOICES = ("correct", "ignore")
 @blas_on_one_thread
 def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                  field_map: str = "correct", gradient_delay="none",
-                 coil_compress: Any = "none") -> tuple[Scan, dict[str, Any]]:
+                 coil_compress: Any = "none", coil_compress_method: str = "svd") -> tuple[Scan, dict[str, Any]]:
     """Return the scan to reconstruct and a record of what was done to it.
 
     Estimated coil maps are not computed here: the coil-map stage (:class:`~.maps_stage.CoilMapEstimate`,
@@ -68,13 +68,17 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
         ``coil_compress_note``), and everything after run on them. A
         :class:`~mri_recon.prep.compress.CoilCompression` computed before is applied as it is (the frames of a
         time series share their averaged data's).
+    coil_compress_method
+        ``"svd"`` (default: one matrix from the k-space centre) or ``"geometric"`` (Cartesian scans: one matrix
+        per readout position, :mod:`mri_recon.prep.geometric`), :data:`mri_recon.prep.compress.COMPRESSION_METHODS`;
+        another than the default without ``coil_compress`` is refused.
 
     Raises
     ------
     InvalidDataError
         An unknown choice, a field map without times (or times without a field map) with
-        ``field_map="correct"``, density weights that come out all zero, or coil compression of a scan whose
-        k-space centre is all zero.
+        ``field_map="correct"``, density weights that come out all zero, coil compression of a scan whose
+        k-space centre is all zero, or a compression method the scan does not allow.
     SchemaError
         ``dcf="file"`` or ``coil_maps="file"`` without the dataset.
     """
@@ -86,7 +90,7 @@ def prepare_scan(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_
     record.update(reader_record(scan))
     record.update(extent_record(scan))
     scan = _field_map_step(scan, field_map, record)
-    scan, basis = _whiten_step(scan, prewhiten, coil_compress, record)
+    scan, basis = _whiten_step(scan, prewhiten, (coil_compress, coil_compress_method), record)
     scan = _dcf_step(scan, dcf, record)
     scan, maps = _maps_step(scan, coil_maps, basis, record)
     record.update(maps.record())
@@ -138,22 +142,26 @@ def _field_map_step(scan: Scan, field_map: str, record: dict[str, Any]) -> Scan:
     return scan
 
 
-def _whiten_step(scan: Scan, prewhiten: bool, coil_compress: Any, record: dict[str, Any]) -> tuple[Scan, Any]:
-    """Prewhiten with the scan's noise and, when asked, compress the coils (:mod:`.compress`: the matrix ``A``
-    from the centre of the scan as it is and the whitening matrix ``W``), in one product ``A W``; the receiver
-    basis of the result (the noise's Cholesky factor, then of the virtual coils), or None."""
+def _whiten_step(scan: Scan, prewhiten: bool, compress: tuple[Any, str], record: dict[str, Any]) -> tuple[Scan, Any]:
+    """Prewhiten with the scan's noise and, when asked (``compress``: the choice and the method), compress the
+    coils (:mod:`.compress`: the matrix ``A`` from the scan as it is and the whitening matrix ``W``), in one
+    product ``A W``; the receiver basis of the result (the noise's Cholesky factor, then of the virtual coils),
+    or None."""
     whiten = prewhiten and scan.noise is not None
     if whiten:
         from .noise import prewhiten_with_basis, whitening_and_basis
 
         record["prewhitened"] = True
-    from .compress import compression_of, wanted
+    from .compress import wanted
+    from .compress_methods import check_method, compression_for
 
+    coil_compress, method = compress
+    check_method(coil_compress, method)
     if not wanted(coil_compress):  # bit for bit as without the option
         return prewhiten_with_basis(scan) if whiten else (scan, None)
 
     w, basis = whitening_and_basis(scan) if whiten else (None, None)
-    compression = compression_of(scan.kspace, scan.trajectory, coil_compress, w, scan.source)
+    compression = compression_for(scan, coil_compress, method, w)
     record.update(compression.record())
     if not compression.compresses:
         return prewhiten_with_basis(scan) if whiten else (scan, None)

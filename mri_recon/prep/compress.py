@@ -1,5 +1,10 @@
 """Coil compression: the receivers replaced by N virtual coils, the principal components of the k-space centre.
 
+Two methods, chosen by ``coil_compress_method=`` (``--coil-compress-method``) from the registry
+:mod:`.compress_methods`: ``"svd"`` (the default, described here) and ``"geometric"``, one matrix per readout
+position of a Cartesian scan (:mod:`.geometric`, BART's ``cc -G``). Both give a :class:`Compression` (the scan,
+its k-space, maps and noise compressed, the receiver basis and the record).
+
 ``coil_compress=N`` (``--coil-compress N``) projects the prewhitened k-space ``(C, M)`` onto the N eigenvectors
 with the largest eigenvalues of the central samples' ``C x C`` Gram matrix (principal components of the
 receivers: Buehrer et al. 2007, Huang et al. 2008; BART's ``cc -S``): a matrix ``A`` ``(N, C)`` with
@@ -22,14 +27,13 @@ and the host and device preparations (:mod:`mri_recon.prep.device`) compress wit
 and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
 data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.
 
-Geometric compression per readout position for Cartesian readouts (GCC, Zhang et al. 2013; BART's
-``cc -G``) and ESPIRiT-based compression (``cc -E``) are not implemented: those names are refused.
+ESPIRiT-based compression (``cc -E``) is not implemented: its names are refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -48,10 +52,9 @@ MIN_PER_COIL = 4
 """The fewest centre samples per coil; a sparser centre is widened to the samples nearest ``k = 0``."""
 MAX_SAMPLES = 65536
 """The most centre samples used (the nearest ``k = 0``): the Gram matrix costs ``C^2`` per sample."""
-NOT_IMPLEMENTED = {"gcc": "geometric compression (GCC, bart cc -G)", "geometric": "geometric compression "
-                   "(GCC, bart cc -G)", "ecc": "ESPIRiT-based compression (ECC, bart cc -E)"}
+NOT_IMPLEMENTED = {"ecc": "ESPIRiT-based compression (ECC, bart cc -E)"}
 """Variants of the peers' that are named but not implemented: refused with what they are."""
-_FORMS = "none, auto or a number of virtual coils N >= 1"
+FORMS = "none, auto or a number of virtual coils N >= 1"
 
 
 def parse_coil_compress(value: Any) -> str | int:
@@ -64,30 +67,63 @@ def parse_coil_compress(value: Any) -> str | int:
         variant = text.split(":")[0]
         if variant in NOT_IMPLEMENTED:
             raise InvalidDataError(f"coil_compress {value!r}: {NOT_IMPLEMENTED[variant]} is not implemented; use "
-                                   f"a number of virtual coils or auto (SVD compression, as bart cc -S)")
+                                   f"a number of virtual coils or auto (with coil_compress_method)")
         if text.isdecimal():
             value = int(text)
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 1:
         return int(value)
-    raise InvalidDataError(f"coil_compress must be {_FORMS}, found {value!r}")
+    raise InvalidDataError(f"coil_compress must be {FORMS}, found {value!r}")
 
 
 def wanted(choice: Any) -> bool:
     """Whether ``coil_compress=choice`` asks for compression (anything but ``"none"``; a bad value raises)."""
-    return isinstance(choice, CoilCompression) or parse_coil_compress(choice) != "none"
+    return isinstance(choice, Compression) or parse_coil_compress(choice) != "none"
 
 
 def planned_coils(choice: Any, coils: int) -> int:
     """The coils a reconstruction of ``coils`` receivers runs on after ``coil_compress=choice``, as known before
     the data are read: N for a number below ``coils``, else ``coils`` (``"auto"`` decides from the data)."""
-    chosen = choice.virtual if isinstance(choice, CoilCompression) else parse_coil_compress(choice)
+    chosen = choice.virtual if isinstance(choice, Compression) else parse_coil_compress(choice)
     return min(chosen, coils) if isinstance(chosen, int) else coils
 
 
+class Compression:
+    """The face every coil compression shows (:class:`CoilCompression`, :class:`.geometric.GeometricCompression`):
+    :attr:`coils` to :attr:`virtual` coils; the scan, its k-space, maps and noise compressed (whitened first by a
+    given matrix), the receiver basis of the virtual coils and the record."""
+
+    method: ClassVar[str]
+    coils: int
+    virtual: int
+
+    @property
+    def compresses(self) -> bool:
+        raise NotImplementedError
+
+    def kspace(self, data: Any, trajectory: Any = None, whitening: Any = None) -> Any:
+        raise NotImplementedError
+
+    def maps(self, maps: Any, whitening: Any = None) -> Any:
+        raise NotImplementedError
+
+    def noise(self, noise: Any, whitening: Any = None) -> Any:
+        raise NotImplementedError
+
+    def scan(self, scan: Scan, whitening: Any = None) -> Scan:
+        raise NotImplementedError
+
+    def basis(self, basis: Any) -> Any:
+        raise NotImplementedError
+
+    def record(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class CoilCompression:
+class CoilCompression(Compression):
     """What compressing a scan's receivers does: from :attr:`coils` to :attr:`virtual` coils by :attr:`matrix`."""
 
+    method: ClassVar[str] = "svd"
     coils: int
     """C, the receivers."""
     virtual: int
@@ -121,6 +157,18 @@ class CoilCompression:
         product = get_xp(data).asarray(matrix.astype(flat.dtype)) @ flat
         return product.reshape(matrix.shape[0], *data.shape[1:])
 
+    def kspace(self, data: Any, trajectory: Any = None, whitening: Any = None) -> Any:
+        """k-space ``(C, M)`` compressed (:meth:`apply`; the trajectory does not matter here)."""
+        return self.apply(data, whitening)
+
+    def maps(self, maps: Any, whitening: Any = None) -> Any:
+        """Coil maps ``(C, ...)`` compressed (:meth:`apply`)."""
+        return self.apply(maps, whitening)
+
+    def noise(self, noise: Any, whitening: Any = None) -> Any:
+        """Noise samples ``(C, K)`` compressed (:meth:`apply`)."""
+        return self.apply(noise, whitening)
+
     def scan(self, scan: Scan, whitening: Any = None) -> Scan:
         """``scan`` with its k-space, noise and coil maps whitened by ``whitening`` (when given) and compressed,
         in one product each (:meth:`apply`)."""
@@ -136,15 +184,15 @@ class CoilCompression:
         return np.asarray(basis) @ self.matrix.conj().T
 
     def record(self) -> dict[str, Any]:
-        """The preparation record's entries: ``coil_compress`` (N), ``coil_compress_energy`` and
-        ``coil_compress_note`` (one sentence)."""
+        """The preparation record's entries: ``coil_compress`` (N), ``coil_compress_method``,
+        ``coil_compress_energy`` and ``coil_compress_note`` (one sentence)."""
         if not self.compresses:
             note = (f"{self.coils} coil(s) not compressed (coil_compress {self.asked} keeps them all)")
         else:
             note = (f"{self.coils} coils compressed to {self.virtual} virtual coils (coil_compress {self.asked}: "
                     f"{self.energy:.2%} of the energy of the {self.samples} centre samples)")
-        return {"coil_compress": self.virtual, "coil_compress_energy": float(self.energy),
-                "coil_compress_note": note}
+        return {"coil_compress": self.virtual, "coil_compress_method": self.method,
+                "coil_compress_energy": float(self.energy), "coil_compress_note": note}
 
 
 def centre_samples(trajectory: np.ndarray, coils: int) -> np.ndarray:

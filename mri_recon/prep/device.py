@@ -12,7 +12,8 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
-  as on the host), whitened and compressed by one product ``A W`` (the noise on the host), the ramp weights
+  as on the host), whitened and compressed by one product ``A W`` (geometric compression: per readout position,
+  between FFTs along the readout; the noise on the host), the ramp weights
   (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed (finite whitened
   k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
@@ -37,7 +38,8 @@ from ..kernels import warm_up
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
-from .compress import CoilCompression, compression_of
+from .compress import Compression
+from .compress_methods import compression_for
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS
 from .upload import upload, upload_columns
@@ -155,26 +157,30 @@ def _read_checks(flags: Flags, checks: list[Check]) -> None:
             raise InvalidDataError(message)
 
 
-def _uploaded(scan: Scan, device: Device, w: Any, compression: CoilCompression | None, maps: bool) -> tuple:
+def _uploaded(scan: Scan, device: Device, w: Any, compression: Compression | None, maps: bool) -> tuple:
     """The k-space and (``maps``) the coil maps on ``device``, whitened by ``w`` in place chunk by chunk, or
-    whitened and compressed in one product ``A W`` after an unchanged copy up."""
+    whitened and compressed (``A W``, :meth:`~.compress.Compression.kspace` and ``maps``) after an unchanged
+    copy up."""
     compress = compression is not None and compression.compresses
     arrays = [scan.kspace.reshape(scan.n_coils, -1)] + ([scan.coil_maps.reshape(scan.n_coils, -1)] if maps else [])
     up = [upload_columns(a, device, None if compress else w) for a in arrays]
-    if compress:
-        up = [compression.apply(a, w) for a in up]
     shapes = [scan.kspace.shape[1:]] + ([scan.coil_maps.shape[1:]] if maps else [])
     out = [a.reshape(a.shape[0], *shape) for a, shape in zip(up, shapes)]
+    if compress:
+        out[0] = compression.kspace(out[0], scan.trajectory, w)
+        if maps:
+            out[1] = compression.maps(out[1], w)
     return out[0], out[1] if maps else None
 
 
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
                       coil_maps: str = "auto", field_map: str = "correct", gradient_delay: Any = "none",
-                      coil_compress: Any = "none") -> tuple[DeviceScan, dict[str, Any]]:
+                      coil_compress: Any = "none", coil_compress_method: str = "svd"
+                      ) -> tuple[DeviceScan, dict[str, Any]]:
     """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
     there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
     host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
-    host (:func:`~mri_recon.prep.compress.compression_of`), its product runs on the device."""
+    host (:func:`~mri_recon.prep.compress_methods.compression_for`), its product runs on the device."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)
@@ -187,7 +193,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         record["field_map"], attrs["field_map_correction"], field_values = "ignored", "ignored", (None, None)
     whiten = prewhiten and scan.noise is not None
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
-    compression = compression_of(scan.kspace, scan.trajectory, coil_compress, w, scan.source)
+    compression = compression_for(scan, coil_compress, coil_compress_method, w)
     coils = scan.n_coils if compression is None else compression.virtual
     checks: list[Check] = []
     warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
@@ -207,7 +213,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         _read_checks(flags, checks + weight_checks)
     if compression is not None:
         record.update(compression.record())
-        noise = noise if not compression.compresses else compression.apply(scan.noise, w)
+        noise = noise if not compression.compresses or scan.noise is None else compression.noise(scan.noise, w)
         basis = compression.basis(basis)
     if whiten:
         attrs["prewhitened"], record["prewhitened"] = True, True

@@ -18,7 +18,8 @@ from ..errors import InvalidDataError, listed
 from ..io.frames import TimeSeries
 from ..scan import Scan
 from . import FIELD_MAP_CHOICES, coil_map_method, prepare_scan
-from .compress import compression_of, planned_coils
+from .compress import planned_coils, wanted
+from .compress_methods import check_method, compression_for
 from .gradient_delay import correct_gradient_delay
 from .maps_methods import COIL_MAPS
 from .noise import whitening_and_basis
@@ -26,7 +27,7 @@ from .noise import whitening_and_basis
 
 def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                    field_map: str = "correct", gradient_delay: Any = "none",
-                   coil_compress: Any = "none") -> tuple[TimeSeries, dict[str, Any]]:
+                   coil_compress: Any = "none", coil_compress_method: str = "svd") -> tuple[TimeSeries, dict[str, Any]]:
     """``(prepared series, record)``: see the module docstring. The record has :func:`prepare_scan`'s keys of
     the coil-map stage (``estimate_maps``, ``maps_basis``) for the pipeline, and those of coil compression.
 
@@ -43,7 +44,7 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
     frames, delays = correct_gradient_delay(list(series.frames), gradient_delay)
     series = series.replace_frames(frames)
     averaged = series.averaged()
-    compression = shared_compression(averaged, coil_compress, prewhiten)
+    compression = shared_compression(averaged, coil_compress, prewhiten, coil_compress_method)
     method = COIL_MAPS[coil_map_method(averaged, coil_maps, planned_coils(compression, averaged.n_coils))]
     if not method.sense and method.offered:
         raise InvalidDataError(f"{series.source}: a time series is reconstructed with coil maps ("
@@ -69,16 +70,22 @@ def prepare_series(series: TimeSeries, *, prewhiten: bool = True, dcf: str = "au
 
 def one_coil_maps(matrix: tuple[int, ...], basis: Any) -> np.ndarray:
     """The map of one (whitened or virtual) coil: ``1 / ||b||`` with ``b`` the receiver basis' column (the
-    noise's Cholesky factor, times the compression's row), so that the frames are in the receiver's units as a
-    one-coil scan's image is; ones without a basis."""
-    scale = 1.0 if basis is None else float(np.linalg.norm(np.asarray(basis, dtype=np.complex128)[:, 0]))
-    return np.full((1, *matrix), 1.0 / scale if scale > 0 else 1.0, dtype=np.complex64)
+    noise's Cholesky factor, times the compression's row; per position along the first image axis after
+    geometric compression), so that the frames are in the receiver's units as a one-coil scan's image is; ones
+    without a basis."""
+    if basis is None:
+        return np.ones((1, *matrix), dtype=np.complex64)
+    basis = np.asarray(basis, dtype=np.complex128)
+    scale = np.linalg.norm(basis[..., 0], axis=-1).reshape(-1, *[1] * (len(matrix) - 1))  # (1 or X, 1, ...)
+    inverse = np.where(scale > 0, 1.0 / np.where(scale > 0, scale, 1.0), 1.0)
+    return np.broadcast_to(inverse, matrix)[None].astype(np.complex64)
 
 
-def shared_compression(averaged: Scan, coil_compress: Any, prewhiten: bool) -> Any:
-    """The coil compression (:mod:`.compress`) of the time-averaged data, whitened with the series' noise
-    when ``prewhiten``, which every frame shares ("none": none)."""
+def shared_compression(averaged: Scan, coil_compress: Any, prewhiten: bool, method: str = "svd") -> Any:
+    """The coil compression (:mod:`.compress`, by ``method``) of the time-averaged data, whitened with the
+    series' noise when ``prewhiten``, which every frame shares ("none": none)."""
+    check_method(coil_compress, method)
     whitening = None
-    if prewhiten and averaged.noise is not None:
+    if prewhiten and averaged.noise is not None and wanted(coil_compress):
         whitening, _ = whitening_and_basis(averaged)
-    return compression_of(averaged.kspace, averaged.trajectory, coil_compress, whitening, averaged.source) or "none"
+    return compression_for(averaged, coil_compress, method, whitening) or "none"

@@ -26,9 +26,10 @@ class CoilMapEstimate:
     the device from the k-space centre; None: the scan's maps (or none)."""
     basis: Any = None
     """With prewhitened data and no maps from the file: the ``(C, C)`` Cholesky factor L of the noise
-    covariance (:func:`mri_recon.prep.noise.receiver_basis`). Estimated maps are then normalized in the
-    receiver's channels, and per-coil images are combined there, like a reconstruction with maps from a file,
-    so the image has the same scale whichever maps (or none) are used."""
+    covariance (:func:`mri_recon.prep.noise.receiver_basis`; after coil compression ``(C, N)``, or ``(X, C, N)``
+    per position along the first image axis after geometric compression: :func:`in_receivers`). Estimated maps
+    are then normalized in the receiver's channels, and per-coil images are combined there, like a
+    reconstruction with maps from a file, so the image has the same scale whichever maps (or none) are used."""
     sampling: str = "non-cartesian"
     """The scan's (:func:`~mri_recon.operators.engines.registry.sampling_of`): a Cartesian scan's maps come from
     its autocalibration region (:func:`~mri_recon.prep.cartesian_maps.cartesian_coil_maps`, as BART's
@@ -78,17 +79,29 @@ def unit_basis(basis: Any) -> tuple[Any, float]:
     return unit.astype(np.complex64), scale
 
 
+def in_receivers(unit: Any, images: Any) -> Any:
+    """Images ``(N, *matrix)`` (NumPy or CuPy) in the receiver's channels: ``unit @ images`` per voxel for a basis
+    ``(C, N)``, or ``unit[x] @ images[:, x, ...]`` for one ``(X, C, N)`` that varies along the first image axis
+    (geometric coil compression, :mod:`.geometric`): ``(C, *matrix)``."""
+    xp = get_xp(images)
+    unit = xp.asarray(unit)
+    if unit.ndim == 2:
+        return (unit @ images.reshape(images.shape[0], -1)).reshape(unit.shape[0], *images.shape[1:])
+    rest = images.reshape(images.shape[0], images.shape[1], -1).transpose(1, 0, 2)  # (X, N, R)
+    return xp.ascontiguousarray(xp.matmul(unit, rest).transpose(1, 0, 2)).reshape(unit.shape[1], *images.shape[1:])
+
+
 def normalize_in_basis(maps: Any, basis: Any) -> tuple[Any, float]:
     """Estimated maps ``S`` (unit root-sum-of-squares in the channels they were estimated in) rescaled per
     voxel so that ``basis @ S`` has unit root-sum-of-squares: the convention of maps given in the receiver's
     channels and then whitened. ``basis`` is the ``(C, C)`` matrix taking whitened channels back to receiver
-    channels (the Cholesky factor L of the noise covariance). Returns ``(S', s)``: the maps are ``S' / s``,
+    channels (the Cholesky factor L of the noise covariance; per readout position: :func:`in_receivers`). Returns
+    ``(S', s)``: the maps are ``S' / s``,
     ``s`` a power of two near L's largest entry (L scales with the noise, which float32's squares do not
     survive beyond about 1e+-19)."""
     xp = get_xp(maps)
     unit, scale = unit_basis(basis)
-    flat = maps.reshape(maps.shape[0], -1)
-    receiver = xp.asarray(unit) @ flat
+    receiver = in_receivers(unit, maps)
     rss = xp.sqrt((receiver.real ** 2 + receiver.imag ** 2).sum(axis=0))
     inverse = xp.where(rss > 0, 1.0 / xp.where(rss > 0, rss, 1), 0).astype(np.float32)
-    return (flat * inverse).reshape(maps.shape), scale
+    return maps * inverse, scale

@@ -10,7 +10,7 @@ import numpy as np
 from ..arrays.backend import get_xp, to_host
 from ..errors import InvalidDataError
 from ..operators import arith, reads
-from ..prep.maps_stage import unit_basis
+from ..prep.maps_stage import in_receivers, unit_basis
 from ..result import FrameAxis, Result
 from .options import Options
 from .state import Encoded, FrameNormal, Planned, Solution
@@ -26,11 +26,14 @@ def _combined(x: Any, combine: str, basis: Any = None) -> tuple[Any, float]:
     unit, scale = unit_basis(basis)
     if combine == "rss":
         if basis is not None:
-            x = (xp.asarray(unit) @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+            x = in_receivers(unit, x)
         return xp.sqrt((x.real**2 + x.imag**2).sum(axis=0)).astype(np.complex64), scale
-    if combine == "single":  # one (virtual) coil: the norm of its receiver column
+    if combine == "single":  # one (virtual) coil: the norm of its receiver column (per readout position)
         if basis is None:
             return x[0], scale
+        if unit.ndim == 3:
+            column = np.linalg.norm(unit[:, :, 0], axis=1).astype(np.float32)
+            return x[0] * xp.asarray(column.reshape(-1, *[1] * (x.ndim - 2))), scale
         column = abs(complex(unit.reshape(-1)[0])) if unit.size == 1 else float(np.linalg.norm(unit))
         return x[0] * np.float32(column), scale
     return x, scale

@@ -17,12 +17,24 @@ Sections (each recorded on its own, ``benchtools.section``):
 - ``cpu_time``: ``prepare_scan`` of a 512^2 x 32-coil scan (``bench_prepare.synthetic``) with and without
   ``coil_compress=8``, and the compression matrix alone (``compression_of``); one BLAS thread, as
   ``prepare_scan`` runs.
+- ``cartesian`` (CPU): 32-coil Cartesian scans (128^2, every other phase encode and 24 ACS lines, noise
+  correlated across coils and prewhitened): :func:`birdcage_cartesian` (32 Gaussian coils on a ring) and the
+  package's analytic coil model (``mri_recon.sim.cartesian``), reconstructed without compression and compressed
+  to N = 8, 10, 12 and ``auto`` by ``coil_compress_method`` ``svd`` and ``geometric`` (GCC), with the scan's maps
+  (complex NRMSE) and ESPIRiT's (magnitude NRMSE after the least-squares scale, since estimated maps are
+  normalized in the receivers); the compression step alone (``compression_for``, one BLAS thread) and the
+  whole call's seconds.
+- ``bart_gcc``: the same Cartesian scans' whitened k-space as BART Cartesian k-space, ``bart cc -G -M`` (its
+  matrix per readout position, before alignment) against ours: the largest and median principal angle over the
+  readout positions for N = 1..12, with the smallest relative eigen-gap; ``bart cc -G -p 8`` (aligned) against
+  our compressed k-space after the one best unitary of the 8 virtual coils (the eigenvector phases at x = 0);
+  BART's calibration window (its debug line: BART slides the readout window to the most energy).
 - ``gpu`` (``--gpu``): the whole call ``mri_recon.reconstruct(scan, device="gpu")`` of a 512^2 x 32-coil
   golden-angle scan (the phantom, 804 spokes of 1024 samples, SNR 30, noise for prewhitening, the file's maps
   and weights, 30 CG iterations) without compression and with N = 8, 10, 12 and ``auto``: medians of
   ``--repeats`` after a warm-up, the device synchronized, the speed-up and the NRMSE of each.
 
-Usage: python scripts/bench_coil_compress.py OUT.json [--gpu] [--no-cpu] [--repeats N]
+Usage: python scripts/bench_coil_compress.py OUT.json [--gpu] [--no-cpu] [--repeats N] [--only cartesian]
 """
 
 from __future__ import annotations
@@ -173,6 +185,160 @@ def bart_section() -> dict:
     return out
 
 
+def birdcage_cartesian(n: int = 128, coils: int = 32, noise: float = 2e-3, seed: int = 0,
+                       model: str = "ring") -> Scan:
+    """A Cartesian scan (readout along x complete; every other phase encode and the 24 central ones) of the
+    Shepp-Logan phantom seen by 32 coils: ``"ring"``, Gaussian coils (width 0.2 FOV) on a ring of radius 0.55 FOV
+    with random phases, the k-space the exact DFT of the coil images; or ``"analytic"``, the package's coil model
+    and analytic k-space (``mri_recon.sim.cartesian``). Noise of ``noise`` times the largest sample, correlated
+    across coils (a random mixing matrix), and 4096 noise-only samples per coil."""
+    from mri_recon.sim.cartesian import cartesian_kspace, undersampling_mask  # noqa: PLC0415
+    from mri_recon.sim.phantom import coil_maps, shepp_logan, shepp_logan_image, voxel_positions  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    if model == "ring":
+        r = voxel_positions((n, n))
+        angle = 2 * np.pi * np.arange(coils) / coils
+        ring = 0.55 * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+        maps = np.exp(-((r[None] - ring[:, None]) ** 2).sum(-1) / (2 * 0.2 ** 2)).reshape(coils, n, n)
+        maps = maps * np.exp(2j * np.pi * rng.random(coils))[:, None, None]
+        truth = shepp_logan(r).reshape(n, n)
+        grid = np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(maps * truth, axes=(1, 2)), axes=(1, 2)), axes=(1, 2))
+    else:
+        maps, truth = coil_maps((n, n), coils), shepp_logan_image((n, n))
+        grid = cartesian_kspace((n, n), coils).astype(np.complex128)
+    lines, _ = undersampling_mask(n, 2, 24)
+    kx, ky = np.meshgrid(np.arange(n), np.flatnonzero(lines), indexing="ij")
+    mix = np.eye(coils) + 0.2 * (rng.standard_normal((coils, coils)) + 1j * rng.standard_normal((coils, coils)))
+    level = noise * float(np.abs(grid).max())
+
+    def white(shape):
+        return level * (rng.standard_normal(shape) + 1j * rng.standard_normal(shape))
+
+    data = grid[:, kx.ravel(), ky.ravel()]
+    return Scan(kspace=(mix @ (data + white(data.shape))).astype(np.complex64),
+                trajectory=np.stack([kx.ravel() - n // 2, ky.ravel() - n // 2], axis=1).astype(np.float32),
+                matrix=(n, n), coil_maps=(mix @ maps.reshape(coils, -1)).reshape(coils, n, n).astype(np.complex64),
+                noise=(mix @ white((coils, 4096))).astype(np.complex64), ground_truth=truth.astype(np.complex64),
+                attrs={"sampling": "cartesian"}, source=f"cartesian-{model}")
+
+
+def fitted_nrmse(image: np.ndarray, truth: np.ndarray) -> float:
+    """Magnitude NRMSE after the least-squares scale (estimated maps fix the image's scale in the receivers)."""
+    a, b = np.abs(image).astype(np.float64).ravel(), np.abs(truth).astype(np.float64).ravel()
+    return float(np.linalg.norm(a * (a @ b) / (a @ a) - b) / np.linalg.norm(b))
+
+
+CARTESIAN_CHOICES = (("none", "svd"), *((n, m) for m in ("svd", "geometric") for n in (8, 10, 12, "auto")))
+
+
+def cartesian_quality(scan: Scan) -> dict:
+    """NRMSE and seconds per compression (:data:`CARTESIAN_CHOICES`) and maps (file, espirit) on the CPU."""
+    from mri_recon.prep.compress_methods import compression_for  # noqa: PLC0415
+
+    w, _ = whitening_and_basis(scan)
+    rows = {}
+    for choice, method in CARTESIAN_CHOICES:
+        row = {}
+        if choice != "none":
+            with one_blas_thread():
+                row["compression_s"], _, _ = benchtools.wall_timed(
+                    lambda c=choice, m=method: compression_for(scan, c, m, w), 3)
+        for maps in ("file", "espirit"):
+            start = time.perf_counter()
+            _, record, result = prepare_and_reconstruct(scan, device="cpu", coil_maps=maps, coil_compress=choice,
+                                                        coil_compress_method=method, **SETTINGS)
+            row[maps] = {"coils": record.get("coil_compress", scan.n_coils), "seconds": time.perf_counter() - start,
+                         "nrmse": nrmse(result, scan) if maps == "file" else fitted_nrmse(result.image,
+                                                                                          scan.ground_truth)}
+        rows[f"{method} {choice}" if choice != "none" else "none"] = row
+    for row in rows.values():
+        for maps in ("file", "espirit"):
+            row[maps]["ratio"] = row[maps]["nrmse"] / rows["none"][maps]["nrmse"]
+    return rows
+
+
+def cartesian() -> dict:
+    out = {}
+    for model in ("ring", "analytic"):
+        rows = cartesian_quality(birdcage_cartesian(model=model))
+        out[model] = rows
+        for name, row in rows.items():
+            print(f"{model} {name}: " + ", ".join(f"{maps} ({row[maps]['coils']}) {row[maps]['nrmse']:.4f} "
+                                                  f"x{row[maps]['ratio']:.4f}" for maps in ("file", "espirit"))
+                  + (f", matrices {row['compression_s'] * 1e3:.1f} ms" if "compression_s" in row else ""),
+                  flush=True)
+    return out
+
+
+def against_bart_gcc(scan: Scan, bart: str) -> dict:
+    """``bart cc -G`` of the scan's whitened k-space against ours (see the module docstring)."""
+    from scipy.linalg import subspace_angles  # noqa: PLC0415
+
+    from mri_recon.prep.compress_methods import compression_for  # noqa: PLC0415
+    from mri_recon.prep.geometric import calibration_hybrid  # noqa: PLC0415
+
+    w, _ = whitening_and_basis(scan)
+    white = scan.replace(kspace=(w @ scan.kspace.astype(np.complex128)).astype(np.complex64), noise=None)
+    n, c = scan.matrix[0], scan.n_coils
+    k = np.rint(white.trajectory).astype(int) + n // 2
+    grid = np.zeros((n, scan.matrix[1], 1, c), dtype=np.complex64)
+    grid[k[:, 0], k[:, 1], 0] = white.kspace.T
+    hybrid, box = calibration_hybrid(white.kspace, white.trajectory, white.matrix, None, white.source)
+    values = np.linalg.eigvalsh(hybrid @ hybrid.conj().transpose(0, 2, 1))[:, ::-1]
+    with tempfile.TemporaryDirectory() as folder:
+        d = Path(folder)
+        write_cfl(d / "k", grid)
+        run = subprocess.run([bart, "cc", "-G", "-M", str(d / "k"), str(d / "m")], check=True, capture_output=True,
+                             text=True, env={**os.environ, "DEBUG_LEVEL": "4"})
+        theirs = np.asarray(read_cfl(d / "m")).reshape(n, c, c)
+        subprocess.run([bart, "cc", "-G", "-p", "8", str(d / "k"), str(d / "c")], check=True, capture_output=True)
+        compressed = np.asarray(read_cfl(d / "c")).reshape(n, scan.matrix[1], 8)[k[:, 0], k[:, 1]].T
+    window = next((line for line in (run.stdout + run.stderr).splitlines() if "Calibration region" in line), "")
+    rows = {}
+    for m in range(1, 13):
+        ours = compression_for(white, m, "geometric").matrices
+        angles = np.array([subspace_angles(theirs[x][:, :m], ours[x].conj().T).max() for x in range(n)])
+        gap = (values[:, m - 1] - values[:, m]) / values[:, 0]
+        rows[m] = {"max": float(angles.max()), "median": float(np.median(angles)), "min_gap": float(gap.min())}
+    ours = compression_for(white, 8, "geometric").kspace(white.kspace, white.trajectory)
+    u, _, vh = np.linalg.svd(compressed @ ours.conj().T)
+    fit = float(np.linalg.norm(compressed - (u @ vh) @ ours) / np.linalg.norm(compressed))
+    return {"box": list(box), "bart_window": window.strip(), "angles": rows, "p8_after_one_unitary": fit,
+            "angles_at_barts_window": at_barts_window(grid, window, theirs, box)}
+
+
+def at_barts_window(grid: np.ndarray, window: str, theirs: np.ndarray, box: tuple) -> dict:
+    """The largest principal angle (N = 1, 2, 4, 8) between BART's matrices and the same computation as ours
+    (float64 eigenvectors of the zero-filled calibration in hybrid space) on BART's calibration window, read from
+    its debug line ``(size: RxPx1, pos: AxBx0)``: what differs when BART's window is not the centred one."""
+    from scipy.linalg import subspace_angles  # noqa: PLC0415
+
+    from mri_recon.prep.geometric import _fft  # noqa: PLC0415
+
+    size, pos = (list(map(int, part.split(",")[0].split(")")[0].split("x")))
+                 for part in window.split(": ")[1:3])
+    n, c = grid.shape[0], grid.shape[3]
+    cal = np.zeros((n, size[1], c), dtype=np.complex128)
+    cal[pos[0]:pos[0] + size[0]] = grid[pos[0]:pos[0] + size[0], pos[1]:pos[1] + size[1], 0]
+    hybrid = _fft(np, cal.transpose(2, 1, 0), inverse=True).transpose(2, 0, 1)
+    vectors = np.linalg.eigh(hybrid @ hybrid.conj().transpose(0, 2, 1))[1][:, :, ::-1]
+    return {m: float(max(subspace_angles(theirs[x][:, :m], vectors[x][:, :m]).max() for x in range(n)))
+            for m in (1, 2, 4, 8)}
+
+
+def bart_gcc_section() -> dict:
+    bart = shutil.which("bart")
+    if bart is None:
+        return {"skipped": "no bart command"}
+    out = {}
+    for model in ("ring", "analytic"):
+        out[model] = against_bart_gcc(birdcage_cartesian(model=model), bart)
+        print(model, out[model]["bart_window"], "p8:", f"{out[model]['p8_after_one_unitary']:.1e}", "angles:",
+              " ".join(f"{m}:{r['max']:.1e}/{r['median']:.1e}" for m, r in out[model]["angles"].items()), flush=True)
+    return out
+
+
 def cpu_time(repeats: int) -> dict:
     from bench_prepare import synthetic  # noqa: PLC0415
 
@@ -218,7 +384,14 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the GPU whole call at 512^2 x 32 coils")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU sections (quality, BART, CPU time)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", choices=("cartesian",), help="only the Cartesian sections (cartesian, bart_gcc)")
     args = parser.parse_args()
+    if args.only:
+        report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+        benchtools.section(report, "cartesian", cartesian, lambda e: "Cartesian: svd and geometric (CPU)")
+        benchtools.section(report, "bart_gcc", bart_gcc_section, lambda e: "principal angles against bart cc -G")
+        benchtools.write_report(report, args.out)
+        return
     report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
               "mri_recon": mri_recon.__version__}
     if not args.no_cpu:
@@ -226,6 +399,8 @@ def main() -> None:
         benchtools.section(report, "bart", bart_section, lambda e: "principal angles against bart cc")
         benchtools.section(report, "cpu_time", lambda: cpu_time(args.repeats),
                            lambda e: "the compression step on the CPU")
+        benchtools.section(report, "cartesian", cartesian, lambda e: "Cartesian: svd and geometric (CPU)")
+        benchtools.section(report, "bart_gcc", bart_gcc_section, lambda e: "principal angles against bart cc -G")
     if args.gpu:
         benchtools.section(report, "gpu", lambda: gpu(args.repeats), lambda e: "GPU whole call, 512^2 x 32 coils")
     benchtools.write_report(report, args.out)

@@ -169,6 +169,17 @@ def test_the_compressed_scan_is_a_of_x_applied_in_hybrid_space(scan):
     np.testing.assert_allclose(noise_covariance(ready.noise), np.eye(5), atol=1e-5)  # still white
 
 
+@pytest.mark.parametrize("lines", [1, 7, 22, 23], ids=lambda n: f"{n}-lines")
+def test_readouts_compressed_in_blocks_give_the_same_k_space(scan, monkeypatch, lines):
+    """Blocks of one line, of a number that does not divide the 22 lines, of all of them and of more."""
+    import mri_recon.prep.geometric as geometric
+
+    found = compression_for(scan, 4, "geometric")
+    whole = found.kspace(scan.kspace, scan.trajectory)
+    monkeypatch.setattr(geometric, "LINE_BYTES", lines * scan.n_coils * 32 * 8)
+    assert relative(found.kspace(scan.kspace, scan.trajectory), whole) < 1e-6
+
+
 @pytest.mark.parametrize("maps", ["file", "rss"])
 @pytest.mark.parametrize("prewhiten", [True, False])
 def test_a_unitary_per_position_leaves_the_image_unchanged(scan, maps, prewhiten):

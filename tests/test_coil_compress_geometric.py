@@ -142,11 +142,12 @@ def test_each_position_s_matrix_spans_its_principal_subspace_and_is_aligned(scan
             assert np.allclose(c, c.conj().T, atol=1e-10) and np.linalg.eigvalsh(c).min() > -1e-10
 
 
-def test_auto_keeps_the_fewest_coils_that_hold_the_energy_over_all_positions(scan):
+def test_auto_keeps_svds_coils_and_at_least_svds_energy(scan):
     w, _ = whitening_and_basis(scan)
-    found = compression_for(scan, "auto", "geometric", w)
-    energy = [compression_for(scan, n, "geometric", w).energy for n in range(1, found.virtual + 1)]
-    assert energy[-1] >= 0.99 and all(share < 0.99 for share in energy[:-1]) and found.energy == energy[-1]
+    found, svd = compression_for(scan, "auto", "geometric", w), compression_for(scan, "auto", "svd", w)
+    assert 1 < found.virtual == svd.virtual < scan.n_coils
+    held = [compression_for(scan, n, "geometric", w).energy for n in range(1, found.virtual + 1)]
+    assert found.energy == held[-1] >= 0.99 and all(a < b for a, b in zip(held, held[1:]))
 
 
 # --- the data ---------------------------------------------------------------------------------------------------------

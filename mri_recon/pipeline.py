@@ -232,8 +232,7 @@ def run(scan: Scan | TimeSeries, options: stages.Options, planned: tuple[Device,
         if prepared_s is not None:
             clock.record("prepare", prepared_s)
         with clock.stage("upload"):
-            uploaded = stages.upload(options, run_plan)
-        maps = uploaded.maps
+            uploaded, maps = stages.upload(options, run_plan)
         if options.maps.method is not None:
             with clock.stage("coil_maps"):
                 maps = stages.coil_maps(options, run_plan, uploaded.data)

@@ -298,6 +298,35 @@ def test_the_preparation_refuses_a_method_without_compression(scan):
             prepare(scan, **GCC)
 
 
+def test_a_field_map_to_correct_is_refused_and_one_ignored_is_not(scan):
+    """The phase of off-resonance during the readout breaks compression along it; ignored, nothing is broken."""
+    mapped = scan.replace(field_map=np.full(scan.matrix, 40.0, np.float32),
+                          times=np.linspace(0, 2e-3, scan.n_samples, dtype=np.float32))
+    for prepare in (prepare_scan, lambda s, **k: prepare_on_device(s, CPU, **k)):
+        with pytest.raises(InvalidDataError, match=r"off-resonance during the readout"):
+            prepare(mapped, coil_maps="file", coil_compress=5, **GCC)
+        ready, record = prepare(mapped, coil_maps="file", coil_compress=5, field_map="ignore", **GCC)
+        assert ready.n_coils == 5 and record["field_map"] == "ignored"
+
+
+def test_unwhitened_noise_is_dropped_whitened_noise_stays_white(scan):
+    """Unwhitened, the compressed noise's covariance ``A(x) Psi A(x)^H`` depends on the readout position that
+    noise samples lack: no samples are kept. Whitened, any orthonormal rows keep them white."""
+    raw, _ = prepare_scan(scan, prewhiten=False, coil_maps="file", coil_compress=5, **GCC)
+    white, _ = prepare_scan(scan, coil_maps="file", coil_compress=5, **GCC)
+    assert raw.noise is None and white.noise.shape[0] == 5
+    covariance = noise_covariance(white.noise)
+    assert relative(covariance, np.eye(5) * np.trace(covariance).real / 5) < 1e-5  # whitened by these samples
+
+
+@pytest.mark.parametrize("method", ["svd", "geometric"])
+def test_root_sum_of_squares_of_fewer_virtual_coils_keeps_the_image(scan, method):
+    """Root-sum-of-squares images of N < C virtual coils, in the receivers' units, against the uncompressed."""
+    full = mri_recon.reconstruct(scan, coil_maps="rss", **FAST).image
+    fewer = mri_recon.reconstruct(scan, coil_maps="rss", coil_compress=8, coil_compress_method=method, **FAST).image
+    assert fewer.shape == full.shape and relative(np.abs(fewer), np.abs(full)) < 0.05
+
+
 # --- every path -------------------------------------------------------------------------------------------------------
 
 

@@ -193,7 +193,9 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         record["field_map"], attrs["field_map_correction"], field_values = "ignored", "ignored", (None, None)
     whiten = prewhiten and scan.noise is not None
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
-    compression = compression_for(scan, coil_compress, coil_compress_method, w)
+    ignored = field_values[0] is None and scan.field_map is not None  # compressed as the host's: without the map
+    compressed = scan.replace(field_map=None, times=None) if ignored else scan
+    compression = compression_for(compressed, coil_compress, coil_compress_method, w)
     coils = scan.n_coils if compression is None else compression.virtual
     checks: list[Check] = []
     warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)

@@ -19,17 +19,19 @@ the image's readout position: there the coils' sensitivities at ``x`` alone mix 
   ``A(x-1) A(x)^H`` (orthogonal Procrustes, BART's ``align_ro``), so that the virtual coils vary smoothly
   along ``x`` (estimated coil maps of the virtual coils need that). The row space at each ``x`` is unchanged.
 - ``"auto"``: the N that ``svd`` compression chooses for the same scan (the fewest principal components of the
-  k-space centre that hold :data:`.AUTO_ENERGY` of its energy). Per readout position the receivers are
-  nearly separable into fewer coils than over the whole centre, so the same threshold applied per position
-  keeps too few to image with (2-3 of 32 on the benchmarks' scans, 6-26% worse); at SVD's N, GCC holds at
-  least SVD's energy at every position. N larger than the ``P`` calibration samples per position is refused (the virtual
-  coils beyond ``P`` would be arbitrary directions).
+  k-space centre that hold :data:`.AUTO_ENERGY` of its energy). Per readout position the energy is
+  concentrated in fewer components than over the whole centre, so the same threshold applied per position
+  keeps too few coils to image with (docs/benchmarks.md, "Coil compression"). N larger than the ``P``
+  calibration samples per position is refused (the virtual coils beyond ``P`` would be arbitrary directions).
+- Refused with a field map to correct: the phase that off-resonance adds during the readout makes the
+  compression along it inexact (SVD compression, which mixes coils only, stays exact).
 - Application (:meth:`GeometricCompression.kspace`, NumPy or CuPy, where the data are): the readouts gathered as
   lines, inverse FFT along them, ``(A(x) W) h(x)`` per position with the whitening ``W``, FFT back, in the
   samples' own order. Coil maps are image-space arrays, ``S'(x, ...) = A(x) W S(x, ...)`` along their first
   image axis (SENSE stays exact: the compressed data are the compressed maps' model). Noise samples carry no
   readout position: whitened they are white, and any orthonormal rows keep them white, so they are compressed
-  with the matrix of the readout centre. The receiver basis becomes ``L A(x)^H`` per position
+  with the matrix of the readout centre; unwhitened (``prewhiten=False``) they are dropped, since their
+  compressed covariance would depend on the position. The receiver basis becomes ``L A(x)^H`` per position
   (:meth:`GeometricCompression.basis`, shape ``(X, C, N)``), which :mod:`.maps_stage` applies per readout position.
 """
 
@@ -181,6 +183,8 @@ class GeometricCompression(Compression):
     """The calibration box (frequencies per axis)."""
     asked: str | int = "none"
     """The ``coil_compress`` choice that gave it."""
+    source: str = "<memory>"
+    """The scan it was computed from (named in the refusals of :meth:`kspace`)."""
 
     @property
     def compresses(self) -> bool:
@@ -195,7 +199,7 @@ class GeometricCompression(Compression):
     def kspace(self, data: Any, trajectory: np.ndarray, whitening: Any = None) -> Any:
         """k-space ``(C, M)`` (NumPy or CuPy) whitened and compressed per readout position, ``(N, M)`` in the
         data's precision and the samples' order; ``trajectory`` (host) places the samples."""
-        lines = readout_lines(trajectory, len(self.matrices))
+        lines = readout_lines(trajectory, len(self.matrices), self.source)
         xp = get_xp(data)
         combined = xp.asarray(self.combined(whitening).astype(data.dtype))
         order = xp.asarray(lines.order)
@@ -217,7 +221,11 @@ class GeometricCompression(Compression):
         return xp.ascontiguousarray(out).reshape(self.virtual, *maps.shape[1:])
 
     def noise(self, noise: Any, whitening: Any = None) -> Any:
-        """Noise samples ``(C, K)`` compressed with the readout centre's matrix (see the module docstring)."""
+        """Whitened noise samples ``(C, K)`` compressed with the readout centre's matrix (see the module
+        docstring); None without ``whitening``: the compressed noise's covariance ``A(x) Psi A(x)^H`` then
+        depends on the readout position, which noise samples do not have, so no samples describe it."""
+        if whitening is None:
+            return None
         xp = get_xp(noise)
         centre = self.combined(whitening)[len(self.matrices) // 2]
         return xp.asarray(centre.astype(noise.dtype)) @ noise
@@ -226,7 +234,7 @@ class GeometricCompression(Compression):
         """``scan`` with its k-space, noise and coil maps whitened (when ``whitening`` is given) and compressed."""
         arrays = {"kspace": self.kspace(scan.kspace, scan.trajectory, whitening)}
         if scan.noise is not None:
-            arrays["noise"] = self.noise(scan.noise, whitening)
+            arrays["noise"] = self.noise(scan.noise, whitening)  # None unwhitened (dropped: see noise)
         if scan.coil_maps is not None:
             arrays["coil_maps"] = self.maps(scan.coil_maps, whitening)
         return scan.replace(**arrays)
@@ -279,9 +287,13 @@ def geometric_compression(scan: Scan, chosen: str | int, whitening: np.ndarray |
         the calibration samples per readout position.
     """
     coils = scan.n_coils
+    if scan.field_map is not None:
+        raise InvalidDataError(f"{scan.source}: {OPTION} compresses between FFTs along the readout, which the "
+                               f"phase of off-resonance during the readout breaks; with the field map corrected "
+                               f"use coil_compress_method svd (or field_map 'ignore')")
     _check_echo(scan, readout_lines(scan.trajectory, scan.matrix[0], scan.source))
     if isinstance(chosen, int) and chosen >= coils:
-        return GeometricCompression(coils, coils, asked=chosen)
+        return GeometricCompression(coils, coils, asked=chosen, source=scan.source)
     hybrid, box = calibration_hybrid(scan.kspace, scan.trajectory, scan.matrix, whitening, scan.source)
     values, vectors = np.linalg.eigh(hybrid @ hybrid.conj().transpose(0, 2, 1))  # (X, C), (X, C, C) ascending
     values, vectors = np.clip(values[:, ::-1], 0.0, None), vectors[:, :, ::-1]
@@ -289,11 +301,12 @@ def geometric_compression(scan: Scan, chosen: str | int, whitening: np.ndarray |
     virtual = chosen if isinstance(chosen, int) else _svd_choice(scan, whitening)
     virtual, samples = min(virtual, coils), hybrid.shape[2]
     if virtual >= coils:
-        return GeometricCompression(coils, coils, energy=1.0, samples=samples, box=box, asked=chosen)
+        return GeometricCompression(coils, coils, energy=1.0, samples=samples, box=box, asked=chosen,
+                                    source=scan.source)
     if virtual > samples:
         raise InvalidDataError(f"{scan.source}: coil_compress {chosen} with {OPTION}: the {'x'.join(map(str, box))} "
                                f"calibration region holds {samples} phase-encode samples per readout position, "
                                f"fewer than {virtual} virtual coils; compress to at most {samples}, or use "
                                f"coil_compress_method svd")
     matrices = aligned(vectors[:, :, :virtual].conj().transpose(0, 2, 1))
-    return GeometricCompression(coils, virtual, matrices, float(shares[virtual - 1]), samples, box, chosen)
+    return GeometricCompression(coils, virtual, matrices, float(shares[virtual - 1]), samples, box, chosen, scan.source)

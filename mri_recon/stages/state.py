@@ -142,10 +142,6 @@ class Uploaded:
     """One record per frame (a single scan is one frame)."""
     data_scale: float
     weight_scale: float
-    maps: Maps
-    """The scan's (series') maps as given, their peak read with the scales; none when the maps are estimated or
-    absent."""
-
 
 @dataclass(frozen=True)
 class RightHandSide:
@@ -266,10 +262,11 @@ def _scales(frames: tuple[Scan, ...], kspaces: list[Any], maps: Any) -> tuple[fl
     return data_scale, weight_scale, maps_peak, weights
 
 
-def upload(options: Options, planned: Planned) -> Uploaded:
+def upload(options: Options, planned: Planned) -> tuple[Uploaded, Maps]:
     """Upload each frame's k-space and trajectory and the scan's (series') maps once; the scales of the data and
     the weights and the peak of the maps, read together (:class:`~mri_recon.operators.reads.Scalars`); the
-    weights divided by theirs, uploaded; the field map."""
+    weights divided by theirs, uploaded; the field map. The maps as given (none when they are estimated or
+    absent) are returned apart from the data, so that no record keeps them once they are scaled."""
     dev, frames = planned.device, planned.frames
     kspaces = [to_device(f.kspace, dev) for f in frames]
     trajectories = [to_device(f.trajectory, dev) for f in frames]
@@ -280,4 +277,4 @@ def upload(options: Options, planned: Planned) -> Uploaded:
                  for f, k, t, (w, total) in zip(frames, kspaces, trajectories, weights))
     if planned.offres is not None:
         planned.offres.upload(dev)
-    return Uploaded(data, data_scale, weight_scale, Maps(maps, peak=maps_peak))
+    return Uploaded(data, data_scale, weight_scale), Maps(maps, peak=maps_peak)

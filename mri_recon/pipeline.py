@@ -183,7 +183,7 @@ def options_of(source: Scan | TimeSeries, settings: ReconSettings, **runtime: An
     reference, frames, series = stages.sources(source)
     if series is not None:
         stages.check_frames(frames, series.source)
-    return stages.Options.of(reference, settings, series=series is not None, **runtime)
+    return stages.Options.of(reference, settings, series=series is not None, frames=len(frames), **runtime)
 
 
 def series_splits(series: TimeSeries, settings: ReconSettings) -> int:

@@ -48,7 +48,8 @@ from .solvers.sparse import (
     solver_names,
     sparse_names,
 )
-from .solvers.temporal_terms import TEMPORAL_TERMS, temporal_names
+from .solvers.temporal_terms import SUBSPACE_RANK_DEFAULT, temporal_help, temporal_names
+from .solvers.temporal_terms import lam_help as temporal_lam_help
 
 if TYPE_CHECKING:
     from .arrays.backend import Device
@@ -112,8 +113,6 @@ SPARSE = ", ".join(sparse_names())
 LAMBDA_HELP = (f"Regularization weight. {', '.join(dense_names())}: relative to the largest diagonal entry of the "
                f"normal operator (max over voxels of sum_c |S_c|^2 times the sum of the weights); {SPARSE}: relative "
                f"to max |A^H W d|. Default: the regularizer's ({lam_help()}).")
-TEMPORAL_LAMBDA_HELP = ("Temporal term weight relative to max |A^H W d| over all frames (default: "
-                        + ", ".join(f"{t.name} {t.lam_default:g}" for t in TEMPORAL_TERMS.values() if t.joint) + ").")
 METHOD_HELP = ("F^H d and PSF engine: exact sums, NUFFT (GPU NUFFT or CPU FINUFFT), or auto (the faster one on a GPU "
                "by a cost model; FINUFFT on the CPU). The output records the engine used.")
 
@@ -156,18 +155,20 @@ class ReconSettings:
     segments: int | None = option(None, "Time segments L (default: the fewest with interpolation error <= 1e-3).",
                                   int, "solve", low=1, optional=True)
     method: str = option("auto", METHOD_HELP, str, "solve", choices=engine_methods)
-    temporal: str = option("none", "Time series: a temporal term joining the frames, solved together (tv: "
-                           "temporal-lambda ||D_t x||_1; lowrank: the nuclear norm of the frames' Casorati matrix; "
-                           "llr: of its blocks of B^d voxels, --temporal-block, shifted at random); none "
-                           "reconstructs each frame as one image.", str, "solve",
-                           choices=temporal_names, series=True)
+    temporal: str = option("none", temporal_help(), str, "solve", choices=temporal_names, series=True)
     """A time series' temporal term (:mod:`mri_recon.solvers.temporal_terms`)."""
-    temporal_lam: float | None = option(None, TEMPORAL_LAMBDA_HELP, float, "solve", low=0.0, optional=True,
+    temporal_lam: float | None = option(None, temporal_lam_help(), float, "solve", low=0.0, optional=True,
                                         cli="--temporal-lambda", series=True)
     temporal_solver: str = option("admm", "Joint time-series solver: ADMM or primal-dual (Condat-Vu).", str,
                                   "solve", choices=joint_names, series=True)
     temporal_block: int | None = option(None, "llr: the side B of its blocks in voxels (default 8, as BART's pics -b).",
                                         int, "solve", low=2, high=128, optional=True, series=True)
+    temporal_rank: int | None = option(None, f"subspace: K basis functions (default {SUBSPACE_RANK_DEFAULT}, estimated "
+                                       "from the frames' k-space centres; with --temporal-basis its first K).", int,
+                                       "solve", low=1, high=4096, optional=True, series=True)
+    temporal_basis: str | None = option(None, "subspace: the T x K basis, .npy or BART .cfl (T along dimension 5, K "
+                                        "along 6, as pics -B); orthonormalized.", str, "solve", optional=True,
+                                        path=True, series=True)
     device: str | int | Device | None = option("auto", DEVICE_HELP, object, "device", recorded=False)
     """``"auto" | "cpu" | "gpu" | "gpu:N"``, an index or a :class:`~mri_recon.arrays.backend.Device` (in a GPU
     cluster every worker sees its own GPU as ``gpu:0``)."""
@@ -222,7 +223,7 @@ class ReconSettings:
     def __post_init__(self) -> None:
         if isinstance(self.choice, Mapping):
             object.__setattr__(self, "choice", {k: v for k, v in self.choice.items() if v is not None})
-        for name in ("cache_dir", "trajectory", "sensitivities"):
+        for name in ("cache_dir", "trajectory", "sensitivities", "temporal_basis"):
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
         if self.matrix is not None:  # one form, "NxM" or sizes, one record
@@ -255,9 +256,10 @@ class ReconSettings:
         return {name: getattr(self, name) for name in fields_in("prepare")}
 
     def read_paths(self, source: str | os.PathLike) -> tuple[str | os.PathLike, ...]:
-        """Every file a run on ``source`` reads (the scan, a BART trajectory and sensitivities): what none of
-        its outputs may replace (:class:`mri_recon.io.files.FileSet`, which adds each BART file's pair)."""
-        return tuple(p for p in (source, self.trajectory, self.sensitivities) if p is not None)
+        """Every file a run on ``source`` reads (the scan, a BART trajectory and sensitivities, a temporal basis):
+        what none of its outputs may replace (:class:`mri_recon.io.files.FileSet`, which adds each BART file's
+        pair)."""
+        return tuple(p for p in (source, self.trajectory, self.sensitivities, self.temporal_basis) if p is not None)
 
     def reader_keywords(self) -> dict[str, Any]:
         """The keywords of :func:`mri_recon.io.load_scans`: the ``input`` options (the image choice as its

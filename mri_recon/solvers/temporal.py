@@ -77,6 +77,10 @@ class SeriesNormal:
         self.normals, self.rho, self.gram = list(normals), float(rho), gram
         self.writes_into = all(getattr(op, "writes_into", False) for op in self.normals)
 
+    def with_penalty(self, rho: float, gram: Callable[[Any], Any]) -> SeriesNormal:
+        """The same operator plus ``rho gram(x)`` (ADMM's x-update)."""
+        return SeriesNormal(self.normals, rho, gram)
+
     def data(self, x: Any) -> Any:
         """``N x`` without the penalty."""
         out = get_xp(x).empty_like(x)
@@ -160,6 +164,11 @@ def _gram(terms: Sequence[Term]) -> Callable[[Any], Any]:
     return gram
 
 
+def _series(normals: Any) -> SeriesNormal:
+    """``normals`` as one :class:`SeriesNormal`: the frames' operators, or one already (batched, subspace)."""
+    return normals if isinstance(normals, SeriesNormal) else SeriesNormal(normals)
+
+
 def _check(iterations: int, terms: Sequence[Term]) -> None:
     if iterations < 1:
         raise InvalidDataError(f"iterations must be >= 1, found {iterations}")
@@ -171,8 +180,9 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
                inner_iterations: int, data_energy: float, callback: Callback | None = None,
                check_every: int = 10) -> tuple[Any, tuple[float, ...]]:
     """ADMM over all frames (see the module docstring). ``normals``: one normal operator per frame, or a
-    :class:`BatchedSeriesNormal`; ``rhs`` is ``(T, *matrix)`` (``b_t = A_t^H W_t d_t``);
-    ``rho`` the absolute penalty. Returns the frames and the relative objective (1 first, then one per check)."""
+    :class:`SeriesNormal` (:class:`BatchedSeriesNormal`; a subspace's, on coefficient images); ``rhs`` is
+    ``(T, *matrix)`` (``b_t = A_t^H W_t d_t``); ``rho`` the absolute penalty. Returns the frames and the
+    relative objective (1 first, then one per check)."""
     _check(iterations, terms)
     if not rho > 0 or not math.isfinite(rho):
         raise InvalidDataError(f"rho must be a positive finite number, found {rho}")
@@ -180,8 +190,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
     x = xp.zeros_like(rhs)
     if not inner(rhs, rhs).real > 0:
         return x, (1.0,)
-    operator = normals.with_penalty(rho, _gram(terms)) if isinstance(normals, BatchedSeriesNormal) else \
-        SeriesNormal(normals, rho, _gram(terms))
+    operator = _series(normals).with_penalty(rho, _gram(terms))
     z = [xp.zeros(t.sparsity.shape, dtype=rhs.dtype) for t in terms]
     u = [xp.zeros_like(v) for v in z]
     energy = data_energy if data_energy > 0 else 1.0
@@ -219,7 +228,7 @@ def joint_pdhg(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, itera
     x = xp.zeros_like(rhs)
     if not inner(rhs, rhs).real > 0:
         return x, (1.0,)
-    operator = normals if isinstance(normals, SeriesNormal) else SeriesNormal(normals)
+    operator = _series(normals)
     big = 2.0 * operator_norm(operator, rhs) if lipschitz is None else float(lipschitz)
     tau, sigma = 1.0 / big, big / (2.0 * sum(t.norm_squared for t in terms))
     y = [xp.zeros(t.sparsity.shape, dtype=rhs.dtype) for t in terms]

@@ -6,14 +6,24 @@ beside the spatial regularizer of every frame (:mod:`.regularizers`). Each term 
 ``"none"`` has no term, and each frame is then reconstructed as a single image is. Adding a temporal term is one
 class here and one entry in :data:`TEMPORAL_TERMS`; the settings' choices, the command line and the solve stage
 read this registry.
+
+``"subspace"`` is a model rather than a penalty: the frames are confined to the span of K temporal basis
+functions (:mod:`.subspace`), so the unknowns become K coefficient images and there is no temporal weight or
+transform. It is an entry of the same registry all the same, so that the vocabulary of the frames' coupling is
+one list for users (``--temporal``), the settings and the checks, each term with its own options
+(:attr:`TemporalTerm.options`); the solve stage asks :attr:`TemporalTerm.subspace` which problem to build.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ..arrays.backend import get_xp
-from ..errors import InvalidDataError
+from ..errors import InvalidDataError, printable
+from ..io.basis import read_basis
 from .admm import Sparsity
 from .lowrank import LocalLowRank, global_nuclear_norm, global_svt
 
@@ -37,6 +47,8 @@ class TemporalTerm:
 
     name: ClassVar[str] = "?"
     """What users write (``temporal=``, ``--temporal``)."""
+    summary: ClassVar[str] = ""
+    """What it does, in the option's help."""
     joint: ClassVar[bool] = True
     """True: the frames are solved together (ADMM or primal-dual); False: no term, each frame alone."""
     lam_default: ClassVar[float] = 0.0
@@ -48,13 +60,17 @@ class TemporalTerm:
     proximal map's own temporaries counted as further triples)."""
     options: ClassVar[tuple[str, ...]] = ()
     """The settings fields of this term alone (None: the term's default); set with another term, refused."""
+    subspace: ClassVar[bool] = False
+    """True: a model, not a penalty: the frames are ``Phi c`` for a ``T x K`` basis ``Phi`` and the unknowns the
+    coefficient images ``c`` (:class:`Subspace`); no weight, no transform."""
 
     def sparsity(self, shape: tuple[int, ...]) -> Sparsity:
         """The :class:`~.admm.Sparsity` of the term for frames of ``shape = (T, *matrix)``."""
         raise NotImplementedError(f"temporal term {self.name} has no transform")
 
-    def configured(self, settings: Any) -> TemporalTerm:
-        """The term with its :attr:`options` taken from ``settings`` (a ``ReconSettings``)."""
+    def configured(self, settings: Any, frames: int) -> TemporalTerm:
+        """The term with its :attr:`options` taken from ``settings`` (a ``ReconSettings``), for a series of
+        ``frames`` frames (what depends on their number is checked here, before any work)."""
         return self
 
 
@@ -68,6 +84,7 @@ class TemporalTv(TemporalTerm):
     ``pics -R T``."""
 
     name = "tv"
+    summary = "temporal-lambda ||D_t x||_1"
     lam_default = 0.005
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 4.0
@@ -90,6 +107,7 @@ class GlobalLowRank(TemporalTerm):
     proximal map singular value soft-thresholding (:mod:`.lowrank`)."""
 
     name = "lowrank"
+    summary = "the nuclear norm of the frames' Casorati matrix"
     lam_default = 2.0
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
     norm_squared = 1.0
@@ -106,6 +124,7 @@ class LocallyLowRank(TemporalTerm):
     unshifted grid, whose penalty is also the one reported."""
 
     name = "llr"
+    summary = "of its blocks of B^d voxels, --temporal-block, shifted at random"
     options = ("temporal_block",)
     lam_default = 0.3
     """The lowest NRMSE of the weights tried on the beating phantom (docs/temporal.md)."""
@@ -118,7 +137,7 @@ class LocallyLowRank(TemporalTerm):
     def __init__(self, block: int = 8, seed: int = 0) -> None:
         self.block, self.seed = int(block), int(seed)
 
-    def configured(self, settings: Any) -> LocallyLowRank:
+    def configured(self, settings: Any, frames: int) -> LocallyLowRank:
         block = settings.temporal_block
         return self if block is None else LocallyLowRank(block, self.seed)
 
@@ -127,9 +146,55 @@ class LocallyLowRank(TemporalTerm):
         return identity_sparsity(shape, blocks.prox, blocks.penalty, blocks.fixed_prox)
 
 
+SUBSPACE_RANK_DEFAULT = 4
+"""``temporal_rank`` of a subspace when neither a rank nor a basis is given (docs/temporal.md, "Subspace")."""
+
+
+class Subspace(TemporalTerm):
+    """The frames in the span of K temporal basis functions, ``x_t = sum_k Phi[t, k] c_k`` (:mod:`.subspace`;
+    BART's ``pics -B``): the basis of a file (``temporal_basis``, read by :func:`~mri_recon.io.basis.read_basis`,
+    its columns orthonormalized; ``temporal_rank`` keeps its first K), or estimated from the frames' k-space
+    centres in the solve (:func:`mri_recon.prep.temporal_basis.estimate_basis`; ``temporal_rank`` K, default
+    :data:`SUBSPACE_RANK_DEFAULT`). The coefficients take the spatial regularizer of a series (none or l2: CG; tv or
+    wavelet: the joint solver, on each coefficient image)."""
+
+    name = "subspace"
+    summary = "the frames confined to K temporal basis functions, --temporal-rank or --temporal-basis"
+    options = ("temporal_rank", "temporal_basis")
+    subspace = True
+    splits = 0
+
+    def __init__(self, rank: int = SUBSPACE_RANK_DEFAULT, basis: np.ndarray | None = None,
+                 source: str = "estimated") -> None:
+        self.rank, self.basis, self.source = int(rank), basis, source
+
+    def configured(self, settings: Any, frames: int) -> Subspace:
+        rank, path = settings.temporal_rank, settings.temporal_basis
+        if path is None:
+            rank = SUBSPACE_RANK_DEFAULT if rank is None else int(rank)
+            if rank > frames:
+                raise InvalidDataError(f"temporal_rank {rank} exceeds the series' {frames} frames")
+            return Subspace(rank)
+        basis = read_basis(path, frames, rank, allow_external=settings.allow_external)
+        return Subspace(basis.shape[1], basis, printable(os.fspath(path)))
+
+
 TEMPORAL_TERMS: dict[str, TemporalTerm] = {
-    term.name: term for term in (NoTemporalTerm(), TemporalTv(), GlobalLowRank(), LocallyLowRank())}
+    term.name: term for term in (NoTemporalTerm(), TemporalTv(), GlobalLowRank(), LocallyLowRank(), Subspace())}
 """Every temporal term by name, in the order they are listed to users."""
+
+
+def temporal_help() -> str:
+    """The help of ``--temporal``: each term's :attr:`~TemporalTerm.summary`."""
+    terms = "; ".join(f"{t.name}: {t.summary}" for t in TEMPORAL_TERMS.values() if t.joint)
+    return (f"Time series: a temporal term joining the frames, solved together ({terms}); none reconstructs each "
+            f"frame as one image.")
+
+
+def lam_help() -> str:
+    """The help of ``--temporal-lambda``: each penalty's default weight."""
+    defaults = ", ".join(f"{t.name} {t.lam_default:g}" for t in TEMPORAL_TERMS.values() if t.joint and not t.subspace)
+    return f"Temporal term weight relative to max |A^H W d| over all frames (default: {defaults})."
 
 
 def temporal_names() -> tuple[str, ...]:

@@ -86,7 +86,7 @@ def result(options: Options, planned: Planned, timings: dict[str, float], encode
            normals: tuple[FrameNormal, ...], solution: Solution, image: np.ndarray) -> Result:
     """The :class:`~mri_recon.result.Result`: the image on the host (a time series' frames first), residuals or
     objective, ``timings`` and the settings used (``lam_abs`` in the data's units)."""
-    scan, iterated = planned.scan, bool(options.sparse or options.temporal.joint)
+    scan, iterated = planned.scan, not options.by_cg
     sigma = None if options.filter_sigma is None else float(options.filter_sigma)
     parameters = {"iterations": int(options.iterations), "tol": float(options.tol), "lam": float(options.lam),
                   "lam_abs": solution.lam_abs, "filter_sigma": sigma, "method": encoded[0].encoding.name,

@@ -18,7 +18,7 @@ from ..solvers import temporal as joint_solvers
 from ..solvers.registry import joint_names
 from ..solvers.registry import solver as solver_of
 from ..solvers.regularizers import regularizer as find_regularizer
-from ..solvers.sparse import check_sparse, resolve_lam
+from ..solvers.sparse import check_sparse, resolve_lam, sparse_names
 from ..solvers.temporal_terms import TEMPORAL_TERMS, TemporalTerm, temporal_term
 
 
@@ -66,6 +66,11 @@ class Options:
     "memory"``; ``MRI_RECON_MEMO_MAX=0`` turns it off)."""
 
     @property
+    def by_cg(self) -> bool:
+        """CG solves to the tolerance: l2 frame by frame, or a subspace's coefficients with l2."""
+        return not self.sparse and (not self.temporal.joint or self.temporal.subspace and not self.joint)
+
+    @property
     def iterations(self) -> int:
         return self.settings.iterations
 
@@ -92,15 +97,17 @@ class Options:
     @classmethod
     def of(cls, scan: Scan, settings: ReconSettings, *, progress: Any = None, psf: Any = None,
            psf_cache: PsfCache | None = None, estimate_maps: str | None = None, maps_basis: Any = None,
-           series: bool = False) -> Options:
-        """The checked settings for ``scan`` (a time series' first frame with the series' maps when ``series``);
-        :class:`~mri_recon.errors.InvalidDataError` naming the first setting that does not apply."""
+           series: bool = False, frames: int = 1) -> Options:
+        """The checked settings for ``scan`` (a time series' first frame with the series' maps when ``series``,
+        of ``frames`` frames); :class:`~mri_recon.errors.InvalidDataError` naming the first setting that does
+        not apply."""
         s = settings
         weighted, chosen = scan.weights is not None, find_regularizer(s.regularizer)
-        term = _check_temporal(s.temporal, s.temporal_lam, s.temporal_solver, series).configured(s)
-        _check_term_options(s, term)
+        _check_term_options(s, temporal_term(s.temporal))
+        term = _check_temporal(s.temporal, s.temporal_lam, s.temporal_solver, series).configured(s, frames)
         if term.joint:
-            joint = _check_joint(s.regularizer, s.rho, s.inner_iterations, s.anisotropic, s.solver, s.temporal_solver)
+            joint = _check_quadratic(s) if term.subspace and not chosen.sparse else _check_joint(
+                s.regularizer, s.rho, s.inner_iterations, s.anisotropic, s.solver, s.temporal_solver)
             lam = 0.0 if s.lam is None and not chosen.sparse else resolve_lam(s.regularizer, s.lam, weighted)
             chosen.check(tuple(scan.matrix))
             sparse = {}
@@ -148,7 +155,24 @@ def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: 
     if not term.joint and (temporal_lam is not None or temporal_solver != joint_names()[0]):
         raise InvalidDataError("temporal_lam and temporal_solver apply to a joint time series (a temporal term "
                                "such as temporal='tv')")
+    if term.subspace and temporal_lam is not None:
+        raise InvalidDataError(f"temporal_lam: temporal={term.name!r} has no temporal penalty (the frames are "
+                               f"confined to its basis; temporal_rank and temporal_basis choose it)")
     return term
+
+
+def _check_quadratic(settings: ReconSettings) -> dict[str, Any]:
+    """A subspace with l2 (or no) regularization is solved by CG: the joint solver's settings are refused."""
+    s = settings
+    given = [name for name, value in (("solver", s.solver), ("rho", s.rho), ("inner_iterations", s.inner_iterations))
+             if value is not None]
+    given += ["temporal_solver"] if s.temporal_solver != joint_names()[0] else []
+    given += ["anisotropic"] if s.anisotropic else []
+    if given:
+        raise InvalidDataError(f"{', '.join(given)}: a subspace time series with the {s.regularizer} regularizer "
+                               f"is solved by CG; these apply with a sparse spatial regularizer "
+                               f"({listed(sparse_names(), quote=True)})")
+    return {}
 
 
 def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | None, anisotropic: bool,

@@ -1,5 +1,6 @@
-"""The solve stage: each frame alone (CG, or ADMM / FISTA for a sparse regularizer), or every frame of a time
-series together when a temporal term joins them (:mod:`mri_recon.solvers.temporal`)."""
+"""The solve stage: each frame alone (CG, or ADMM / FISTA for a sparse regularizer), every frame of a time
+series together when a temporal term joins them (:mod:`mri_recon.solvers.temporal`), or a subspace's
+coefficient images (:mod:`mri_recon.solvers.subspace`)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,19 @@ from ..solvers.cg import cg
 from ..solvers.registry import solver
 from ..solvers.regularizers import regularizer as find_regularizer
 from ..solvers.sparse import solve_regularized
-from ..solvers.temporal import BatchedSeriesNormal, Term
+from ..solvers.temporal import BatchedSeriesNormal, SeriesNormal, Term
 from .options import Options
-from .state import Encoded, FrameData, FrameNormal, Maps, Planned, RightHandSide, Solution, Uploaded
+from .state import Encoded, FrameData, FrameNormal, Maps, Planned, RightHandSide, Solution, Uploaded, log
 
 
 def solve(options: Options, planned: Planned, clock: Clock, uploaded: Uploaded, maps: Maps,
           encoded: tuple[Encoded, ...], rhs: RightHandSide, normals: tuple[FrameNormal, ...]) -> Solution:
-    """Solve for the image (or the frames): jointly with a temporal term, else frame by frame; and the weight
-    solved with in the data's units."""
+    """Solve for the image (or the frames): in a subspace, jointly with a temporal term, else frame by frame; and
+    the weight solved with in the data's units."""
     problem = _Problem(planned, uploaded.data, maps.array, encoded, rhs, normals)
-    if options.temporal.joint:
+    if options.temporal.subspace:
+        x, residuals, extra = _solve_subspace(options, problem, clock)
+    elif options.temporal.joint:
         x, residuals, extra = _solve_joint(options, problem, clock)
     else:
         x, residuals, extra = _solve_frames(options, problem, clock)
@@ -99,13 +102,18 @@ def _solve_frame(options: Options, problem: _Problem, clock: Clock,
 
 def _terms(options: Options, problem: _Problem, scale_b: float) -> list[Term]:
     """The temporal term and, for a sparse regularizer, the spatial one, with absolute weights."""
-    shape, ndim = tuple(problem.rhs.b.shape), len(problem.planned.scan.matrix)
+    shape = tuple(problem.rhs.b.shape)
     terms = [Term(options.temporal.sparsity(shape), options.temporal_lam * scale_b, options.temporal.norm_squared)]
-    spatial = find_regularizer(options.regularizer)
-    if spatial.sparse:
-        sparsity, _ = spatial.sparsity(shape, ndim, anisotropic=options.joint["anisotropic"])
-        terms.append(Term(sparsity, options.lam * scale_b, spatial.norm_squared(ndim)))
-    return terms
+    return terms + _spatial_terms(options, problem, shape, scale_b)
+
+
+def _spatial_terms(options: Options, problem: _Problem, shape: tuple[int, ...], scale_b: float) -> list[Term]:
+    """For a sparse regularizer its term on images of ``shape`` (frames or coefficients), else none."""
+    ndim, spatial = len(problem.planned.scan.matrix), find_regularizer(options.regularizer)
+    if not spatial.sparse:
+        return []
+    sparsity, _ = spatial.sparsity(shape, ndim, anisotropic=options.joint["anisotropic"])
+    return [Term(sparsity, options.lam * scale_b, spatial.norm_squared(ndim))]
 
 
 def _normals(problem: _Problem, tikhonov: float) -> Any:
@@ -137,3 +145,49 @@ def _solve_joint(options: Options, problem: _Problem, clock: Clock) -> tuple[Any
              "temporal_lam": options.temporal_lam, "objective": float(history[-1]),
              **settings, **({"lam_abs": options.lam * scale_b} if sparse else {})}
     return x, history, extra
+
+
+def _basis(options: Options, problem: _Problem) -> tuple[Any, dict[str, Any]]:
+    """The subspace's basis on the device, in the frames' dtype, and what the result records of it: the given
+    one, or estimated from the frames' k-space centres."""
+    from ..prep.temporal_basis import estimate_basis  # noqa: PLC0415 - subspace only
+
+    term, b = options.temporal, problem.rhs.b
+    if term.basis is not None:
+        basis, record = term.basis, {"temporal_basis": term.source}
+    else:
+        estimated = estimate_basis([d.kspace for d in problem.data], [d.trajectory for d in problem.data],
+                                   problem.planned.scan.matrix, term.rank, device=problem.planned.device)
+        basis = estimated.basis
+        record = {"temporal_basis": estimated.source(), "temporal_basis_energy": estimated.energy}
+    log.info("subspace: %d temporal basis functions, %s", basis.shape[1], record["temporal_basis"])
+    return get_xp(b).asarray(basis.astype(b.dtype)), {"temporal_rank": int(basis.shape[1]), **record}
+
+
+def _solve_subspace(options: Options, problem: _Problem, clock: Clock) -> tuple[Any, tuple[float, ...], dict[str, Any]]:
+    """The coefficient images of the frames' subspace (:mod:`mri_recon.solvers.subspace`), and the frames they
+    make: CG on ``Phi^H (N + mu I) Phi`` with l2 (Tikhonov's ``mu`` relative to the largest peak of the frames'
+    normal operators), the joint solver with the spatial term on every coefficient image for a sparse one
+    (its weight relative to ``max |A^H W d|`` over all frames)."""
+    from ..solvers.subspace import SubspaceNormal, expand, project  # noqa: PLC0415 - subspace only
+
+    basis, record = _basis(options, problem)
+    sparse = find_regularizer(options.regularizer).sparse
+    scale_b, peak = float(get_xp(problem.rhs.b).abs(problem.rhs.b).max()), max(problem.rhs.peaks)
+    frames = _normals(problem, 0.0 if sparse else options.lam * peak)
+    normal = SubspaceNormal(frames if isinstance(frames, SeriesNormal) else SeriesNormal(frames), basis)
+    rhs = project(basis, problem.rhs.b)
+    common = {"callback": clock.callback(), **solver_options(options.settings)}
+    extra = {"regularizer": options.regularizer, "temporal": options.temporal.name, **record}
+    if not sparse:
+        c, history = cg(normal, rhs, max_iterations=options.iterations, tolerance=options.tol, **common)
+        extra["solver"] = find_regularizer(options.regularizer).default_solver
+    else:
+        settings = options.joint
+        terms = _spatial_terms(options, problem, tuple(rhs.shape), scale_b)
+        rho = None if settings["rho"] is None else settings["rho"] * peak
+        c, history = solver(settings["solver"]).joint(
+            normal, rhs, terms, rho=rho, inner_iterations=settings["inner_iterations"],
+            iterations=options.iterations, data_energy=sum(problem.rhs.energies), **common)
+        extra.update(settings, objective=float(history[-1]), lam_abs=options.lam * scale_b)
+    return expand(basis, c), history, extra

@@ -23,10 +23,24 @@ Methods, 100 iterations each, every one over a sweep of its weight (each phantom
   random shifts) and ``B = 128`` (one block: the global low rank), timed as the command with
   ``OMP_NUM_THREADS=2``.
 
+Subspace (``temporal="subspace"``), each run a basis of K functions and a spatial weight, written ``K`` or
+``K:LAMBDA`` in the sweeps:
+
+- ``subspace``: the basis estimated from the k-space centre (the package's own), CG on the coefficients
+  (no spatial term, ``tol=0``: the 100 iterations run); ``subspace_tv``: with spatial TV of weight LAMBDA on
+  every coefficient image (ADMM); ``oracle`` and ``oracle_tv``: the same with the basis of the true frames
+  (their K leading left singular vectors, given as a ``.npy`` file), a reference for the estimate.
+- BART: ``bart pics -S -B basis -i 100 -t traj -p pattern ksp sens out`` with the same estimated basis (a
+  ``[1 1 1 1 1 T K]`` cfl; the data's time moved to BART's dimension 5, TE, as ``-B`` takes it), CG
+  (``bart_subspace``) or with a spatial term on the coefficients: ``-e -R W:3:0:LAMBDA``
+  (``bart_subspace_wavelet``, against ours ``subspace_wavelet``) or ``-e -R T:3:0:LAMBDA``
+  (``bart_subspace_tv``); the frames are ``basis @ coefficients``.
+
 NRMSE: of the magnitudes over all frames after the best real scale (BART's images are in its own units).
 
 Usage: python scripts/bench_lowrank.py OUT.json [--bart PATH] [--sections beating,rotating]
-       [--methods tv,lowrank,llr,bart_llr,bart_global] [--weights METHOD=W1,W2,... ...] [--device gpu]
+       [--methods tv,lowrank,llr,bart_llr,bart_global,subspace,...] [--weights METHOD=W1,W2,... ...]
+       [--device gpu]
 """
 
 from __future__ import annotations
@@ -41,11 +55,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_temporal import COILS, FRAMES, MATRIX, SPOKES, bart_inputs, nrmse, read_cfl
+from bench_temporal import COILS, FRAMES, MATRIX, SPOKES, bart_inputs, nrmse, read_cfl, write_cfl
 
 import mri_recon
 from mri_recon.io.frames import TimeSeries
 from mri_recon.prep.frames import prepare_series
+from mri_recon.prep.temporal_basis import estimate_basis
 from mri_recon.scan import Scan
 from mri_recon.sim.dynamic import simulate_series
 
@@ -56,9 +71,23 @@ SWEEPS = {
     "llr": (0.15, 0.3, 0.6, 1.2),
     "bart_llr": (0.003, 0.01, 0.03, 0.1),
     "bart_global": (0.01, 0.03, 0.1, 0.3),
+    "subspace": ("2", "3", "4", "5", "6"),
+    "subspace_tv": ("2:0.01", "4:0.005", "4:0.01", "6:0.005", "6:0.01", "6:0.02"),
+    "oracle": ("2", "3", "4", "5", "6"),
+    "oracle_tv": ("4:0.01", "6:0.01"),
+    "bart_subspace": ("2", "3", "4", "5", "6"),
+    "subspace_wavelet": ("4:0.005", "4:0.01", "6:0.005", "6:0.01", "6:0.02"),
+    "bart_subspace_wavelet": ("4:0.003", "4:0.01", "6:0.003", "6:0.01", "6:0.03"),
+    "bart_subspace_tv": ("4:0.003", "4:0.01", "6:0.003", "6:0.01", "6:0.03"),
 }
-"""Each method's weights (ours relative to max |A^H W d|, BART's its own)."""
+"""Each method's weights (ours relative to max |A^H W d|, BART's its own); the subspace methods' ``K[:LAMBDA]``."""
 BLOCKS = {"bart_llr": 8, "bart_global": MATRIX}
+SUBSPACE = {"subspace": "estimated", "subspace_tv": "estimated", "subspace_wavelet": "estimated", "oracle": "oracle",
+            "oracle_tv": "oracle"}
+"""Our subspace methods and their basis."""
+SPATIAL = {"tv": ("tv", "T:3:0"), "wavelet": ("wavelet", "W:3:0")}
+"""A subspace method's spatial term by its name's ending: ours, and BART's ``-R`` (with ``-e``: BART's wavelet
+steps need the operator's largest eigenvalue)."""
 
 
 def bart(binary: str, *args: str, folder: Path) -> float:
@@ -131,6 +160,56 @@ def ours(series: TimeSeries, temporal: str, lam: float, device: str = "cpu") -> 
     return result.image, time.perf_counter() - start
 
 
+def bases(series: TimeSeries, truth: np.ndarray, rank: int) -> dict[str, np.ndarray]:
+    """The estimated basis (:func:`mri_recon.prep.temporal_basis.estimate_basis`, as the reconstruction makes it)
+    and the oracle: the K leading left singular vectors of the true frames' Casorati matrix."""
+    estimated = estimate_basis([f.kspace for f in series.frames], [f.trajectory for f in series.frames],
+                               series.matrix, rank, device="cpu").basis
+    u, _, _ = np.linalg.svd(truth.reshape(truth.shape[0], -1).astype(np.complex128), full_matrices=False)
+    return {"estimated": estimated, "oracle": u[:, :rank]}
+
+
+def ours_subspace(series: TimeSeries, basis: np.ndarray, spatial: str | None, lam: float | None, folder: Path,
+                  device: str = "cpu") -> tuple[np.ndarray, float, str]:
+    """``temporal="subspace"`` with ``basis`` given as a file (the estimate is the one the package makes)."""
+    path = folder / "basis.npy"
+    np.save(path, basis)
+    keywords = {"regularizer": SPATIAL[spatial][0], "lam": lam} if spatial else {"tol": 0.0}
+    start = time.perf_counter()
+    result = mri_recon.reconstruct(series, prepare=False, device=device, temporal="subspace",
+                                   temporal_basis=str(path), iterations=ITERATIONS, **keywords)
+    return result.image, time.perf_counter() - start, f"reconstruct(temporal='subspace', {keywords})"
+
+
+def bart_subspace(binary: str, folder: Path, basis: np.ndarray, spatial: str | None,
+                  lam: float | None) -> tuple[np.ndarray, float, str]:
+    """``bart pics -B`` with ``basis`` (time along BART's dimension 5), CG or a spatial term; the frames."""
+    t, k = basis.shape
+    write_cfl(folder / "basis", basis.reshape(1, 1, 1, 1, 1, t, k))
+    for name in ("traj", "ksp", "pattern"):  # time from dimension 10 to 5 (TE): the same values
+        array = read_cfl(folder / name)
+        write_cfl(folder / f"{name}5", array.reshape(*array.shape[:5], t))
+    regularization = ["-e", "-R", f"{SPATIAL[spatial][1]}:{lam}"] if spatial else []
+    command = ["pics", "-S", "-B", "basis", *regularization, "-i", str(ITERATIONS), "-t", "traj5", "-p", "pattern5",
+               "ksp5", "sens", "out"]
+    seconds = bart(binary, *command, folder=folder)
+    coefficients = read_cfl(folder / "out").reshape(MATRIX * MATRIX, k)
+    frames = (basis @ coefficients.T).reshape(t, MATRIX, MATRIX)
+    return frames, seconds, "bart " + " ".join(command)
+
+
+def run_subspace(method: str, value: str, series: TimeSeries, truth: np.ndarray, binary: str, folder: Path,
+                 device: str) -> tuple[np.ndarray, float, str]:
+    """One subspace run: ``value`` is ``K`` or ``K:LAMBDA``."""
+    rank, _, weight = value.partition(":")
+    lam = float(weight) if weight else None
+    spatial = next((name for name in SPATIAL if method.endswith(name)), None)
+    chosen = bases(series, truth, int(rank))
+    if method.startswith("bart"):
+        return bart_subspace(binary, folder, chosen["estimated"], spatial, lam)
+    return ours_subspace(series, chosen[SUBSPACE[method]], spatial, lam, folder, device)
+
+
 def run_bart(binary: str, folder: Path, lam: float, block: int) -> tuple[np.ndarray, float, str]:
     command = [
         "pics",
@@ -169,7 +248,10 @@ def phantom(
         for method in methods:
             runs = {}
             for lam in sweeps[method]:
-                if method.startswith("bart"):
+                if method in SUBSPACE or method.startswith("bart_subspace"):
+                    image, seconds, command = run_subspace(method, str(lam), series, truths[first], binary, folder,
+                                                           device)
+                elif method.startswith("bart"):
                     image, seconds, command = run_bart(binary, folder, lam, BLOCKS[method])
                 else:
                     image, seconds = ours(series, method, lam, device)
@@ -200,7 +282,8 @@ def main() -> None:
     sweeps = dict(SWEEPS)
     for given in args.weights:
         method, _, values = given.partition("=")
-        sweeps[method] = tuple(float(v) for v in values.split(","))
+        sweeps[method] = tuple(v if ":" in v or method in SUBSPACE or method.startswith("bart_subspace") else float(v)
+                               for v in values.split(","))
     methods = [m for m in args.methods.split(",") if m]
     if not Path(args.bart).exists():
         methods = [m for m in methods if not m.startswith("bart")]

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+from pytest import approx
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,3 +108,20 @@ def read_png(path) -> np.ndarray:
                 guess = min((abs(p - left), 0, left), (abs(p - up[x]), 1, up[x]), (abs(p - corner), 2, corner))[2]
             out[y, x] = (line[x] + guess) % 256
     return out.reshape(height, width, 3) if step == 3 else out
+
+
+def assert_same_preparation(ours, record, theirs, their_record, basis_tolerance: float) -> None:
+    """Two preparations of one scan (the device's NumPy twin and ``prepare_scan``) made the same scan and record:
+    k-space, noise and maps to float32 precision, the receiver basis to ``basis_tolerance``, the compression's
+    energy to 1e-12 and every other entry of the record equal."""
+    for name in ("kspace", "noise", "coil_maps"):
+        a, b = getattr(ours, name), getattr(theirs, name)
+        assert (a is None) == (b is None), name
+        if b is not None:
+            assert relative(a, b) < 1e-6, name
+    record, their_record = dict(record), dict(their_record)
+    basis, their_basis = record.pop("maps_basis"), their_record.pop("maps_basis")
+    assert (basis is None) == (their_basis is None)
+    assert basis is None or relative(basis, their_basis) < basis_tolerance
+    assert record.pop("coil_compress_energy") == approx(their_record.pop("coil_compress_energy"), rel=1e-12)
+    assert record == their_record

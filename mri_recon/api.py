@@ -31,6 +31,7 @@ from .planning.planner import Plan
 from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
 from .prep.compress import planned_coils
+from .prep.compress_methods import compression_method
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
 from .prep.maps_methods import COIL_MAPS
@@ -89,7 +90,8 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     # the memory of the whole run, preparation included, is checked before anything is prepared
     dev, engine, memory = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf,
                                         coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
-                                        iterations=settings.iterations, coil_compress=settings.coil_compress)
+                                        iterations=settings.iterations, coil_compress=settings.coil_compress,
+                                        coil_compress_method=settings.coil_compress_method)
     if dev.is_gpu:  # the run's CUDA modules build on threads while CuPy's own are compiled ahead (kernels.warmup)
         prefetch(stages.run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
@@ -191,7 +193,8 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                   device: str | int | Device | None = "auto", method: str = "auto",
-                  iterations: int = 30, coil_compress: Any = "none") -> tuple[Device, type[Encoding], Plan]:
+                  iterations: int = 30, coil_compress: Any = "none",
+                  coil_compress_method: str = "svd") -> tuple[Device, type[Encoding], Plan]:
     """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these
     choices will prepare it, the preparation's stages included (prewhitening, coil compression, density weights,
     coil-map estimate): what :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon
@@ -200,7 +203,9 @@ def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil
     coils = planned_coils(coil_compress, scan.n_coils)
     maps = coil_map_method(scan, coil_maps, coils)
     estimate = maps if COIL_MAPS[maps].estimated else None
-    preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate, coils=coils)
+    working = compression_method(coil_compress_method).working(scan.n_coils, scan.n_samples)
+    preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate, coils=coils,
+                                 compress_working=working)
     sense = COIL_MAPS[maps].sense
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
 

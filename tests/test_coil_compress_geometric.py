@@ -18,7 +18,7 @@ from scipy.linalg import subspace_angles
 
 import mri_recon
 from mri_recon import pipeline
-from mri_recon.api import prepare_and_reconstruct
+from mri_recon.api import plan_prepared, prepare_and_reconstruct
 from mri_recon.arrays.backend import CPU, cupy_module, resolve_device, to_host
 from mri_recon.batch import reconstruct_many
 from mri_recon.cli import main
@@ -325,6 +325,26 @@ def test_root_sum_of_squares_of_fewer_virtual_coils_keeps_the_image(scan, method
     full = mri_recon.reconstruct(scan, coil_maps="rss", **FAST).image
     fewer = mri_recon.reconstruct(scan, coil_maps="rss", coil_compress=8, coil_compress_method=method, **FAST).image
     assert fewer.shape == full.shape and relative(np.abs(fewer), np.abs(full)) < 0.05
+
+
+def test_the_planner_counts_the_working_blocks_and_they_bound_the_traced_peak():
+    """The compression stage of the plan holds GCC's working blocks besides SVD's arrays, and the blocks bound
+    what applying the matrices allocates beyond the compressed k-space (tracemalloc), within a factor 2."""
+    import tracemalloc
+
+    scan = ring_scan(n=64, coils=16)
+    w, _ = whitening_and_basis(scan)
+    compression = compression_for(scan, 4, "geometric", w)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    out = compression.kspace(scan.kspace, scan.trajectory, w)
+    peak = tracemalloc.get_traced_memory()[1] - before - out.nbytes
+    tracemalloc.stop()
+    working = COMPRESSION_METHODS["geometric"].working(scan.n_coils, scan.n_samples)
+    assert working / 2 < peak <= working
+    svd, gcc = (plan_prepared(scan, device="cpu", coil_compress=4, coil_compress_method=method)[2]
+                for method in ("svd", "geometric"))
+    assert gcc.stages["compress"] - svd.stages["compress"] == working
 
 
 # --- every path -------------------------------------------------------------------------------------------------------

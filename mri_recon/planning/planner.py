@@ -100,7 +100,8 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
     if n < c:  # whitened and compressed in one product
         maps = sense and not estimated
         stages["compress"] = base(c) + held + prep_memory.compress(
-            c, n, m, 0 if gpu else k, n_vox, maps, 0 if gpu else preparation.compress_samples)
+            c, n, m, 0 if gpu else k, n_vox, maps, 0 if gpu else preparation.compress_samples
+        ) + preparation.compress_working
         if not gpu:  # the caller's k-space and maps stay, the later stages count the compressed ones instead
             held += base(c) - m * (d + 1) * FLOAT32 + n * k * COMPLEX64
         c = n

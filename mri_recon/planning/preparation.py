@@ -71,6 +71,8 @@ class Preparation:
     compressed (or the number decided from the data: the scan's coils are planned)."""
     compress_samples: int = 0
     """The centre samples the compression matrix is computed from."""
+    compress_working: int = 0
+    """Bytes the compression method's application holds besides (its working blocks)."""
     held_bytes: int = 0
     """The caller's arrays that the run's stages do not otherwise count (noise, ground truth, field map,
     times, the scan's own weights), held throughout."""
@@ -267,11 +269,13 @@ def coil_maps(method: str, matrix: tuple[int, ...], c: int, m: int, m_in: int, w
 
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,
-                   estimate_maps: str | None = None, coils: int | None = None) -> Preparation:
+                   estimate_maps: str | None = None, coils: int | None = None,
+                   compress_working: int = 0) -> Preparation:
     """The sizes of what preparing ``scan`` computes, for the planner: prewhitening with its noise (when
     ``prewhiten`` and it has noise), coil compression to ``coils`` virtual coils (when fewer than the scan's),
     ``dcf`` (``"ramp"`` or ``"pipe"``: weights computed) and the coil maps estimated by ``estimate_maps``; the
-    scan's arrays the run keeps without counting them are ``held_bytes``."""
+    scan's arrays the run keeps without counting them are ``held_bytes``; ``compress_working``: the bytes the
+    compression method holds besides (:attr:`Preparation.compress_working`, when it compresses)."""
     unused_maps = scan.coil_maps if estimate_maps is not None else None
     held = sum(a.nbytes for a in (scan.noise, scan.ground_truth, scan.field_map, scan.times, scan.weights,
                                   unused_maps) if a is not None)
@@ -285,7 +289,7 @@ def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = Non
     virtual = int(coils) if coils is not None and coils < scan.n_coils else 0
     squared = np.einsum("md,md->m", scan.trajectory, scan.trajectory) if virtual else None
     return Preparation(noise_samples=int(scan.noise.shape[1]) if whiten else 0,
-                       virtual_coils=virtual,
+                       virtual_coils=virtual, compress_working=int(compress_working) if virtual else 0,
                        compress_samples=0 if squared is None else max(
                            min(scan.n_samples, COMPRESS_MIN_PER_COIL * scan.n_coils),
                            min(COMPRESS_MAX_SAMPLES, int(np.count_nonzero(squared < COMPRESS_RADIUS ** 2)))),

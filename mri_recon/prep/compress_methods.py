@@ -23,7 +23,7 @@ from ..errors import InvalidDataError, listed
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from .compress import AUTO_ENERGY, FORMS, CoilCompression, Compression, compression_of, parse_coil_compress, wanted
-from .geometric import geometric_compression
+from .geometric import geometric_compression, geometric_working
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class CompressionMethod:
     """``(scan, chosen, whitening)``: the compression of the host scan for a parsed choice other than ``"none"``."""
     bart: str = ""
     """BART's own name of the method (``cc -S`` is ``scc``), refused as a ``coil_compress`` value."""
+    working: Callable[[int, int], int] = lambda coils, samples: 0
+    """``(C, M)``: bytes its application holds beyond the compressed arrays, for the memory planner."""
 
 
 def _svd(scan: Scan, chosen: str | int, whitening: Any) -> CoilCompression:
@@ -49,7 +51,8 @@ COMPRESSION_METHODS = {method.name: method for method in (
     CompressionMethod("svd", "one matrix from the k-space centre, as bart cc -S", ("non-cartesian", "cartesian"),
                       _svd, "scc"),
     CompressionMethod("geometric", "Cartesian scans: one matrix per readout position along the first image axis, "
-                      "aligned along it, as bart cc -G", ("cartesian",), geometric_compression, "gcc"))}
+                      "aligned along it, as bart cc -G", ("cartesian",), geometric_compression, "gcc",
+                      geometric_working))}
 """The coil-compression methods by name, the default first."""
 DEFAULT_METHOD = next(iter(COMPRESSION_METHODS))
 

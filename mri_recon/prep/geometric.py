@@ -276,6 +276,13 @@ def _svd_choice(scan: Scan, whitening: np.ndarray | None) -> int:
     return int(np.searchsorted(np.cumsum(values) / values.sum(), AUTO_ENERGY)) + 1
 
 
+def geometric_working(coils: int, samples: int) -> int:
+    """Bytes :meth:`GeometricCompression.kspace` holds beyond its output: a block of lines of the ``coils``
+    receivers (at most :data:`LINE_BYTES`, complex64) and its transform, then the compressed block (no larger)
+    and its transform."""
+    return 4 * min(LINE_BYTES, coils * samples * 8)
+
+
 def geometric_compression(scan: Scan, chosen: str | int, whitening: np.ndarray | None = None) -> GeometricCompression:
     """The :class:`GeometricCompression` of the host ``scan`` for ``chosen`` (``"auto"`` or N; parsed), its
     data whitened by ``whitening`` first.

@@ -231,6 +231,12 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
 
 
+def auto_virtual(values: np.ndarray) -> int:
+    """``"auto"``'s virtual coils: the fewest of the eigenvalues ``values`` (largest first) that hold
+    :data:`AUTO_ENERGY` of their sum."""
+    return min(len(values), int(np.searchsorted(np.cumsum(values) / values.sum(), AUTO_ENERGY)) + 1)
+
+
 def compression_of(kspace: np.ndarray, trajectory: np.ndarray, choice: Any, whitening: np.ndarray | None = None,
                    source: str = "<memory>") -> CoilCompression | None:
     """The :class:`CoilCompression` of host k-space ``(C, M)`` and trajectory ``(M, D)`` for ``choice``
@@ -249,7 +255,7 @@ def compression_of(kspace: np.ndarray, trajectory: np.ndarray, choice: Any, whit
         return CoilCompression(coils, coils, asked=chosen)
     values, vectors, samples = centre_energies(kspace, trajectory, whitening, source)
     shares = np.cumsum(values) / values.sum()
-    virtual = chosen if isinstance(chosen, int) else min(coils, int(np.searchsorted(shares, AUTO_ENERGY)) + 1)
+    virtual = chosen if isinstance(chosen, int) else auto_virtual(values)
     if virtual >= coils:
         return CoilCompression(coils, coils, energy=1.0, samples=samples, asked=chosen)
     matrix = np.ascontiguousarray(vectors[:, :virtual].conj().T)

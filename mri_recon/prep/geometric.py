@@ -45,13 +45,12 @@ import numpy as np
 from ..arrays.backend import get_xp
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
+from ..operators.engines.cartesian import INTEGER_TOLERANCE, off_grid
 from ..scan import Scan
-from .compress import AUTO_ENERGY, Compression, centre_energies
+from .compress import Compression, auto_virtual, centre_energies
 
 CALIBRATION = 24
 """The widest calibration box per axis, frequencies (BART ``cc``'s default ``-r 24``)."""
-INTEGER_TOLERANCE = 1e-3
-"""Largest distance (cycles per FOV) of a sample from an integer frequency (the Cartesian engines')."""
 LINE_BYTES = 1 << 24
 """The gathered readouts compressed at once hold about this many bytes (the peak's bound beyond the data)."""
 OPTION = "coil_compress_method geometric (GCC)"
@@ -81,11 +80,10 @@ def readout_lines(trajectory: np.ndarray, readout: int, source: str = "<memory>"
     InvalidDataError
         Samples off the integer grid, or a phase-encode line without every readout frequency.
     """
-    k = np.asarray(trajectory, dtype=np.float64)
-    rounded = np.rint(k)
-    if k.size and float(np.max(np.abs(k - rounded))) > INTEGER_TOLERANCE:
+    rounded, far = off_grid(np.asarray(trajectory))
+    if far > INTEGER_TOLERANCE:
         raise InvalidDataError(f"{source}: {OPTION} takes samples on integer frequencies (Cartesian k-space); a "
-                               f"sample lies {float(np.max(np.abs(k - rounded))):.4g} cycles from the nearest")
+                               f"sample lies {far:.4g} cycles from the nearest")
     index = rounded.astype(np.int64)
     position = index[:, 0] + readout // 2
     phase = np.unique(index[:, 1:], axis=0, return_inverse=True)[1].reshape(-1)
@@ -272,8 +270,7 @@ def _check_echo(scan: Scan, lines: ReadoutLines) -> None:
 
 def _svd_choice(scan: Scan, whitening: np.ndarray | None) -> int:
     """The number of virtual coils that ``svd`` compression's ``"auto"`` keeps for ``scan``."""
-    values, _, _ = centre_energies(scan.kspace, scan.trajectory, whitening, scan.source)
-    return int(np.searchsorted(np.cumsum(values) / values.sum(), AUTO_ENERGY)) + 1
+    return auto_virtual(centre_energies(scan.kspace, scan.trajectory, whitening, scan.source)[0])
 
 
 def geometric_working(coils: int, samples: int) -> int:

@@ -49,19 +49,27 @@ def _fft(xp: Any, x: Any, axes: tuple[int, ...], inverse: bool) -> Any:
     return call(x, axes=axes, norm="forward" if inverse else "backward")
 
 
+def off_grid(trajectory: Any) -> tuple[Any, float]:
+    """``trajectory`` ``(M, D)`` (float64) rounded to integer frequencies, and the largest distance of a sample
+    from its rounding (cycles per FOV; 0 without samples): a scan is Cartesian where it is at most
+    :data:`INTEGER_TOLERANCE`."""
+    xp = get_xp(trajectory)
+    k = xp.asarray(trajectory, dtype=xp.float64)
+    rounded = xp.rint(k)
+    return rounded, float(xp.max(xp.abs(k - rounded))) if k.size else 0.0
+
+
 def grid_indices(trajectory: Any, matrix: tuple[int, ...]) -> Any:
     """The C-order flat index on the unshifted FFT grid of each sample: ``sum_d (k_d mod N_d) * stride_d``.
 
     Raises :class:`~mri_recon.errors.InvalidDataError` when a sample is not on an integer frequency.
     """
     xp = get_xp(trajectory)
-    k = xp.asarray(trajectory, dtype=xp.float64)
-    rounded = xp.rint(k)
-    if k.size and float(xp.max(xp.abs(k - rounded))) > INTEGER_TOLERANCE:
-        far = float(xp.max(xp.abs(k - rounded)))
+    rounded, far = off_grid(trajectory)
+    if far > INTEGER_TOLERANCE:
         raise InvalidDataError(f"the FFT engine takes samples on integer frequencies (cycles per FOV); a sample "
                                f"lies {far:.4g} from the nearest: use a non-Cartesian engine (method exact or nufft)")
-    flat = xp.zeros(k.shape[0], dtype=xp.int64)
+    flat = xp.zeros(rounded.shape[0], dtype=xp.int64)
     for axis, n in enumerate(matrix):
         flat = flat * int(n) + xp.mod(rounded[:, axis].astype(xp.int64), int(n))
     return flat
@@ -81,9 +89,7 @@ def scatter_sum(indices: Any, values: Any, size: int) -> Any:
 
 def is_cartesian(trajectory: Any) -> bool:
     """Whether every sample of ``trajectory`` ``(M, D)`` lies on an integer frequency."""
-    xp = get_xp(trajectory)
-    k = xp.asarray(trajectory, dtype=xp.float64)
-    return bool(k.size) and float(xp.max(xp.abs(k - xp.rint(k)))) <= INTEGER_TOLERANCE
+    return bool(len(trajectory)) and off_grid(trajectory)[1] <= INTEGER_TOLERANCE
 
 
 class CartesianEncoding(Encoding):

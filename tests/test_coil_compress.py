@@ -97,6 +97,12 @@ def test_the_centre_is_the_samples_nearest_k0():
     squared = np.sum(dense.astype(np.float64) ** 2, axis=1)
     assert squared[chosen].max() <= np.sort(squared)[compress.MAX_SAMPLES - 1]
     assert len(centre_samples(trajectory[:10], 8)) == 10  # fewer samples than asked: all of them
+    r = compress.CENTRE_RADIUS
+    below = np.nextafter(np.float32(r), np.float32(0))
+    edge = np.array([[r, 0], [0, -r], [below, 0], [r * 0.6, r * 0.8], [r * 0.6, -r * 0.79], [0, 0]] * 8,
+                    dtype=np.float32)  # on the radius, just inside, on the circle, either side of it
+    squared = np.sum(edge.astype(np.float64) ** 2, axis=1)
+    assert np.array_equal(centre_samples(edge, 1), np.flatnonzero(squared < r ** 2))
 
 
 def test_compressing_keeps_the_sense_model_and_white_noise(scan):

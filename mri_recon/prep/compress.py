@@ -197,15 +197,30 @@ class CoilCompression(Compression):
 
 def centre_samples(trajectory: np.ndarray, coils: int) -> np.ndarray:
     """Indices of the samples the compression matrix is computed from (see the module docstring)."""
-    squared = np.einsum("md,md->m", trajectory, trajectory, dtype=np.float64)
-    inside = np.flatnonzero(squared < CENTRE_RADIUS ** 2)
-    least = min(len(squared), MIN_PER_COIL * coils)
+    least = min(len(trajectory), MIN_PER_COIL * coils)
+    near = _in_box(trajectory, CENTRE_RADIUS)
+    inside = near[_squared_radii(trajectory[near]) < CENTRE_RADIUS ** 2]
     if len(inside) < least:
-        return np.sort(np.argpartition(squared, least - 1)[:least])
+        return np.sort(np.argpartition(_squared_radii(trajectory), least - 1)[:least])
     if len(inside) > MAX_SAMPLES:
-        nearest = np.argpartition(squared[inside], MAX_SAMPLES - 1)[:MAX_SAMPLES]
+        nearest = np.argpartition(_squared_radii(trajectory[inside]), MAX_SAMPLES - 1)[:MAX_SAMPLES]
         return np.sort(inside[nearest])
     return inside
+
+
+def _in_box(trajectory: np.ndarray, radius: float) -> np.ndarray:
+    """Indices of the samples whose every coordinate is below ``radius`` in magnitude: a superset of those with
+    ``|k| < radius`` (``k_d^2`` alone reaches ``radius^2`` outside the box, and adding squares never rounds
+    down), found column by column without a float64 copy of the trajectory."""
+    mask = np.abs(trajectory[:, 0]) < radius
+    for d in range(1, trajectory.shape[1]):
+        mask &= np.abs(trajectory[:, d]) < radius
+    return np.flatnonzero(mask)
+
+
+def _squared_radii(trajectory: np.ndarray) -> np.ndarray:
+    """``|k|^2`` of each sample ``(M, D)``, in float64."""
+    return np.einsum("md,md->m", trajectory, trajectory, dtype=np.float64)
 
 
 def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.ndarray | None = None,

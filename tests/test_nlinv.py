@@ -256,11 +256,16 @@ def test_image_is_at_least_as_close_to_the_phantom_as_barts_nlinv(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_matches_cpu():
+    """The GPU takes the CPU's Gauss-Newton steps (the same CG iterations in each, its residuals within float32
+    rounding of the sums), and NumPy inputs give it the bits of CuPy inputs."""
     cp = cupy_module()
     traj, kspace, truth, image = _radial()
     cpu = nlinv(kspace, traj, MATRIX, device="cpu")
     gpu = nlinv(cp.asarray(kspace), cp.asarray(traj), MATRIX, device="gpu")
     assert isinstance(gpu.maps, cp.ndarray)
+    assert gpu.iterations == cpu.iterations
+    np.testing.assert_allclose(gpu.residuals, cpu.residuals, rtol=1e-3, atol=1e-4)  # float32 sums: 1e-4 of |A^H y|
+    assert cp.array_equal(nlinv(kspace, traj, MATRIX, device="gpu").maps, gpu.maps)
     inside = np.abs(image) > 0.05
     assert _correlation(cp.asnumpy(gpu.maps), cpu.maps)[inside].min() > 0.999
     assert _correlation(cp.asnumpy(gpu.maps), truth)[inside].mean() > 0.999

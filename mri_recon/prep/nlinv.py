@@ -45,7 +45,8 @@ convergence)."""
 ALPHA, REDUCTION = 1.0, 2.0
 """The first step's regularization and the factor it is divided by at each step (BART's defaults)."""
 CG_ITERATIONS, CG_TOLERANCE = 30, 0.1
-"""Most CG iterations of each step's linear problem, and its relative residual tolerance."""
+"""Most CG iterations of each step's linear problem, and its relative residual tolerance, tested after every
+iteration on every device: where CG stops is part of the method, so the GPU takes the CPU's steps."""
 DATA_NORM = 1000.0
 """``||A^H y||`` the data are scaled to, as BART scales its gridded data to 100 in its own
 units; this value sets the balance of data and regularization."""
@@ -206,11 +207,13 @@ def nlinv(
             f"nlinv needs steps >= 1, alpha > 0 and reduction >= 1, found steps={steps}, "
             f"alpha={alpha}, reduction={reduction}"
         )
-    if spectrum is None:
-        spectrum = toeplitz_spectrum(trajectory, matrix, device)
-    if adjoint is None:
-        adjoint = coil_adjoint(kspace, trajectory, matrix, device)
     dev = resolve_device_like(device, kspace)
+    # on the device first: the same arithmetic whatever array types the inputs come in
+    kspace, trajectory = to_device(kspace, dev), to_device(trajectory, dev)
+    if spectrum is None:
+        spectrum = toeplitz_spectrum(trajectory, matrix, dev)
+    if adjoint is None:
+        adjoint = coil_adjoint(kspace, trajectory, matrix, dev)
     spectrum, adjoint = to_device(spectrum, dev), to_device(adjoint, dev)
     model = NlinvModel(spectrum, matrix, adjoint.shape[0])
     data, scale = scaled_adjoint(adjoint)
@@ -224,7 +227,7 @@ def nlinv(
         rhs = model.derivative_adjoint(x, back)
         rhs -= np.float32(alpha) * x
         operator = model.gauss_newton(x, alpha)
-        h, history = cg(operator, rhs, max_iterations=cg_iterations, tolerance=cg_tolerance)
+        h, history = cg(operator, rhs, max_iterations=cg_iterations, tolerance=cg_tolerance, check_every=1)
         x = x + h.astype(np.complex64, copy=False)
         iterations.append(len(history) - 1)
         alpha /= reduction

@@ -244,10 +244,12 @@ def test_gpu_images_match_cpu_and_host_preparation(choices):
     gpu = prepare_and_reconstruct(scan, device="gpu", method="nufft", iterations=8, **choices)
     assert isinstance(gpu[0], DeviceScan) and gpu[2].timings["prepare"] > 0
     host_ready, host_record = prepare_scan(scan, **choices)
-    host_prep = pipeline.reconstruct(host_ready, device="gpu", method="nufft", iterations=8,
-                                     estimate_maps=host_record["estimate_maps"], maps_basis=host_record["maps_basis"])
+    host_prep, again = (pipeline.reconstruct(host_ready, device="gpu", method="nufft", iterations=8,
+                                             estimate_maps=host_record["estimate_maps"],
+                                             maps_basis=host_record["maps_basis"]) for _ in range(2))
     cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=8, **choices)[2]
-    spread = _rounding_spread(host_ready, host_record, "cpu")
+    # the GPU NUFFT's atomic sums move the image from run to run as rounding does (the Walsh maps amplify both)
+    spread = max(_rounding_spread(host_ready, host_record, "cpu"), relative(again.image, host_prep.image))
     assert relative(gpu[2].image, host_prep.image) <= max(1e-5, 10 * spread)
     # GPU vs CPU NUFFT engines: their tolerance (1e-6) is about 17 float32 roundings (2^-24), which the Walsh
     # maps of this noisy scan amplify as they amplify the rounding spread

@@ -21,8 +21,9 @@ Gram matrix's eigenvalues). ``N`` at or above the scan's coil count compresses n
 The centre is the samples with ``|k|`` below :data:`CENTRE_RADIUS` cycles per field of view (the 24-wide
 calibration region of BART's ``cc``), at least :data:`MIN_PER_COIL` per coil and at most
 :data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed on the host in
-float64 from the scan's own k-space and the whitening matrix, the centre divided by a power of two near its
-largest value (:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
+float64 from the scan's own k-space and the whitening matrix (the Gram matrix in complex128, which holds the
+products of any complex64 data), the Gram divided by a power of two near its largest entry
+(:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
 and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix. Whitening
 and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
 data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.
@@ -226,8 +227,8 @@ def _squared_radii(trajectory: np.ndarray) -> np.ndarray:
 def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.ndarray | None = None,
                     source: str = "<memory>") -> tuple[np.ndarray, np.ndarray, int]:
     """``(eigenvalues, eigenvectors, samples)`` of the Gram matrix of the (whitened) centre samples, largest
-    first: float64 ``(C,)`` and complex128 ``(C, C)`` (columns), on the host, the centre divided by a power
-    of two near its largest value first.
+    first: float64 ``(C,)`` and complex128 ``(C, C)`` (columns), on the host, the Gram divided by a power of
+    two near its largest entry first (exact: the eigenvectors of data of any scale are the same).
 
     Raises
     ------
@@ -238,11 +239,11 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
     centre = kspace[:, index].astype(np.complex128)
     if whitening is not None:
         centre = np.asarray(whitening, dtype=np.complex128) @ centre
-    unit, _ = unit_scale(centre)
-    if not np.any(unit):
+    gram, _ = unit_scale(centre @ centre.conj().T)
+    if not np.any(gram.diagonal().real):
         raise InvalidDataError(f"{source}: the {len(index)} k-space samples nearest the centre are all zero; coil "
                                f"compression needs signal there (reconstruct without --coil-compress)")
-    values, vectors = np.linalg.eigh(unit @ unit.conj().T)
+    values, vectors = np.linalg.eigh(gram)
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -117,19 +118,26 @@ def compression_for(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, white
         An unknown choice or method, a method that does not serve the scan's sampling, or the method's own
         refusals.
     """
+    return compression_task(scan, choice, method, whitening)()
+
+
+def compression_task(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, whitening: np.ndarray | None = None
+                     ) -> Callable[[], Compression | None]:
+    """:func:`compression_for` in two parts: the choices checked now (its errors but the method's own), and
+    the computation returned, to run when (and on whichever thread) the caller likes."""
     if isinstance(choice, Compression):
         if choice.coils != scan.n_coils:
             raise InvalidDataError(f"{scan.source}: a coil compression of {choice.coils} coils cannot compress "
                                    f"{scan.n_coils} coils")
-        return choice
+        return lambda: choice
     check_method(choice, method)
     entry, chosen = compression_method(method), parse_choice(choice)
     if chosen == "none":
-        return None
+        return lambda: None
     sampling = sampling_of(scan)
     if sampling not in entry.samplings:
         serving = [m.name for m in COMPRESSION_METHODS.values() if sampling in m.samplings]
         raise InvalidDataError(f"{scan.source}: coil_compress_method {entry.name} ({entry.what}) takes "
                                f"{listed(entry.samplings, 'or')} scans, and this one is {sampling}; use "
                                f"coil_compress_method {listed(serving, 'or')}")
-    return entry.compute(scan, chosen, whitening)
+    return partial(entry.compute, scan, chosen, whitening)

@@ -12,7 +12,7 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
-  as on the host), whitened and compressed by one product ``A W`` (geometric compression: per readout position,
+  as on the host, computed on a host thread while the k-space goes up unchanged), whitened and compressed by one product ``A W`` (geometric compression: per readout position,
   between FFTs along the readout; the noise on the host), the ramp weights
   (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed (finite whitened
   k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
@@ -26,6 +26,7 @@ compare it with :func:`~mri_recon.prep.prepare_scan`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +36,12 @@ from ..arrays.backend import Device, get_xp, to_host
 from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
+from ..operators.arith import whiten
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
-from .compress import Compression
-from .compress_methods import compression_for
+from .compress import Compression, wanted
+from .compress_methods import compression_task
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS
 from .upload import upload, upload_columns
@@ -157,20 +159,21 @@ def _read_checks(flags: Flags, checks: list[Check]) -> None:
             raise InvalidDataError(message)
 
 
-def _uploaded(scan: Scan, device: Device, w: Any, compression: Compression | None, maps: bool) -> tuple:
-    """The k-space and (``maps``) the coil maps on ``device``, whitened by ``w`` in place chunk by chunk, or
-    whitened and compressed (``A W``, :meth:`~.compress.Compression.kspace` and ``maps``) after an unchanged
-    copy up."""
-    compress = compression is not None and compression.compresses
-    arrays = [scan.kspace.reshape(scan.n_coils, -1)] + ([scan.coil_maps.reshape(scan.n_coils, -1)] if maps else [])
-    up = [upload_columns(a, device, None if compress else w) for a in arrays]
-    shapes = [scan.kspace.shape[1:]] + ([scan.coil_maps.shape[1:]] if maps else [])
-    out = [a.reshape(a.shape[0], *shape) for a, shape in zip(up, shapes)]
-    if compress:
-        out[0] = compression.kspace(out[0], scan.trajectory, w)
-        if maps:
-            out[1] = compression.maps(out[1], w)
-    return out[0], out[1] if maps else None
+def _rows_up(array: np.ndarray, device: Device, w: Any) -> Any:
+    """``array`` ``(C, ...)`` on ``device``, whitened by ``w`` in place when given (:func:`upload_columns`)."""
+    return upload_columns(array.reshape(array.shape[0], -1), device, w).reshape(array.shape)
+
+
+def _compressed(compression: Compression | None, kspace: Any, maps: Any, trajectory: Any, w: Any) -> tuple:
+    """The k-space and maps uploaded unchanged, whitened by ``w`` and compressed (``A W``,
+    :meth:`~.compress.Compression.kspace` and ``maps``), or whitened in place where nothing is compressed."""
+    if compression is not None and compression.compresses:
+        return compression.kspace(kspace, trajectory, w), None if maps is None else compression.maps(maps, w)
+    if w is not None:
+        matrix = get_xp(kspace).asarray(w.astype(np.complex64))
+        kspace = whiten(kspace, matrix)
+        maps = None if maps is None else whiten(maps, matrix)
+    return kspace, maps
 
 
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
@@ -180,7 +183,8 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
     there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
     host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
-    host (:func:`~mri_recon.prep.compress_methods.compression_for`), its product runs on the device."""
+    host (:func:`~mri_recon.prep.compress_methods.compression_task`, on a host thread during the k-space's
+    upload), its product runs on the device."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)
@@ -195,20 +199,25 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     w, basis, noise = whitening_of(scan) if whiten else (None, None, scan.noise)
     ignored = field_values[0] is None and scan.field_map is not None  # compressed as the host's: without the map
     compressed = scan.replace(field_map=None, times=None) if ignored else scan
-    compression = compression_for(compressed, coil_compress, coil_compress_method, w)
-    coils = scan.n_coils if compression is None else compression.virtual
+    task = compression_task(compressed, coil_compress, coil_compress_method, w)  # the choices checked here
+    deferred = wanted(coil_compress)  # the data go up unchanged, whitened and compressed after
     checks: list[Check] = []
-    warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
-    with device.use():
+    with device.use(), ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(task)  # the centre's Gram on a host thread while the k-space goes up
+        warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
-        name = coil_map_method(scan, coil_maps, coils)
+        kspace = _rows_up(scan.kspace, device, None if deferred else w)
+        compression = pending.result()
+        name = coil_map_method(scan, coil_maps, scan.n_coils if compression is None else compression.virtual)
         method = COIL_MAPS[name]
         if method.file and scan.coil_maps is None:
             _read_checks(flags, weight_checks)  # the host path raises those first
             raise missing_maps(scan, name)
-        kspace, maps = _uploaded(scan, device, w, compression, method.file)
+        maps = _rows_up(scan.coil_maps, device, None if deferred else w) if method.file else None
+        if deferred:
+            kspace, maps = _compressed(compression, kspace, maps, scan.trajectory, w)
         if w is not None:
             checks += [_finite(flags, kspace, "kspace", scan.source)]
             checks += [_finite(flags, maps, "coil_maps", scan.source)] if maps is not None else []

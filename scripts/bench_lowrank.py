@@ -38,7 +38,11 @@ Subspace (``temporal="subspace"``), each run a basis of K functions and a spatia
 
 NRMSE: of the magnitudes over all frames after the best real scale (BART's images are in its own units).
 
-Usage: python scripts/bench_lowrank.py OUT.json [--bart PATH] [--sections beating,rotating]
+Section ``prox``: the llr proximal map alone (``LocalLowRank(8).prox`` on random 20 x 128^2 complex64 frames,
+256 blocks of 20 x 64) and its singular value thresholding, in one group and in the groups the blocks' own size
+allows (``SVT_TEMPORARIES`` 0); medians of 20 after a warm-up, the device synchronized (``--device``).
+
+Usage: python scripts/bench_lowrank.py OUT.json [--bart PATH] [--sections beating,rotating,prox]
        [--methods tv,lowrank,llr,bart_llr,bart_global,subspace,...] [--weights METHOD=W1,W2,... ...]
        [--device gpu]
 """
@@ -280,6 +284,40 @@ def phantom(
     return report
 
 
+def prox_timing(device: str) -> dict:
+    """Milliseconds of the llr proximal map and of its thresholding in one group and in the blocks' groups."""
+    from mri_recon.arrays.backend import resolve_device, synchronize  # noqa: PLC0415
+    from mri_recon.solvers import lowrank  # noqa: PLC0415
+
+    dev = resolve_device(device)
+    rng = np.random.default_rng(0)
+    frames = (rng.standard_normal((FRAMES, MATRIX, MATRIX)) + 1j * rng.standard_normal((FRAMES, MATRIX, MATRIX)))
+    x = dev.xp.asarray(frames.astype(np.complex64))
+    blocks = lowrank.to_blocks(x, 8)
+
+    def median_ms(fn) -> float:
+        fn()
+        synchronize(dev)
+        times = []
+        for _ in range(20):
+            start = time.perf_counter()
+            fn()
+            synchronize(dev)
+            times.append(time.perf_counter() - start)
+        return float(np.median(times) * 1e3)
+
+    floor = lowrank.SVT_TEMPORARIES
+    llr = lowrank.LocalLowRank(8)
+    out = {"device": str(dev), "blocks": list(blocks.shape), "prox_ms": median_ms(lambda: llr.prox(x, 0.5)),
+           "svt_one_group_ms": median_ms(lambda: lowrank.svt(blocks, 0.5))}
+    lowrank.SVT_TEMPORARIES = 0
+    try:
+        out["svt_blocks_groups_ms"] = median_ms(lambda: lowrank.svt(blocks, 0.5))
+    finally:
+        lowrank.SVT_TEMPORARIES = floor
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
@@ -335,6 +373,8 @@ def main() -> None:
             raw = simulate_series((MATRIX, MATRIX), frames=FRAMES, spokes_per_frame=SPOKES, coils=COILS, snr=30, seed=0)
             series, _ = prepare_series(raw, coil_maps="file")
             phantom(section, series, {"truth": raw.ground_truth}, methods, args.bart, save, sweeps, args.device)
+        elif section == "prox":
+            save("prox", prox_timing(args.device))
         elif section == "rotating":
             with tempfile.TemporaryDirectory() as work:
                 raw, truths = rotating_series(args.bart, Path(work))

@@ -25,8 +25,8 @@ from ..arrays.backend import get_xp
 CHUNK_ELEMENTS = 1 << 22
 """Columns are summed into the Gram matrix this many elements at a time (bounds the float64 copy)."""
 SVT_TEMPORARIES = 32 << 20
-"""Bytes the ``T x T`` temporaries of :func:`svt` may take whatever the blocks' size (within the memory plan's
-headroom for library workspaces, :data:`mri_recon.planning.planner.HEADROOM`)."""
+"""Bytes the ``T x T`` temporaries of :func:`svt` may take on a GPU whatever the blocks' size (within the
+memory plan's headroom for library workspaces, :data:`mri_recon.planning.planner.HEADROOM`)."""
 
 
 def casorati(x: Any) -> Any:
@@ -69,14 +69,15 @@ def svt(m: Any, t: float) -> Any:
     ``t ||.||_*``, ``U max(S - t, 0) V^H``, a new array of ``m``'s dtype.
 
     The matrices go through in groups whose ``T x T`` float64 temporaries (the Gram matrix, its eigenvectors,
-    the mix and its copy in ``m``'s precision) take no more memory than ``m`` itself or
-    :data:`SVT_TEMPORARIES`, whichever is more: for small blocks and many frames they would otherwise outgrow
-    the frames ``T / 32`` times over (8^2 blocks), and below that floor one group (one batched ``eigh``, whose
-    cost is mostly fixed per call) serves them all."""
+    the mix and its copy in ``m``'s precision) take no more memory than ``m`` itself (for small blocks and many
+    frames they would otherwise outgrow the frames ``T / 32`` times over, 8^2 blocks) or, on a GPU,
+    :data:`SVT_TEMPORARIES` where that is more: there a group is one batched ``eigh`` whose cost is mostly
+    fixed per call, where on the CPU smaller groups stay in the caches."""
     xp = get_xp(m)
     stack = m.reshape(-1, *m.shape[-2:])
     per_matrix = 4 * m.shape[-2] ** 2 * np.dtype(np.complex128).itemsize
-    group = max(1, max(m.nbytes, SVT_TEMPORARIES) // per_matrix)
+    floor = 0 if xp is np else SVT_TEMPORARIES
+    group = max(1, max(m.nbytes, floor) // per_matrix)
     if group >= stack.shape[0]:
         return _svt(stack, t).reshape(m.shape)
     out = xp.empty_like(stack)

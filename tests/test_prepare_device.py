@@ -270,3 +270,20 @@ def test_gpu_preparation_in_3d_and_with_the_psf_cache(tmp_path):
                                       psf_cache=PsfCache(tmp_path))[2]
         cpu = prepare_and_reconstruct(scan, device="cpu", method="nufft", iterations=5, dcf="ramp")[2]
         assert relative(gpu.image, cpu.image) <= 1e-4
+
+
+def test_the_numpy_twin_leaves_cupy_unimported():
+    """The device preparation on the CPU (its NumPy twin, compression on the host thread included) asks nothing
+    of CuPy: where CuPy is installed its import would cost the process a few tenths of a second, and a module
+    half imported by one thread must not be taken for CuPy by another."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mri_recon.arrays.backend import CPU\n"
+            "from mri_recon.prep.device import prepare_on_device\nfrom mri_recon.sim.simulate import simulate_scan\n"
+            "scan = simulate_scan((24, 24), 'golden', coils=4, snr=40.0, seed=1)\n"
+            "ready, record = prepare_on_device(scan, CPU, coil_compress=2)\n"
+            "print(record['coil_compress'], sorted(m for m in sys.modules if m.split('.')[0] == 'cupy'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "2 []"

@@ -244,8 +244,10 @@ def cupy_module():
 
 def _loaded_cupy():
     """``cupy`` if some code has imported it, else None: a CuPy array exists only once CuPy is imported, so the
-    array-type tests need not import it."""
-    return sys.modules.get("cupy")
+    array-type tests need not import it. A module another thread is still importing (no ``ndarray`` yet) counts
+    as not imported: no array of it can exist yet."""
+    module = sys.modules.get("cupy")
+    return module if module is not None and hasattr(module, "ndarray") else None
 
 
 def driver_loadable() -> bool:

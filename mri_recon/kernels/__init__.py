@@ -117,8 +117,10 @@ def warm_up(device: Device) -> None:
     recorded ones are compiled ahead on worker processes first (unless the cache holds them), so that CuPy
     loads them from its cache instead of compiling each on first use (:mod:`mri_recon.kernels.warmup`). Work
     that asks nothing of CuPy's compiler (a default reconstruction) starts no worker and waits for none."""
+    if not device.is_gpu:
+        return  # nothing to warm, and CuPy not imported for the CPU
     cupy = cupy_module()
-    if device.is_gpu and cupy is not None:
+    if cupy is not None:
         warmup.wait_before_compiling(cupy)
 
 

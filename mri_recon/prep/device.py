@@ -12,10 +12,11 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
-  as on the host, computed on a host thread while the k-space goes up unchanged), whitened and compressed by one product ``A W`` (geometric compression: per readout position,
-  between FFTs along the readout; the noise on the host), the ramp weights
-  (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation computed (finite whitened
-  k-space and maps; finite, non-negative, not all zero weights): one reduction, one read.
+  as on the host, computed on a host thread while the k-space goes up unchanged), whitened and compressed by
+  one product ``A W`` (geometric compression: per readout position, between FFTs along the readout; the noise
+  on the host), the ramp weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation
+  computed (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one
+  read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
 
 Arrays the scan brought were validated when the :class:`~mri_recon.scan.Scan` was made and are not checked
@@ -36,7 +37,7 @@ from ..arrays.backend import Device, get_xp, to_host
 from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
-from ..operators.arith import whiten
+from ..operators import arith
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
@@ -171,8 +172,8 @@ def _compressed(compression: Compression | None, kspace: Any, maps: Any, traject
         return compression.kspace(kspace, trajectory, w), None if maps is None else compression.maps(maps, w)
     if w is not None:
         matrix = get_xp(kspace).asarray(w.astype(np.complex64))
-        kspace = whiten(kspace, matrix)
-        maps = None if maps is None else whiten(maps, matrix)
+        kspace = arith.whiten(kspace, matrix)
+        maps = None if maps is None else arith.whiten(maps, matrix)
     return kspace, maps
 
 

@@ -204,13 +204,14 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     deferred = wanted(coil_compress)  # the data go up unchanged, whitened and compressed after
     checks: list[Check] = []
     with device.use(), ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(task)  # the centre's Gram on a host thread while the k-space goes up
+        # the centre's Gram on a host thread while the k-space goes up (no thread without compression)
+        pending = pool.submit(task) if deferred else None
         warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
         kspace = _rows_up(scan.kspace, device, None if deferred else w)
-        compression = pending.result()
+        compression = pending.result() if pending is not None else task()
         name = coil_map_method(scan, coil_maps, scan.n_coils if compression is None else compression.virtual)
         method = COIL_MAPS[name]
         if method.file and scan.coil_maps is None:

@@ -54,6 +54,40 @@ def test_time_difference_adjoint(frames):
     assert np.allclose(time_difference_adjoint(time_difference(x)), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("frames", [1, 2, 3, 17])
+def test_fused_time_products_are_the_laplacian_and_the_adjoint(frames):
+    """The ADMM products of the temporal TV term: ``b + rho D^H q`` and ``out += rho D^H D x``."""
+    rng = np.random.default_rng(frames + 40)
+    term = time_term((frames, 5, 4))
+    x, b, q = _complex(rng, (frames, 5, 4)), _complex(rng, (frames, 5, 4)), _complex(rng, (frames - 1, 5, 4))
+    out = _complex(rng, x.shape)
+    expected = out + 0.7 * time_difference_adjoint(time_difference(x))
+    term.add_gram(x, out, 0.7)
+    assert np.allclose(out, expected, rtol=0, atol=1e-12)
+    assert np.allclose(term.adjoint_rhs(b, q, 0.3), b + 0.3 * time_difference_adjoint(q), rtol=0, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 3), (3, 7, 6), (17, 5, 3, 2)], ids=["2-frames", "3-frames", "17-frames-3d"])
+def test_gpu_time_products_match_numpy(shape):
+    """The one-kernel GPU products against NumPy's on fresh random complex64 frames; the adjoint's output is
+    a new array (every element written), the Laplacian's adds to random values."""
+    from mri_recon.arrays.backend import cupy_module
+
+    cupy = cupy_module()
+    rng = np.random.default_rng(sum(shape))
+    term = time_term(shape)
+    x, b = _complex(rng, shape, np.complex64), _complex(rng, shape, np.complex64)
+    q, out = _complex(rng, (shape[0] - 1, *shape[1:]), np.complex64), _complex(rng, shape, np.complex64)
+    want_rhs = b.astype(np.complex128) + 0.3 * time_difference_adjoint(q.astype(np.complex128))
+    got_rhs = cupy.asnumpy(term.adjoint_rhs(cupy.asarray(b), cupy.asarray(q), 0.3))
+    assert np.linalg.norm(got_rhs - want_rhs) / np.linalg.norm(want_rhs) < 1e-6
+    want = out.astype(np.complex128) + 0.7 * time_difference_adjoint(time_difference(x.astype(np.complex128)))
+    device_out = cupy.asarray(out)
+    term.add_gram(cupy.asarray(x), device_out, 0.7)
+    assert np.linalg.norm(cupy.asnumpy(device_out) - want) / np.linalg.norm(want) < 1e-6
+
+
 def _problem(rng, frames=4, n=6, dtype=np.complex128):
     """A small dense problem: per-frame Hermitian positive definite N_t, right-hand sides b_t."""
     mats = []
@@ -274,7 +308,10 @@ def test_simulate_scan_with_frames_is_a_series():
 
 
 @pytest.mark.gpu
-def test_gpu_batched_normal_matches_numpy(small_series):
+@pytest.mark.parametrize("batch", [None, 1, 2])
+def test_gpu_batched_normal_matches_numpy(small_series, batch):
+    """The fused kernels of every frame batch (the last one shorter) against NumPy's products; the output
+    poisoned first, so an element left unwritten fails."""
     from mri_recon.arrays.backend import cupy_module
     from mri_recon.operators.engines import choose_engine
     from mri_recon.operators.normal.toeplitz import kernel_spectrum
@@ -287,8 +324,8 @@ def test_gpu_batched_normal_matches_numpy(small_series):
                         for f in ready.frames])
     x = _complex(np.random.default_rng(12), (ready.n_frames, *ready.matrix), np.complex64)
     cpu = BatchedSeriesNormal(spectra, ready.coil_maps, lam=0.2)(x)
-    gpu = BatchedSeriesNormal(cupy.asarray(spectra), cupy.asarray(ready.coil_maps), lam=0.2, frame_batch=2)
-    out = cupy.empty_like(cupy.asarray(x))
+    gpu = BatchedSeriesNormal(cupy.asarray(spectra), cupy.asarray(ready.coil_maps), lam=0.2, frame_batch=batch)
+    out = cupy.full(x.shape, complex("nan+nanj"), dtype=cupy.complex64)
     gpu.apply_into(cupy.asarray(x), out)
     assert np.linalg.norm(cupy.asnumpy(out) - cpu) / np.linalg.norm(cpu) < 1e-5
 

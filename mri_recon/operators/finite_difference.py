@@ -9,7 +9,10 @@
 and ``D^H D`` is the (Neumann) Laplacian with the sign that makes it positive semi-definite, norm < 4 ndim.
 
 On a GPU the three products the ADMM loop uses are single kernels of ``kernels/tv.cu``: ``D x``,
-``b = rhs + rho D^H q`` and ``out += rho D^H D x``; the NumPy code is their oracle.
+``b = rhs + rho D^H q`` and ``out += rho D^H D x``; the NumPy code is their oracle. The same kernels difference
+a stack of images along its first axis (a time series' frames, :mod:`mri_recon.solvers.temporal_terms`:
+:func:`first_axis_difference` and the products above along axis 0), the stack seen on a GPU as one axis of
+``T`` points by one of all voxels.
 """
 
 from __future__ import annotations
@@ -30,12 +33,19 @@ def _sizes(x: Any, ndim: int) -> tuple[np.int32, ...]:
     return (np.int32(batch), *(np.int32(n) for n in matrix), np.int32(ndim))
 
 
-def _launch(name: str, x: Any, ndim: int, args: tuple) -> None:
+def _first_axis_sizes(x: Any) -> tuple[np.int32, ...]:
+    """The kernels' sizes for differences along axis 0 of ``x``: one image of ``(x.shape[0], voxels, 1)``,
+    differenced along its first axis only."""
+    voxels = int(np.prod(x.shape[1:], dtype=np.int64))
+    return np.int32(1), np.int32(x.shape[0]), np.int32(voxels), np.int32(1), np.int32(1)
+
+
+def _launch(name: str, x: Any, ndim: int, args: tuple, sizes: tuple | None = None) -> None:
     from ..kernels import get_kernel  # noqa: PLC0415 - GPU only
 
     kernel = get_kernel("tv.cu", name, None, Device(int(x.device.id)))
     blocks = (max(1, min(-(-x.size // BLOCK), 65535 * 8)),)
-    kernel(blocks, (BLOCK,), (*args, *_sizes(x, ndim)))
+    kernel(blocks, (BLOCK,), (*args, *(_sizes(x, ndim) if sizes is None else sizes)))
 
 
 def gradient(x: Any, ndim: int) -> Any:
@@ -83,6 +93,40 @@ def laplacian_add(x: Any, out: Any, rho: float, ndim: int) -> None:
         _launch("mri_recon_tv_laplacian_add", x, ndim, (x, out, np.float32(rho)))
         return
     out += rho * divergence_adjoint(gradient(x, ndim), ndim)
+
+
+def first_axis_difference(x: Any) -> Any:
+    """``D_0 x``: ``x[1:] - x[:-1]`` along axis 0, shape ``(T - 1, ...)`` (no wrap-around)."""
+    return x[1:] - x[:-1]
+
+
+def first_axis_difference_adjoint(q: Any) -> Any:
+    """``D_0^H q`` for ``q`` of shape ``(T - 1, ...)``: ``out[t] = q[t - 1] - q[t]`` (0 beyond the ends)."""
+    xp = get_xp(q)
+    out = xp.zeros((q.shape[0] + 1, *q.shape[1:]), dtype=q.dtype)
+    out[1:] += q
+    out[:-1] -= q
+    return out
+
+
+def first_axis_adjoint_rhs(rhs: Any, q: Any, rho: float) -> Any:
+    """``rhs + rho D_0^H q`` for ``rhs`` ``(T, ...)`` and ``q`` ``(T - 1, ...)``: a new array; one kernel on a
+    GPU (which never reads ``q``'s missing last plane)."""
+    xp = get_xp(rhs)
+    if is_gpu_array(rhs):
+        out = xp.empty_like(rhs)
+        _launch("mri_recon_tv_adjoint_rhs", rhs, 1,
+                (xp.ascontiguousarray(rhs), xp.ascontiguousarray(q), out, np.float32(rho)), _first_axis_sizes(rhs))
+        return out
+    return rhs + rho * first_axis_difference_adjoint(q)
+
+
+def first_axis_laplacian_add(x: Any, out: Any, rho: float) -> None:
+    """``out += rho D_0^H D_0 x`` in place; C-contiguous complex64 on a GPU, one kernel."""
+    if is_gpu_array(x):
+        _launch("mri_recon_tv_laplacian_add", x, 1, (x, out, np.float32(rho)), _first_axis_sizes(x))
+        return
+    out += rho * first_axis_difference_adjoint(first_axis_difference(x))
 
 
 class FiniteDifference(LinearOperator):

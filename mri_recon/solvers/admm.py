@@ -40,7 +40,8 @@ class Sparsity:
 
     ``R`` is an l1 norm (of moduli, or of the groups' l2 norms) unless ``prox`` and ``penalty`` give another
     norm: ``prox(v, t)`` its proximal map ``argmin_z t R(z) + ||z - v||^2 / 2`` (a new array), ``penalty(v)``
-    its value ``R(v)``, and ``dual_prox`` (None: ``prox``) the map the primal-dual projection uses."""
+    its value ``R(v)``, and ``dual_prox`` (None: ``prox``) the map the primal-dual projection uses.
+    ``gram_add(x, out, rho)`` (None: through ``gram``) adds ``rho K^H K x`` to ``out`` in place."""
 
     forward: Callable[[Any], Any]
     adjoint_rhs: Callable[[Any, Any, float], Any]
@@ -50,6 +51,14 @@ class Sparsity:
     prox: Callable[[Any, float], Any] | None = None
     penalty: Callable[[Any], float] | None = None
     dual_prox: Callable[[Any, float], Any] | None = None
+    gram_add: Callable[[Any, Any, float], None] | None = None
+
+    def add_gram(self, x: Any, out: Any, rho: float) -> None:
+        """``out += rho K^H K x`` in place (``gram_add``, one kernel where it has one; else ``gram``)."""
+        if self.gram_add is not None:
+            self.gram_add(x, out, rho)
+        else:
+            out += rho * self.gram(x)
 
     def norm(self, kx: Any) -> float:
         """``R`` at ``K x``: ``penalty``, else the sum of moduli, or of the groups' l2 norms."""

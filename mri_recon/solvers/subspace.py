@@ -48,12 +48,12 @@ class SubspaceNormal(SeriesNormal):
     """
 
     def __init__(self, frames: SeriesNormal, basis: Any, rho: float = 0.0,
-                 gram: Callable[[Any], Any] | None = None) -> None:
+                 gram: Callable[[Any, Any, float], None] | None = None) -> None:
         super().__init__([], rho, gram)
         self.frames, self.basis = frames, basis
         self.writes_into = False
 
-    def with_penalty(self, rho: float, gram: Callable[[Any], Any]) -> SubspaceNormal:
+    def with_penalty(self, rho: float, gram: Callable[[Any, Any, float], None]) -> SubspaceNormal:
         return SubspaceNormal(self.frames, self.basis, rho, gram)
 
     def _data_into(self, c: Any, out: Any) -> None:

@@ -67,18 +67,19 @@ class SeriesNormal:
 
     ``normals`` are the frames' operators (:func:`~mri_recon.operators.toeplitz.normal_operator`); when each
     writes into a given array (the fused GPU one), so does this (``apply_into``), and ADMM's device CG uses it
-    without allocating. ``gram`` (optional, ``x -> sum_j K_j^H K_j x``) is added ``rho`` times.
+    without allocating. ``gram`` (optional, ``(x, out, rho) -> out += rho sum_j K_j^H K_j x`` in place) adds
+    the penalty's part.
     """
 
     hermitian = True
 
     def __init__(self, normals: Sequence[Any], rho: float = 0.0,
-                 gram: Callable[[Any], Any] | None = None) -> None:
+                 gram: Callable[[Any, Any, float], None] | None = None) -> None:
         self.normals, self.rho, self.gram = list(normals), float(rho), gram
         self.writes_into = all(getattr(op, "writes_into", False) for op in self.normals)
 
-    def with_penalty(self, rho: float, gram: Callable[[Any], Any]) -> SeriesNormal:
-        """The same operator plus ``rho gram(x)`` (ADMM's x-update)."""
+    def with_penalty(self, rho: float, gram: Callable[[Any, Any, float], None]) -> SeriesNormal:
+        """The same operator plus ``rho sum_j K_j^H K_j x`` added by ``gram`` (ADMM's x-update)."""
         return SeriesNormal(self.normals, rho, gram)
 
     def data(self, x: Any) -> Any:
@@ -97,7 +98,7 @@ class SeriesNormal:
     def apply_into(self, x: Any, out: Any) -> None:
         self._data_into(x, out)
         if self.rho and self.gram is not None:
-            out += self.rho * self.gram(x)
+            self.gram(x, out, self.rho)
 
     def __call__(self, x: Any) -> Any:
         out = get_xp(x).empty_like(x)
@@ -110,41 +111,45 @@ class BatchedSeriesNormal(SeriesNormal):
     ``frame_batch`` frames: ``S_c x_t`` for every frame and coil, one batched zero-padded FFT, the frames'
     spectra, one inverse FFT, crop, ``sum_c conj(S_c)``, plus ``lam x``. The same products as one
     :func:`~mri_recon.operators.toeplitz.normal_operator` per frame, in a few launches per application
-    whatever the number of frames (the GPU path's choice; NumPy for its test).
+    whatever the number of frames. On a GPU the steps are fused kernels writing into kept buffers
+    (:class:`~mri_recon.operators.normal.gpu_toeplitz.FusedSeriesNormal`); NumPy runs them as array operations
+    (the reference its test compares with).
 
     ``spectra``: ``(T, *grid)`` kernel spectra (:func:`~mri_recon.operators.toeplitz.kernel_spectrum`);
     ``maps``: ``(C, *matrix)``.
     """
 
     def __init__(self, spectra: Any, maps: Any, lam: float = 0.0, frame_batch: int | None = None,
-                 rho: float = 0.0, gram: Callable[[Any], Any] | None = None) -> None:
+                 rho: float = 0.0, gram: Callable[[Any, Any, float], None] | None = None,
+                 fused: Any = None) -> None:
         super().__init__([], rho, gram)
         self.spectra, self.maps, self.lam = spectra, maps, float(lam)
         self.batch = len(spectra) if frame_batch is None else max(1, int(frame_batch))
         self.writes_into = True
+        if fused is None and get_xp(maps) is not np:
+            from ..operators.normal.gpu_toeplitz import FusedSeriesNormal  # noqa: PLC0415 - GPU only
 
-    def with_penalty(self, rho: float, gram: Callable[[Any], Any]) -> BatchedSeriesNormal:
-        return BatchedSeriesNormal(self.spectra, self.maps, self.lam, self.batch, rho, gram)
+            fused = FusedSeriesNormal(spectra, maps, self.lam, self.batch)
+        self.fused = fused
+
+    def with_penalty(self, rho: float, gram: Callable[[Any, Any, float], None]) -> BatchedSeriesNormal:
+        return BatchedSeriesNormal(self.spectra, self.maps, self.lam, self.batch, rho, gram, self.fused)
 
     def _data_into(self, x: Any, out: Any) -> None:
-        xp = get_xp(x)
+        if self.fused is not None:
+            self.fused.apply_into(x, out)
+            return
+        import scipy.fft  # noqa: PLC0415 - the NumPy path only
+
         nd = self.maps.ndim - 1
         axes, grid = tuple(range(-nd, 0)), tuple(self.spectra.shape[1:])
         crop = (Ellipsis, *(slice(0, n) for n in self.maps.shape[1:]))
         for start in range(0, x.shape[0], self.batch):
             part = slice(start, start + self.batch)
-            coils = self.maps[None] * x[part, None]
-            if xp is np:
-                import scipy.fft  # noqa: PLC0415
-
-                spectrum = scipy.fft.fftn(coils, s=grid, axes=axes)
-                spectrum *= self.spectra[part, None]
-                images = scipy.fft.ifftn(spectrum, axes=axes, overwrite_x=True)[crop]
-            else:
-                spectrum = xp.fft.fftn(coils, s=grid, axes=axes)
-                spectrum *= self.spectra[part, None]
-                images = xp.fft.ifftn(spectrum, axes=axes)[crop]
-            out[part] = (xp.conj(self.maps)[None] * images).sum(axis=1)
+            spectrum = scipy.fft.fftn(self.maps[None] * x[part, None], s=grid, axes=axes)
+            spectrum *= self.spectra[part, None]
+            images = scipy.fft.ifftn(spectrum, axes=axes, overwrite_x=True)[crop]
+            out[part] = (np.conj(self.maps)[None] * images).sum(axis=1)
             if self.lam:
                 out[part] += self.lam * x[part]
 
@@ -155,12 +160,12 @@ def series_objective(normal: SeriesNormal, x: Any, rhs: Any, data_energy: float,
     return objective(x, normal.data(x), rhs, data_energy, 1.0, penalty)
 
 
-def _gram(terms: Sequence[Term]) -> Callable[[Any], Any]:
-    def gram(x: Any) -> Any:
-        out = terms[0].sparsity.gram(x)
-        for term in terms[1:]:
-            out = out + term.sparsity.gram(x)
-        return out
+def _gram(terms: Sequence[Term]) -> Callable[[Any, Any, float], None]:
+    """``(x, out, rho) -> out += rho sum_j K_j^H K_j x`` in place, each term's part by its own
+    :meth:`~.admm.Sparsity.add_gram`."""
+    def gram(x: Any, out: Any, rho: float) -> None:
+        for term in terms:
+            term.sparsity.add_gram(x, out, rho)
     return gram
 
 

@@ -21,25 +21,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..arrays.backend import get_xp
 from ..errors import InvalidDataError, printable
 from ..io.basis import read_basis
+from ..operators.finite_difference import first_axis_adjoint_rhs, first_axis_laplacian_add
+from ..operators.finite_difference import first_axis_difference as time_difference
+from ..operators.finite_difference import first_axis_difference_adjoint as time_difference_adjoint
 from .admm import Sparsity
 from .lowrank import LocalLowRank, global_nuclear_norm, global_svt
-
-
-def time_difference(x: Any) -> Any:
-    """``D_t x``: ``x[1:] - x[:-1]`` along axis 0, shape ``(T-1, ...)``."""
-    return x[1:] - x[:-1]
-
-
-def time_difference_adjoint(q: Any) -> Any:
-    """``D_t^H q`` for ``q`` of shape ``(T-1, ...)``: ``out[t] = q[t-1] - q[t]`` (0 beyond the ends)."""
-    xp = get_xp(q)
-    out = xp.zeros((q.shape[0] + 1, *q.shape[1:]), dtype=q.dtype)
-    out[1:] += q
-    out[:-1] -= q
-    return out
 
 
 class TemporalTerm:
@@ -90,10 +78,9 @@ class TemporalTv(TemporalTerm):
     norm_squared = 4.0
 
     def sparsity(self, shape: tuple[int, ...]) -> Sparsity:
-        return Sparsity(forward=time_difference,
-                        adjoint_rhs=lambda b, q, rho: b + rho * time_difference_adjoint(q),
+        return Sparsity(forward=time_difference, adjoint_rhs=first_axis_adjoint_rhs,
                         gram=lambda x: time_difference_adjoint(time_difference(x)), groups=0,
-                        shape=(shape[0] - 1, *shape[1:]))
+                        shape=(shape[0] - 1, *shape[1:]), gram_add=first_axis_laplacian_add)
 
 
 def identity_sparsity(shape: tuple[int, ...], prox, penalty, dual_prox=None) -> Sparsity:

@@ -104,3 +104,44 @@ class FusedSenseNormal(GridNormal):
             self._plans[count](work, INVERSE)  # unnormalized: 1/N is in `scaled`
             self._reduce(self._blocks(self._nvox), (BLOCK,),
                          (part, work, x, out, np.int32(count), *sizes, self._lam, np.int32(first == 0)))
+
+
+class FusedSeriesNormal(GridNormal):
+    """``x_t -> sum_c conj(S_c) T_t(S_c x_t) + lam x_t`` for every frame ``t`` of CuPy ``x`` ``(T, *matrix)``,
+    each frame with its own kernel spectrum ``spectra[t]`` (2x grid): the steps of :class:`FusedSenseNormal`
+    with every coil of ``frame_batch`` frames in one launch each (``kernels/toeplitz.cu``,
+    ``mri_recon_series_*``) and one batched cuFFT plan per pass size; nothing allocated per application."""
+
+    def __init__(self, spectra: Any, coil_maps: Any, lam: float, frame_batch: int | None = None) -> None:
+        cupy = cupy_module()
+        grid = tuple(int(n) for n in spectra.shape[1:])
+        super().__init__(grid, coil_maps, lam, None)
+        frames = int(spectra.shape[0])
+        self.ishape = self.oshape = (frames, *self.ishape)
+        self._frames = frames
+        self._frame_step = frames if frame_batch is None else max(1, min(frames, int(frame_batch)))
+        self._scaled = scaled(cupy.ascontiguousarray(spectra, dtype=cupy.complex64), 1.0 / self._grid_size)
+        self._padded = cupy.empty((self._frame_step * self._n_coils, *grid), dtype=cupy.complex64)
+        self._expand, self._multiply, self._reduce = (
+            get_kernel("toeplitz.cu", f"mri_recon_series_{name}", None, self._device)
+            for name in ("expand", "filter", "reduce"))
+        steps = {self._frame_step, frames % self._frame_step or self._frame_step}
+        self._plans = {count: CornerFft(count * self._n_coils, grid, self.ishape[1], self._device.index)
+                       for count in steps}
+
+    def apply_into(self, x: Any, out: Any) -> None:
+        """``out = A x``; both C-contiguous complex64 of shape ``(T, *matrix)``."""
+        coils, grid_size, sizes, nvox = self._n_coils, self._grid_size, self._sizes, self._nvox
+        for start in range(0, self._frames, self._frame_step):
+            count = min(self._frame_step, self._frames - start)
+            frames = slice(start, start + count)
+            work = self._padded[:count * coils]
+            blocks = self._blocks(count * coils * grid_size)
+            self._expand(blocks, (BLOCK,), (self._maps, x[frames], work, np.int32(coils), np.int32(count), *sizes))
+            self._plans[count](work, FORWARD)
+            self._multiply(blocks, (BLOCK,), (work, self._scaled[frames], np.int32(coils), np.int32(count),
+                                              np.int64(grid_size)))
+            self._plans[count](work, INVERSE)  # unnormalized: 1/N is in `scaled`
+            self._reduce(self._blocks(count * nvox), (BLOCK,),
+                         (self._maps, work, x[frames], out[frames], np.int32(coils), np.int32(count), *sizes,
+                          self._lam))

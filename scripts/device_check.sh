@@ -42,6 +42,16 @@ for step in $steps; do
     cs3d128) timeout ${T_CS3D:-300} python3 scripts/bench_cs.py "$OUT/bench_cs_3d128.json" --problem 3d128 --repeats 3 2>&1 | tail -6 ;;
     profile) timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_2d.txt" --problem 2d --repeats 15 2>&1 | head -9
              timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_3d128.txt" --problem 3d128 --repeats 5 2>&1 | head -9 ;;
+    profile_compress) for choice in ${PROFILE_COMPRESS:-none 8}; do
+             timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_compress_$choice.txt" --problem compress --coil-compress "$choice" --repeats 5 --steps --top 30 2>&1 | head -40
+           done ;;
+    profile_series) for problem in series series256; do
+             timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_$problem.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -40
+           done ;;
+    profile_series_base)  # the same problems with the base tree's package (.base), this tree's script
+           for problem in series series256; do
+             (cd "${BASE_TREE:-.base}" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_PROFILE:-200} python3 ../scripts/profile_call.py "$OUT/profile_${problem}_base.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -30)
+           done ;;
     public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;
     frames) timeout ${T_FRAMES:-120} python3 scripts/server_frames.py --device gpu --frames 40 --tr-ms 5 --spokes 21 --matrix 128 --coils 8 --json "$OUT/server_frames_gpu.json" 2>&1 | tail -14 ;;
     hashes)  # images of the base tree (.base, unpacked from a commit by the caller) and of this tree, twice

@@ -3,11 +3,15 @@ time outside them, and a cProfile of the calls (host functions by their own time
 
 Problems: ``scripts/bench_prepare.py``'s 2D 256^2 8-coil scan (file weights and maps, correlated noise); with
 ``--problem 3d128``, its 3D kooshball; with ``--problem sweep --matrix 64x64 --coils 1``, a row of its host-share
-sweep (random k-space, ramp weights computed on the device). 30 CG iterations, lambda 1e-3. After two warm-up
-calls, ``--repeats`` calls are timed (device synchronized around each), then as many are profiled. Writes the
-text report to OUT.
-Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep] [--matrix NxN[xN]] [--coils C]
-       [--repeats N] [--top N] [--steps]
+sweep (random k-space, ramp weights computed on the device); with ``--problem compress``, the 512^2 32-coil scan of
+``scripts/bench_coil_compress.py`` (ramp weights, its maps), compressed by ``--coil-compress``; with ``--problem
+series`` / ``series256``, the time series of issue 45 (128^2, 20 frames of 21 spokes, 8 coils / 256^2, 30 of 13,
+16 coils; prepared with the simulation's maps) solved with temporal TV, 100 ADMM iterations. 30 CG iterations,
+lambda 1e-3. After two warm-up calls, ``--repeats`` calls are timed (device synchronized around each), then as
+many are profiled. Writes the text report to OUT.
+Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256]
+       [--matrix NxN[xN]] [--coils C]
+       [--coil-compress none|auto|N] [--repeats N] [--top N] [--steps]
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_prepare  # noqa: E402 - the problems live there
+import bench_coil_compress  # noqa: E402 - the problems live there
+import bench_prepare  # noqa: E402
 import bench_recon  # noqa: E402
 
 import mri_recon  # noqa: E402
@@ -65,7 +70,9 @@ def profiled(scan, dev, repeats: int, top: int, settings: dict) -> str:
 
 
 STEP_TARGETS = (("mri_recon.api", ("prepare_and_reconstruct", "plan_prepared", "prefetch", "prepare_on_device")),
-                ("mri_recon.prep.device", ("whitening_of", "_weights", "upload", "upload_columns", "_read_checks")),
+                ("mri_recon.prep.device", ("whitening_of", "_weights", "upload", "_rows_up", "_compressed",
+                                           "compression_task", "warm_up", "_read_checks", "reader_record",
+                                           "extent_record")),
                 ("mri_recon.pipeline", ("reconstruct",)),
                 ("mri_recon.stages", ("plan", "upload", "coil_maps", "scale_maps", "encoding", "right_hand_side",
                                       "normal_operator", "solve", "combine", "download", "result")))
@@ -108,10 +115,27 @@ def step_report(scan, dev, repeats: int, settings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SERIES = {"series": ((128, 128), 20, 21, 8), "series256": ((256, 256), 30, 13, 16)}
+"""The time series of issue 45: matrix, frames, spokes per frame, coils."""
+
+
+def series_problem(name: str) -> tuple:
+    """A prepared time series of :data:`SERIES` and the temporal TV settings of ``bench_temporal.py``."""
+    from mri_recon.prep.frames import prepare_series
+    from mri_recon.sim.dynamic import simulate_series
+
+    matrix, frames, spokes, coils = SERIES[name]
+    raw = simulate_series(matrix, frames=frames, spokes_per_frame=spokes, coils=coils, snr=30, seed=0)
+    series, _ = prepare_series(raw, coil_maps="file")
+    return series, {"prepare": False, "temporal": "tv", "temporal_lam": 0.01, "iterations": 100}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
-    parser.add_argument("--problem", choices=("2d", "3d128", "sweep"), default="2d")
+    parser.add_argument("--problem", choices=("2d", "3d128", "sweep", "compress", "series", "series256"),
+                        default="2d")
+    parser.add_argument("--coil-compress", default="none", help="the compress problem's coil_compress")
     parser.add_argument("--matrix", default="64x64", help="the sweep row's matrix")
     parser.add_argument("--coils", type=int, default=1, help="the sweep row's coils")
     parser.add_argument("--repeats", type=int, default=10)
@@ -123,6 +147,11 @@ def main() -> None:
     if args.problem == "sweep":
         matrix = tuple(int(n) for n in args.matrix.split("x"))
         scan, settings["dcf"] = bench_prepare.synthetic(matrix, args.coils), "ramp"
+    elif args.problem.startswith("series"):
+        scan, settings = series_problem(args.problem)
+    elif args.problem == "compress":
+        scan = bench_coil_compress.gpu_scan()
+        settings["coil_compress"] = args.coil_compress
     else:
         scan = bench_prepare.with_noise(bench_recon.problem() if args.problem == "2d" else bench_recon.problem_3d(128))
     timed_calls(scan, dev, 2, settings)
@@ -130,7 +159,8 @@ def main() -> None:
     stages = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}
     whole = statistics.median(walls)
     inside = sum(stages.values())
-    name = f"{args.problem} {args.matrix} x {args.coils}" if args.problem == "sweep" else args.problem
+    name = {"sweep": f"sweep {args.matrix} x {args.coils}",
+            "compress": f"compress {args.coil_compress}"}.get(args.problem, args.problem)
     lines = [f"{name}: whole call median {whole * 1e3:.2f} ms (min {min(walls) * 1e3:.2f}), "
              f"stages {inside * 1e3:.2f} ms, outside the stages {(whole - inside) * 1e3:.2f} ms"]
     lines += [f"  {k}: {v * 1e3:.3f} ms" for k, v in stages.items()]

@@ -45,6 +45,10 @@ for step in $steps; do
     profile_compress) for choice in ${PROFILE_COMPRESS:-none 8}; do
              timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_compress_$choice.txt" --problem compress --coil-compress "$choice" --repeats 5 --steps --top 30 2>&1 | head -40
            done ;;
+    psf_cache) timeout ${T_PSF_CACHE:-200} python3 scripts/bench_psf_cache.py "$OUT/bench_psf_cache.json" --rounds ${PSF_CACHE_ROUNDS:-25} 2>&1 | tail -4 ;;
+    profile_cache)  # the README's 2D call without and with psf_cache= (issue 45)
+           timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_2d_nocache.txt" --problem 2d --repeats 15 --steps 2>&1 | head -12
+           timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_2d_cache.txt" --problem 2d --repeats 15 --steps --psf-cache /tmp/mri-recon-psf 2>&1 | head -12 ;;
     profile_series) for problem in series series256; do
              timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_$problem.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -40
            done ;;

@@ -11,7 +11,7 @@ lambda 1e-3. After two warm-up calls, ``--repeats`` calls are timed (device sync
 many are profiled. Writes the text report to OUT.
 Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256]
        [--matrix NxN[xN]] [--coils C]
-       [--coil-compress none|auto|N] [--repeats N] [--top N] [--steps]
+       [--coil-compress none|auto|N] [--psf-cache DIR] [--repeats N] [--top N] [--steps]
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ def main() -> None:
     parser.add_argument("--problem", choices=("2d", "3d128", "sweep", "compress", "series", "series256"),
                         default="2d")
     parser.add_argument("--coil-compress", default="none", help="the compress problem's coil_compress")
+    parser.add_argument("--psf-cache", default=None, help="a PSF cache folder passed as psf_cache= (the API's)")
     parser.add_argument("--matrix", default="64x64", help="the sweep row's matrix")
     parser.add_argument("--coils", type=int, default=1, help="the sweep row's coils")
     parser.add_argument("--repeats", type=int, default=10)
@@ -154,6 +155,10 @@ def main() -> None:
         settings["coil_compress"] = args.coil_compress
     else:
         scan = bench_prepare.with_noise(bench_recon.problem() if args.problem == "2d" else bench_recon.problem_3d(128))
+    if args.psf_cache:
+        from mri_recon.io.cache import PsfCache
+
+        settings["psf_cache"] = PsfCache(args.psf_cache)
     timed_calls(scan, dev, 2, settings)
     walls, timings = timed_calls(scan, dev, args.repeats, settings)
     stages = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}

@@ -26,6 +26,11 @@ CASES = {
     "2d-rss": ((32, 32), "golden", "rss"),  # no maps: per-coil images combined in the receiver's channels
 }
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh data every run, named in a failure's message
+ROUNDING = 2e-4
+"""The largest relative difference allowed from the reference: the float32 rounding of the scaled k-space,
+through the estimated maps and 8 CG iterations. Over 25 seeds of the 2-D Walsh case a harmless factor (1e5)
+gave 3.6e-5 to 8.8e-5 and 1.2e8/peak 3.2e-5 to 1.01e-4 (which failed the earlier bound of 1e-4); a dependence
+on the scale would be orders of magnitude larger."""
 
 
 def rel(a, b) -> float:
@@ -74,7 +79,7 @@ def _check(case: str, factor, noise: str, device: str, **options) -> None:
     image = _run(scaled, case, device, **options)
     assert np.isfinite(image).all(), (case, factor, noise, SEED)
     error = rel(image / np.float32(f), ref)
-    assert error <= 1e-4, (case, factor, noise, error, SEED)
+    assert error <= ROUNDING, (case, factor, noise, error, SEED)
 
 
 @pytest.mark.parametrize("noise", ["kept", "scaled"])

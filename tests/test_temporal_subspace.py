@@ -64,7 +64,11 @@ def test_the_coefficient_normal_operator_is_its_dense_oracle(rng):
     x = _complex(rng, (frames, n, n))
     assert adjoint_gap(c, project(basis, x), x, expand(basis, c)) < 1e-14
     assert relative(project(basis, expand(basis, c)), c) < 1e-14  # orthonormal columns
-    shifted = SubspaceNormal(SeriesNormal(normals), basis).with_penalty(0.7, lambda v: 2.0 * v)
+
+    def twice(v, out, rho):  # out += rho K^H K v with K^H K = 2 I
+        out += rho * 2.0 * v
+
+    shifted = SubspaceNormal(SeriesNormal(normals), basis).with_penalty(0.7, twice)
     assert relative(shifted(c), operator(c) + 1.4 * c) < 1e-14
 
 

@@ -1,5 +1,5 @@
 """The fused GPU CG-SENSE operator equals the NumPy normal operator, for every coil batching; and its kernels
-(toeplitz.cu built for the host, no GPU needed) behind FusedSenseNormal's own launches."""
+(toeplitz.cu built for the host, no GPU needed) behind FusedSenseNormal's and FusedSeriesNormal's own launches."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def host_toeplitz(tmp_path_factory):
     library = host.build("toeplitz_host.cpp", tmp_path_factory.mktemp("toeplitz_host") / "toeplitz.so")
 
     def get_kernel(filename, name, defines, device):
-        assert filename == "toeplitz.cu" and name.startswith("mri_recon_sense_")
-        function = getattr(library, "emu_" + name.removeprefix("mri_recon_sense_"))
+        assert filename == "toeplitz.cu" and name.startswith(("mri_recon_sense_", "mri_recon_series_"))
+        function = getattr(library, "emu_" + name.removeprefix("mri_recon_").removeprefix("sense_"))
         return lambda grid, block, args: function(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]),
                                                   *(host.argument(a) for a in args))
 
@@ -66,5 +66,29 @@ def test_kernels_run_on_the_host_are_the_sense_normal(rng, monkeypatch, host_toe
     for _ in range(2):  # the reused work buffer must not leak between applications
         op._padded[...] = np.nan
         out = np.full(matrix, np.nan, np.complex64)
+        op.apply_into(x, out)
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+
+
+@pytest.mark.parametrize("matrix", [(12, 10), (5, 4, 3)], ids=["2d", "3d"])
+@pytest.mark.parametrize("frame_batch", [None, 1, 2], ids=["all", "one", "two"])
+def test_kernels_run_on_the_host_are_the_series_normal(rng, monkeypatch, host_toeplitz, matrix, frame_batch):
+    """The series kernels behind FusedSeriesNormal's launches (every coil of a batch of frames, each frame its
+    own spectrum; the last batch shorter): equal to the frames' NumPy normal operators, every element written."""
+    from mri_recon.solvers.temporal import BatchedSeriesNormal
+
+    monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
+    monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
+    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
+    frames = 3
+    spectra = np.stack([kernel_spectrum(_crandn(rng, *(2 * n for n in matrix))) for _ in range(frames)])
+    maps, x = _crandn(rng, 3, *matrix), _crandn(rng, frames, *matrix)
+    ref = BatchedSeriesNormal(spectra, maps, lam=0.3)(x)
+    per_frame = np.stack([normal_operator(spectra[t], coil_maps=maps, lam=0.3)(x[t]) for t in range(frames)])
+    assert np.linalg.norm(ref - per_frame) / np.linalg.norm(per_frame) < 1e-5
+    op = gpu_toeplitz.FusedSeriesNormal(spectra.astype(np.complex64), maps.view(host.HostMaps), 0.3, frame_batch)
+    for _ in range(2):  # the reused work buffer must not leak between applications
+        op._padded[...] = np.nan
+        out = np.full(x.shape, np.nan, np.complex64)
         op.apply_into(x, out)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5

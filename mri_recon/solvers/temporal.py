@@ -161,11 +161,16 @@ def series_objective(normal: SeriesNormal, x: Any, rhs: Any, data_energy: float,
 
 
 def _gram(terms: Sequence[Term]) -> Callable[[Any, Any, float], None]:
-    """``(x, out, rho) -> out += rho sum_j K_j^H K_j x`` in place, each term's part by its own
-    :meth:`~.admm.Sparsity.add_gram`."""
+    """``(x, out, rho) -> out += rho sum_j K_j^H K_j x`` in place: one term's own
+    :meth:`~.admm.Sparsity.add_gram` (one kernel where it has one), several terms' products summed first."""
+    if len(terms) == 1:
+        return terms[0].sparsity.add_gram
+
     def gram(x: Any, out: Any, rho: float) -> None:
-        for term in terms:
-            term.sparsity.add_gram(x, out, rho)
+        total = terms[0].sparsity.gram(x)
+        for term in terms[1:]:
+            total = total + term.sparsity.gram(x)
+        out += rho * total
     return gram
 
 

@@ -5,6 +5,7 @@
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: the base-tree steps write into it from another folder
 export PYTHONUNBUFFERED=1
 SITE=
 if ls .whl/*.whl >/dev/null 2>&1; then

@@ -42,10 +42,10 @@ def host_toeplitz(tmp_path_factory):
     library = host.build("toeplitz_host.cpp", tmp_path_factory.mktemp("toeplitz_host") / "toeplitz.so")
 
     def get_kernel(filename, name, defines, device):
-        assert filename == "toeplitz.cu" and name.startswith(("mri_recon_sense_", "mri_recon_series_"))
-        function = getattr(library, "emu_" + name.removeprefix("mri_recon_").removeprefix("sense_"))
-        return lambda grid, block, args: function(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]),
-                                                  *(host.argument(a) for a in args))
+        assert filename == "toeplitz.cu" and name.startswith("mri_recon_toeplitz_")
+        function = getattr(library, "emu_" + name.removeprefix("mri_recon_toeplitz_"))
+        return lambda grid, block, args: function(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
+                                                  ctypes.c_uint(block[0]), *(host.argument(a) for a in args))
 
     return get_kernel
 
@@ -73,8 +73,8 @@ def test_kernels_run_on_the_host_are_the_sense_normal(rng, monkeypatch, host_toe
 @pytest.mark.parametrize("matrix", [(12, 10), (5, 4, 3)], ids=["2d", "3d"])
 @pytest.mark.parametrize("frame_batch", [None, 1, 2], ids=["all", "one", "two"])
 def test_kernels_run_on_the_host_are_the_series_normal(rng, monkeypatch, host_toeplitz, matrix, frame_batch):
-    """The series kernels behind FusedSeriesNormal's launches (every coil of a batch of frames, each frame its
-    own spectrum; the last batch shorter): equal to the frames' NumPy normal operators, every element written."""
+    """The same kernels behind FusedSeriesNormal's launches (every coil of a batch of frames, each frame its own
+    spectrum; the last batch shorter): equal to the frames' NumPy normal operators, every element written."""
     from mri_recon.solvers.temporal import BatchedSeriesNormal
 
     monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
@@ -92,3 +92,19 @@ def test_kernels_run_on_the_host_are_the_series_normal(rng, monkeypatch, host_to
         out = np.full(x.shape, np.nan, np.complex64)
         op.apply_into(x, out)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+
+
+@pytest.mark.parametrize("bad", ["dtype", "layout", "frames"])
+def test_series_normal_refuses_arrays_its_kernels_cannot_index(rng, monkeypatch, host_toeplitz, bad):
+    """The kernels read raw memory: a complex128, a strided or a wrongly sized array is refused, not misread."""
+    monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
+    monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
+    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
+    matrix, frames = (6, 4), 3
+    spectra = np.stack([kernel_spectrum(_crandn(rng, 12, 8)) for _ in range(frames)]).astype(np.complex64)
+    op = gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, *matrix).view(host.HostMaps), 0.0)
+    x = {"dtype": _crandn(rng, frames, *matrix).astype(np.complex128),
+         "layout": _crandn(rng, frames, matrix[1], matrix[0]).astype(np.complex64).transpose(0, 2, 1),
+         "frames": _crandn(rng, frames + 1, *matrix).astype(np.complex64)}[bad]
+    with pytest.raises(ValueError, match="C-contiguous complex64"):
+        op.apply_into(x, np.empty((frames, *matrix), np.complex64))

@@ -115,15 +115,15 @@ class BatchedSeriesNormal(SeriesNormal):
     (:class:`~mri_recon.operators.normal.gpu_toeplitz.FusedSeriesNormal`); NumPy runs them as array operations
     (the reference its test compares with).
 
-    ``spectra``: ``(T, *grid)`` kernel spectra (:func:`~mri_recon.operators.toeplitz.kernel_spectrum`);
-    ``maps``: ``(C, *matrix)``.
+    ``spectra``: ``(T, *grid)`` kernel spectra (:func:`~mri_recon.operators.toeplitz.kernel_spectrum`; with
+    ``fused`` given, ``None`` will do); ``maps``: ``(C, *matrix)``.
     """
 
     def __init__(self, spectra: Any, maps: Any, lam: float = 0.0, frame_batch: int | None = None,
                  rho: float = 0.0, gram: Callable[[Any, Any, float], None] | None = None,
                  fused: Any = None) -> None:
         super().__init__([], rho, gram)
-        self.spectra, self.maps, self.lam = spectra, maps, float(lam)
+        self.maps, self.lam = maps, float(lam)
         self.batch = len(spectra) if frame_batch is None else max(1, int(frame_batch))
         self.writes_into = True
         if fused is None and get_xp(maps) is not np:
@@ -131,6 +131,7 @@ class BatchedSeriesNormal(SeriesNormal):
 
             fused = FusedSeriesNormal(spectra, maps, self.lam, self.batch)
         self.fused = fused
+        self.spectra = spectra if fused is None else None  # the fused operator keeps its own scaled copy
 
     def with_penalty(self, rho: float, gram: Callable[[Any, Any, float], None]) -> BatchedSeriesNormal:
         return BatchedSeriesNormal(self.spectra, self.maps, self.lam, self.batch, rho, gram, self.fused)

@@ -56,6 +56,13 @@ for step in $steps; do
     profile_series) for problem in series series256; do
              timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_$problem.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -40
            done ;;
+    passes)  # the README's calls and the time series with the row passes and with the whole-grid passes
+           for problem in ${PASSES_PROBLEMS:-2d 3d128 series series256}; do
+             repeats=5; [ "$problem" = 2d ] && repeats=15
+             for flag in "" --grid-passes; do
+               timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/passes_${problem}${flag:+_grid}.txt" --problem $problem --repeats $repeats --steps --top 20 $flag 2>&1 | head -12
+             done
+           done ;;
     profile_series_base)  # the same problems with the base tree's package (.base), this tree's script
            for problem in series series256; do
              (cd "${BASE_TREE:-.base}" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_PROFILE:-200} python3 ../scripts/profile_call.py "$OUT/profile_${problem}_base.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -30)

@@ -8,10 +8,11 @@ sweep (random k-space, ramp weights computed on the device); with ``--problem co
 series`` / ``series256``, the time series of issue 45 (128^2, 20 frames of 21 spokes, 8 coils / 256^2, 30 of 13,
 16 coils; prepared with the simulation's maps) solved with temporal TV, 100 ADMM iterations. 30 CG iterations,
 lambda 1e-3. After two warm-up calls, ``--repeats`` calls are timed (device synchronized around each), then as
-many are profiled. Writes the text report to OUT.
+many are profiled. ``--grid-passes``: the fused normal operators on the whole 2x grid everywhere (before the row
+passes). Writes the text report to OUT.
 Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256]
        [--matrix NxN[xN]] [--coils C]
-       [--coil-compress none|auto|N] [--psf-cache DIR] [--repeats N] [--top N] [--steps]
+       [--coil-compress none|auto|N] [--psf-cache DIR] [--repeats N] [--top N] [--steps] [--grid-passes]
 """
 
 from __future__ import annotations
@@ -142,7 +143,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--steps", action="store_true", help="also each step's wall clock, without cProfile")
+    parser.add_argument("--grid-passes", action="store_true",
+                        help="the fused normal operators' whole-grid passes everywhere (the row passes' baseline)")
     args = parser.parse_args()
+    if args.grid_passes:
+        from mri_recon.operators.normal import gpu_toeplitz
+
+        gpu_toeplitz.ROW_PASS_DIMS = ()
     dev = resolve_device("gpu")
     settings = dict(bench_prepare.SETTINGS)
     if args.problem == "sweep":
@@ -166,6 +173,7 @@ def main() -> None:
     inside = sum(stages.values())
     name = {"sweep": f"sweep {args.matrix} x {args.coils}",
             "compress": f"compress {args.coil_compress}"}.get(args.problem, args.problem)
+    name += " (grid passes)" if args.grid_passes else ""
     lines = [f"{name}: whole call median {whole * 1e3:.2f} ms (min {min(walls) * 1e3:.2f}), "
              f"stages {inside * 1e3:.2f} ms, outside the stages {(whole - inside) * 1e3:.2f} ms"]
     lines += [f"  {k}: {v * 1e3:.3f} ms" for k, v in stages.items()]

@@ -4,9 +4,10 @@ clock and by events.
 
 Problem: random complex64 frames ``(T, N, N)``, coil maps ``(C, N, N)`` and kernel spectra ``(T, 2N, 2N)`` on
 the GPU (the sizes of issue 45's rows: ``--matrix 128 --frames 20 --coils 8`` and ``--matrix 256 --frames 30
---coils 16``). Steps: the fused normal product and its five launches (expand, forward FFT, filter, inverse FFT,
-reduce), temporal TV's products (``D x``, ``b + rho D^H q``, ``out += rho D^H D x``), the shrinkage, one CG
-step on the ADMM operator, the objective. Writes JSON to OUT and prints it.
+--coils 16``). Steps: the fused normal product and its five steps (expand, forward FFT, filter, inverse FFT,
+reduce; the filter of the row passes holds the last axis' transforms), the product with either pass kind,
+temporal TV's products (``D x``, ``b + rho D^H q``, ``out += rho D^H D x``), the shrinkage, one CG step on the
+ADMM operator, the objective. Writes JSON to OUT and prints it.
 
 Usage: python scripts/profile_series_ops.py OUT.json [--matrix N] [--frames T] [--coils C] [--runs R]
 """
@@ -22,7 +23,7 @@ from benchtools import cuda_timed
 
 from mri_recon.arrays.backend import cupy_module
 from mri_recon.operators.gpu.fft import FORWARD, INVERSE
-from mri_recon.operators.normal.gpu_toeplitz import BLOCK
+from mri_recon.operators.normal import gpu_toeplitz
 from mri_recon.solvers.cg import WarmCg
 from mri_recon.solvers.temporal import BatchedSeriesNormal, Term, joint_admm, series_objective
 from mri_recon.solvers.temporal_terms import TemporalTv
@@ -32,24 +33,41 @@ def random(cupy, rng, shape):
     return cupy.asarray((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64))
 
 
-def normal_steps(cupy, fused, x, out, runs: int) -> dict:
-    """The fused product's launches one by one (the first frame batch)."""
+def normal_steps(fused, x, out, runs: int) -> dict:
+    """The fused product's steps one by one (the first frame batch)."""
     coils, count = fused._n_coils, min(fused._frame_step, fused._frames)
-    work, sizes, grid = fused._padded[:count * coils], fused._sizes, fused._grid_size
-    blocks = fused._blocks(count * coils * grid)
-    frames = slice(0, count)
+    grids, passes, frames = coils * count, fused._passes, slice(0, count)
     launches = {
-        "expand": lambda: fused._expand(blocks, (BLOCK,), (fused._maps, x[frames], work, np.int32(coils),
-                                                          np.int32(count), *sizes)),
-        "fft_forward": lambda: fused._plans[count](work, FORWARD),
-        "filter": lambda: fused._multiply(blocks, (BLOCK,), (work, fused._scaled[frames], np.int32(coils),
-                                                             np.int32(count), np.int64(grid))),
-        "fft_inverse": lambda: fused._plans[count](work, INVERSE),
-        "reduce": lambda: fused._reduce(fused._blocks(count * fused._nvox), (BLOCK,),
-                                        (fused._maps, work, x[frames], out[frames], np.int32(coils), np.int32(count),
-                                         *sizes, fused._lam)),
+        "expand": lambda: passes.expand(fused._maps, x[frames], coils, grids),
+        "fft_forward": lambda: passes.transform(grids, FORWARD),
+        "filter": lambda: passes.filter(fused._scaled[frames], coils, grids),
+        "fft_inverse": lambda: passes.transform(grids, INVERSE),
+        "reduce": lambda: passes.reduce(fused._maps, x[frames], out[frames], coils, count, True),
     }
     return {name: cuda_timed(fn, runs)["median_s"] * 1e3 for name, fn in launches.items()}
+
+
+def passes_compared(spectra, maps, x, runs: int) -> dict:
+    """The normal product with each pass kind on this problem (same arrays): time, kind, and the relative
+    difference of their outputs."""
+    cupy = cupy_module()
+    report, outputs = {}, {}
+    for name, dims in (("rows", gpu_toeplitz.ROW_PASS_DIMS), ("grid", ())):
+        saved = gpu_toeplitz.ROW_PASS_DIMS
+        gpu_toeplitz.ROW_PASS_DIMS = dims
+        try:
+            operator = BatchedSeriesNormal(spectra, maps, 1e-3)
+        finally:
+            gpu_toeplitz.ROW_PASS_DIMS = saved
+        out = cupy.empty_like(x)
+        report[name] = {"passes": type(operator.fused._passes).__name__,
+                        "normal_ms": cuda_timed(lambda op=operator, o=out: op.apply_into(x, o), runs)["median_s"] * 1e3,
+                        "steps_ms": normal_steps(operator.fused, x, out, runs)}
+        operator.apply_into(x, out)
+        outputs[name] = out
+    report["relative_difference"] = float(cupy.linalg.norm(outputs["rows"] - outputs["grid"])
+                                          / cupy.linalg.norm(outputs["grid"]))
+    return report
 
 
 def main() -> None:
@@ -87,7 +105,9 @@ def main() -> None:
     report = {"matrix": n, "frames": t, "coils": c, "grid_bytes_per_pass": int(t * c * 4 * n * n * 8),
               "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
               "ops_ms": {name: cuda_timed(fn, args.runs)["median_s"] * 1e3 for name, fn in ops.items()},
-              "normal_steps_ms": normal_steps(cupy, operator.fused, x, out, args.runs)}
+              "normal_passes": type(operator.fused._passes).__name__,
+              "normal_steps_ms": normal_steps(operator.fused, x, out, args.runs),
+              "passes_compared": passes_compared(spectra, maps, x, args.runs)}
     terms = [Term(term, 0.01 * float(cupy.abs(b).max()), 4.0)]
     admm = lambda: joint_admm(operator, b, terms, rho=rho, iterations=100, inner_iterations=1,  # noqa: E731
                               data_energy=1.0)

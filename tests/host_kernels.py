@@ -40,7 +40,7 @@ def argument(value):
 
 class HostPlan:
     """cuFFT's batched in-place C2C plan in NumPy: unnormalized both ways, the shape checked. ``columns``: the
-    plan along the first axis of a ``(length, batch)`` layout (any array of that many elements)."""
+    plan over the leading axes of a ``(*lengths, batch)`` layout (any array of that many elements)."""
 
     def __init__(self, shape, device_index, columns=False):
         self.shape, self.columns = tuple(shape), columns
@@ -48,8 +48,8 @@ class HostPlan:
     def fft(self, a, out, direction):
         assert out is a
         if self.columns:
-            assert a.shape[0] == self.shape[0] and a.size == np.prod(self.shape)
-            view, axes = a.reshape(self.shape), (0,)
+            assert a.size == np.prod(self.shape)
+            view, axes = a.reshape(self.shape), tuple(range(len(self.shape) - 1))
         else:
             assert a.shape == self.shape
             view, axes = a, tuple(range(1, a.ndim))

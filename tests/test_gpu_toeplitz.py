@@ -20,9 +20,14 @@ def _crandn(rng, *shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("matrix", [(16, 16), (13, 7), (6, 5, 4)], ids=["2d-even", "2d-odd", "3d"])
+@pytest.mark.parametrize("matrix", [(16, 16), (13, 7), (6, 5, 4), (96, 128), (12, 20, 64)],
+                         ids=lambda m: "x".join(map(str, m)))
 @pytest.mark.parametrize("coil_batch", [None, 1, 2], ids=["all", "one", "two"])
-def test_fused_sense_operator_matches_numpy(rng, matrix, coil_batch):
+@pytest.mark.parametrize("passes", ["rows", "grid"])
+def test_fused_sense_operator_matches_numpy(rng, monkeypatch, matrix, coil_batch, passes):
+    """Both pass kinds (rows where the last axis allows) against the NumPy operator, output not reused."""
+    if passes == "grid":
+        monkeypatch.setattr(gpu_toeplitz, "ROW_PASS_DIMS", ())
     cupy = cupy_module()
     psf = _crandn(rng, *(2 * n for n in matrix))
     maps = _crandn(rng, 3, *matrix)
@@ -44,42 +49,67 @@ def host_toeplitz(tmp_path_factory):
     def get_kernel(filename, name, defines, device):
         assert filename == "toeplitz.cu" and name.startswith("mri_recon_toeplitz_")
         function = getattr(library, "emu_" + name.removeprefix("mri_recon_toeplitz_"))
-        return lambda grid, block, args: function(ctypes.c_uint(grid[0]), ctypes.c_uint(grid[1]),
-                                                  ctypes.c_uint(block[0]), *(host.argument(a) for a in args))
+
+        def launch(grid, block, args, shared_mem=0):
+            blocks_y = grid[1] if len(grid) > 1 else 1
+            function(ctypes.c_uint(grid[0]), ctypes.c_uint(blocks_y), ctypes.c_uint(block[0]),
+                     *(host.argument(a) for a in args))
+
+        return launch
 
     return get_kernel
 
 
-@pytest.mark.parametrize("matrix", [(16, 16), (13, 7), (6, 5, 4)], ids=["2d-even", "2d-odd", "3d"])
-@pytest.mark.parametrize("coil_batch", [None, 1, 2], ids=["all", "one", "two"])
-def test_kernels_run_on_the_host_are_the_sense_normal(rng, monkeypatch, host_toeplitz, matrix, coil_batch):
-    """toeplitz.cu itself (threads run in turn) behind FusedSenseNormal's launches, NumPy FFTs for cuFFT's:
-    every element written (poisoned buffers), equal to the NumPy normal operator, twice in a row."""
+@pytest.fixture(params=["rows", "grid"])
+def host_gpu(request, monkeypatch, host_toeplitz):
+    """The fused operators on NumPy arrays with toeplitz.cu built for the host and NumPy's FFTs for cuFFT's:
+    the row passes where the grid allows them ("rows"), or the whole-grid passes everywhere ("grid")."""
     monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
     monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
+    monkeypatch.setattr(gpu_toeplitz, "fft_plan", host.HostPlan)
     monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
+    if request.param == "grid":
+        monkeypatch.setattr(gpu_toeplitz, "ROW_PASS_DIMS", ())
+    return request.param
+
+
+def _expected_passes(host_gpu, op):
+    """The pass kind the operator took: rows where asked for and the grid's last axis allows."""
+    grid = op._grid
+    rows = host_gpu == "rows" and gpu_toeplitz.row_passes_fit(op.ishape[-len(grid):], grid, 64)
+    assert isinstance(op._passes, gpu_toeplitz.RowPasses if rows else gpu_toeplitz.GridPasses)
+
+
+HOST_MATRICES = [(16, 16), (13, 7), (12, 4), (6, 5, 4), (5, 3, 8)]
+"""Even, odd and power-of-two last axes (the row passes take 2x grids whose last axis is a power of two)."""
+
+
+@pytest.mark.parametrize("matrix", HOST_MATRICES, ids=lambda m: "x".join(map(str, m)))
+@pytest.mark.parametrize("coil_batch", [None, 1, 2], ids=["all", "one", "two"])
+def test_kernels_run_on_the_host_are_the_sense_normal(rng, host_gpu, matrix, coil_batch):
+    """toeplitz.cu itself (threads run in turn, or as a block's threads at its barriers) behind
+    FusedSenseNormal's launches, NumPy FFTs for cuFFT's: every element written (poisoned buffers), equal to the
+    NumPy normal operator, twice in a row."""
     psf = _crandn(rng, *(2 * n for n in matrix))
     maps, x = _crandn(rng, 3, *matrix), _crandn(rng, *matrix)
     spectrum = kernel_spectrum(psf)
     ref = normal_operator(spectrum, coil_maps=maps, lam=0.3)(x)
     op = gpu_toeplitz.FusedSenseNormal(spectrum.astype(np.complex64), maps.view(host.HostMaps), 0.3, coil_batch)
+    _expected_passes(host_gpu, op)
     for _ in range(2):  # the reused work buffer must not leak between applications
-        op._padded[...] = np.nan
+        op._passes._work[...] = np.nan
         out = np.full(matrix, np.nan, np.complex64)
         op.apply_into(x, out)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
 
 
-@pytest.mark.parametrize("matrix", [(12, 10), (5, 4, 3)], ids=["2d", "3d"])
+@pytest.mark.parametrize("matrix", [(12, 10), (12, 4), (5, 4, 3), (5, 3, 4)], ids=lambda m: "x".join(map(str, m)))
 @pytest.mark.parametrize("frame_batch", [None, 1, 2], ids=["all", "one", "two"])
-def test_kernels_run_on_the_host_are_the_series_normal(rng, monkeypatch, host_toeplitz, matrix, frame_batch):
+def test_kernels_run_on_the_host_are_the_series_normal(rng, host_gpu, matrix, frame_batch):
     """The same kernels behind FusedSeriesNormal's launches (every coil of a batch of frames, each frame its own
     spectrum; the last batch shorter): equal to the frames' NumPy normal operators, every element written."""
     from mri_recon.solvers.temporal import BatchedSeriesNormal
 
-    monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
-    monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
-    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
     frames = 3
     spectra = np.stack([kernel_spectrum(_crandn(rng, *(2 * n for n in matrix))) for _ in range(frames)])
     maps, x = _crandn(rng, 3, *matrix), _crandn(rng, frames, *matrix)
@@ -87,19 +117,40 @@ def test_kernels_run_on_the_host_are_the_series_normal(rng, monkeypatch, host_to
     per_frame = np.stack([normal_operator(spectra[t], coil_maps=maps, lam=0.3)(x[t]) for t in range(frames)])
     assert np.linalg.norm(ref - per_frame) / np.linalg.norm(per_frame) < 1e-5
     op = gpu_toeplitz.FusedSeriesNormal(spectra.astype(np.complex64), maps.view(host.HostMaps), 0.3, frame_batch)
+    _expected_passes(host_gpu, op)
     for _ in range(2):  # the reused work buffer must not leak between applications
-        op._padded[...] = np.nan
+        op._passes._work[...] = np.nan
         out = np.full(x.shape, np.nan, np.complex64)
         op.apply_into(x, out)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
 
 
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
+    """mri_recon_toeplitz_rows alone, every transform length it takes (radix-8 stages and a radix-4 or -2 last
+    one), rows of n = p / 2 + 1 points over two blocks: each row zero-padded to p, transformed, multiplied by
+    its frame's spectrum row, transformed back (both unnormalized) and cut to n, as NumPy's FFTs do it."""
+    if host_gpu == "grid":
+        pytest.skip("the rows kernel alone")
+    n, planes, coils, frames = p // 2 + 1, 3, 2, 2
+    grids = coils * frames
+    work = _crandn(rng, planes, grids, n)
+    spectra = _crandn(rng, frames, planes, p)
+    full = np.zeros((planes, grids, p), np.complex128)
+    full[..., :n] = work
+    frame_of = np.arange(grids) // coils
+    expected = np.fft.ifft(np.fft.fft(full, axis=-1) * spectra[frame_of].transpose(1, 0, 2), axis=-1)[..., :n] * p
+    rows_per_block = max(1, gpu_toeplitz.ROWS_POINTS // p)
+    blocks = min(2, -(-planes * grids // rows_per_block))
+    kernel = gpu_toeplitz.get_kernel("toeplitz.cu", "mri_recon_toeplitz_rows", None, None)
+    kernel((blocks,), (64,), (work, spectra, np.int32(coils), np.int32(grids), np.int32(planes), np.int32(n),
+                             np.int32(p), np.int32(rows_per_block)))
+    assert np.linalg.norm(work - expected) / np.linalg.norm(expected) < 2e-6
+
+
 @pytest.mark.parametrize("bad", ["dtype", "layout", "frames"])
-def test_series_normal_refuses_arrays_its_kernels_cannot_index(rng, monkeypatch, host_toeplitz, bad):
+def test_series_normal_refuses_arrays_its_kernels_cannot_index(rng, host_gpu, bad):
     """The kernels read raw memory: a complex128, a strided or a wrongly sized array is refused, not misread."""
-    monkeypatch.setattr(gpu_toeplitz, "cupy_module", lambda: np)
-    monkeypatch.setattr(gpu_toeplitz, "get_kernel", host_toeplitz)
-    monkeypatch.setattr(gpu_fft, "fft_plan", host.HostPlan)
     matrix, frames = (6, 4), 3
     spectra = np.stack([kernel_spectrum(_crandn(rng, 12, 8)) for _ in range(frames)]).astype(np.complex64)
     op = gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, *matrix).view(host.HostMaps), 0.0)

@@ -103,3 +103,249 @@ extern "C" __global__ void mri_recon_toeplitz_reduce(const float2* __restrict__ 
         result[v] = acc;
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The same operator with the last axis transformed inside one kernel ("rows"): the grids of a pass are laid out
+// as work[l, g, k], l a point of the padded leading axes (p0 in 2D, p0 x p1 in 3D), g the grid (t * coils + c),
+// k < n the image's last axis, unpadded. cuFFT transforms the leading axes (strided, one plan for every grid);
+// mri_recon_toeplitz_rows then pads each row (l, g) to the last axis' 2x length p in shared memory, transforms
+// it, multiplies by the spectrum's row (t, l), transforms back and keeps the first n points. The last axis'
+// zero half is never stored, and the filter costs no pass over memory of its own.
+//
+//   mri_recon_toeplitz_rows_expand: work[l, g, k] = S_c x_t at (l, k) inside the image, 0 in the leading padding;
+//   mri_recon_toeplitz_rows:        work[l, g, :] = first n of IFFT_p(h_t[l, :] * FFT_p(pad_p(work[l, g, :])));
+//   mri_recon_toeplitz_rows_reduce: out_t = (first ? lam x_t : out_t) + sum_c conj(S_c) work[l, t * coils + c, k].
+//
+// Leading axes: image (n0, n1), padded (p0, p1); n1 = p1 = 1 in 2D. Every index of a pass is below 2^31 (the
+// launcher checks planes * grids * n). p is a power of two, 2 <= p <= ROWS_MAX_P.
+
+#define ROWS_MAX_P 2048
+#define ROWS_POINTS 2048  // points of one block's rows (rows_per_block * p, at least p)
+
+// Image voxel base (i * n1 + j) * n of leading point l, or -1 in the padding.
+__device__ __forceinline__ int rows_voxel_base(int l, int n0, int n1, int p1, int n)
+{
+    const int i = l / p1;
+    const int j = l - i * p1;
+    return (i < n0 && j < n1) ? (i * n1 + j) * n : -1;
+}
+
+extern "C" __global__ void mri_recon_toeplitz_rows_expand(const float2* __restrict__ maps,
+                                                          const float2* __restrict__ x, float2* __restrict__ work,
+                                                          int coils, int grids, int n0, int n1, int p1, int n,
+                                                          int planes)
+{
+    const int nvox = n0 * n1 * n;
+    const int row_points = grids * n;
+    for (int l = blockIdx.y; l < planes; l += gridDim.y) {
+        const int base = rows_voxel_base(l, n0, n1, p1, n);
+        float2* out = work + l * row_points;
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < row_points; q += gridDim.x * blockDim.x) {
+            float2 value = make_float2(0.0f, 0.0f);
+            if (base >= 0) {
+                const int g = q / n;
+                const int k = q - g * n;
+                const int t = g / coils;
+                const float2 s = maps[(g - t * coils) * nvox + base + k];
+                const float2 xv = x[t * nvox + base + k];
+                value = make_float2(s.x * xv.x - s.y * xv.y, s.x * xv.y + s.y * xv.x);
+            }
+            out[q] = value;
+        }
+    }
+}
+
+__device__ __forceinline__ float2 rows_mul(float2 a, float2 b)
+{
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+__device__ __forceinline__ float2 rows_add(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float2 rows_sub(float2 a, float2 b) { return make_float2(a.x - b.x, a.y - b.y); }
+// a * (-i) forward, a * i inverse
+__device__ __forceinline__ float2 rows_quarter(float2 a, bool inverse)
+{
+    return inverse ? make_float2(-a.y, a.x) : make_float2(a.y, -a.x);
+}
+
+// In-register DFT of length R (2, 4 or 8) of v[0..R), unnormalized; e^{-2 pi i / R} forward, conjugate inverse.
+template <int R> __device__ __forceinline__ void rows_dft(float2* v, bool inverse);
+template <> __device__ __forceinline__ void rows_dft<2>(float2* v, bool)
+{
+    const float2 a = v[0];
+    v[0] = rows_add(a, v[1]);
+    v[1] = rows_sub(a, v[1]);
+}
+template <> __device__ __forceinline__ void rows_dft<4>(float2* v, bool inverse)
+{
+    const float2 a = rows_add(v[0], v[2]), b = rows_sub(v[0], v[2]);
+    const float2 c = rows_add(v[1], v[3]), d = rows_quarter(rows_sub(v[1], v[3]), inverse);
+    v[0] = rows_add(a, c);
+    v[1] = rows_add(b, d);
+    v[2] = rows_sub(a, c);
+    v[3] = rows_sub(b, d);
+}
+template <> __device__ __forceinline__ void rows_dft<8>(float2* v, bool inverse)
+{
+    float2 even[4] = {v[0], v[2], v[4], v[6]}, odd[4] = {v[1], v[3], v[5], v[7]};
+    rows_dft<4>(even, inverse);
+    rows_dft<4>(odd, inverse);
+    const float h = 0.70710678118654752f;
+    const float2 w1 = make_float2(h, inverse ? h : -h);
+    odd[1] = rows_mul(odd[1], w1);
+    odd[2] = rows_quarter(odd[2], inverse);
+    odd[3] = rows_quarter(rows_mul(odd[3], w1), inverse);
+    for (int r = 0; r < 4; ++r) {
+        v[r] = rows_add(even[r], odd[r]);
+        v[r + 4] = rows_sub(even[r], odd[r]);
+    }
+}
+
+// One radix-R Stockham stage (sub-transforms of length ns become ns * R) over the block's rows of length p:
+// element (row, j + r p / R) of src, twiddled, to (row, (j - j % ns) R + j % ns + r ns) of dst, j < p / R.
+// load(row, index) gives src's elements, store(row, index, value) takes dst's (shared memory or global).
+template <int R, class Load, class Store>
+__device__ __forceinline__ void rows_stage(int rows, int p, int ns, const float2* twiddle, bool inverse, Load load,
+                                           Store store)
+{
+    const int part = p / R;
+    for (int item = threadIdx.x; item < rows * part; item += blockDim.x) {
+        const int row = item / part;
+        const int j = item - row * part;
+        const int k = j & (ns - 1);
+        const int step = k * (p / (ns * R));
+        float2 v[R];
+        for (int r = 0; r < R; ++r) {
+            v[r] = load(row, j + r * part);
+            if (r > 0 && step > 0) {
+                const float2 w = twiddle[r * step];
+                v[r] = rows_mul(v[r], inverse ? make_float2(w.x, -w.y) : w);
+            }
+        }
+        rows_dft<R>(v, inverse);
+        const int out = (j - k) * R + k;
+        for (int r = 0; r < R; ++r) store(row, out + r * ns, v[r]);
+    }
+}
+
+template <class Load, class Store>
+__device__ __forceinline__ void rows_any_stage(int radix, int rows, int p, int ns, const float2* twiddle,
+                                               bool inverse, Load load, Store store)
+{
+    if (radix == 8) rows_stage<8>(rows, p, ns, twiddle, inverse, load, store);
+    else if (radix == 4) rows_stage<4>(rows, p, ns, twiddle, inverse, load, store);
+    else rows_stage<2>(rows, p, ns, twiddle, inverse, load, store);
+}
+
+// Radix of the stage after sub-transforms of length ns: 8 while p / ns allows, then what remains (4 or 2).
+__device__ __forceinline__ int rows_radix(int p, int ns) { return p / ns >= 8 ? 8 : p / ns; }
+
+// Forward transform of the block's rows: the first stage reads `load`, the others ping-pong in shared memory.
+// Returns the shared buffer that holds the result.
+template <class Load>
+__device__ float2* rows_forward(int rows, int p, const float2* twiddle, float2* a, float2* b, Load load)
+{
+    float2* src = a;
+    float2* dst = a;
+    int ns = 1;
+    bool first = true;
+    while (ns < p) {
+        const int radix = rows_radix(p, ns);
+        auto to_shared = [&](int row, int i, float2 v) { dst[row * p + i] = v; };
+        if (first) {
+            rows_any_stage(radix, rows, p, ns, twiddle, false, load, to_shared);
+            first = false;
+        } else {
+            auto from_shared = [&](int row, int i) { return src[row * p + i]; };
+            rows_any_stage(radix, rows, p, ns, twiddle, false, from_shared, to_shared);
+        }
+        __syncthreads();
+        ns *= radix;
+        src = dst;
+        dst = (dst == a) ? b : a;
+    }
+    return src;
+}
+
+extern "C" __global__ void mri_recon_toeplitz_rows(float2* __restrict__ work, const float2* __restrict__ spectra,
+                                                   int coils, int grids, int planes, int n, int p,
+                                                   int rows_per_block)
+{
+    extern __shared__ float2 rows_shared[];  // [p] twiddles, then two buffers of rows_per_block * p
+    float2* twiddle = rows_shared;
+    float2* a = rows_shared + p;
+    float2* b = a + rows_per_block * p;
+    const int total = planes * grids;
+    for (int i = threadIdx.x; i < p; i += blockDim.x) {
+        float s, c;
+        sincospif(-2.0f * (float)i / (float)p, &s, &c);
+        twiddle[i] = make_float2(c, s);
+    }
+    __syncthreads();
+    for (int first_row = blockIdx.x * rows_per_block; first_row < total; first_row += gridDim.x * rows_per_block) {
+        const int rows = min(rows_per_block, total - first_row);
+        float2* block_work = work + first_row * n;
+        auto load = [&](int row, int i) { return i < n ? block_work[row * n + i] : make_float2(0.0f, 0.0f); };
+        float2* spectrum = rows_forward(rows, p, twiddle, a, b, load);
+        float2* other = (spectrum == a) ? b : a;
+        // the inverse: its first stage multiplies by the spectra's rows, its last writes the first n points
+        int ns = 1;
+        float2* src = spectrum;
+        float2* dst = other;
+        while (ns < p) {
+            const int radix = rows_radix(p, ns);
+            const bool last = ns * radix == p;
+            auto from_shared = [&](int row, int i) { return src[row * p + i]; };
+            auto filtered = [&](int row, int i) {
+                const int r = first_row + row;
+                const int l = r / grids;
+                const int t = (r - l * grids) / coils;
+                return rows_mul(src[row * p + i], spectra[(t * planes + l) * p + i]);
+            };
+            auto to_shared = [&](int row, int i, float2 v) { dst[row * p + i] = v; };
+            auto to_work = [&](int row, int i, float2 v) {
+                if (i < n) block_work[row * n + i] = v;
+            };
+            if (ns == 1 && last) rows_any_stage(radix, rows, p, ns, twiddle, true, filtered, to_work);
+            else if (ns == 1) rows_any_stage(radix, rows, p, ns, twiddle, true, filtered, to_shared);
+            else if (last) rows_any_stage(radix, rows, p, ns, twiddle, true, from_shared, to_work);
+            else rows_any_stage(radix, rows, p, ns, twiddle, true, from_shared, to_shared);
+            __syncthreads();
+            ns *= radix;
+            src = dst;
+            dst = (dst == a) ? b : a;
+        }
+    }
+}
+
+extern "C" __global__ void mri_recon_toeplitz_rows_reduce(const float2* __restrict__ maps,
+                                                          const float2* __restrict__ work,
+                                                          const float2* __restrict__ x, float2* __restrict__ out,
+                                                          int coils, int grids, int n0, int n1, int p1, int n,
+                                                          float lam, int first)
+{
+    const int t = blockIdx.y;
+    const int nvox = n0 * n1 * n;
+    const float2* image = x + t * nvox;
+    float2* result = out + t * nvox;
+    for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < nvox; v += gridDim.x * blockDim.x) {
+        const int ij = v / n;
+        const int k = v - ij * n;
+        const int i = ij / n1;
+        const int l = i * p1 + (ij - i * n1);
+        const float2* y = work + (l * grids + t * coils) * n + k;
+        float2 acc;
+        if (first) {
+            const float2 xv = image[v];
+            acc = make_float2(lam * xv.x, lam * xv.y);
+        } else {
+            acc = result[v];
+        }
+        for (int c = 0; c < coils; ++c) {
+            const float2 s = maps[c * nvox + v];
+            const float2 w = y[c * n];
+            acc.x += s.x * w.x + s.y * w.y;  // conj(s) * w
+            acc.y += s.x * w.y - s.y * w.x;
+        }
+        result[v] = acc;
+    }
+}

@@ -4,9 +4,7 @@
 // 1: the kernel strides over its tiles) meeting at a host barrier for __syncthreads(). Built by
 // tests/test_gpu_segments.py with the host's C++ compiler (-DSEG_MAX=..., -I the kernel folder) and called
 // through ctypes: emu_<kernel>(gridDim.x, blockDim.x, blockDim.y, the kernel's arguments).
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -14,24 +12,6 @@
 static thread_local host_dim3 blockIdx, threadIdx;
 static host_dim3 blockDim, gridDim;
 
-struct HostBarrier {  // reusable: a generation count tells the waiters of one round from the next
-    std::mutex mutex;
-    std::condition_variable ready;
-    unsigned count = 1, waiting = 0;
-    unsigned long generation = 0;
-    void wait()
-    {
-        std::unique_lock<std::mutex> lock(mutex);
-        const unsigned long mine = generation;
-        if (++waiting == count) {
-            waiting = 0;
-            ++generation;
-            ready.notify_all();
-        } else {
-            ready.wait(lock, [&] { return generation != mine; });
-        }
-    }
-};
 static HostBarrier block_barrier;
 #define __launch_bounds__(threads)
 #define __shared__

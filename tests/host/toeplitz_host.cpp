@@ -1,17 +1,32 @@
-// mri_recon/kernels/toeplitz.cu compiled for the host: every CUDA thread of a launch run one after the other,
-// which is exact for these kernels (no shared memory, no barriers, each thread writes its own elements).
-// Built by tests/test_gpu_toeplitz.py with the host's C++ compiler (-I the kernel folder) and called through
-// ctypes: emu_<kernel>(gridDim.x, gridDim.y, blockDim.x, the kernel's arguments).
-#include "cuda_host.h"
-static host_dim3 blockIdx, threadIdx, blockDim, gridDim;
-#include "toeplitz.cu"
+// mri_recon/kernels/toeplitz.cu compiled for the host. The element-wise kernels: every CUDA thread of a launch
+// run one after the other, which is exact for them (no shared memory, no barriers, each thread writes its own
+// elements). mri_recon_toeplitz_rows transforms rows in shared memory between barriers: the blocks run one after
+// the other, each block's threads as std::threads meeting at a host barrier for __syncthreads(). Built by
+// tests/test_gpu_toeplitz.py with the host's C++ compiler (-I the kernel folder) and called through ctypes:
+// emu_<kernel>(gridDim.x, gridDim.y, blockDim.x, the kernel's arguments).
+#include <thread>
+#include <vector>
 
-template <class Kernel> static void launch(unsigned blocks_x, unsigned blocks_y, unsigned threads, Kernel kernel)
+#include "cuda_host.h"
+static thread_local host_dim3 blockIdx, threadIdx;
+static host_dim3 blockDim, gridDim;
+static HostBarrier block_barrier;
+#define __shared__
+#define __syncthreads() block_barrier.wait()
+#include "toeplitz.cu"
+float2 rows_shared[ROWS_MAX_P + 2 * (ROWS_POINTS > ROWS_MAX_P ? ROWS_POINTS : ROWS_MAX_P)];
+
+static void set_shape(unsigned blocks_x, unsigned blocks_y, unsigned threads)
 {
     gridDim.x = blocks_x;
     gridDim.y = blocks_y;
     blockDim.x = threads;
     gridDim.z = blockDim.y = blockDim.z = 1;
+}
+
+template <class Kernel> static void launch(unsigned blocks_x, unsigned blocks_y, unsigned threads, Kernel kernel)
+{
+    set_shape(blocks_x, blocks_y, threads);
     for (unsigned y = 0; y < blocks_y; ++y)
         for (unsigned b = 0; b < blocks_x; ++b)
             for (unsigned t = 0; t < threads; ++t) {
@@ -20,6 +35,23 @@ template <class Kernel> static void launch(unsigned blocks_x, unsigned blocks_y,
                 threadIdx.x = t;
                 kernel();
             }
+}
+
+template <class Kernel> static void launch_blocks(unsigned blocks_x, unsigned threads, Kernel kernel)
+{
+    set_shape(blocks_x, 1, threads);
+    block_barrier.count = threads;
+    for (unsigned b = 0; b < blocks_x; ++b) {
+        std::vector<std::thread> block;
+        for (unsigned t = 0; t < threads; ++t)
+            block.emplace_back([=, &kernel] {
+                blockIdx.x = b;
+                blockIdx.y = 0;
+                threadIdx.x = t;
+                kernel();
+            });
+        for (auto& thread : block) thread.join();
+    }
 }
 
 extern "C" {
@@ -42,6 +74,30 @@ void emu_reduce(unsigned blocks_x, unsigned blocks_y, unsigned threads, const fl
 {
     launch(blocks_x, blocks_y, threads, [&] {
         mri_recon_toeplitz_reduce(maps, padded, x, out, coils, nx, ny, nz, py, pz, grid_size, lam, first);
+    });
+}
+
+void emu_rows_expand(unsigned blocks_x, unsigned blocks_y, unsigned threads, const float2* maps, const float2* x,
+                     float2* work, int coils, int grids, int n0, int n1, int p1, int n, int planes)
+{
+    launch(blocks_x, blocks_y, threads,
+           [&] { mri_recon_toeplitz_rows_expand(maps, x, work, coils, grids, n0, n1, p1, n, planes); });
+}
+
+void emu_rows(unsigned blocks_x, unsigned blocks_y, unsigned threads, float2* work, const float2* spectra, int coils,
+              int grids, int planes, int n, int p, int rows_per_block)
+{
+    (void)blocks_y;
+    launch_blocks(blocks_x, threads,
+                  [&] { mri_recon_toeplitz_rows(work, spectra, coils, grids, planes, n, p, rows_per_block); });
+}
+
+void emu_rows_reduce(unsigned blocks_x, unsigned blocks_y, unsigned threads, const float2* maps, const float2* work,
+                     const float2* x, float2* out, int coils, int grids, int n0, int n1, int p1, int n, float lam,
+                     int first)
+{
+    launch(blocks_x, blocks_y, threads, [&] {
+        mri_recon_toeplitz_rows_reduce(maps, work, x, out, coils, grids, n0, n1, p1, n, lam, first);
     });
 }
 }

@@ -38,10 +38,10 @@ def _make(shape: tuple[int, ...], device_index: int, columns: bool = False) -> A
 
     cupy = cupy_module()
     with cupy.cuda.Device(device_index):
-        if columns:  # (length, batch): along axis 0, the columns side by side (stride batch, distance 1)
-            length, batch = shape
-            return cufft.PlanNd((length,), (length,), batch, 1, (length,), batch, 1, cufft.CUFFT_C2C, batch,
-                                "C", 0, None)
+        if columns:  # (*lengths, batch): over the leading axes, the columns side by side (stride batch, distance 1)
+            *lengths, batch = shape
+            lengths = tuple(lengths)
+            return cufft.PlanNd(lengths, lengths, batch, 1, lengths, batch, 1, cufft.CUFFT_C2C, batch, "C", 0, None)
         probe = cupy.empty(shape, dtype=cupy.complex64)
         return get_fft_plan(probe, axes=tuple(range(1, len(shape))), value_type="C2C")
 
@@ -77,7 +77,8 @@ def _large(shape: tuple[int, ...], device_index: int, nbytes: int, columns: bool
 
 def fft_plan(shape: tuple[int, ...], device_index: int, *, columns: bool = False) -> Any:
     """The plan for complex64 arrays of ``shape`` on GPU ``device_index``: over every axis but the first (the
-    batch), or with ``columns`` over the first axis of a ``(length, batch)`` array."""
+    batch), or with ``columns`` over every axis but the last of a ``(*lengths, batch)`` array (the batch's
+    transforms interleaved: stride ``batch``, distance 1)."""
     shape = tuple(int(n) for n in shape)
     nbytes = 8 * math.prod(shape)
     if nbytes > CACHE_LIMIT:

@@ -1,11 +1,18 @@
 """The CG-SENSE normal operator on the GPU with fused element-wise stages.
 
-Per application and coil batch: one kernel writes the zero-padded ``S_c x`` onto the 2x grid (every element,
-so the buffer is reused without clearing), cuFFT transforms it in place, one kernel multiplies by the kernel
-spectrum (pre-scaled by the inverse FFT's 1/N), an unnormalized in-place inverse transform, and one kernel
-that crops, multiplies by ``conj(S_c)``, sums the coils and adds ``lam x``. Five steps per batch instead
-of a dozen; the cuFFT plans are made once (one per batch size) and executed directly, so the host's cost
-per application stays below the device's. The NumPy/CuPy reference is
+Each application runs in passes over a few coils (CG-SENSE) or frames (a time series), each pass a handful of
+launches into kept buffers, in one of two ways (``kernels/toeplitz.cu``):
+
+- :class:`RowPasses`, where the padded grid's last axis is a power of two up to ``ROWS_MAX_P``: one kernel
+  writes ``S_c x`` onto the padded leading axes, cuFFT transforms those axes, one kernel pads each row of the
+  last axis in shared memory, transforms it, multiplies by the kernel spectrum, transforms back and keeps the
+  image's part, cuFFT transforms back, and one kernel crops, multiplies by ``conj(S_c)``, sums the coils and adds
+  ``lam x``. The last axis' zero half is never stored and the filter has no pass over memory of its own.
+- :class:`GridPasses` otherwise: the zero-padded ``S_c x`` on the whole 2x grid (every element written, so the
+  buffer is reused without clearing), cuFFT over the grid, a filter kernel, the inverse, the same reduction.
+
+The spectrum is pre-scaled by the inverse FFT's 1/N; the cuFFT plans are made once (one per pass size) and
+executed directly, so the host's cost per application stays below the device's. The NumPy/CuPy reference is
 :func:`mri_recon.operators.normal.toeplitz.normal_operator`.
 """
 
@@ -20,10 +27,18 @@ from ...arrays.backend import Device, cupy_module
 from ...kernels import get_kernel
 from ..arith import scaled
 from ..base import LinearOperator
-from ..gpu.fft import FORWARD, INVERSE, CornerFft
+from ..gpu.fft import FORWARD, INVERSE, CornerFft, fft_plan
 
 BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""
+MAX_BLOCKS_X = 4096
+"""Blocks along a launch's points (grid-stride loops beyond)."""
+ROWS_MAX_P = 2048
+"""Longest padded last axis :class:`RowPasses` takes (``ROWS_MAX_P`` of ``toeplitz.cu``: shared memory)."""
+ROWS_POINTS = 2048
+"""Points of the rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_POINTS``)."""
+ROW_PASS_DIMS = (2, 3)
+"""Image dimensions whose operators take :class:`RowPasses` where the grid allows (the benchmarks compare)."""
 
 
 class GridNormal(LinearOperator):
@@ -40,22 +55,28 @@ class GridNormal(LinearOperator):
         super().__init__(matrix, matrix)
         self._device = Device(int(coil_maps.device.id))
         self._grid = tuple(int(n) for n in grid)
+        dims = list(matrix) + [1] * (3 - len(matrix))
+        pdims = list(grid) + [1] * (3 - len(grid))
         self._grid_size = math.prod(grid)
         self._n_coils = int(coil_maps.shape[0])
         self._step = self._n_coils if coil_batch is None else max(1, min(self._n_coils, int(coil_batch)))
         self._maps = cupy.ascontiguousarray(coil_maps, dtype=cupy.complex64)
         self._nvox = math.prod(matrix)
         self._lam = np.float32(lam)
+        self._sizes = (np.int32(dims[0]), np.int32(dims[1]), np.int32(dims[2]), np.int32(pdims[1]),
+                       np.int32(pdims[2]), np.int64(self._grid_size))
 
-    def _transforms(self, total: int, step: int, grids_per_step: int) -> dict[int, CornerFft]:
-        """The transforms of the passes over ``total`` items ``step`` at a time (the last pass shorter), one
-        cuFFT plan per pass size ``count`` for its ``count * grids_per_step`` work grids (the image in their
-        corner)."""
-        counts = {step, total % step or step}
-        return {count: CornerFft(count * grids_per_step, self._grid, int(self._maps.shape[1]), self._device.index)
+    def _transforms(self, grids_per_coil: int = 1) -> dict[int, CornerFft]:
+        """Per coil pass size, the transform of its ``count * grids_per_coil`` work grids."""
+        counts = {self._step, self._n_coils % self._step or self._step}
+        return {count: CornerFft(count * grids_per_coil, self._grid, self.ishape[0], self._device.index)
                 for count in counts}
 
-    def _check(self, *arrays: Any) -> None:
+    @staticmethod
+    def _blocks(n: int) -> tuple[int]:
+        return (min(-(-n // BLOCK), 65535 * 8),)
+
+    def _check_arrays(self, *arrays: Any) -> None:
         """The kernels index raw memory: refuse anything but C-contiguous complex64 of the operator's shape."""
         for array in arrays:
             if (tuple(array.shape) != self.ishape or array.dtype != np.complex64
@@ -74,6 +95,144 @@ class GridNormal(LinearOperator):
         return out
 
 
+def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: int) -> bool:
+    """Whether :class:`RowPasses` takes this image and 2x grid for passes of up to ``max_grids`` grids: the
+    dimension in :data:`ROW_PASS_DIMS`, the last padded axis a power of two up to :data:`ROWS_MAX_P`, and every
+    index of a pass and of the frames' spectra inside 32 bits."""
+    p = int(grid[-1])
+    planes = math.prod(grid[:-1])
+    return (len(grid) in ROW_PASS_DIMS and 2 <= p <= ROWS_MAX_P and p & (p - 1) == 0
+            and planes * max_grids * int(matrix[-1]) < 2**31 and math.prod(grid) * max_grids < 2**31)
+
+
+class RowPasses:
+    """One pass of ``sum_c conj(S_c) T_t(S_c x_t)`` with the last axis inside ``mri_recon_toeplitz_rows`` (see
+    the module doc): the work buffer ``(planes, grids, n)`` holds the image's rows over the padded leading
+    axes, cuFFT transforms those axes (one strided plan per pass size), the kernel the rows."""
+
+    def __init__(self, normal: GridNormal, grid_counts: set[int]) -> None:
+        cupy = cupy_module()
+        matrix, grid, device = normal.ishape[-len(normal._grid):], normal._grid, normal._device
+        lead, plead = list(matrix[:-1]) + [1] * (3 - len(grid)), list(grid[:-1]) + [1] * (3 - len(grid))
+        self._n, self._p = int(matrix[-1]), int(grid[-1])
+        self._planes, self._nvox, self._lam = math.prod(grid[:-1]), normal._nvox, normal._lam
+        self._lead = (np.int32(lead[0]), np.int32(lead[1]), np.int32(plead[1]), np.int32(self._n))
+        self._rows_per_block = max(1, ROWS_POINTS // self._p)
+        self._shared = 8 * self._p * (1 + 2 * self._rows_per_block)
+        self._expand, self._rows, self._reduce = (
+            get_kernel("toeplitz.cu", name, None, device)
+            for name in ("mri_recon_toeplitz_rows_expand", "mri_recon_toeplitz_rows",
+                         "mri_recon_toeplitz_rows_reduce"))
+        self._work = cupy.empty(self._planes * max(grid_counts) * self._n, dtype=cupy.complex64)
+        self._plans = {count: fft_plan((*grid[:-1], count * self._n), device.index, columns=True)
+                       for count in grid_counts}
+
+    def run(self, maps: Any, x: Any, out: Any, spectra: Any, coils: int, frames: int, first: bool) -> None:
+        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) T_t(S_c x_t)`` for the ``frames`` images of
+        ``x`` and the ``coils`` maps of ``maps``, ``spectra`` one pre-scaled spectrum per frame."""
+        grids = coils * frames
+        self.expand(maps, x, coils, grids)
+        self.transform(grids, FORWARD)
+        self.filter(spectra, coils, grids)
+        self.transform(grids, INVERSE)  # unnormalized: 1/N is in the spectra
+        self.reduce(maps, x, out, coils, frames, first)
+
+    def work(self, grids: int) -> Any:
+        """The work buffer of a pass of ``grids`` grids."""
+        return self._work[:self._planes * grids * self._n]
+
+    def expand(self, maps: Any, x: Any, coils: int, grids: int) -> None:
+        """``work[l, t * coils + c, k] = S_c x_t`` inside the image, 0 in the leading axes' padding."""
+        points = grids * self._n
+        self._expand((min(-(-points // BLOCK), MAX_BLOCKS_X), min(self._planes, 65535)), (BLOCK,),
+                     (maps, x, self.work(grids), np.int32(coils), np.int32(grids), *self._lead,
+                      np.int32(self._planes)))
+
+    def transform(self, grids: int, direction: int) -> None:
+        """cuFFT over the padded leading axes of every row, in place."""
+        work = self.work(grids)
+        self._plans[grids].fft(work, work, direction)
+
+    def filter(self, spectra: Any, coils: int, grids: int) -> None:
+        """Each row padded, transformed, filtered by its frame's spectrum row, transformed back, cut."""
+        blocks = min(-(-self._planes * grids // self._rows_per_block), MAX_BLOCKS_X)
+        self._rows((blocks,), (BLOCK,), (self.work(grids), spectra, np.int32(coils), np.int32(grids),
+                                         np.int32(self._planes), np.int32(self._n), np.int32(self._p),
+                                         np.int32(self._rows_per_block)), shared_mem=self._shared)
+
+    def reduce(self, maps: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
+        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) work[l, t * coils + c, k]``."""
+        self._reduce((min(-(-self._nvox // BLOCK), MAX_BLOCKS_X), frames), (BLOCK,),
+                     (maps, self.work(coils * frames), x, out, np.int32(coils), np.int32(coils * frames),
+                      *self._lead, self._lam, np.int32(first)))
+
+
+class GridPasses:
+    """One pass on the whole 2x grid: ``mri_recon_toeplitz_expand``, cuFFT, ``_filter``, the inverse and
+    ``_reduce``, ``blockIdx.y`` the grid (or, in the reduction, the frame), the points of each strided over
+    ``blockIdx.x``."""
+
+    def __init__(self, normal: GridNormal, grid_counts: set[int]) -> None:
+        if normal._grid_size >= 2 ** 31:
+            raise ValueError(f"a 2x grid of {normal._grid_size} points is beyond the fused kernels' 32-bit indices")
+        cupy = cupy_module()
+        grid, device = normal._grid, normal._device
+        self._expand, self._filter, self._reduce = (
+            get_kernel("toeplitz.cu", f"mri_recon_toeplitz_{name}", None, device)
+            for name in ("expand", "filter", "reduce"))
+        dims = list(normal.ishape[-len(grid):]) + [1] * (3 - len(grid))
+        pdims = list(grid) + [1] * (3 - len(grid))
+        self._sizes = (*(np.int32(n) for n in dims), np.int32(pdims[1]), np.int32(pdims[2]))
+        self._grid_size, self._nvox, self._lam = normal._grid_size, normal._nvox, normal._lam
+        self._work = cupy.empty((max(grid_counts), *grid), dtype=cupy.complex64)
+        corner = int(normal.ishape[-len(grid)])
+        self._plans = {count: CornerFft(count, grid, corner, device.index) for count in grid_counts}
+
+    def _blocks(self, points: int, grids: int) -> tuple[int, int]:
+        return min(-(-points // BLOCK), MAX_BLOCKS_X), grids
+
+    def run(self, maps: Any, x: Any, out: Any, spectra: Any, coils: int, frames: int, first: bool) -> None:
+        """As :meth:`RowPasses.run`."""
+        grids = coils * frames
+        self.expand(maps, x, coils, grids)
+        self.transform(grids, FORWARD)
+        self.filter(spectra, coils, grids)
+        self.transform(grids, INVERSE)  # unnormalized: 1/N is in the spectra
+        self.reduce(maps, x, out, coils, frames, first)
+
+    def work(self, grids: int) -> Any:
+        """The work buffer of a pass of ``grids`` grids."""
+        return self._work[:grids]
+
+    def expand(self, maps: Any, x: Any, coils: int, grids: int) -> None:
+        """``work[t * coils + c] = pad(S_c x_t)``, every point of the 2x grids."""
+        self._expand(self._blocks(self._grid_size, grids), (BLOCK,),
+                     (maps, x, self.work(grids), np.int32(coils), *self._sizes, np.int32(self._grid_size)))
+
+    def transform(self, grids: int, direction: int) -> None:
+        """cuFFT over the 2x grids, in place."""
+        self._plans[grids](self.work(grids), direction)
+
+    def filter(self, spectra: Any, coils: int, grids: int) -> None:
+        """``work[t * coils + c] *= spectra[t]``."""
+        self._filter(self._blocks(self._grid_size, grids), (BLOCK,),
+                     (self.work(grids), spectra, np.int32(coils), np.int32(self._grid_size)))
+
+    def reduce(self, maps: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
+        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) crop(work[t * coils + c])``."""
+        self._reduce(self._blocks(self._nvox, frames), (BLOCK,),
+                     (maps, self.work(coils * frames), x, out, np.int32(coils), *self._sizes,
+                      np.int32(self._grid_size), self._lam, np.int32(first)))
+
+
+def _passes(normal: GridNormal, grid_counts: set[int]) -> RowPasses | GridPasses:
+    """:class:`RowPasses` where :func:`row_passes_fit`, else :class:`GridPasses`."""
+    matrix = normal.ishape[-len(normal._grid):]
+    if row_passes_fit(matrix, normal._grid, max(grid_counts)):
+        return RowPasses(normal, grid_counts)
+    return GridPasses(normal, grid_counts)
+
+
 class FusedSenseNormal(GridNormal):
     """``x -> sum_c conj(S_c) T(S_c x) + lam x`` for CuPy ``x`` of shape ``matrix`` (see the module doc)."""
 
@@ -82,92 +241,37 @@ class FusedSenseNormal(GridNormal):
         grid = tuple(int(n) for n in spectrum.shape)
         super().__init__(grid, coil_maps, lam, coil_batch)
         self._scaled = scaled(cupy.ascontiguousarray(spectrum, dtype=cupy.complex64), 1.0 / self._grid_size)
-        self._padded = cupy.empty((self._step, *grid), dtype=cupy.complex64)
-        self._kernels = ToeplitzKernels(self)
-        self._plans = self._transforms(self._n_coils, self._step, 1)
+        self._passes = _passes(self, {self._step, self._n_coils % self._step or self._step})
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``matrix``."""
-        self._check(x, out)
-        step, kernels = self._step, self._kernels
-        for first, start in enumerate(range(0, self._n_coils, step)):
-            count = min(step, self._n_coils - start)
-            work = self._padded[:count]
-            kernels.expand(self._maps[start:start + count], x, work, count, count)
-            self._plans[count](work, FORWARD)
-            kernels.filter(work, self._scaled, count, count)
-            self._plans[count](work, INVERSE)  # unnormalized: 1/N is in `scaled`
-            kernels.reduce(self._maps[start:start + count], work, x, out, count, 1, first == 0)
-
-
-class ToeplitzKernels:
-    """The three launches of ``kernels/toeplitz.cu`` for a :class:`GridNormal`'s sizes: ``blockIdx.y`` the grid
-    (or, in the reduction, the frame), the points of each strided over ``blockIdx.x``."""
-
-    MAX_BLOCKS_X = 4096
-    """Blocks along a grid's points (grid-stride loops beyond)."""
-
-    def __init__(self, normal: GridNormal) -> None:
-        if normal._grid_size >= 2 ** 31:
-            raise ValueError(f"a 2x grid of {normal._grid_size} points is beyond the fused kernels' 32-bit indices")
-        device = normal._device
-        self._expand, self._filter, self._reduce = (
-            get_kernel("toeplitz.cu", f"mri_recon_toeplitz_{name}", None, device)
-            for name in ("expand", "filter", "reduce"))
-        dims = list(normal.ishape[-len(normal._grid):]) + [1] * (3 - len(normal._grid))
-        pdims = list(normal._grid) + [1] * (3 - len(normal._grid))
-        self._sizes = (*(np.int32(n) for n in dims), np.int32(pdims[1]), np.int32(pdims[2]))
-        self._grid_size, self._nvox, self._lam = normal._grid_size, normal._nvox, normal._lam
-
-    def _blocks(self, points: int, grids: int) -> tuple[int, int]:
-        return min(-(-points // BLOCK), self.MAX_BLOCKS_X), grids
-
-    def expand(self, maps: Any, x: Any, padded: Any, coils: int, grids: int) -> None:
-        """``padded[t * coils + c] = pad(S_c x_t)`` for the ``grids`` grids of ``padded``."""
-        self._expand(self._blocks(self._grid_size, grids), (BLOCK,),
-                     (maps, x, padded, np.int32(coils), *self._sizes, np.int32(self._grid_size)))
-
-    def filter(self, padded: Any, spectra: Any, coils: int, grids: int) -> None:
-        """``padded[t * coils + c] *= spectra[t]``."""
-        self._filter(self._blocks(self._grid_size, grids), (BLOCK,),
-                     (padded, spectra, np.int32(coils), np.int32(self._grid_size)))
-
-    def reduce(self, maps: Any, padded: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
-        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) crop(padded[t * coils + c])``."""
-        self._reduce(self._blocks(self._nvox, frames), (BLOCK,),
-                     (maps, padded, x, out, np.int32(coils), *self._sizes, np.int32(self._grid_size), self._lam,
-                      np.int32(first)))
+        self._check_arrays(x, out)
+        for first, start in enumerate(range(0, self._n_coils, self._step)):
+            count = min(self._step, self._n_coils - start)
+            self._passes.run(self._maps[start:start + count], x, out, self._scaled, count, 1, first == 0)
 
 
 class FusedSeriesNormal(GridNormal):
     """``x_t -> sum_c conj(S_c) T_t(S_c x_t) + lam x_t`` for every frame ``t`` of CuPy ``x`` ``(T, *matrix)``,
-    each frame with its own kernel spectrum ``spectra[t]`` (2x grid): the launches of :class:`FusedSenseNormal`
-    with every coil of ``frame_batch`` frames in one launch each (:class:`ToeplitzKernels`) and one batched
-    cuFFT plan per pass size; nothing allocated per application."""
+    each frame with its own kernel spectrum ``spectra[t]`` (2x grid): every coil of ``frame_batch`` frames in
+    one pass (the module doc); nothing allocated per application."""
 
     def __init__(self, spectra: Any, coil_maps: Any, lam: float, frame_batch: int | None = None) -> None:
         cupy = cupy_module()
         grid = tuple(int(n) for n in spectra.shape[1:])
         super().__init__(grid, coil_maps, lam, None)
         frames = int(spectra.shape[0])
-        self._kernels = ToeplitzKernels(self)
         self.ishape = self.oshape = (frames, *self.ishape)
         self._frames = frames
         self._frame_step = frames if frame_batch is None else max(1, min(frames, int(frame_batch)))
         self._scaled = scaled(cupy.ascontiguousarray(spectra, dtype=cupy.complex64), 1.0 / self._grid_size)
-        self._padded = cupy.empty((self._frame_step * self._n_coils, *grid), dtype=cupy.complex64)
-        self._plans = self._transforms(frames, self._frame_step, self._n_coils)
+        counts = {self._frame_step, frames % self._frame_step or self._frame_step}
+        self._passes = _passes(self, {count * self._n_coils for count in counts})
 
     def apply_into(self, x: Any, out: Any) -> None:
         """``out = A x``; both C-contiguous complex64 of shape ``(T, *matrix)``."""
-        self._check(x, out)
-        coils, kernels = self._n_coils, self._kernels
+        self._check_arrays(x, out)
         for start in range(0, self._frames, self._frame_step):
             count = min(self._frame_step, self._frames - start)
             frames = slice(start, start + count)
-            work = self._padded[:count * coils]
-            kernels.expand(self._maps, x[frames], work, coils, count * coils)
-            self._plans[count](work, FORWARD)
-            kernels.filter(work, self._scaled[frames], coils, count * coils)
-            self._plans[count](work, INVERSE)  # unnormalized: 1/N is in `scaled`
-            kernels.reduce(self._maps, work, x[frames], out[frames], coils, count, True)
+            self._passes.run(self._maps, x[frames], out[frames], self._scaled[frames], self._n_coils, count, True)

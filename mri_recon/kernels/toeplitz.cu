@@ -41,6 +41,22 @@ __device__ __forceinline__ int toeplitz_grid_point(int v, int ny, int nz, int py
     return ((rest / ny) * py + rest % ny) * pz + k;
 }
 
+// The reduction's start at voxel v: lam x on the first coil pass, the running sum after.
+__device__ __forceinline__ float2 toeplitz_initial(int first, float lam, const float2* image, const float2* result,
+                                                   int v)
+{
+    if (!first) return result[v];
+    const float2 xv = image[v];
+    return make_float2(lam * xv.x, lam * xv.y);
+}
+
+// acc += conj(s) * y
+__device__ __forceinline__ void toeplitz_add_conj_product(float2& acc, float2 s, float2 y)
+{
+    acc.x += s.x * y.x + s.y * y.y;
+    acc.y += s.x * y.y - s.y * y.x;
+}
+
 extern "C" __global__ void mri_recon_toeplitz_expand(const float2* __restrict__ maps, const float2* __restrict__ x,
                                                      float2* __restrict__ padded, int coils, int nx, int ny, int nz,
                                                      int py, int pz, int grid_size)
@@ -87,19 +103,9 @@ extern "C" __global__ void mri_recon_toeplitz_reduce(const float2* __restrict__ 
     float2* result = out + (long long)t * nvox;
     for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < nvox; v += gridDim.x * blockDim.x) {
         const int p = toeplitz_grid_point(v, ny, nz, py, pz);
-        float2 acc;
-        if (first) {
-            const float2 xv = image[v];
-            acc = make_float2(lam * xv.x, lam * xv.y);
-        } else {
-            acc = result[v];
-        }
-        for (int c = 0; c < coils; ++c) {
-            const float2 s = maps[(long long)c * nvox + v];
-            const float2 y = frame[(long long)c * grid_size + p];
-            acc.x += s.x * y.x + s.y * y.y;  // conj(s) * y
-            acc.y += s.x * y.y - s.y * y.x;
-        }
+        float2 acc = toeplitz_initial(first, lam, image, result, v);
+        for (int c = 0; c < coils; ++c)
+            toeplitz_add_conj_product(acc, maps[(long long)c * nvox + v], frame[(long long)c * grid_size + p]);
         result[v] = acc;
     }
 }
@@ -333,19 +339,8 @@ extern "C" __global__ void mri_recon_toeplitz_rows_reduce(const float2* __restri
         const int i = ij / n1;
         const int l = i * p1 + (ij - i * n1);
         const float2* y = work + (l * grids + t * coils) * n + k;
-        float2 acc;
-        if (first) {
-            const float2 xv = image[v];
-            acc = make_float2(lam * xv.x, lam * xv.y);
-        } else {
-            acc = result[v];
-        }
-        for (int c = 0; c < coils; ++c) {
-            const float2 s = maps[c * nvox + v];
-            const float2 w = y[c * n];
-            acc.x += s.x * w.x + s.y * w.y;  // conj(s) * w
-            acc.y += s.x * w.y - s.y * w.x;
-        }
+        float2 acc = toeplitz_initial(first, lam, image, result, v);
+        for (int c = 0; c < coils; ++c) toeplitz_add_conj_product(acc, maps[c * nvox + v], y[c * n]);
         result[v] = acc;
     }
 }

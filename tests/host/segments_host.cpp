@@ -5,8 +5,6 @@
 // tests/test_gpu_segments.py with the host's C++ compiler (-DSEG_MAX=..., -I the kernel folder) and called
 // through ctypes: emu_<kernel>(gridDim.x, blockDim.x, blockDim.y, the kernel's arguments).
 #include <cstdint>
-#include <thread>
-#include <vector>
 
 #include "cuda_host.h"
 static thread_local host_dim3 blockIdx, threadIdx;
@@ -21,39 +19,16 @@ static HostBarrier block_barrier;
 float2 seg_shared[SEG_MAX * (SEG_MAX + 1) / 2 * 32];
 #endif
 
+#include "host_launch.h"
+
 template <class Kernel> static void launch_block(unsigned bx, unsigned by, Kernel kernel)
 {
-    gridDim.x = 1;
-    gridDim.y = gridDim.z = blockDim.z = 1;
-    blockDim.x = bx;
-    blockDim.y = by;
-    block_barrier.count = bx * by;
-    std::vector<std::thread> threads;
-    for (unsigned ty = 0; ty < by; ++ty)
-        for (unsigned tx = 0; tx < bx; ++tx)
-            threads.emplace_back([=, &kernel] {
-                blockIdx.x = 0;
-                threadIdx.x = tx;
-                threadIdx.y = ty;
-                kernel();
-            });
-    for (auto& t : threads) t.join();
+    run_blocks(host_shape(1), host_shape(bx, by), kernel);
 }
 
 template <class Kernel> static void launch(unsigned blocks, unsigned bx, unsigned by, Kernel kernel)
 {
-    gridDim.x = blocks;
-    gridDim.y = gridDim.z = blockDim.z = 1;
-    blockDim.x = bx;
-    blockDim.y = by;
-    for (unsigned b = 0; b < blocks; ++b)
-        for (unsigned ty = 0; ty < by; ++ty)
-            for (unsigned tx = 0; tx < bx; ++tx) {
-                blockIdx.x = b;
-                threadIdx.x = tx;
-                threadIdx.y = ty;
-                kernel();
-            }
+    run_in_turn(host_shape(blocks), host_shape(bx, by), kernel);
 }
 
 extern "C" {

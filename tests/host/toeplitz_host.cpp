@@ -4,9 +4,6 @@
 // the other, each block's threads as std::threads meeting at a host barrier for __syncthreads(). Built by
 // tests/test_gpu_toeplitz.py with the host's C++ compiler (-I the kernel folder) and called through ctypes:
 // emu_<kernel>(gridDim.x, gridDim.y, blockDim.x, the kernel's arguments).
-#include <thread>
-#include <vector>
-
 #include "cuda_host.h"
 static thread_local host_dim3 blockIdx, threadIdx;
 static host_dim3 blockDim, gridDim;
@@ -15,43 +12,11 @@ static HostBarrier block_barrier;
 #define __syncthreads() block_barrier.wait()
 #include "toeplitz.cu"
 float2 rows_shared[ROWS_MAX_P + 2 * (ROWS_POINTS > ROWS_MAX_P ? ROWS_POINTS : ROWS_MAX_P)];
-
-static void set_shape(unsigned blocks_x, unsigned blocks_y, unsigned threads)
-{
-    gridDim.x = blocks_x;
-    gridDim.y = blocks_y;
-    blockDim.x = threads;
-    gridDim.z = blockDim.y = blockDim.z = 1;
-}
+#include "host_launch.h"
 
 template <class Kernel> static void launch(unsigned blocks_x, unsigned blocks_y, unsigned threads, Kernel kernel)
 {
-    set_shape(blocks_x, blocks_y, threads);
-    for (unsigned y = 0; y < blocks_y; ++y)
-        for (unsigned b = 0; b < blocks_x; ++b)
-            for (unsigned t = 0; t < threads; ++t) {
-                blockIdx.x = b;
-                blockIdx.y = y;
-                threadIdx.x = t;
-                kernel();
-            }
-}
-
-template <class Kernel> static void launch_blocks(unsigned blocks_x, unsigned threads, Kernel kernel)
-{
-    set_shape(blocks_x, 1, threads);
-    block_barrier.count = threads;
-    for (unsigned b = 0; b < blocks_x; ++b) {
-        std::vector<std::thread> block;
-        for (unsigned t = 0; t < threads; ++t)
-            block.emplace_back([=, &kernel] {
-                blockIdx.x = b;
-                blockIdx.y = 0;
-                threadIdx.x = t;
-                kernel();
-            });
-        for (auto& thread : block) thread.join();
-    }
+    run_in_turn(host_shape(blocks_x, blocks_y), host_shape(threads), kernel);
 }
 
 extern "C" {
@@ -87,9 +52,8 @@ void emu_rows_expand(unsigned blocks_x, unsigned blocks_y, unsigned threads, con
 void emu_rows(unsigned blocks_x, unsigned blocks_y, unsigned threads, float2* work, const float2* spectra, int coils,
               int grids, int planes, int n, int p, int rows_per_block)
 {
-    (void)blocks_y;
-    launch_blocks(blocks_x, threads,
-                  [&] { mri_recon_toeplitz_rows(work, spectra, coils, grids, planes, n, p, rows_per_block); });
+    run_blocks(host_shape(blocks_x, blocks_y), host_shape(threads),
+               [&] { mri_recon_toeplitz_rows(work, spectra, coils, grids, planes, n, p, rows_per_block); });
 }
 
 void emu_rows_reduce(unsigned blocks_x, unsigned blocks_y, unsigned threads, const float2* maps, const float2* work,

@@ -105,7 +105,34 @@ def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: in
             and planes * max_grids * int(matrix[-1]) < 2**31 and math.prod(grid) * max_grids < 2**31)
 
 
-class RowPasses:
+class Passes:
+    """One pass of ``sum_c conj(S_c) T_t(S_c x_t)`` over a few coils and frames, in five steps that the two
+    kinds below launch their own way (a profiler may call them one by one)."""
+
+    def run(self, maps: Any, x: Any, out: Any, spectra: Any, coils: int, frames: int, first: bool) -> None:
+        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) T_t(S_c x_t)`` for the ``frames`` images of
+        ``x`` and the ``coils`` maps of ``maps``, ``spectra`` one pre-scaled spectrum per frame."""
+        grids = coils * frames
+        self.expand(maps, x, coils, grids)
+        self.transform(grids, FORWARD)
+        self.filter(spectra, coils, grids)
+        self.transform(grids, INVERSE)  # unnormalized: 1/N is in the spectra
+        self.reduce(maps, x, out, coils, frames, first)
+
+    def expand(self, maps: Any, x: Any, coils: int, grids: int) -> None:
+        raise NotImplementedError
+
+    def transform(self, grids: int, direction: int) -> None:
+        raise NotImplementedError
+
+    def filter(self, spectra: Any, coils: int, grids: int) -> None:
+        raise NotImplementedError
+
+    def reduce(self, maps: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
+        raise NotImplementedError
+
+
+class RowPasses(Passes):
     """One pass of ``sum_c conj(S_c) T_t(S_c x_t)`` with the last axis inside ``mri_recon_toeplitz_rows`` (see
     the module doc): the work buffer ``(planes, grids, n)`` holds the image's rows over the padded leading
     axes, cuFFT transforms those axes (one strided plan per pass size), the kernel the rows."""
@@ -126,16 +153,6 @@ class RowPasses:
         self._work = cupy.empty(self._planes * max(grid_counts) * self._n, dtype=cupy.complex64)
         self._plans = {count: fft_plan((*grid[:-1], count * self._n), device.index, columns=True)
                        for count in grid_counts}
-
-    def run(self, maps: Any, x: Any, out: Any, spectra: Any, coils: int, frames: int, first: bool) -> None:
-        """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) T_t(S_c x_t)`` for the ``frames`` images of
-        ``x`` and the ``coils`` maps of ``maps``, ``spectra`` one pre-scaled spectrum per frame."""
-        grids = coils * frames
-        self.expand(maps, x, coils, grids)
-        self.transform(grids, FORWARD)
-        self.filter(spectra, coils, grids)
-        self.transform(grids, INVERSE)  # unnormalized: 1/N is in the spectra
-        self.reduce(maps, x, out, coils, frames, first)
 
     def work(self, grids: int) -> Any:
         """The work buffer of a pass of ``grids`` grids."""
@@ -167,7 +184,7 @@ class RowPasses:
                       *self._lead, self._lam, np.int32(first)))
 
 
-class GridPasses:
+class GridPasses(Passes):
     """One pass on the whole 2x grid: ``mri_recon_toeplitz_expand``, cuFFT, ``_filter``, the inverse and
     ``_reduce``, ``blockIdx.y`` the grid (or, in the reduction, the frame), the points of each strided over
     ``blockIdx.x``."""
@@ -190,15 +207,6 @@ class GridPasses:
 
     def _blocks(self, points: int, grids: int) -> tuple[int, int]:
         return min(-(-points // BLOCK), MAX_BLOCKS_X), grids
-
-    def run(self, maps: Any, x: Any, out: Any, spectra: Any, coils: int, frames: int, first: bool) -> None:
-        """As :meth:`RowPasses.run`."""
-        grids = coils * frames
-        self.expand(maps, x, coils, grids)
-        self.transform(grids, FORWARD)
-        self.filter(spectra, coils, grids)
-        self.transform(grids, INVERSE)  # unnormalized: 1/N is in the spectra
-        self.reduce(maps, x, out, coils, frames, first)
 
     def work(self, grids: int) -> Any:
         """The work buffer of a pass of ``grids`` grids."""

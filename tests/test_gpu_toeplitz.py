@@ -141,15 +141,14 @@ def test_kernels_run_on_the_host_are_the_series_normal(rng, host_gpu, matrix, fr
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
 
 
-@pytest.mark.parametrize("p", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
 def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     """mri_recon_toeplitz_rows alone, every transform length it takes (radix-8 stages and a radix-4 or -2 last
-    one), rows of n = p / 2 + 1 points, several tiles of rows over two blocks, the last tile short: each row
-    zero-padded to p, transformed, multiplied by its frame's spectrum row, transformed back (both unnormalized)
-    and cut to n, as NumPy's FFTs do it."""
+    one), rows of n = p / 2 + 1 points over two blocks: each row zero-padded to p, transformed, multiplied by
+    its frame's spectrum row, transformed back (both unnormalized) and cut to n, as NumPy's FFTs do it."""
     if host_gpu == "grid":
         pytest.skip("the rows kernel alone")
-    n, planes, coils, frames = p // 2 + 1, 37, 2, 2
+    n, planes, coils, frames = p // 2 + 1, 3, 2, 2
     grids = coils * frames
     work = _crandn(rng, planes, grids, n)
     spectra = _crandn(rng, frames, planes, p)
@@ -157,20 +156,12 @@ def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     full[..., :n] = work
     frame_of = np.arange(grids) // coils
     expected = np.fft.ifft(np.fft.fft(full, axis=-1) * spectra[frame_of].transpose(1, 0, 2), axis=-1)[..., :n] * p
-    rows_per_block = gpu_toeplitz.rows_per_block(p)
+    rows_per_block = max(1, gpu_toeplitz.ROWS_POINTS // p)
     blocks = min(2, -(-planes * grids // rows_per_block))
     kernel = gpu_toeplitz.get_kernel("toeplitz.cu", "mri_recon_toeplitz_rows", None, None)
     kernel((blocks,), (64,), (work, spectra, np.int32(coils), np.int32(grids), np.int32(planes), np.int32(n),
-                             np.int32(p.bit_length() - 1), np.int32(rows_per_block)),
-           shared_mem=gpu_toeplitz.rows_shared_bytes(p))
+                             np.int32(p), np.int32(rows_per_block)))
     assert np.linalg.norm(work - expected) / np.linalg.norm(expected) < 2e-6
-
-
-def test_rows_kernel_fits_the_shared_memory_of_a_launch_without_opt_in():
-    """Every transform length the row passes take needs at most 48 KiB of dynamic shared memory."""
-    lengths = [2 ** k for k in range(1, 11)]
-    assert lengths[-1] == gpu_toeplitz.ROWS_MAX_P
-    assert all(gpu_toeplitz.rows_shared_bytes(p) <= 48 * 1024 for p in lengths)
 
 
 @pytest.mark.parametrize("bad", ["dtype", "layout", "frames"])

@@ -33,12 +33,10 @@ BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""
 MAX_BLOCKS_X = 4096
 """Blocks along a launch's points (grid-stride loops beyond)."""
-ROWS_MAX_P = 1024
+ROWS_MAX_P = 2048
 """Longest padded last axis :class:`RowPasses` takes (``ROWS_MAX_P`` of ``toeplitz.cu``: shared memory)."""
 ROWS_POINTS = 2048
 """Points of the rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_POINTS``)."""
-ROWS_MAX_ROWS = 64
-"""Most rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_MAX_ROWS``)."""
 ROW_PASS_DIMS = (2,)
 """Image dimensions whose operators take :class:`RowPasses` where the grid allows. Not 3-D: there cuFFT's
 strided transforms of the leading two axes took longer than the pruned whole-grid transforms (docs/benchmarks.md)."""
@@ -98,21 +96,6 @@ class GridNormal(LinearOperator):
         return out
 
 
-def rows_per_block(p: int) -> int:
-    """Rows of ``p`` points one block of ``mri_recon_toeplitz_rows`` takes at a time."""
-    return min(ROWS_MAX_ROWS, max(1, ROWS_POINTS // p))
-
-
-def rows_shared_bytes(p: int) -> int:
-    """Dynamic shared memory of ``mri_recon_toeplitz_rows`` for rows of ``p`` points: the twiddles and two row
-    buffers, each with one float2 of padding after every 8 (``rows_pad``), and the rows' spectrum offsets."""
-    def padded(count: int) -> int:
-        return count + count // 8
-
-    rows = rows_per_block(p)
-    return 8 * (padded(p) + 2 * padded(rows * p)) + 4 * rows
-
-
 def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: int) -> bool:
     """Whether :class:`RowPasses` takes this image and 2x grid for passes of up to ``max_grids`` grids: the
     dimension in :data:`ROW_PASS_DIMS`, the last padded axis a power of two up to :data:`ROWS_MAX_P`, and every
@@ -162,8 +145,8 @@ class RowPasses(Passes):
         self._n, self._p = int(matrix[-1]), int(grid[-1])
         self._planes, self._nvox, self._lam = math.prod(grid[:-1]), normal._nvox, normal._lam
         self._lead = (np.int32(lead[0]), np.int32(lead[1]), np.int32(plead[1]), np.int32(self._n))
-        self._rows_per_block = rows_per_block(self._p)
-        self._shared = rows_shared_bytes(self._p)
+        self._rows_per_block = max(1, ROWS_POINTS // self._p)
+        self._shared = 8 * self._p * (1 + 2 * self._rows_per_block)
         self._expand, self._rows, self._reduce = (
             get_kernel("toeplitz.cu", name, None, device)
             for name in ("mri_recon_toeplitz_rows_expand", "mri_recon_toeplitz_rows",
@@ -192,9 +175,8 @@ class RowPasses(Passes):
         """Each row padded, transformed, filtered by its frame's spectrum row, transformed back, cut."""
         blocks = min(-(-self._planes * grids // self._rows_per_block), MAX_BLOCKS_X)
         self._rows((blocks,), (BLOCK,), (self.work(grids), spectra, np.int32(coils), np.int32(grids),
-                                         np.int32(self._planes), np.int32(self._n),
-                                         np.int32(self._p.bit_length() - 1), np.int32(self._rows_per_block)),
-                   shared_mem=self._shared)
+                                         np.int32(self._planes), np.int32(self._n), np.int32(self._p),
+                                         np.int32(self._rows_per_block)), shared_mem=self._shared)
 
     def reduce(self, maps: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
         """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) work[l, t * coils + c, k]``."""

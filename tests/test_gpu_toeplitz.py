@@ -50,6 +50,9 @@ def host_toeplitz(tmp_path_factory):
         function = getattr(library, "emu_" + name.removeprefix("mri_recon_toeplitz_"))
 
         def launch(grid, block, args, shared_mem=0):
+            if name == "mri_recon_toeplitz_rows":  # the launch's shared memory must hold what the kernel indexes
+                p, rows = int(args[-2]), int(args[-1])
+                assert shared_mem >= 8 * p * (1 + 2 * rows)
             blocks_y = grid[1] if len(grid) > 1 else 1
             function(ctypes.c_uint(grid[0]), ctypes.c_uint(blocks_y), ctypes.c_uint(block[0]),
                      *(host.argument(a) for a in args))
@@ -156,22 +159,39 @@ def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     full[..., :n] = work
     frame_of = np.arange(grids) // coils
     expected = np.fft.ifft(np.fft.fft(full, axis=-1) * spectra[frame_of].transpose(1, 0, 2), axis=-1)[..., :n] * p
-    rows_per_block = max(1, gpu_toeplitz.ROWS_POINTS // p)
+    rows_per_block = gpu_toeplitz.rows_per_block(p)
     blocks = min(2, -(-planes * grids // rows_per_block))
     kernel = gpu_toeplitz.get_kernel("toeplitz.cu", "mri_recon_toeplitz_rows", None, None)
     kernel((blocks,), (64,), (work, spectra, np.int32(coils), np.int32(grids), np.int32(planes), np.int32(n),
-                             np.int32(p), np.int32(rows_per_block)))
+                             np.int32(p), np.int32(rows_per_block)), shared_mem=gpu_toeplitz.rows_shared_bytes(p))
     assert np.linalg.norm(work - expected) / np.linalg.norm(expected) < 2e-6
 
 
-@pytest.mark.parametrize("bad", ["dtype", "layout", "frames"])
+def test_rows_limits_are_the_kernels():
+    """The launcher's ROWS_MAX_P and ROWS_POINTS are toeplitz.cu's (they size the shared memory), and the
+    largest rows fit the 48 KiB a launch gets without opting in."""
+    import re
+
+    from mri_recon.kernels import KERNEL_DIR
+
+    text = (KERNEL_DIR / "toeplitz.cu").read_text()
+    for name in ("ROWS_MAX_P", "ROWS_POINTS"):
+        assert int(re.search(rf"#define {name} (\d+)", text).group(1)) == getattr(gpu_toeplitz, name)
+    assert all(gpu_toeplitz.rows_shared_bytes(2 ** k) <= 48 * 1024
+               for k in range(1, gpu_toeplitz.ROWS_MAX_P.bit_length()))
+
+
+@pytest.mark.parametrize("bad", ["dtype", "layout", "frames", "aliased"])
 def test_series_normal_refuses_arrays_its_kernels_cannot_index(rng, host_gpu, bad):
-    """The kernels read raw memory: a complex128, a strided or a wrongly sized array is refused, not misread."""
+    """The kernels read raw memory: a complex128, a strided or a wrongly sized array is refused, not misread, and
+    so is an output that is the input."""
     matrix, frames = (6, 4), 3
     spectra = np.stack([kernel_spectrum(_crandn(rng, 12, 8)) for _ in range(frames)]).astype(np.complex64)
     op = gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, *matrix).view(host.HostMaps), 0.0)
     x = {"dtype": _crandn(rng, frames, *matrix).astype(np.complex128),
          "layout": _crandn(rng, frames, matrix[1], matrix[0]).astype(np.complex64).transpose(0, 2, 1),
-         "frames": _crandn(rng, frames + 1, *matrix).astype(np.complex64)}[bad]
-    with pytest.raises(ValueError, match="C-contiguous complex64"):
-        op.apply_into(x, np.empty((frames, *matrix), np.complex64))
+         "frames": _crandn(rng, frames + 1, *matrix).astype(np.complex64),
+         "aliased": _crandn(rng, frames, *matrix)}[bad]
+    out = x if bad == "aliased" else np.empty((frames, *matrix), np.complex64)
+    with pytest.raises(ValueError, match="C-contiguous complex64|over its input"):
+        op.apply_into(x, out)

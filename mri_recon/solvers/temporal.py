@@ -116,7 +116,7 @@ class BatchedSeriesNormal(SeriesNormal):
     (the reference its test compares with).
 
     ``spectra``: ``(T, *grid)`` kernel spectra (:func:`~mri_recon.operators.toeplitz.kernel_spectrum`; with
-    ``fused`` given, ``None`` will do); ``maps``: ``(C, *matrix)``.
+    ``fused`` and ``frame_batch`` given, ``None`` will do); ``maps``: ``(C, *matrix)``.
     """
 
     def __init__(self, spectra: Any, maps: Any, lam: float = 0.0, frame_batch: int | None = None,

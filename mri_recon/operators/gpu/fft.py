@@ -1,4 +1,5 @@
-"""cuFFT plans for the GPU operators: in-place complex64 transforms over every axis but the first (a batch).
+"""cuFFT plans for the GPU operators: in-place complex64 transforms over every axis but the first (a batch), or
+column plans over every axis but the last, the batch's transforms interleaved (the fused operators' row passes).
 
 Making a plan costs milliseconds (docs/benchmarks.md; a 3D reconstruction makes four), so plans are kept between
 uses, least recently used first out. A plan also holds its work area, about as large as the grid, for as long as

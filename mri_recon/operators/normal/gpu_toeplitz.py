@@ -11,7 +11,9 @@ launches into kept buffers, in one of two ways (``kernels/toeplitz.cu``):
 - :class:`GridPasses` otherwise: the zero-padded ``S_c x`` on the whole 2x grid (every element written, so the
   buffer is reused without clearing), cuFFT over the grid, a filter kernel, the inverse, the same reduction.
 
-The spectrum is pre-scaled by the inverse FFT's 1/N; the cuFFT plans are made once (one per pass size) and
+The grid is the spectrum's: the 2x grid of a non-Cartesian scan, or the image grid itself for a Cartesian one
+(no padding; the row passes then transform rows of ``n`` points). The spectrum is pre-scaled by the inverse
+FFT's 1/N; the cuFFT plans are made once (one per pass size) and
 executed directly, so the host's cost per application stays below the device's. The NumPy/CuPy reference is
 :func:`mri_recon.operators.normal.toeplitz.normal_operator`.
 """
@@ -37,15 +39,21 @@ ROWS_MAX_P = 2048
 """Longest padded last axis :class:`RowPasses` takes (``ROWS_MAX_P`` of ``toeplitz.cu``: shared memory)."""
 ROWS_POINTS = 2048
 """Points of the rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_POINTS``)."""
+INDEX_LIMIT = 2**31 - BLOCK * MAX_BLOCKS_X
+"""Points of a pass (or of its frames' spectra) the 32-bit kernels take: below 2^31 by one grid-stride step, so
+that no thread's next position overflows."""
+MAX_GRIDS_Y = 65535
+"""Grids of a pass (``gridDim.y`` of the whole-grid kernels) and frames of a pass (of the reductions) at most."""
 ROW_PASS_DIMS = (2,)
 """Image dimensions whose operators take :class:`RowPasses` where the grid allows. Not 3-D: there cuFFT's
 strided transforms of the leading two axes took longer than the pruned whole-grid transforms (docs/benchmarks.md)."""
 
 
 class GridNormal(LinearOperator):
-    """What the fused normal operators on the 2x grid share: the image and grid sizes their kernels take,
-    the coil maps and coil passes, the launch shape, and ``_apply`` through :meth:`apply_into` (which the
-    subclasses define: launches only, no allocation, no synchronization, so a CUDA graph can capture it)."""
+    """What the fused normal operators on the 2x grid share: the image and grid sizes, the coil maps and coil
+    passes, the checks of their arrays, and ``_apply`` through :meth:`apply_into` (which the subclasses define:
+    launches only, no allocation, no synchronization, so a CUDA graph can capture it). ``_sizes``,
+    ``_transforms`` and ``_blocks`` serve the time-segmented operator (``offres/gpu_segments.py``)."""
 
     hermitian = True
     writes_into = True
@@ -78,7 +86,10 @@ class GridNormal(LinearOperator):
         return (min(-(-n // BLOCK), 65535 * 8),)
 
     def _check_arrays(self, *arrays: Any) -> None:
-        """The kernels index raw memory: refuse anything but C-contiguous complex64 of the operator's shape."""
+        """The kernels index raw memory: refuse anything but C-contiguous complex64 of the operator's shape, and
+        an output that is the input (a later coil pass reads the input)."""
+        if len(arrays) == 2 and arrays[0] is arrays[1]:
+            raise ValueError(f"{type(self).__name__} cannot write its product over its input")
         for array in arrays:
             if (tuple(array.shape) != self.ishape or array.dtype != np.complex64
                     or not array.flags.c_contiguous):
@@ -96,6 +107,17 @@ class GridNormal(LinearOperator):
         return out
 
 
+def rows_per_block(p: int) -> int:
+    """Rows of ``p`` points one block of ``mri_recon_toeplitz_rows`` takes at a time."""
+    return max(1, ROWS_POINTS // p)
+
+
+def rows_shared_bytes(p: int) -> int:
+    """Dynamic shared memory of ``mri_recon_toeplitz_rows`` for rows of ``p`` points: the twiddles and two
+    buffers of the block's rows."""
+    return 8 * p * (1 + 2 * rows_per_block(p))
+
+
 def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: int) -> bool:
     """Whether :class:`RowPasses` takes this image and 2x grid for passes of up to ``max_grids`` grids: the
     dimension in :data:`ROW_PASS_DIMS`, the last padded axis a power of two up to :data:`ROWS_MAX_P`, and every
@@ -103,7 +125,7 @@ def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: in
     p = int(grid[-1])
     planes = math.prod(grid[:-1])
     return (len(grid) in ROW_PASS_DIMS and 2 <= p <= ROWS_MAX_P and p & (p - 1) == 0
-            and planes * max_grids * int(matrix[-1]) < 2**31 and math.prod(grid) * max_grids < 2**31)
+            and planes * max_grids * int(matrix[-1]) < INDEX_LIMIT and math.prod(grid) * max_grids < INDEX_LIMIT)
 
 
 class Passes:
@@ -145,8 +167,8 @@ class RowPasses(Passes):
         self._n, self._p = int(matrix[-1]), int(grid[-1])
         self._planes, self._nvox, self._lam = math.prod(grid[:-1]), normal._nvox, normal._lam
         self._lead = (np.int32(lead[0]), np.int32(lead[1]), np.int32(plead[1]), np.int32(self._n))
-        self._rows_per_block = max(1, ROWS_POINTS // self._p)
-        self._shared = 8 * self._p * (1 + 2 * self._rows_per_block)
+        self._rows_per_block = rows_per_block(self._p)
+        self._shared = rows_shared_bytes(self._p)
         self._expand, self._rows, self._reduce = (
             get_kernel("toeplitz.cu", name, None, device)
             for name in ("mri_recon_toeplitz_rows_expand", "mri_recon_toeplitz_rows",
@@ -191,8 +213,11 @@ class GridPasses(Passes):
     ``blockIdx.x``."""
 
     def __init__(self, normal: GridNormal, grid_counts: set[int]) -> None:
-        if normal._grid_size >= 2 ** 31:
+        if normal._grid_size >= INDEX_LIMIT:
             raise ValueError(f"a 2x grid of {normal._grid_size} points is beyond the fused kernels' 32-bit indices")
+        if max(grid_counts) > MAX_GRIDS_Y:
+            raise ValueError(f"{max(grid_counts)} grids in one pass are more than the fused kernels' {MAX_GRIDS_Y}: "
+                             "pass a smaller coil or frame batch")
         cupy = cupy_module()
         grid, device = normal._grid, normal._device
         self._expand, self._filter, self._reduce = (

@@ -195,3 +195,15 @@ def test_series_normal_refuses_arrays_its_kernels_cannot_index(rng, host_gpu, ba
     out = x if bad == "aliased" else np.empty((frames, *matrix), np.complex64)
     with pytest.raises(ValueError, match="C-contiguous complex64|over its input"):
         op.apply_into(x, out)
+
+
+def test_whole_grid_passes_refuse_more_grids_than_a_launch_takes(rng, host_gpu, monkeypatch):
+    """gridDim.y is the grid of a pass: a pass of more grids than it takes is refused by name, not misrun."""
+    if host_gpu == "rows":
+        pytest.skip("the whole-grid passes' limit")
+    monkeypatch.setattr(gpu_toeplitz, "MAX_GRIDS_Y", 4)
+    spectra = np.stack([kernel_spectrum(_crandn(rng, 12, 8)) for _ in range(3)]).astype(np.complex64)
+    with pytest.raises(ValueError, match="6 grids in one pass.*smaller coil or frame batch"):
+        gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, 6, 4).view(host.HostMaps), 0.0)
+    batched = gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, 6, 4).view(host.HostMaps), 0.0, 2)
+    assert batched._passes.work(4).shape[0] == 4  # two frames of two coils a pass: within the limit

@@ -207,3 +207,13 @@ def test_whole_grid_passes_refuse_more_grids_than_a_launch_takes(rng, host_gpu, 
         gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, 6, 4).view(host.HostMaps), 0.0)
     batched = gpu_toeplitz.FusedSeriesNormal(spectra, _crandn(rng, 2, 6, 4).view(host.HostMaps), 0.0, 2)
     assert batched._passes.work(4).shape[0] == 4  # two frames of two coils a pass: within the limit
+
+
+def test_grids_beyond_the_32_bit_positions_are_refused_by_name(rng, host_gpu, monkeypatch):
+    """A grid with more points than the 32-bit kernels index (one grid-stride step below 2^31) is refused with
+    the reason, and the row passes leave such a pass to the whole-grid passes' check."""
+    monkeypatch.setattr(gpu_toeplitz, "INDEX_LIMIT", 90)
+    spectrum = kernel_spectrum(_crandn(rng, 12, 8)).astype(np.complex64)
+    assert not gpu_toeplitz.row_passes_fit((6, 4), (12, 8), 3)
+    with pytest.raises(ValueError, match="grid of 96 points is beyond the fused kernels. 32-bit indices"):
+        gpu_toeplitz.FusedSenseNormal(spectrum, _crandn(rng, 3, 6, 4).view(host.HostMaps), 0.0, None)

@@ -123,10 +123,12 @@ extern "C" __global__ void mri_recon_toeplitz_reduce(const float2* __restrict__ 
 //   mri_recon_toeplitz_rows_reduce: out_t = (first ? lam x_t : out_t) + sum_c conj(S_c) work[l, t * coils + c, k].
 //
 // Leading axes: image (n0, n1), padded (p0, p1); n1 = p1 = 1 in 2D. Every index of a pass is below 2^31 (the
-// launcher checks planes * grids * n). p is a power of two, 2 <= p <= ROWS_MAX_P.
+// launcher checks planes * grids * n). p is a power of two, 2 <= p <= ROWS_MAX_P; a block of the rows kernel
+// transforms rows_per_block <= ROWS_MAX_ROWS rows of p points at a time (rows_per_block * p <= ROWS_POINTS).
 
-#define ROWS_MAX_P 2048
-#define ROWS_POINTS 2048  // points of one block's rows (rows_per_block * p, at least p)
+#define ROWS_MAX_P 1024
+#define ROWS_POINTS 2048   // points of one block's rows (rows_per_block * p, at least p)
+#define ROWS_MAX_ROWS 64   // rows of one block at most (rows_per_block <= ROWS_POINTS / 32 for p >= 32)
 
 // Image voxel base (i * n1 + j) * n of leading point l, or -1 in the padding.
 __device__ __forceinline__ int rows_voxel_base(int l, int n0, int n1, int p1, int n)
@@ -206,24 +208,31 @@ template <> __device__ __forceinline__ void rows_dft<8>(float2* v, bool inverse)
     }
 }
 
-// One radix-R Stockham stage (sub-transforms of length ns become ns * R) over the block's rows of length p:
-// element (row, j + r p / R) of src, twiddled, to (row, (j - j % ns) R + j % ns + r ns) of dst, j < p / R.
-// load(row, index) gives src's elements, store(row, index, value) takes dst's (shared memory or global).
+// Shared-memory position of element i of a block's rows: one float2 of padding after every 8, so that the
+// stages' strided stores (stride R) and the twiddles' strided loads fall on different banks.
+__device__ __forceinline__ int rows_pad(int i) { return i + (i >> 3); }
+
+// One radix-R Stockham stage (sub-transforms of length ns become ns * R) over the block's rows of length
+// p = 2^log2p: element (row, j + r p / R) of src, twiddled, to (row, (j - j % ns) R + j % ns + r ns) of dst,
+// j < p / R. load(row, index) gives src's elements, store(row, index, value) takes dst's (shared memory or
+// global); twiddle[rows_pad(e)] = exp(-2 pi i e / p).
 template <int R, class Load, class Store>
-__device__ __forceinline__ void rows_stage(int rows, int p, int ns, const float2* twiddle, bool inverse, Load load,
-                                           Store store)
+__device__ __forceinline__ void rows_stage(int rows, int log2p, int ns, const float2* twiddle, bool inverse,
+                                           Load load, Store store)
 {
-    const int part = p / R;
-    for (int item = threadIdx.x; item < rows * part; item += blockDim.x) {
-        const int row = item / part;
-        const int j = item - row * part;
+    const int log2part = log2p - (R == 8 ? 3 : R == 4 ? 2 : 1);
+    const int part = 1 << log2part;
+    const int scale = part / ns;  // p / (ns R)
+    for (int item = threadIdx.x; item < (rows << log2part); item += blockDim.x) {
+        const int row = item >> log2part;
+        const int j = item & (part - 1);
         const int k = j & (ns - 1);
-        const int step = k * (p / (ns * R));
+        const int step = k * scale;
         float2 v[R];
         for (int r = 0; r < R; ++r) {
             v[r] = load(row, j + r * part);
             if (r > 0 && step > 0) {
-                const float2 w = twiddle[r * step];
+                const float2 w = twiddle[rows_pad(r * step)];
                 v[r] = rows_mul(v[r], inverse ? make_float2(w.x, -w.y) : w);
             }
         }
@@ -234,87 +243,80 @@ __device__ __forceinline__ void rows_stage(int rows, int p, int ns, const float2
 }
 
 template <class Load, class Store>
-__device__ __forceinline__ void rows_any_stage(int radix, int rows, int p, int ns, const float2* twiddle,
+__device__ __forceinline__ void rows_any_stage(int radix, int rows, int log2p, int ns, const float2* twiddle,
                                                bool inverse, Load load, Store store)
 {
-    if (radix == 8) rows_stage<8>(rows, p, ns, twiddle, inverse, load, store);
-    else if (radix == 4) rows_stage<4>(rows, p, ns, twiddle, inverse, load, store);
-    else rows_stage<2>(rows, p, ns, twiddle, inverse, load, store);
+    if (radix == 8) rows_stage<8>(rows, log2p, ns, twiddle, inverse, load, store);
+    else if (radix == 4) rows_stage<4>(rows, log2p, ns, twiddle, inverse, load, store);
+    else rows_stage<2>(rows, log2p, ns, twiddle, inverse, load, store);
 }
 
 // Radix of the stage after sub-transforms of length ns: 8 while p / ns allows, then what remains (4 or 2).
 __device__ __forceinline__ int rows_radix(int p, int ns) { return p / ns >= 8 ? 8 : p / ns; }
 
-// Forward transform of the block's rows: the first stage reads `load`, the others ping-pong in shared memory.
-// Returns the shared buffer that holds the result.
-template <class Load>
-__device__ float2* rows_forward(int rows, int p, const float2* twiddle, float2* a, float2* b, Load load)
-{
-    float2* src = a;
-    float2* dst = a;
-    int ns = 1;
-    bool first = true;
-    while (ns < p) {
-        const int radix = rows_radix(p, ns);
-        auto to_shared = [&](int row, int i, float2 v) { dst[row * p + i] = v; };
-        if (first) {
-            rows_any_stage(radix, rows, p, ns, twiddle, false, load, to_shared);
-            first = false;
-        } else {
-            auto from_shared = [&](int row, int i) { return src[row * p + i]; };
-            rows_any_stage(radix, rows, p, ns, twiddle, false, from_shared, to_shared);
-        }
-        __syncthreads();
-        ns *= radix;
-        src = dst;
-        dst = (dst == a) ? b : a;
-    }
-    return src;
-}
-
 extern "C" __global__ void mri_recon_toeplitz_rows(float2* __restrict__ work, const float2* __restrict__ spectra,
-                                                   int coils, int grids, int planes, int n, int p,
+                                                   int coils, int grids, int planes, int n, int log2p,
                                                    int rows_per_block)
 {
-    extern __shared__ float2 rows_shared[];  // [p] twiddles, then two buffers of rows_per_block * p
+    // [rows_pad(p)] twiddles, two buffers of rows_pad(rows_per_block * p), the rows' spectrum offsets
+    extern __shared__ float2 rows_shared[];
+    const int p = 1 << log2p;
+    const int span = rows_pad(rows_per_block * p);
     float2* twiddle = rows_shared;
-    float2* a = rows_shared + p;
-    float2* b = a + rows_per_block * p;
+    float2* a = rows_shared + rows_pad(p);
+    float2* b = a + span;
+    int* spectrum_row = (int*)(b + span);
     const int total = planes * grids;
     for (int i = threadIdx.x; i < p; i += blockDim.x) {
         float s, c;
         sincospif(-2.0f * (float)i / (float)p, &s, &c);
-        twiddle[i] = make_float2(c, s);
+        twiddle[rows_pad(i)] = make_float2(c, s);
     }
-    __syncthreads();
     for (int first_row = blockIdx.x * rows_per_block; first_row < total; first_row += gridDim.x * rows_per_block) {
         const int rows = min(rows_per_block, total - first_row);
         float2* block_work = work + first_row * n;
-        auto load = [&](int row, int i) { return i < n ? block_work[row * n + i] : make_float2(0.0f, 0.0f); };
-        float2* spectrum = rows_forward(rows, p, twiddle, a, b, load);
-        float2* other = (spectrum == a) ? b : a;
-        // the inverse: its first stage multiplies by the spectra's rows, its last writes the first n points
-        int ns = 1;
-        float2* src = spectrum;
-        float2* dst = other;
-        while (ns < p) {
+        for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+            const int r = first_row + row;
+            const int l = r / grids;
+            spectrum_row[row] = ((r - l * grids) / coils * planes + l) * p;  // frame t = g / coils, plane l
+        }
+        __syncthreads();  // the twiddles and offsets written; the last tile's readers of a and b done
+        // forward: the first stage reads the rows from work (zero beyond n), the others ping-pong in a and b
+        float2* src = a;
+        float2* dst = a;
+        for (int ns = 1; ns < p;) {
+            const int radix = rows_radix(p, ns);
+            auto to_shared = [&](int row, int i, float2 v) { dst[rows_pad(row * p + i)] = v; };
+            if (ns == 1) {
+                auto from_work = [&](int row, int i) {
+                    return i < n ? block_work[row * n + i] : make_float2(0.0f, 0.0f);
+                };
+                rows_any_stage(radix, rows, log2p, ns, twiddle, false, from_work, to_shared);
+            } else {
+                auto from_shared = [&](int row, int i) { return src[rows_pad(row * p + i)]; };
+                rows_any_stage(radix, rows, log2p, ns, twiddle, false, from_shared, to_shared);
+            }
+            __syncthreads();
+            ns *= radix;
+            src = dst;
+            dst = (dst == a) ? b : a;
+        }
+        // inverse: the first stage multiplies by the spectra's rows, the last writes the first n points to work
+        for (int ns = 1; ns < p;) {
             const int radix = rows_radix(p, ns);
             const bool last = ns * radix == p;
-            auto from_shared = [&](int row, int i) { return src[row * p + i]; };
+            auto from_shared = [&](int row, int i) { return src[rows_pad(row * p + i)]; };
             auto filtered = [&](int row, int i) {
-                const int r = first_row + row;
-                const int l = r / grids;
-                const int t = (r - l * grids) / coils;
-                return rows_mul(src[row * p + i], spectra[(t * planes + l) * p + i]);
+                return rows_mul(src[rows_pad(row * p + i)], spectra[spectrum_row[row] + i]);
             };
-            auto to_shared = [&](int row, int i, float2 v) { dst[row * p + i] = v; };
+            auto to_shared = [&](int row, int i, float2 v) { dst[rows_pad(row * p + i)] = v; };
             auto to_work = [&](int row, int i, float2 v) {
                 if (i < n) block_work[row * n + i] = v;
             };
-            if (ns == 1 && last) rows_any_stage(radix, rows, p, ns, twiddle, true, filtered, to_work);
-            else if (ns == 1) rows_any_stage(radix, rows, p, ns, twiddle, true, filtered, to_shared);
-            else if (last) rows_any_stage(radix, rows, p, ns, twiddle, true, from_shared, to_work);
-            else rows_any_stage(radix, rows, p, ns, twiddle, true, from_shared, to_shared);
+            if (ns == 1 && last) rows_any_stage(radix, rows, log2p, ns, twiddle, true, filtered, to_work);
+            else if (ns == 1) rows_any_stage(radix, rows, log2p, ns, twiddle, true, filtered, to_shared);
+            else if (last) rows_any_stage(radix, rows, log2p, ns, twiddle, true, from_shared, to_work);
+            else rows_any_stage(radix, rows, log2p, ns, twiddle, true, from_shared, to_shared);
             __syncthreads();
             ns *= radix;
             src = dst;

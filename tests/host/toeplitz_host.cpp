@@ -11,7 +11,7 @@ static HostBarrier block_barrier;
 #define __shared__
 #define __syncthreads() block_barrier.wait()
 #include "toeplitz.cu"
-float2 rows_shared[ROWS_MAX_P + 2 * (ROWS_POINTS > ROWS_MAX_P ? ROWS_POINTS : ROWS_MAX_P)];
+float2 rows_shared[2 * (ROWS_MAX_P + 2 * ROWS_POINTS) + ROWS_MAX_ROWS];  // the bound of rows_shared_bytes
 #include "host_launch.h"
 
 template <class Kernel> static void launch(unsigned blocks_x, unsigned blocks_y, unsigned threads, Kernel kernel)
@@ -50,10 +50,10 @@ void emu_rows_expand(unsigned blocks_x, unsigned blocks_y, unsigned threads, con
 }
 
 void emu_rows(unsigned blocks_x, unsigned blocks_y, unsigned threads, float2* work, const float2* spectra, int coils,
-              int grids, int planes, int n, int p, int rows_per_block)
+              int grids, int planes, int n, int log2p, int rows_per_block)
 {
     run_blocks(host_shape(blocks_x, blocks_y), host_shape(threads),
-               [&] { mri_recon_toeplitz_rows(work, spectra, coils, grids, planes, n, p, rows_per_block); });
+               [&] { mri_recon_toeplitz_rows(work, spectra, coils, grids, planes, n, log2p, rows_per_block); });
 }
 
 void emu_rows_reduce(unsigned blocks_x, unsigned blocks_y, unsigned threads, const float2* maps, const float2* work,

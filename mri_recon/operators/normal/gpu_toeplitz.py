@@ -35,7 +35,7 @@ BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""
 MAX_BLOCKS_X = 4096
 """Blocks along a launch's points (grid-stride loops beyond)."""
-ROWS_MAX_P = 2048
+ROWS_MAX_P = 1024
 """Longest padded last axis :class:`RowPasses` takes (``ROWS_MAX_P`` of ``toeplitz.cu``: shared memory)."""
 ROWS_POINTS = 2048
 """Points of the rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_POINTS``)."""
@@ -44,6 +44,8 @@ INDEX_LIMIT = 2**31 - BLOCK * MAX_BLOCKS_X
 that no thread's next position overflows."""
 MAX_GRIDS_Y = 65535
 """Grids of a pass (``gridDim.y`` of the whole-grid kernels) and frames of a pass (of the reductions) at most."""
+ROWS_MAX_ROWS = 64
+"""Most rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_MAX_ROWS``)."""
 ROW_PASS_DIMS = (2,)
 """Image dimensions whose operators take :class:`RowPasses` where the grid allows. Not 3-D: there cuFFT's
 strided transforms of the leading two axes took longer than the pruned whole-grid transforms (docs/benchmarks.md)."""
@@ -109,13 +111,17 @@ class GridNormal(LinearOperator):
 
 def rows_per_block(p: int) -> int:
     """Rows of ``p`` points one block of ``mri_recon_toeplitz_rows`` takes at a time."""
-    return max(1, ROWS_POINTS // p)
+    return min(ROWS_MAX_ROWS, max(1, ROWS_POINTS // p))
 
 
 def rows_shared_bytes(p: int) -> int:
-    """Dynamic shared memory of ``mri_recon_toeplitz_rows`` for rows of ``p`` points: the twiddles and two
-    buffers of the block's rows."""
-    return 8 * p * (1 + 2 * rows_per_block(p))
+    """Dynamic shared memory of ``mri_recon_toeplitz_rows`` for rows of ``p`` points: the twiddles and two row
+    buffers, each with one float2 of padding after every 8 (``rows_pad``), and the rows' spectrum offsets."""
+    def padded(count: int) -> int:
+        return count + count // 8
+
+    rows = rows_per_block(p)
+    return 8 * (padded(p) + 2 * padded(rows * p)) + 4 * rows
 
 
 def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: int) -> bool:
@@ -197,8 +203,9 @@ class RowPasses(Passes):
         """Each row padded, transformed, filtered by its frame's spectrum row, transformed back, cut."""
         blocks = min(-(-self._planes * grids // self._rows_per_block), MAX_BLOCKS_X)
         self._rows((blocks,), (BLOCK,), (self.work(grids), spectra, np.int32(coils), np.int32(grids),
-                                         np.int32(self._planes), np.int32(self._n), np.int32(self._p),
-                                         np.int32(self._rows_per_block)), shared_mem=self._shared)
+                                         np.int32(self._planes), np.int32(self._n),
+                                         np.int32(self._p.bit_length() - 1), np.int32(self._rows_per_block)),
+                   shared_mem=self._shared)
 
     def reduce(self, maps: Any, x: Any, out: Any, coils: int, frames: int, first: bool) -> None:
         """``out_t = (lam x_t if first else out_t) + sum_c conj(S_c) work[l, t * coils + c, k]``."""

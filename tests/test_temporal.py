@@ -140,6 +140,30 @@ def test_solvers_match_float64_reference(lam_s):
         assert abs(history[-1] * energy - f_ref) <= 1e-4 * abs(f_ref)
 
 
+@pytest.mark.parametrize("kind", ["temporal", "temporal+spatial", "lowrank"])
+def test_admm_reports_the_objective_of_its_iterate(kind):
+    """ADMM's objective comes from CG's carried residual (no product): at every check it is the objective of
+    the iterate computed with the normal operator."""
+    from mri_recon.solvers.temporal_terms import GlobalLowRank
+
+    rng = np.random.default_rng(11)
+    normals, rhs, energy = _problem(rng)
+    if kind == "lowrank":
+        terms = [Term(GlobalLowRank().sparsity(rhs.shape), 0.1 * float(np.abs(rhs).max()), 1.0)]
+    else:
+        terms = _terms(rhs.shape, 0.1, 0.05 if kind == "temporal+spatial" else 0.0)
+    seen = []
+
+    def callback(k, x, f):
+        seen.append((f, series_objective(SeriesNormal(normals), x.astype(np.complex128), rhs, energy, terms)))
+
+    _, history = joint_admm(normals, rhs.astype(np.complex64), terms, rho=0.5, iterations=40, inner_iterations=3,
+                            data_energy=energy, check_every=5, callback=callback)
+    assert len(seen) == 8 and [f for f, _ in seen] == list(history[1:])
+    for reported, explicit in seen:
+        assert abs(reported * energy - explicit) <= 1e-5 * abs(explicit), (reported * energy, explicit)
+
+
 def test_joint_admm_zero_rhs_and_bad_settings():
     normals, rhs, energy = _problem(np.random.default_rng(1), frames=2, n=4)
     x, history = joint_admm(normals, np.zeros_like(rhs), _terms(rhs.shape, 0.1), rho=1.0, iterations=3,

@@ -22,7 +22,8 @@ thresholds, ``tv.cu`` for spatial TV, ``cg.cu`` for ADMM's x-update):
   operator product per iteration, no inner solve); steps from ``||N||`` (power iteration,
   :func:`~.power.operator_norm`) and ``||K_j||^2``.
 
-Both report the objective relative to its value at ``x = 0`` (``d^H W d``).
+Both report the objective relative to its value at ``x = 0`` (``d^H W d``): ADMM's from the x-update's carried
+CG residual (:func:`~.admm.carried_objective`, no operator product), the primal-dual method's with one product.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
-from .admm import Callback, Sparsity, objective
+from .admm import Callback, Sparsity, carried_objective, objective
 from .cg import WarmCg, inner
 from .power import operator_norm
 from .temporal_terms import time_difference, time_difference_adjoint
@@ -216,12 +217,15 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
             r -= previous
         previous = b
         solve(x, r)
-        for term, zj, uj in zip(terms, z, u):
-            term.sparsity.shrink(term.sparsity.forward(x), uj, zj, term.lam / (2.0 * rho))
-        if k % check_every == 0 or k == iterations:
-            history.append(series_objective(operator, x, rhs, data_energy, terms) / energy)
-            if callback is not None:
-                callback(k, x, history[-1])
+        kxs = [term.sparsity.forward(x) for term in terms]
+        checked = k % check_every == 0 or k == iterations
+        if checked:  # before the shrinkage, which may overwrite K_j x
+            penalty = sum(term.lam * term.sparsity.norm(kx) for term, kx in zip(terms, kxs))
+            history.append(carried_objective(x, previous, r, rhs, data_energy, rho, kxs, penalty) / energy)
+        for term, kx, zj, uj in zip(terms, kxs, z, u):
+            term.sparsity.shrink(kx, uj, zj, term.lam / (2.0 * rho))
+        if checked and callback is not None:
+            callback(k, x, history[-1])
     return x, tuple(history)
 
 

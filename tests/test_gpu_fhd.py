@@ -318,6 +318,41 @@ def test_psf_equals_its_definition(rng, poisoned, matrix, weighted):
         assert relative(host(gpu_fhd.psf_gpu(d_traj, d_weights, matrix, chunk=chunk, block=block)), ref) < TOL
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix, coils", [((17, 12), 1), ((12, 13), 8), ((9, 10, 7), 3), ((7, 5), 11), ((1, 1), 2)],
+                         ids=str)
+def test_frames_in_one_launch_are_each_frames_adjoint(rng, poisoned, matrix, coils):
+    """fhd_frames_gpu (FHD_FRAMES 1: records from global memory, one launch per coil group) gives every frame
+    the oracle's F^H d of its own samples, frames of different lengths (one of a single sample)."""
+    counts = [300, 1, 977, 64]
+    problems = [random_problem(rng, matrix, coils, m) for m in counts]
+    out = host(gpu_fhd.fhd_frames_gpu([on_gpu(d)[0] for _, d in problems], [on_gpu(t)[0] for t, _ in problems],
+                                      matrix))
+    assert out.dtype == np.complex64 and out.shape == (len(counts), coils, *matrix)
+    for frame, (traj, data) in zip(out, problems):
+        assert relative(frame, nudft_adjoint(data, traj, matrix)) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("matrix", [(6, 5), (4, 3, 5), (16, 16)], ids=str)
+def test_frames_psfs_in_one_launch_are_each_frames_psf(rng, poisoned, matrix):
+    counts = [500, 37, 1200]
+    trajs = [random_problem(rng, matrix, 1, m, reach=1.0)[0] for m in counts]
+    weights = [rng.random(m).astype(np.float32) for m in counts[:-1]] + [None]
+    out = host(gpu_fhd.psf_frames_gpu([on_gpu(t)[0] for t in trajs], [on_gpu(w)[0] for w in weights], matrix))
+    assert out.shape == (len(counts), *(2 * n for n in matrix))
+    for frame, traj, w in zip(out, trajs, weights):
+        assert relative(frame, host(gpu_fhd.psf_gpu(*on_gpu(traj, w), matrix))) < TOL
+
+
+@pytest.mark.gpu
+def test_frames_of_one_series_share_their_coil_count(rng):
+    traj, data = random_problem(rng, (4, 4), 2, 10)
+    other = random_problem(rng, (4, 4), 3, 10)[1]
+    with pytest.raises(InvalidDataError, match="same number of coils"):
+        gpu_fhd.fhd_frames_gpu(on_gpu(data, other), on_gpu(traj, traj), (4, 4))
+
+
 # ----------------------------------------------------------------------------------------------------
 # GPU argument errors
 

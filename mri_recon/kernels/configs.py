@@ -155,6 +155,12 @@ def offres_forward_defines(dim: int, coils: int) -> dict[str, int]:
             "FWD_TILE_RUNS": max(1, FORWARD_TILE_WORDS // words)}
 
 
+def frames_defines(defines: dict[str, int]) -> dict[str, int]:
+    """``defines`` of ``fhd.cu`` with every frame of a time series in one launch (``FHD_FRAMES`` 1: the records
+    from global memory)."""
+    return {**defines, "FHD_FRAMES": 1}
+
+
 def psf_defines(dim: int) -> dict[str, int]:
     """``fhd.cu`` options of the Toeplitz PSF (real weights, recurrence, :data:`PSF_VOX` positions)."""
     return fhd_defines(dim, 1, PSF_VOX, True, real=True)

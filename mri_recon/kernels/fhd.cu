@@ -82,6 +82,13 @@
 //   FHD_WORDS   32-bit words per record (checked against the struct the host packs)
 //   FHD_CHUNK   records in the constant array (FHD_CHUNK * 4 * FHD_WORDS <= 65536)
 //   FHD_MAX_THREADS  threads per block the launch bounds allow (512, or 256 for many accumulators)
+//   FHD_FRAMES  1: several frames (a time series) in one launch, the records read from global memory instead of
+//               __constant__ (below); default 0
+//
+// Frames (FHD_FRAMES 1): blockIdx.z is frame z. Its records are records[frame_start[z] .. frame_start[z + 1])
+// (global memory: every thread of a warp reads the same record, one broadcast load), all of them in the one
+// launch (the count and first arguments are unused: the launch overwrites), and its blocks write
+// out + z * gridDim.y * coils * voxels, so out is (frames, slices, coils, voxels).
 //
 // Record layout (32-bit words): K_0 .. K_{D-1} (unsigned fixed point), then with FHD_OFFRES = 1 the time word
 // tau_m and, with FHD_RECUR = 1 too, the flags word (bit 0: re-seed E here), then zero padding to an even
@@ -121,6 +128,16 @@
 #endif
 #if FHD_COILS < 1 || FHD_COILS > 8 || FHD_VOX < 1 || FHD_VOX > 8
 #error "FHD_COILS and FHD_VOX must lie in 1..8"
+#endif
+
+#ifndef FHD_FRAMES
+#define FHD_FRAMES 0
+#endif
+#if FHD_FRAMES != 0 && FHD_FRAMES != 1
+#error "FHD_FRAMES must be 0 or 1"
+#endif
+#if FHD_FRAMES && FHD_OFFRES
+#error "FHD_FRAMES 1 takes no off-resonance (FHD_OFFRES 0)"
 #endif
 
 #ifndef FHD_MAX_THREADS
@@ -214,7 +231,11 @@ __device__ __forceinline__ void mri_recon_flush(int tau, const int (&fo)[FHD_VOX
 extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     float2* __restrict__ out, const int* __restrict__ lines, int n_lines, int per_line, int nx, int ny,
     int nz, int count, int coils, int coil0, int first, const int* __restrict__ field_map,
-    const float2* __restrict__ steps) {
+    const float2* __restrict__ steps
+#if FHD_FRAMES
+    , const kdata* __restrict__ records, const int* __restrict__ frame_start
+#endif
+    ) {
     // (blockDim.y / 2) x blockDim.x slots of FHD_ACC + 1 floats (odd stride: no bank conflicts)
     extern __shared__ float red[];
 #if !FHD_OFFRES
@@ -224,6 +245,12 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     (void)steps;
 #endif
 
+#if FHD_FRAMES
+    // frame blockIdx.z: its own records, all in this launch, and its own slices of out
+    const kdata* __restrict__ frame_k = records + frame_start[blockIdx.z];
+    count = frame_start[blockIdx.z + 1] - frame_start[blockIdx.z];
+    first = 1;
+#endif
     const long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long item_ll = flat / per_line;
     const bool active = item_ll < n_lines;
@@ -319,7 +346,11 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
     }
 
     for (int m = m_begin; m < m_end; ++m) {
+#if FHD_FRAMES
+        const kdata& kd = frame_k[m];
+#else
         const kdata& kd = c_k[m];
+#endif
 #if FHD_DIM == 3
         const unsigned base = kd.k[0] * q0 + kd.k[1] * q1 + kd.k[2] * qlast + 0x100u;
 #else
@@ -472,7 +503,11 @@ extern "C" __global__ void __launch_bounds__(FHD_MAX_THREADS) mri_recon_fhd(
         const bool mirror = !FHD_SINGLE && paired && p <= c2 && c2 - p < len;
 #pragma unroll
         for (int c = 0; c < FHD_COILS; ++c) {
+#if FHD_FRAMES
+            float2* o = out + (((long long)blockIdx.z * gridDim.y + blockIdx.y) * coils + coil0 + c) * voxels;
+#else
             float2* o = out + ((long long)blockIdx.y * coils + coil0 + c) * voxels;
+#endif
 #if FHD_REAL
             const float2 a = make_float2(U[v][c], W[v][c]);
             const float2 b = make_float2(U[v][c], -W[v][c]);

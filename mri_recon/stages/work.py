@@ -3,6 +3,7 @@ operator (the PSF from the caller, the memo, the disk cache or computed) and the
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
@@ -97,11 +98,12 @@ def right_hand_side(options: Options, planned: Planned, uploaded: Uploaded, maps
     without maps, coils ``coil_batch`` at a time (bounds the memory of the coil images); each frame's
     ``d^H W d`` for the sparse and joint solvers and the peak of its normal operator."""
     energy = bool(options.sparse or options.temporal.joint)
-    data_scale, parts, energies = uploaded.data_scale, [], []
-    for frame, frame_encoded in zip(uploaded.data, encoded):
-        weighted = arith.weighted(frame.kspace, frame.w, 1.0 / data_scale)
-        parts.append(_rhs(frame_encoded.encoding, weighted, maps.array, planned.budget.coil_batch))
-        energies.append(data_energy(frame.kspace, weighted, data_scale) if energy else 0.0)
+    data_scale, coil_batch, parts, energies = uploaded.data_scale, planned.budget.coil_batch, [], []
+    for group in _frame_groups(uploaded.data, planned.scan.matrix, coil_batch):
+        weighted = [arith.weighted(uploaded.data[t].kspace, uploaded.data[t].w, 1.0 / data_scale) for t in group]
+        parts += _rhs_frames([encoded[t].encoding for t in group], weighted, maps.array, coil_batch)
+        energies += [data_energy(uploaded.data[t].kspace, w, data_scale) if energy else 0.0
+                     for t, w in zip(group, weighted)]
         del weighted
     b = parts[0] if planned.series is None else get_xp(parts[0]).stack(parts)
     # lam relative to the largest diagonal entry of the normal operator solved (scaled units)
@@ -109,15 +111,28 @@ def right_hand_side(options: Options, planned: Planned, uploaded: Uploaded, maps
     return RightHandSide(b, tuple(energies), peaks)
 
 
-def _rhs(encoding: Encoding, weighted: Any, maps: Any, coil_batch: int) -> Any:
-    xp = get_xp(weighted)
+FRAME_GROUP_BYTES = 256 << 20
+"""Coil images of a time series' frames at most in one group of the right-hand side (one frame at least)."""
+
+
+def _frame_groups(data: tuple[FrameData, ...], matrix: tuple[int, ...], coil_batch: int) -> list[range]:
+    """The frames in groups whose ``coil_batch`` coil images take at most :data:`FRAME_GROUP_BYTES`."""
+    size = max(1, FRAME_GROUP_BYTES // (8 * coil_batch * math.prod(matrix)))
+    return [range(start, min(start + size, len(data))) for start in range(0, len(data), size)]
+
+
+def _rhs_frames(encodings: list[Encoding], weighted: list[Any], maps: Any, coil_batch: int) -> list[Any]:
+    """Each frame's ``A^H (W d)`` (with maps) or per-coil ``F^H (W d)``, coils ``coil_batch`` at a time, the
+    frames' F^H together (:meth:`Encoding.adjoint_frames`: one launch per coil group on the exact GPU engine)."""
+    adjoint = type(encodings[0]).adjoint_frames
     if maps is None:
-        return encoding.batched(weighted.shape[0]).H(weighted)
-    out = xp.empty(encoding.matrix, dtype=np.complex64)
-    for start in range(0, weighted.shape[0], coil_batch):
+        return adjoint(encodings, weighted)
+    xp = get_xp(weighted[0])
+    out = [xp.empty(e.matrix, dtype=np.complex64) for e in encodings]
+    for start in range(0, weighted[0].shape[0], coil_batch):
         part = slice(start, start + coil_batch)
-        images = encoding.batched(weighted[part].shape[0]).H(weighted[part])
-        arith.combine_coils(maps[part], images, out, accumulate=start > 0)
+        for images, target in zip(adjoint(encodings, [w[part] for w in weighted]), out):
+            arith.combine_coils(maps[part], images, target, accumulate=start > 0)
     return out
 
 
@@ -126,18 +141,34 @@ def normal_operator(options: Options, planned: Planned, uploaded: Uploaded, maps
     """Each frame's normal operator: with off-resonance the encoding's own (segment PSFs, or A and A^H every
     iteration); otherwise the kernel spectrum of the PSF (the memo's, the caller's, the cache's or computed now,
     and then stored in the cache and the memo) and, for CG, the engine's Toeplitz operator ``A^H W A + lam I``."""
-    return tuple(_frame_normal(options, planned, uploaded.weight_scale, maps.array, frame, frame_encoded, peak)
-                 for frame, frame_encoded, peak in zip(uploaded.data, encoded, peaks))
+    spectra = _series_spectra(options, planned, uploaded, maps.array, encoded)
+    return tuple(_frame_normal(options, planned, uploaded.weight_scale, maps.array, frame, frame_encoded, peak,
+                               spectra[t] if spectra else None)
+                 for t, (frame, frame_encoded, peak) in enumerate(zip(uploaded.data, encoded, peaks)))
+
+
+def _series_spectra(options: Options, planned: Planned, uploaded: Uploaded, maps: Any,
+                    encoded: tuple[Encoded, ...]) -> list[Any] | None:
+    """A time series' kernel spectra computed together (:meth:`Encoding.spectra_frames`: the exact GPU engine's
+    PSFs in one launch), where every frame's is computed now (no off-resonance, no given or cached PSF); else
+    None (frame by frame)."""
+    if planned.series is None or planned.offres is not None or options.psf is not None or \
+            any(e.lookup is not None or e.kept is not None for e in encoded):
+        return None
+    encodings = [e.encoding for e in encoded]
+    return type(encodings[0]).spectra_frames(encodings, [frame.w for frame in uploaded.data], maps)
 
 
 def _frame_normal(options: Options, planned: Planned, weight_scale: float, maps: Any, frame: FrameData,
-                  encoded: Encoded, peak: float) -> FrameNormal:
+                  encoded: Encoded, peak: float, spectrum: Any = None) -> FrameNormal:
+    """One frame's normal operator record; ``spectrum`` when its series' spectra were computed together."""
     lam, encoding, batch = options.lam * peak, encoded.encoding, planned.budget.coil_batch
     if planned.offres is not None:
         return FrameNormal(None, encoding.normal(frame.w, maps, lam, coil_batch=batch))
-    if encoded.kept is not None:
+    cache_state = None
+    if spectrum is None and encoded.kept is not None:
         spectrum, cache_state = encoded.kept[1], "memory"
-    else:
+    elif spectrum is None:
         spectrum, cache_state = _spectrum(options, planned, weight_scale, maps, frame, encoded)
         if encoded.memo is not None:
             encoded.memo.store(planned.engine.key, frame.scan.matrix, frame.trajectory, frame.w, encoding, spectrum)

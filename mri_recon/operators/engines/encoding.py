@@ -16,7 +16,7 @@ operators take arrays already validated and on their device: the public function
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -140,6 +140,19 @@ class Encoding(LinearOperator):
         big = tuple(2 * n for n in self.matrix)
         data = weights.astype(np.complex64)[None, :]
         return type(self)(2 * self.trajectory, big, 1)._adjoint(data)[0]
+
+    @classmethod
+    def adjoint_frames(cls, encodings: Sequence[Encoding], data: Sequence[Any]) -> list[Any]:
+        """F^H of every frame of a time series: ``encodings[t]`` (this engine's, one matrix) applied to
+        ``data[t]`` ``(C, M_t)``, each result ``(C, *matrix)``. Frame by frame here; an engine that takes every
+        frame in one launch overrides it."""
+        return [e.batched(d.shape[0]).H(d) for e, d in zip(encodings, data, strict=True)]
+
+    @classmethod
+    def spectra_frames(cls, encodings: Sequence[Encoding], weights: Sequence[Any], maps: Any = None) -> list[Any]:
+        """:meth:`spectrum` of every frame of a time series (``weights[t]`` for ``encodings[t]``), frame by
+        frame here; an engine that takes every frame's PSF in one launch overrides it."""
+        return [e.spectrum(w, maps) for e, w in zip(encodings, weights, strict=True)]
 
     def spectrum(self, weights: Any, maps: Any = None) -> Any:
         """The kernel spectrum of ``A^H W A`` that :meth:`toeplitz_normal` takes with these ``maps``: by default

@@ -7,7 +7,7 @@ SENSE normal operator (:class:`~mri_recon.operators.normal.gpu_toeplitz.FusedSen
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import cost
@@ -15,6 +15,9 @@ from .encoding import GPU_NUFFT_EPS, Encoding
 from .nufft_launch import nufft_configurations
 
 COMPLEX64 = 8
+PSF_GROUP_BYTES = 256 << 20
+"""PSFs of a time series' frames at most in one launch of :meth:`GpuExactEncoding.spectra_frames` (one frame at
+least)."""
 NUFFT_MAX_GROUP = 8
 """Most coils the GPU NUFFT spreads onto fine grids at once."""
 
@@ -37,12 +40,12 @@ class GpuExactEncoding(GpuEncoding):
 
     @classmethod
     def kernel_configs(cls, dim: int, coils: int) -> list[tuple[str, dict[str, int]]]:
-        from ...kernels.configs import adjoint_defines, psf_defines  # noqa: PLC0415 - GPU engines only
+        from ...kernels.configs import adjoint_defines, frames_defines, psf_defines  # noqa: PLC0415 - GPU only
         from .gpu_layout import coil_groups  # noqa: PLC0415
 
         sizes = sorted({size for _, size in coil_groups(coils)})
-        return [("fhd.cu", adjoint_defines(dim, s, multi=True, recur=True)) for s in sizes] + [
-            ("fhd.cu", psf_defines(dim))]
+        one = [*(adjoint_defines(dim, s, multi=True, recur=True) for s in sizes), psf_defines(dim)]
+        return [("fhd.cu", d) for d in one] + [("fhd.cu", frames_defines(d)) for d in one]  # frames: a series
 
     def _apply(self, x: Any) -> Any:
         from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
@@ -58,6 +61,33 @@ class GpuExactEncoding(GpuEncoding):
         from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
 
         return gpu_exact.psf_gpu(self.trajectory, weights, self.matrix)
+
+    @classmethod
+    def adjoint_frames(cls, encodings: Sequence[Encoding], data: Sequence[Any]) -> list[Any]:
+        """Several frames in one launch per coil group (:func:`~.gpu_exact.fhd_frames_gpu`)."""
+        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+
+        if len(encodings) < 2 or any(type(e) is not cls for e in encodings):
+            return super().adjoint_frames(encodings, data)
+        return list(gpu_exact.fhd_frames_gpu(list(data), [e.trajectory for e in encodings], encodings[0].matrix))
+
+    @classmethod
+    def spectra_frames(cls, encodings: Sequence[Encoding], weights: Sequence[Any], maps: Any = None) -> list[Any]:
+        """The frames' PSFs in one launch per group of :data:`PSF_GROUP_BYTES` (:func:`~.gpu_exact.psf_frames_gpu`),
+        then each one's kernel spectrum."""
+        from ..normal.toeplitz import kernel_spectrum  # noqa: PLC0415
+        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+
+        if len(encodings) < 2 or any(type(e) is not cls for e in encodings):
+            return super().spectra_frames(encodings, weights, maps)
+        matrix = encodings[0].matrix
+        size = max(1, PSF_GROUP_BYTES // (COMPLEX64 * 2 ** len(matrix) * math.prod(matrix)))
+        spectra = []
+        for start in range(0, len(encodings), size):
+            part = slice(start, start + size)
+            psfs = gpu_exact.psf_frames_gpu([e.trajectory for e in encodings[part]], list(weights[part]), matrix)
+            spectra += [kernel_spectrum(p) for p in psfs]
+        return spectra
 
 
 class _PlannedPsf:

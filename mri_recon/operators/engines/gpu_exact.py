@@ -19,6 +19,7 @@ host-side layout lives in :mod:`mri_recon.operators.engines.gpu_layout` and the 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from ...kernels.configs import (
     fhd_accumulators,
     fhd_record_words,
     forward_defines,
+    frames_defines,
     psf_defines,
 )
 from ..arith import records as arith_records
@@ -171,6 +173,67 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     return out.reshape(big)
 
 
+def fhd_frames_gpu(kspaces: list[Any], trajectories: list[Any], matrix: tuple[int, ...],
+                   block: int | None = None) -> Any:
+    """F^H d of every frame of a time series in one launch per coil group: frame ``t``'s ``kspaces[t]``
+    (complex64 ``(C, M_t)``, the same C for all) at ``trajectories[t]`` (float32 ``(M_t, D)``). The same sums
+    as :func:`fhd_gpu` frame by frame (mirror pairs, the recurrence), the records read from global memory
+    (``fhd.cu`` ``FHD_FRAMES`` 1). Returns complex64 ``(T, C, *matrix)``."""
+    cupy = cupy_module()
+    checked = [adjoint_inputs(d, k, matrix) for d, k in zip(kspaces, trajectories, strict=True)]
+    if not checked:
+        raise InvalidDataError("a time series needs at least one frame")
+    matrix, device = checked[0][1], checked[0][2]
+    n_coils = checked[0][0].shape[0]
+    if any(data.shape[0] != n_coils for data, _, _ in checked):
+        raise InvalidDataError("every frame of a time series needs the same number of coils")
+    kfix = fixed_point_turns(cupy.concatenate(trajectories), matrix)
+    counts = [data.shape[1] for data, _, _ in checked]
+    data = cupy.concatenate([data for data, _, _ in checked], axis=1)
+    out = empty((len(checked), n_coils, math.prod(matrix)), cupy.complex64)
+    for first, size in coil_groups(n_coils):
+        records = _records(kfix, data[first:first + size], real=False)
+        defines = frames_defines(adjoint_defines(len(matrix), size, multi=True, recur=True))
+        fhd_frames_launch(out, records, counts, matrix, defines, first, block, device)
+    return out.reshape(len(checked), n_coils, *matrix)
+
+
+def psf_frames_gpu(trajectories: list[Any], weights: list[Any], matrix: tuple[int, ...],
+                   block: int | None = None) -> Any:
+    """The Toeplitz PSF (:func:`psf_gpu`) of every frame of a time series in one launch: frame ``t``'s
+    ``trajectories[t]`` (float32 ``(M_t, D)``) with ``weights[t]`` (float32 ``(M_t,)``, or None for ones).
+    Returns complex64 ``(T, *2 matrix)``."""
+    cupy = cupy_module()
+    matrix = validate_matrix(matrix)
+    big = tuple(2 * n for n in matrix)
+    if math.prod(big) > 2**31 - 1:
+        raise ResourceError(f"the PSF grid {list(big)} of matrix {list(matrix)} exceeds 2^31 - 1 voxels")
+    device = current_device()
+    counts = [check_trajectory(k, matrix, None, device) for k in trajectories]
+    if not counts:
+        raise InvalidDataError("a time series needs at least one frame")
+    parts = []
+    for w, count in zip(weights, counts, strict=True):
+        w = cupy.ones(count, dtype=cupy.float32) if w is None else w
+        check_gpu_array("weights", w, device, "f", 1)
+        if w.shape != (count,):
+            raise SchemaError(f"weights must have shape ({count},), found {w.shape}")
+        parts.append(cupy.asarray(w, dtype=cupy.float32))
+    kfix = scaled_turns(cupy.concatenate(trajectories), big, 2.0)
+    records = _records(kfix, cupy.concatenate(parts)[None, :], real=True)
+    out = empty((len(counts), 1, math.prod(big)), cupy.complex64)
+    fhd_frames_launch(out, records, counts, big, frames_defines(psf_defines(len(big))), 0, block, device)
+    return out.reshape(len(counts), *big)
+
+
+def _frame_start(counts: list[int]) -> Any:
+    """int32 ``(T + 1,)`` on the current device: where each frame's records begin, then their total."""
+    total = sum(counts)
+    if total > 2**31 - 1:
+        raise ResourceError(f"a time series of {total} samples exceeds the 2^31 - 1 the frames' offsets take")
+    return cupy_module().asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+
+
 def _records(kfix: Any, data: Any, *, real: bool) -> Any:
     """The constant-memory records (M, words) uint32: fixed-point trajectory, padding, samples."""
     dim, coils = kfix.shape[1], data.shape[0]
@@ -182,6 +245,48 @@ def _pointer(array: Any) -> Any:
     return np.uint64(0) if array is None else array
 
 
+@dataclass(frozen=True)
+class _Geometry:
+    """One ``fhd.cu`` launch's shape: the kernel, the line list, positions per line, blocks along the voxels,
+    threads per block row and sample slices per block, and the reduction tree's shared memory."""
+
+    kernel: Any
+    lines: Any
+    per_line: int
+    blocks: int
+    row: int
+    rows: int
+    shared: int
+
+
+def _geometry(module: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool, samples: int,
+              block: int | None, device: Device) -> _Geometry:
+    """The launch shape of ``fhd.cu`` for ``samples`` samples per launch (rows of a block share them)."""
+    kernel = module.get_function("mri_recon_fhd")
+    row = launch_size(block, DEFAULT_ROW, defines["FHD_MAX_THREADS"], "block (threads per block row)")
+    rows = 1 << (max(1, min(defines["FHD_MAX_THREADS"] // row, samples // 32)).bit_length() - 1)  # 2^n slices
+    lines = on_device("lines", matrix, int(paired), device.index)[0]
+    per_line = -(-line_positions(matrix, paired) // defines["FHD_VOX"])
+    blocks = -(-lines.shape[0] * per_line // row)
+    accumulators = fhd_accumulators(defines["FHD_VOX"], defines["FHD_COILS"], defines["FHD_REAL"],
+                                    defines["FHD_OFFRES"], defines["FHD_RECUR"])
+    shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
+    if shared > 48 * 1024:  # beyond the default limit a kernel must opt in to more dynamic shared memory
+        kernel.max_dynamic_shared_size_bytes = shared
+    return _Geometry(kernel, lines, per_line, blocks, row, rows, shared)
+
+
+def _slices(geometry: _Geometry, frames: int, samples: int, device: Device) -> int:
+    """Grid rows splitting each launch's samples so that the last wave of blocks is nearly full."""
+    return grid_slices(geometry.blocks * frames, geometry.row * geometry.rows,
+                       int(getattr(geometry.kernel, "num_regs", 64)), sm_count(device.index),
+                       max(1, min(8, samples // (64 * geometry.rows))))
+
+
+def _dims(matrix: tuple[int, ...]) -> list[np.int32]:
+    return [np.int32(n) for n in matrix] + [np.int32(1)] * (3 - len(matrix))
+
+
 def fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool,
                 coil0: int, chunk: int | None, block: int | None, device: Device, slices: int | None = None,
                 field_map: Any = None, steps: Any = None) -> None:
@@ -189,36 +294,47 @@ def fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[st
     ``field_map`` (int32 voxels, ``F_n``) for ``FHD_OFFRES`` 1, ``steps`` (complex64 voxels, ``r_n``) for its
     time recurrence (``FHD_RECUR`` 1 too)."""
     module = get_module("fhd.cu", defines, device)
-    kernel = module.get_function("mri_recon_fhd")
     n_samples = records.shape[0]
-    capacity, limit = defines["FHD_CHUNK"], defines["FHD_MAX_THREADS"]
+    capacity = defines["FHD_CHUNK"]
     size = launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
-    row = launch_size(block, DEFAULT_ROW, limit, "block (threads per block row)")
-    rows = 1 << (max(1, min(limit // row, size // 32)).bit_length() - 1)  # in-block sample slices, 2^n
-    lines = on_device("lines", matrix, int(paired), device.index)[0]
-    per_line = -(-line_positions(matrix, paired) // defines["FHD_VOX"])
-    blocks = -(-lines.shape[0] * per_line // row)
+    geometry = _geometry(module, matrix, defines, paired, size, block, device)
     if slices is None:
-        slices = grid_slices(blocks, row * rows, int(getattr(kernel, "num_regs", 64)), sm_count(device.index),
-                             max(1, min(8, size // (64 * rows))))
+        slices = _slices(geometry, 1, size, device)
     coils = defines["FHD_COILS"]
     target, first_coil = (out, coil0) if slices == 1 else (empty((slices, coils, out.shape[1]), out.dtype), 0)
-    accumulators = fhd_accumulators(defines["FHD_VOX"], coils, defines["FHD_REAL"], defines["FHD_OFFRES"],
-                                    defines["FHD_RECUR"])
-    shared = 4 * (accumulators + 1) * row * (rows // 2)  # the reduction tree's slots (about 32 KB at most)
-    dims = [int(n) for n in matrix] + [1] * (3 - len(matrix))
-    args = [target, lines, np.int32(lines.shape[0]), np.int32(per_line), *(np.int32(n) for n in dims)]
+    args = [target, geometry.lines, np.int32(geometry.lines.shape[0]), np.int32(geometry.per_line),
+            *_dims(matrix)]
     tail = (np.int32(target.shape[-2]), np.int32(first_coil))
-    if shared > 48 * 1024:  # beyond the default limit a kernel must opt in to more dynamic shared memory
-        kernel.max_dynamic_shared_size_bytes = shared
     for index, begin in enumerate(range(0, n_samples, size)):
         count = min(size, n_samples - begin)
         upload_constant(module, "c_k", records[begin:begin + count])
-        kernel((blocks, slices, 1), (row, rows, 1),
-               (*args, np.int32(count), *tail, np.int32(index == 0), _pointer(field_map), _pointer(steps)),
-               shared_mem=shared)
+        geometry.kernel((geometry.blocks, slices, 1), (geometry.row, geometry.rows, 1),
+                        (*args, np.int32(count), *tail, np.int32(index == 0), _pointer(field_map), _pointer(steps)),
+                        shared_mem=geometry.shared)
     if slices > 1:
         out[coil0:coil0 + coils] = target.sum(axis=0)
+
+
+def fhd_frames_launch(out: Any, records: Any, counts: list[int], matrix: tuple[int, ...], defines: dict[str, int],
+                      coil0: int, block: int | None, device: Device) -> None:
+    """Run ``fhd.cu`` with ``FHD_FRAMES`` 1 (``defines`` have it): frame ``t``'s ``counts[t]`` records, which
+    follow the earlier frames' in ``records``, into the coils ``coil0 ..`` of ``out[t]`` (T, C, voxels), every
+    frame and sample in one launch (mirror pairs)."""
+    module = get_module("fhd.cu", defines, device)
+    frames, longest = len(counts), max(counts)
+    frame_start = _frame_start(counts)
+    geometry = _geometry(module, matrix, defines, True, max(longest, 1), block, device)
+    slices = _slices(geometry, frames, longest, device)
+    coils = defines["FHD_COILS"]
+    target, first_coil = ((out, coil0) if slices == 1
+                          else (empty((frames, slices, coils, out.shape[-1]), out.dtype), 0))
+    null = _pointer(None)
+    geometry.kernel((geometry.blocks, slices, frames), (geometry.row, geometry.rows, 1),
+                    (target, geometry.lines, np.int32(geometry.lines.shape[0]), np.int32(geometry.per_line),
+                     *_dims(matrix), np.int32(0), np.int32(target.shape[-2]), np.int32(first_coil), np.int32(1),
+                     null, null, records, frame_start), shared_mem=geometry.shared)
+    if slices > 1:
+        out[:, coil0:coil0 + coils] = target.sum(axis=1)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ...kernels.configs import (
     SEGMENT_TIERS,
     adjoint_defines,
     forward_defines,
+    frames_defines,
     offres_adjoint_defines,
     offres_forward_defines,
     offres_tc_defines,
@@ -34,10 +35,10 @@ DIMENSIONS = (2, 3)
 
 
 def exact_configurations() -> list[tuple[str, dict[str, int]]]:
-    """``fhd.cu`` (F^H d and the PSF) and ``forward.cu`` for 2-D and 3-D, 1..MAX_GROUP coils
-    (with and without off-resonance), plus the element-wise helpers (``arith.cu``), the Toeplitz product, CG
-    and the compressed-sensing kernels (finite differences, proximal steps, wavelets), which take no defines,
-    and the time-segmented normal operator for every ``SEG_MAX`` tier."""
+    """``fhd.cu`` (F^H d and the PSF, one frame or a time series' frames at once) and ``forward.cu`` for 2-D
+    and 3-D, 1..MAX_GROUP coils (with and without off-resonance), plus the element-wise helpers (``arith.cu``),
+    the Toeplitz product, CG and the compressed-sensing kernels (finite differences, proximal steps, wavelets),
+    which take no defines, and the time-segmented normal operator for every ``SEG_MAX`` tier."""
     configs: list[tuple[str, dict[str, int]]] = [("toeplitz.cu", {}), ("cg.cu", {}), ("tv.cu", {}), ("prox.cu", {}),
                                                  ("wavelet.cu", {}), ("arith.cu", {})]
     configs += [("segments.cu", segments_defines(tier)) for tier in SEGMENT_TIERS]
@@ -45,8 +46,9 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
         for coils in range(1, MAX_GROUP + 1):
             configs += [("fhd.cu", adjoint_defines(dim, coils, multi=False, recur=False)),
                         ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=False)),
-                        ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=True))]
-        configs.append(("fhd.cu", psf_defines(dim)))
+                        ("fhd.cu", adjoint_defines(dim, coils, multi=True, recur=True)),
+                        ("fhd.cu", frames_defines(adjoint_defines(dim, coils, multi=True, recur=True)))]
+        configs += [("fhd.cu", psf_defines(dim)), ("fhd.cu", frames_defines(psf_defines(dim)))]
         configs.append(("forward.cu", forward_defines(dim, None, None)))
         for coils in range(1, MAX_GROUP + 1):
             configs += [("forward.cu", forward_defines(dim, coils, 1)),

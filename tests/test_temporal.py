@@ -288,6 +288,29 @@ def test_gpu_matches_numpy(small_series, solver, regularizer):
 
 
 @pytest.mark.gpu
+def test_gpu_admm_iterations_replayed_as_a_graph_give_the_eager_frames(small_series, monkeypatch):
+    """On a GPU the iterations without a check are one captured CUDA graph, replayed: the frames and the
+    objectives are those of the same iterations launched one by one."""
+    from mri_recon.solvers import temporal
+
+    _, ready = small_series
+    options = {"prepare": False, "iterations": 30, "method": "exact", "device": "gpu"}
+    captures, original = [], temporal.capture_keeping
+
+    def counted(xp, work):
+        captures.append(original(xp, work))
+        return captures[-1]
+
+    monkeypatch.setattr(temporal, "capture_keeping", counted)
+    replayed = reconstruct_series(ready, **options)
+    assert len(captures) == 1 and captures[0] is not None
+    monkeypatch.setattr(temporal, "capture_keeping", lambda xp, work: None)
+    eager = reconstruct_series(ready, **options)
+    assert np.array_equal(replayed.image, eager.image)
+    assert replayed.residuals == eager.residuals
+
+
+@pytest.mark.gpu
 def test_gpu_joint_admm_dense_against_numpy():
     from mri_recon.arrays.backend import cupy_module
 

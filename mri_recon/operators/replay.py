@@ -1,5 +1,5 @@
-"""Work captured once as a CUDA graph and replayed: the fused CG loop's iterations and a planned operator's
-transform.
+"""Work captured once as a CUDA graph and replayed: the fused CG loop's iterations, a planned operator's
+transform and the time series' ADMM iterations (:func:`capture_keeping`: work that allocates).
 
 A call of a planned GPU transform costs the host a few dozen launches and the Python around them. A 2D transform
 keeps the device busy for less than a millisecond, so the device spends a good part of the call waiting for the
@@ -43,6 +43,32 @@ def capture(xp: Any, work: Callable[[], None]) -> Any:
     except Exception:  # noqa: BLE001 - capture is an optimization; eager launches give the same results
         return None
     return graph
+
+
+class Kept:
+    """A CUDA graph and the device memory it was captured with (:func:`capture_keeping`)."""
+
+    def __init__(self, graph: Any, memory: list[Any]) -> None:
+        self.graph, self.memory = graph, memory
+
+    def launch(self, xp: Any) -> None:
+        self.graph.launch(xp.cuda.get_current_stream())
+
+
+def capture_keeping(xp: Any, work: Callable[[], None]) -> Kept | None:
+    """:func:`capture` of ``work`` that may allocate: every block the memory pool hands out during the capture
+    is kept with the graph, so no later array reuses memory that a replay writes (the temporaries of array
+    expressions live as long as the graph). No host synchronization in ``work``; None where capture is refused."""
+    pool, memory = xp.get_default_memory_pool(), []
+
+    def allocate(size: int) -> Any:
+        block = pool.malloc(size)
+        memory.append(block)
+        return block
+
+    with xp.cuda.using_allocator(allocate):
+        graph = capture(xp, work)
+    return None if graph is None else Kept(graph, memory)
 
 
 class Replay:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
+from ..operators.replay import capture_keeping
 from .admm import Callback, Sparsity, carried_objective, objective
 from .cg import WarmCg, inner
 from .power import operator_norm
@@ -207,26 +208,61 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
     u = [xp.zeros_like(v) for v in z]
     energy = data_energy if data_energy > 0 else 1.0
     solve = WarmCg(operator, rhs, inner_iterations)
-    history, r, previous = [1.0], rhs.copy(), rhs
-    for k in range(1, iterations + 1):
-        b = rhs
-        if k > 1:
+    # r = b - A x carried from one x-update to the next; previous holds this iteration's b
+    history, r, previous = [1.0], rhs.copy(), rhs.copy()
+
+    def x_update(first: bool) -> list[Any]:
+        """The new right-hand side into ``r`` and ``previous``, CG steps on x; returns the ``K_j x``."""
+        if not first:
+            b = rhs
             for term, zj, uj in zip(terms, z, u):
                 b = term.sparsity.adjoint_rhs(b, zj - uj, rho)
-            r += b
-            r -= previous
-        previous = b
+            xp.add(r, b, out=r)
+            xp.subtract(r, previous, out=r)
+            previous[...] = b
         solve(x, r)
-        kxs = [term.sparsity.forward(x) for term in terms]
+        return [term.sparsity.forward(x) for term in terms]
+
+    def shrink(kxs: list[Any]) -> None:
+        for term, kx, zj, uj in zip(terms, kxs, z, u):
+            term.sparsity.shrink(kx, uj, zj, term.lam / (2.0 * rho))
+
+    replay = _IterationReplay(xp, lambda: shrink(x_update(False)))
+    for k in range(1, iterations + 1):
         checked = k % check_every == 0 or k == iterations
+        if k > 2 and not checked and replay.run():
+            continue
+        kxs = x_update(k == 1)
         if checked:  # before the shrinkage, which may overwrite K_j x
             penalty = sum(term.lam * term.sparsity.norm(kx) for term, kx in zip(terms, kxs))
             history.append(carried_objective(x, previous, r, rhs, data_energy, rho, kxs, penalty) / energy)
-        for term, kx, zj, uj in zip(terms, kxs, z, u):
-            term.sparsity.shrink(kx, uj, zj, term.lam / (2.0 * rho))
+        shrink(kxs)
         if checked and callback is not None:
             callback(k, x, history[-1])
     return x, tuple(history)
+
+
+class _IterationReplay:
+    """An ADMM iteration without a check, captured once as a CUDA graph on a GPU and replayed
+    (:func:`~mri_recon.operators.replay.capture_keeping`): one launch instead of a few dozen. :meth:`run` queues
+    one iteration and says so, or returns False (on the CPU, or where capture was refused) for the caller to
+    run it as it is."""
+
+    def __init__(self, xp: Any, iteration: Callable[[], None]) -> None:
+        self.xp, self.iteration = xp, iteration
+        self.kept: Any = None
+        self.refused = xp is np
+
+    def run(self) -> bool:
+        if self.refused:
+            return False
+        if self.kept is None:
+            self.kept = capture_keeping(self.xp, self.iteration)
+            self.refused = self.kept is None
+            if self.refused:
+                return False
+        self.kept.launch(self.xp)
+        return True
 
 
 def joint_pdhg(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, iterations: int, data_energy: float,

@@ -53,6 +53,9 @@ class Sparsity:
     penalty: Callable[[Any], float] | None = None
     dual_prox: Callable[[Any, float], Any] | None = None
     gram_add: Callable[[Any, Any, float], None] | None = None
+    replayable: bool = False
+    """Its ``forward``, ``adjoint_rhs`` and ``shrink`` launch the same work on every call (no host state such as
+    random shifts, no read-back), so that an iteration may be captured as a CUDA graph and replayed."""
 
     def add_gram(self, x: Any, out: Any, rho: float) -> None:
         """``out += rho K^H K x`` in place (``gram_add``, one kernel where it has one; else ``gram``)."""

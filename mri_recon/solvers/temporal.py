@@ -227,7 +227,7 @@ def joint_admm(normals: Sequence[Any], rhs: Any, terms: Sequence[Term], *, rho: 
         for term, kx, zj, uj in zip(terms, kxs, z, u):
             term.sparsity.shrink(kx, uj, zj, term.lam / (2.0 * rho))
 
-    replay = _IterationReplay(xp, lambda: shrink(x_update(False)))
+    replay = _IterationReplay(xp, lambda: shrink(x_update(False)), all(t.sparsity.replayable for t in terms))
     for k in range(1, iterations + 1):
         checked = k % check_every == 0 or k == iterations
         if k > 2 and not checked and replay.run():
@@ -248,10 +248,10 @@ class _IterationReplay:
     one iteration and says so, or returns False (on the CPU, or where capture was refused) for the caller to
     run it as it is."""
 
-    def __init__(self, xp: Any, iteration: Callable[[], None]) -> None:
+    def __init__(self, xp: Any, iteration: Callable[[], None], replayable: bool) -> None:
         self.xp, self.iteration = xp, iteration
         self.kept: Any = None
-        self.refused = xp is np
+        self.refused = xp is np or not replayable  # e.g. LLR's random shifts, drawn on the host per iteration
 
     def run(self) -> bool:
         if self.refused:

@@ -80,7 +80,7 @@ class TemporalTv(TemporalTerm):
     def sparsity(self, shape: tuple[int, ...]) -> Sparsity:
         return Sparsity(forward=time_difference, adjoint_rhs=first_axis_adjoint_rhs,
                         gram=lambda x: time_difference_adjoint(time_difference(x)), groups=0,
-                        shape=(shape[0] - 1, *shape[1:]), gram_add=first_axis_laplacian_add)
+                        shape=(shape[0] - 1, *shape[1:]), gram_add=first_axis_laplacian_add, replayable=True)
 
 
 def identity_sparsity(shape: tuple[int, ...], prox, penalty, dual_prox=None) -> Sparsity:

@@ -29,7 +29,7 @@ class TotalVariation(Regularizer):
         return Sparsity(forward=lambda x: fd.gradient(x, ndim),
                         adjoint_rhs=lambda b, q, rho: fd.adjoint_rhs(b, q, rho, ndim),
                         gram=lambda x: _gram(x, ndim),
-                        groups=0 if anisotropic else ndim, shape=(ndim, *shape)), None
+                        groups=0 if anisotropic else ndim, shape=(ndim, *shape), replayable=True), None
 
     def norm_squared(self, ndim: int) -> float:
         """``||D||^2 <= 4 ndim`` for forward differences along ``ndim`` axes."""

@@ -116,14 +116,16 @@ def plan_reconstruction(scan: Scan, device: str | int | Device | None = "auto", 
 def _series_bytes(series: TimeSeries, gpu: bool, splits: int) -> int:
     """What a time series keeps at once: every frame's Toeplitz spectrum (on a GPU also the batched normal
     operator's coil grids), the solver's vectors over all frames (x, r, p, A p, b and the previous b; frame by
-    frame fewer), ``splits`` split-and-dual pairs of frames' size per term of a joint solve, the frames' data and
-    the maps."""
+    frame fewer), ``splits`` split, dual and update triples of frames' size per term of a joint solve (on a GPU
+    twice: the temporaries of the ADMM iteration its CUDA graph keeps, beside an eager iteration's), the frames'
+    data and the maps."""
     matrix, t, c = series.matrix, series.n_frames, series.n_coils
     n_vox, grid2 = math.prod(matrix), math.prod(matrix) * 2 ** len(matrix)
     per_frame = grid2 * COMPLEX64 * (1 + 3 * c if gpu else 1)
     vectors = 6 * t * n_vox * COMPLEX64
+    triples = (6 if gpu else 3) * splits * t * n_vox * COMPLEX64
     data = sum(f.n_samples * (c * COMPLEX64 + (len(matrix) + 1) * FLOAT32) for f in series.frames)
-    return int(t * per_frame + vectors + 3 * splits * t * n_vox * COMPLEX64 + data + c * n_vox * COMPLEX64)
+    return int(t * per_frame + vectors + triples + data + c * n_vox * COMPLEX64)
 
 
 def plan_series(series: TimeSeries, device: str | int | Device | None = "auto", method: str = "auto",

@@ -218,6 +218,8 @@ def test_planner_refuses_before_allocating(small_series, monkeypatch):
     assert not device.is_gpu and frame.coil_batch == raw.n_coils
     alone = pipeline._series_bytes(raw, False, 0)
     assert pipeline._series_bytes(raw, False, 1) - alone == 3 * 5 * 32 * 32 * 8  # a split, its dual and update
+    # on a GPU also the replayed iteration's kept temporaries
+    assert pipeline._series_bytes(raw, True, 1) - pipeline._series_bytes(raw, True, 0) == 6 * 5 * 32 * 32 * 8
     monkeypatch.setattr(pipeline, "host_memory_available", lambda: int(max(alone, frame.peak_bytes) / 0.9) + 4096)
     plan_series(raw, "cpu", iterations=10)  # frame by frame fits
     prepared = []
@@ -322,6 +324,28 @@ def test_gpu_joint_admm_dense_against_numpy():
     x_gpu, _ = joint_admm(gpu_normals, cupy.asarray(rhs), terms, rho=0.5, iterations=50, inner_iterations=2,
                           data_energy=energy)
     assert np.linalg.norm(cupy.asnumpy(x_gpu) - x_cpu) / np.linalg.norm(x_cpu) < 1e-4
+
+
+def test_right_hand_side_groups_cover_the_frames_within_their_bytes():
+    """A time series' right-hand side takes its frames in consecutive groups, each within FRAME_GROUP_BYTES
+    (coil images and three copies of the samples per frame) unless one frame alone is more."""
+    from types import SimpleNamespace
+
+    from mri_recon.stages import work
+
+    frames = [SimpleNamespace(kspace=np.empty((8, m), np.complex64)) for m in (100, 5000, 3, 70000, 1, 2000)]
+    matrix, coil_batch = (64, 64), 4
+    image = 8 * coil_batch * 64 * 64
+    for limit in (1, image + 3 * 8 * 8 * 5000, 10 * image, 1 << 40):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(work, "FRAME_GROUP_BYTES", limit)
+            groups = work.frame_groups(tuple(frames), matrix, coil_batch)
+        assert [t for g in groups for t in g] == list(range(len(frames)))
+        for group in groups:
+            need = sum(image + 3 * 8 * frames[t].kspace.size for t in group)
+            assert len(group) == 1 or need <= limit
+        if limit == 1 << 40:
+            assert len(groups) == 1
 
 
 @pytest.mark.parametrize("batch", [None, 1, 2])

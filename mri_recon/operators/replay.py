@@ -58,7 +58,9 @@ class Kept:
 def capture_keeping(xp: Any, work: Callable[[], None]) -> Kept | None:
     """:func:`capture` of ``work`` that may allocate: every block the memory pool hands out during the capture
     is kept with the graph, so no later array reuses memory that a replay writes (the temporaries of array
-    expressions live as long as the graph). No host synchronization in ``work``; None where capture is refused."""
+    expressions live as long as the graph). No host synchronization in ``work``; None where capture is refused.
+    The host side of ``work`` runs during the capture but its device work does not: buffers it sets up lazily
+    would look ready and never be written, so whatever ``work`` uses must exist (and hold its values) before."""
     pool, memory = xp.get_default_memory_pool(), []
 
     def allocate(size: int) -> Any:

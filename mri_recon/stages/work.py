@@ -99,7 +99,7 @@ def right_hand_side(options: Options, planned: Planned, uploaded: Uploaded, maps
     ``d^H W d`` for the sparse and joint solvers and the peak of its normal operator."""
     energy = bool(options.sparse or options.temporal.joint)
     data_scale, coil_batch, parts, energies = uploaded.data_scale, planned.budget.coil_batch, [], []
-    for group in _frame_groups(uploaded.data, planned.scan.matrix, coil_batch):
+    for group in frame_groups(uploaded.data, planned.scan.matrix, coil_batch):
         weighted = [arith.weighted(uploaded.data[t].kspace, uploaded.data[t].w, 1.0 / data_scale) for t in group]
         parts += _rhs_frames([encoded[t].encoding for t in group], weighted, maps.array, coil_batch)
         energies += [data_energy(uploaded.data[t].kspace, w, data_scale) if energy else 0.0
@@ -112,13 +112,22 @@ def right_hand_side(options: Options, planned: Planned, uploaded: Uploaded, maps
 
 
 FRAME_GROUP_BYTES = 256 << 20
-"""Coil images of a time series' frames at most in one group of the right-hand side (one frame at least)."""
+"""Bytes of one group of a time series' right-hand side at most (one frame at least): :func:`frame_groups`."""
 
 
-def _frame_groups(data: tuple[FrameData, ...], matrix: tuple[int, ...], coil_batch: int) -> list[range]:
-    """The frames in groups whose ``coil_batch`` coil images take at most :data:`FRAME_GROUP_BYTES`."""
-    size = max(1, FRAME_GROUP_BYTES // (8 * coil_batch * math.prod(matrix)))
-    return [range(start, min(start + size, len(data))) for start in range(0, len(data), size)]
+def frame_groups(data: tuple[FrameData, ...], matrix: tuple[int, ...], coil_batch: int) -> list[range]:
+    """Consecutive frames in groups that take at most :data:`FRAME_GROUP_BYTES` together: per frame its
+    ``coil_batch`` coil images and three copies of its samples (weighted, gathered for the launch, its records),
+    one frame at least per group."""
+    image = 8 * coil_batch * math.prod(matrix)
+    groups, start, used = [], 0, 0
+    for t, frame in enumerate(data):
+        need = image + 3 * 8 * int(frame.kspace.size)
+        if t > start and used + need > FRAME_GROUP_BYTES:
+            groups.append(range(start, t))
+            start, used = t, 0
+        used += need
+    return [*groups, range(start, len(data))]
 
 
 def _rhs_frames(encodings: list[Encoding], weighted: list[Any], maps: Any, coil_batch: int) -> list[Any]:

@@ -67,7 +67,7 @@ class GpuExactEncoding(GpuEncoding):
         """Several frames in one launch per coil group (:func:`~.gpu_exact.fhd_frames_gpu`)."""
         from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
 
-        if len(encodings) < 2 or any(type(e) is not cls for e in encodings):
+        if not 2 <= len(encodings) <= gpu_exact.MAX_FRAMES or any(type(e) is not cls for e in encodings):
             return super().adjoint_frames(encodings, data)
         return list(gpu_exact.fhd_frames_gpu(list(data), [e.trajectory for e in encodings], encodings[0].matrix))
 
@@ -81,7 +81,7 @@ class GpuExactEncoding(GpuEncoding):
         if len(encodings) < 2 or any(type(e) is not cls for e in encodings):
             return super().spectra_frames(encodings, weights, maps)
         matrix = encodings[0].matrix
-        size = max(1, PSF_GROUP_BYTES // (COMPLEX64 * 2 ** len(matrix) * math.prod(matrix)))
+        size = min(max(1, PSF_GROUP_BYTES // (COMPLEX64 * 2 ** len(matrix) * math.prod(matrix))), gpu_exact.MAX_FRAMES)
         spectra = []
         for start in range(0, len(encodings), size):
             part = slice(start, start + size)

@@ -56,6 +56,8 @@ faster than rows of 32 with one coil and with 8, and for the PSF: wider rows lea
 to reduce (docs/benchmarks.md, "Exact F^H d kernels")."""
 DEFAULT_BLOCK = 256
 """Threads per block of the forward kernels."""
+MAX_FRAMES = 65535
+"""Frames of one ``FHD_FRAMES`` launch at most (``gridDim.z``)."""
 THREADS_PER_SM = 1024
 """Threads per multiprocessor the forward launcher aims for when it splits the voxels into slices."""
 
@@ -320,6 +322,8 @@ def fhd_frames_launch(out: Any, records: Any, counts: list[int], matrix: tuple[i
     """Run ``fhd.cu`` with ``FHD_FRAMES`` 1 (``defines`` have it): frame ``t``'s ``counts[t]`` records, which
     follow the earlier frames' in ``records``, into the coils ``coil0 ..`` of ``out[t]`` (T, C, voxels), every
     frame and sample in one launch (mirror pairs)."""
+    if not 1 <= len(counts) <= MAX_FRAMES:
+        raise ValueError(f"one launch takes 1 to {MAX_FRAMES} frames, found {len(counts)}")
     module = get_module("fhd.cu", defines, device)
     frames, longest = len(counts), max(counts)
     frame_start = _frame_start(counts)

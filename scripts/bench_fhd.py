@@ -210,7 +210,7 @@ def main(path: str) -> int:
 
         def fn():
             out = gpu_fhd.empty((coils, p["nvox"]), cupy.complex64)
-            records = gpu_fhd._records(fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils], real=False)
+            records = gpu_fhd.fhd_records(fixed_point_turns(p["traj"], p["matrix"]), p["data"][:coils], real=False)
             gpu_fhd.fhd_launch(out, records, p["matrix"], defines, True, 0, chunk, block, gpu_fhd.current_device())
             return out
 
@@ -239,7 +239,7 @@ def main(path: str) -> int:
 
         def fn():
             kfix = fixed_point_turns(p["traj"].astype(cupy.float64) * 2.0, big)
-            records = gpu_fhd._records(kfix, weights[None, :], real=True)
+            records = gpu_fhd.fhd_records(kfix, weights[None, :], real=True)
             out = gpu_fhd.empty((1, math.prod(big)), cupy.complex64)
             gpu_fhd.fhd_launch(out, records, big, defines, True, 0, None, block, gpu_fhd.current_device())
             return out

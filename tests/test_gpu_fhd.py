@@ -14,6 +14,7 @@ from mri_recon.checks.grid import voxel_positions
 from mri_recon.errors import DeviceError, InvalidDataError, ResourceError, SchemaError
 from mri_recon.kernels.configs import adjoint_defines
 from mri_recon.operators.engines import gpu_exact as gpu_fhd
+from mri_recon.operators.engines import gpu_frames
 from mri_recon.operators.engines import gpu_layout as layout
 from mri_recon.operators.engines.nudft import nudft_adjoint, nudft_forward
 
@@ -181,6 +182,7 @@ def test_without_gpu_the_launchers_say_so():
 def poisoned(monkeypatch):
     """Every buffer the kernels fill starts as NaN, so a voxel or sample left unwritten shows."""
     poison_empty(monkeypatch, gpu_fhd)
+    poison_empty(monkeypatch, gpu_frames)
 
 
 def on_gpu(*arrays):
@@ -326,7 +328,7 @@ def test_frames_in_one_launch_are_each_frames_adjoint(rng, poisoned, matrix, coi
     the oracle's F^H d of its own samples, frames of different lengths (one of a single sample)."""
     counts = [300, 1, 977, 64]
     problems = [random_problem(rng, matrix, coils, m) for m in counts]
-    out = host(gpu_fhd.fhd_frames_gpu([on_gpu(d)[0] for _, d in problems], [on_gpu(t)[0] for t, _ in problems],
+    out = host(gpu_frames.fhd_frames_gpu([on_gpu(d)[0] for _, d in problems], [on_gpu(t)[0] for t, _ in problems],
                                       matrix))
     assert out.dtype == np.complex64 and out.shape == (len(counts), coils, *matrix)
     for frame, (traj, data) in zip(out, problems):
@@ -339,7 +341,7 @@ def test_frames_psfs_in_one_launch_are_each_frames_psf(rng, poisoned, matrix):
     counts = [500, 37, 1200]
     trajs = [random_problem(rng, matrix, 1, m, reach=1.0)[0] for m in counts]
     weights = [rng.random(m).astype(np.float32) for m in counts[:-1]] + [None]
-    out = host(gpu_fhd.psf_frames_gpu([on_gpu(t)[0] for t in trajs], [on_gpu(w)[0] for w in weights], matrix))
+    out = host(gpu_frames.psf_frames_gpu([on_gpu(t)[0] for t in trajs], [on_gpu(w)[0] for w in weights], matrix))
     assert out.shape == (len(counts), *(2 * n for n in matrix))
     for frame, traj, w in zip(out, trajs, weights):
         assert relative(frame, host(gpu_fhd.psf_gpu(*on_gpu(traj, w), matrix))) < TOL
@@ -350,7 +352,7 @@ def test_frames_of_one_series_share_their_coil_count(rng):
     traj, data = random_problem(rng, (4, 4), 2, 10)
     other = random_problem(rng, (4, 4), 3, 10)[1]
     with pytest.raises(InvalidDataError, match="same number of coils"):
-        gpu_fhd.fhd_frames_gpu(on_gpu(data, other), on_gpu(traj, traj), (4, 4))
+        gpu_frames.fhd_frames_gpu(on_gpu(data, other), on_gpu(traj, traj), (4, 4))
 
 
 # ----------------------------------------------------------------------------------------------------

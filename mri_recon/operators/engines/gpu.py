@@ -64,28 +64,28 @@ class GpuExactEncoding(GpuEncoding):
 
     @classmethod
     def adjoint_frames(cls, encodings: Sequence[Encoding], data: Sequence[Any]) -> list[Any]:
-        """Several frames in one launch per coil group (:func:`~.gpu_exact.fhd_frames_gpu`)."""
-        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+        """Several frames in one launch per coil group (:func:`~.gpu_frames.fhd_frames_gpu`)."""
+        from . import gpu_frames  # noqa: PLC0415 - needs CuPy and a GPU
 
-        if not 2 <= len(encodings) <= gpu_exact.MAX_FRAMES or any(type(e) is not cls for e in encodings):
+        if not 2 <= len(encodings) <= gpu_frames.MAX_FRAMES or any(type(e) is not cls for e in encodings):
             return super().adjoint_frames(encodings, data)
-        return list(gpu_exact.fhd_frames_gpu(list(data), [e.trajectory for e in encodings], encodings[0].matrix))
+        return list(gpu_frames.fhd_frames_gpu(list(data), [e.trajectory for e in encodings], encodings[0].matrix))
 
     @classmethod
     def spectra_frames(cls, encodings: Sequence[Encoding], weights: Sequence[Any], maps: Any = None) -> list[Any]:
-        """The frames' PSFs in one launch per group of :data:`PSF_GROUP_BYTES` (:func:`~.gpu_exact.psf_frames_gpu`),
+        """The frames' PSFs in one launch per group of :data:`PSF_GROUP_BYTES` (:func:`~.gpu_frames.psf_frames_gpu`),
         then each one's kernel spectrum."""
         from ..normal.toeplitz import kernel_spectrum  # noqa: PLC0415
-        from . import gpu_exact  # noqa: PLC0415 - needs CuPy and a GPU
+        from . import gpu_frames  # noqa: PLC0415 - needs CuPy and a GPU
 
         if len(encodings) < 2 or any(type(e) is not cls for e in encodings):
             return super().spectra_frames(encodings, weights, maps)
         matrix = encodings[0].matrix
-        size = min(max(1, PSF_GROUP_BYTES // (COMPLEX64 * 2 ** len(matrix) * math.prod(matrix))), gpu_exact.MAX_FRAMES)
+        size = min(max(1, PSF_GROUP_BYTES // (COMPLEX64 * 2 ** len(matrix) * math.prod(matrix))), gpu_frames.MAX_FRAMES)
         spectra = []
         for start in range(0, len(encodings), size):
             part = slice(start, start + size)
-            psfs = gpu_exact.psf_frames_gpu([e.trajectory for e in encodings[part]], list(weights[part]), matrix)
+            psfs = gpu_frames.psf_frames_gpu([e.trajectory for e in encodings[part]], list(weights[part]), matrix)
             spectra += [kernel_spectrum(p) for p in psfs]
         return spectra
 

@@ -34,7 +34,6 @@ from ...kernels.configs import (
     fhd_accumulators,
     fhd_record_words,
     forward_defines,
-    frames_defines,
     psf_defines,
 )
 from ..arith import records as arith_records
@@ -56,8 +55,6 @@ faster than rows of 32 with one coil and with 8, and for the PSF: wider rows lea
 to reduce (docs/benchmarks.md, "Exact F^H d kernels")."""
 DEFAULT_BLOCK = 256
 """Threads per block of the forward kernels."""
-MAX_FRAMES = 65535
-"""Frames of one ``FHD_FRAMES`` launch at most (``gridDim.z``)."""
 THREADS_PER_SM = 1024
 """Threads per multiprocessor the forward launcher aims for when it splits the voxels into slices."""
 
@@ -127,7 +124,7 @@ def fhd_gpu(kspace: Any, trajectory: Any, matrix: tuple[int, ...], *, paired: bo
     kfix = fixed_point_turns(trajectory, matrix)
     out = empty((n_coils, math.prod(matrix)), cupy_module().complex64)
     for start, size in coil_groups(n_coils):
-        records = _records(kfix, data[start:start + size], real=False)
+        records = fhd_records(kfix, data[start:start + size], real=False)
         defines = adjoint_defines(len(matrix), size, multi=multi, recur=recur)
         fhd_launch(out, records, matrix, defines, paired, start, chunk, block, device)
     return out.reshape(n_coils, *matrix)
@@ -169,74 +166,13 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     if weights.shape != (n_samples,):
         raise SchemaError(f"weights must have shape ({n_samples},), found {weights.shape}")
     kfix = scaled_turns(trajectory, big, 2.0)
-    records = _records(kfix, cupy.ascontiguousarray(weights, dtype=cupy.float32)[None, :], real=True)
+    records = fhd_records(kfix, cupy.ascontiguousarray(weights, dtype=cupy.float32)[None, :], real=True)
     out = empty((1, math.prod(big)), cupy.complex64)
     fhd_launch(out, records, big, psf_defines(len(big)), True, 0, chunk, block, device)
     return out.reshape(big)
 
 
-def fhd_frames_gpu(kspaces: list[Any], trajectories: list[Any], matrix: tuple[int, ...],
-                   block: int | None = None) -> Any:
-    """F^H d of every frame of a time series in one launch per coil group: frame ``t``'s ``kspaces[t]``
-    (complex64 ``(C, M_t)``, the same C for all) at ``trajectories[t]`` (float32 ``(M_t, D)``). The same sums
-    as :func:`fhd_gpu` frame by frame (mirror pairs, the recurrence), the records read from global memory
-    (``fhd.cu`` ``FHD_FRAMES`` 1). Returns complex64 ``(T, C, *matrix)``."""
-    cupy = cupy_module()
-    checked = [adjoint_inputs(d, k, matrix) for d, k in zip(kspaces, trajectories, strict=True)]
-    if not checked:
-        raise InvalidDataError("a time series needs at least one frame")
-    matrix, device = checked[0][1], checked[0][2]
-    n_coils = checked[0][0].shape[0]
-    if any(data.shape[0] != n_coils for data, _, _ in checked):
-        raise InvalidDataError("every frame of a time series needs the same number of coils")
-    kfix = fixed_point_turns(cupy.concatenate(trajectories), matrix)
-    counts = [data.shape[1] for data, _, _ in checked]
-    data = cupy.concatenate([data for data, _, _ in checked], axis=1)
-    out = empty((len(checked), n_coils, math.prod(matrix)), cupy.complex64)
-    for first, size in coil_groups(n_coils):
-        records = _records(kfix, data[first:first + size], real=False)
-        defines = frames_defines(adjoint_defines(len(matrix), size, multi=True, recur=True))
-        fhd_frames_launch(out, records, counts, matrix, defines, first, block, device)
-    return out.reshape(len(checked), n_coils, *matrix)
-
-
-def psf_frames_gpu(trajectories: list[Any], weights: list[Any], matrix: tuple[int, ...],
-                   block: int | None = None) -> Any:
-    """The Toeplitz PSF (:func:`psf_gpu`) of every frame of a time series in one launch: frame ``t``'s
-    ``trajectories[t]`` (float32 ``(M_t, D)``) with ``weights[t]`` (float32 ``(M_t,)``, or None for ones).
-    Returns complex64 ``(T, *2 matrix)``."""
-    cupy = cupy_module()
-    matrix = validate_matrix(matrix)
-    big = tuple(2 * n for n in matrix)
-    if math.prod(big) > 2**31 - 1:
-        raise ResourceError(f"the PSF grid {list(big)} of matrix {list(matrix)} exceeds 2^31 - 1 voxels")
-    device = current_device()
-    counts = [check_trajectory(k, matrix, None, device) for k in trajectories]
-    if not counts:
-        raise InvalidDataError("a time series needs at least one frame")
-    parts = []
-    for w, count in zip(weights, counts, strict=True):
-        w = cupy.ones(count, dtype=cupy.float32) if w is None else w
-        check_gpu_array("weights", w, device, "f", 1)
-        if w.shape != (count,):
-            raise SchemaError(f"weights must have shape ({count},), found {w.shape}")
-        parts.append(cupy.asarray(w, dtype=cupy.float32))
-    kfix = scaled_turns(cupy.concatenate(trajectories), big, 2.0)
-    records = _records(kfix, cupy.concatenate(parts)[None, :], real=True)
-    out = empty((len(counts), 1, math.prod(big)), cupy.complex64)
-    fhd_frames_launch(out, records, counts, big, frames_defines(psf_defines(len(big))), 0, block, device)
-    return out.reshape(len(counts), *big)
-
-
-def _frame_start(counts: list[int]) -> Any:
-    """int32 ``(T + 1,)`` on the current device: where each frame's records begin, then their total."""
-    total = sum(counts)
-    if total > 2**31 - 1:
-        raise ResourceError(f"a time series of {total} samples exceeds the 2^31 - 1 the frames' offsets take")
-    return cupy_module().asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-
-
-def _records(kfix: Any, data: Any, *, real: bool) -> Any:
+def fhd_records(kfix: Any, data: Any, *, real: bool) -> Any:
     """The constant-memory records (M, words) uint32: fixed-point trajectory, padding, samples."""
     dim, coils = kfix.shape[1], data.shape[0]
     return arith_records(kfix, cupy_module().ascontiguousarray(data), fhd_record_words(dim, coils, real))
@@ -261,7 +197,7 @@ class _Geometry:
     shared: int
 
 
-def _geometry(module: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool, samples: int,
+def launch_geometry(module: Any, matrix: tuple[int, ...], defines: dict[str, int], paired: bool, samples: int,
               block: int | None, device: Device) -> _Geometry:
     """The launch shape of ``fhd.cu`` for ``samples`` samples per launch (rows of a block share them)."""
     kernel = module.get_function("mri_recon_fhd")
@@ -278,14 +214,14 @@ def _geometry(module: Any, matrix: tuple[int, ...], defines: dict[str, int], pai
     return _Geometry(kernel, lines, per_line, blocks, row, rows, shared)
 
 
-def _slices(geometry: _Geometry, frames: int, samples: int, device: Device) -> int:
+def launch_slices(geometry: _Geometry, frames: int, samples: int, device: Device) -> int:
     """Grid rows splitting each launch's samples so that the last wave of blocks is nearly full."""
     return grid_slices(geometry.blocks * frames, geometry.row * geometry.rows,
                        int(getattr(geometry.kernel, "num_regs", 64)), sm_count(device.index),
                        max(1, min(8, samples // (64 * geometry.rows))))
 
 
-def _dims(matrix: tuple[int, ...]) -> list[np.int32]:
+def grid_dims(matrix: tuple[int, ...]) -> list[np.int32]:
     return [np.int32(n) for n in matrix] + [np.int32(1)] * (3 - len(matrix))
 
 
@@ -299,13 +235,13 @@ def fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[st
     n_samples = records.shape[0]
     capacity = defines["FHD_CHUNK"]
     size = launch_size(chunk, capacity, capacity, "chunk (samples per constant-memory chunk)")
-    geometry = _geometry(module, matrix, defines, paired, size, block, device)
+    geometry = launch_geometry(module, matrix, defines, paired, size, block, device)
     if slices is None:
-        slices = _slices(geometry, 1, size, device)
+        slices = launch_slices(geometry, 1, size, device)
     coils = defines["FHD_COILS"]
     target, first_coil = (out, coil0) if slices == 1 else (empty((slices, coils, out.shape[1]), out.dtype), 0)
     args = [target, geometry.lines, np.int32(geometry.lines.shape[0]), np.int32(geometry.per_line),
-            *_dims(matrix)]
+            *grid_dims(matrix)]
     tail = (np.int32(target.shape[-2]), np.int32(first_coil))
     for index, begin in enumerate(range(0, n_samples, size)):
         count = min(size, n_samples - begin)
@@ -315,30 +251,6 @@ def fhd_launch(out: Any, records: Any, matrix: tuple[int, ...], defines: dict[st
                         shared_mem=geometry.shared)
     if slices > 1:
         out[coil0:coil0 + coils] = target.sum(axis=0)
-
-
-def fhd_frames_launch(out: Any, records: Any, counts: list[int], matrix: tuple[int, ...], defines: dict[str, int],
-                      coil0: int, block: int | None, device: Device) -> None:
-    """Run ``fhd.cu`` with ``FHD_FRAMES`` 1 (``defines`` have it): frame ``t``'s ``counts[t]`` records, which
-    follow the earlier frames' in ``records``, into the coils ``coil0 ..`` of ``out[t]`` (T, C, voxels), every
-    frame and sample in one launch (mirror pairs)."""
-    if not 1 <= len(counts) <= MAX_FRAMES:
-        raise ValueError(f"one launch takes 1 to {MAX_FRAMES} frames, found {len(counts)}")
-    module = get_module("fhd.cu", defines, device)
-    frames, longest = len(counts), max(counts)
-    frame_start = _frame_start(counts)
-    geometry = _geometry(module, matrix, defines, True, max(longest, 1), block, device)
-    slices = _slices(geometry, frames, longest, device)
-    coils = defines["FHD_COILS"]
-    target, first_coil = ((out, coil0) if slices == 1
-                          else (empty((frames, slices, coils, out.shape[-1]), out.dtype), 0))
-    null = _pointer(None)
-    geometry.kernel((geometry.blocks, slices, frames), (geometry.row, geometry.rows, 1),
-                    (target, geometry.lines, np.int32(geometry.lines.shape[0]), np.int32(geometry.per_line),
-                     *_dims(matrix), np.int32(0), np.int32(target.shape[-2]), np.int32(first_coil), np.int32(1),
-                     null, null, records, frame_start), shared_mem=geometry.shared)
-    if slices > 1:
-        out[:, coil0:coil0 + coils] = target.sum(axis=1)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -347,6 +347,17 @@ def test_frames_psfs_in_one_launch_are_each_frames_psf(rng, poisoned, matrix):
         assert relative(frame, host(gpu_fhd.psf_gpu(*on_gpu(traj, w), matrix))) < TOL
 
 
+def test_frames_launches_refuse_what_they_cannot_index():
+    """Refused before any device work: no frame at all, more frames than gridDim.z takes, and more samples
+    than the int32 frame offsets hold."""
+    with pytest.raises(InvalidDataError, match="at least one frame"):
+        gpu_frames.fhd_frames_gpu([], [], (4, 4))
+    with pytest.raises(ValueError, match=f"one launch takes 1 to {gpu_frames.MAX_FRAMES} frames"):
+        gpu_frames.fhd_frames_launch(None, None, [1] * (gpu_frames.MAX_FRAMES + 1), (4, 4), {}, 0, None, None)
+    with pytest.raises(ResourceError, match="exceeds the 2\\^31 - 1 the frames' offsets take"):
+        gpu_frames._frame_start([2**30, 2**30])
+
+
 @pytest.mark.gpu
 def test_frames_of_one_series_share_their_coil_count(rng):
     traj, data = random_problem(rng, (4, 4), 2, 10)

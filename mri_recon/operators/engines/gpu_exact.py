@@ -160,16 +160,22 @@ def psf_gpu(trajectory: Any, weights: Any, matrix: tuple[int, ...], *, chunk: in
     device = current_device()
     cupy = cupy_module()
     n_samples = check_trajectory(trajectory, matrix, None, device)
-    if weights is None:
-        weights = cupy.ones(n_samples, dtype=cupy.float32)
-    check_gpu_array("weights", weights, device, "f", 1)
-    if weights.shape != (n_samples,):
-        raise SchemaError(f"weights must have shape ({n_samples},), found {weights.shape}")
     kfix = scaled_turns(trajectory, big, 2.0)
-    records = fhd_records(kfix, cupy.ascontiguousarray(weights, dtype=cupy.float32)[None, :], real=True)
+    records = fhd_records(kfix, psf_weights(weights, n_samples, device)[None, :], real=True)
     out = empty((1, math.prod(big)), cupy.complex64)
     fhd_launch(out, records, big, psf_defines(len(big)), True, 0, chunk, block, device)
     return out.reshape(big)
+
+
+def psf_weights(weights: Any, count: int, device: Device) -> Any:
+    """Checked PSF weights: contiguous float32 ``(count,)`` on ``device`` (None: ones)."""
+    cupy = cupy_module()
+    if weights is None:
+        return cupy.ones(count, dtype=cupy.float32)
+    check_gpu_array("weights", weights, device, "f", 1)
+    if weights.shape != (count,):
+        raise SchemaError(f"weights must have shape ({count},), found {weights.shape}")
+    return cupy.ascontiguousarray(weights, dtype=cupy.float32)
 
 
 def fhd_records(kfix: Any, data: Any, *, real: bool) -> Any:

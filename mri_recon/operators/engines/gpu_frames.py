@@ -14,11 +14,11 @@ import numpy as np
 
 from ...arrays.backend import Device, cupy_module
 from ...checks.validation import validate_matrix
-from ...errors import InvalidDataError, ResourceError, SchemaError
+from ...errors import InvalidDataError, ResourceError
 from ...kernels import get_module
 from ...kernels.configs import adjoint_defines, frames_defines, psf_defines
-from ..gpu.launch import check_gpu_array, check_trajectory, current_device, empty
-from .gpu_exact import adjoint_inputs, fhd_records, grid_dims, launch_geometry, launch_slices
+from ..gpu.launch import check_trajectory, current_device, empty
+from .gpu_exact import adjoint_inputs, fhd_records, grid_dims, launch_geometry, launch_slices, psf_weights
 from .gpu_layout import coil_groups, fixed_point_turns, scaled_turns
 
 MAX_FRAMES = 65535
@@ -64,13 +64,7 @@ def psf_frames_gpu(trajectories: list[Any], weights: list[Any], matrix: tuple[in
     counts = [check_trajectory(k, matrix, None, device) for k in trajectories]
     if not counts:
         raise InvalidDataError("a time series needs at least one frame")
-    parts = []
-    for w, count in zip(weights, counts, strict=True):
-        w = cupy.ones(count, dtype=cupy.float32) if w is None else w
-        check_gpu_array("weights", w, device, "f", 1)
-        if w.shape != (count,):
-            raise SchemaError(f"weights must have shape ({count},), found {w.shape}")
-        parts.append(cupy.asarray(w, dtype=cupy.float32))
+    parts = [psf_weights(w, count, device) for w, count in zip(weights, counts, strict=True)]
     kfix = scaled_turns(cupy.concatenate(trajectories), big, 2.0)
     records = fhd_records(kfix, cupy.concatenate(parts)[None, :], real=True)
     out = empty((len(counts), 1, math.prod(big)), cupy.complex64)

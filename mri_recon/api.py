@@ -31,7 +31,7 @@ from .planning.planner import Plan
 from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
 from .prep.compress import planned_coils
-from .prep.compress_methods import compression_method
+from .prep.compress_methods import compression_method, one_matrix
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
 from .prep.maps_methods import COIL_MAPS
@@ -203,9 +203,10 @@ def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil
     coils = planned_coils(coil_compress, scan.n_coils)
     maps = coil_map_method(scan, coil_maps, coils)
     estimate = maps if COIL_MAPS[maps].estimated else None
-    working = compression_method(coil_compress_method).working(scan.n_coils, scan.n_samples)
+    compression = compression_method(coil_compress_method)
     preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate, coils=coils,
-                                 compress_working=working)
+                                 compress_working=compression.working(scan.n_coils, scan.n_samples),
+                                 compress_on_the_way=one_matrix(coil_compress, coil_compress_method))
     sense = COIL_MAPS[maps].sense
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
 

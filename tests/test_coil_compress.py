@@ -334,6 +334,19 @@ def test_the_plan_uses_the_virtual_coils(scan):
     assert compressed.estimated_seconds < plain.estimated_seconds
 
 
+def test_a_gpu_plan_holds_only_the_virtual_coils_of_a_compression_on_the_way(scan):
+    """One matrix applied on the host as the data go up: the GPU never holds the receivers' k-space and maps."""
+    from mri_recon.planning.planner import plan
+    from mri_recon.planning.preparation import preparation_of
+
+    plans = [plan(scan.matrix, scan.n_coils, scan.n_samples, sense=True, iterations=30, available_bytes=None,
+                  gpu=True, preparation=preparation_of(scan, coils=4, compress_on_the_way=flag))
+             for flag in (True, False)]
+    assert "compress" not in plans[0].stages and "compress" in plans[1].stages
+    assert plans[0].n_coils == plans[1].n_coils == 4
+    assert plans[0].peak_bytes < plans[1].peak_bytes
+
+
 def test_the_plan_of_a_compressed_run_is_within_25_percent_of_the_traced_peak():
     """32 coils compressed to 8 with Walsh maps: the peak is the estimate on the virtual coils (tracemalloc, as
     tests/test_planner_prep.py traces the uncompressed runs)."""

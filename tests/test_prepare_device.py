@@ -80,6 +80,25 @@ def test_chunked_whitening_equals_the_whole(monkeypatch, columns):
         upload.upload_columns(data[0], CPU)
 
 
+@pytest.mark.parametrize(("rows", "columns"), [(1, 1), (3, 5), (3, 6), (7, 1000)])
+def test_chunked_compression_equals_the_product(monkeypatch, rows, columns):
+    """A matrix of fewer rows than the array (coil compression) gives the product's rows, chunk by chunk."""
+    monkeypatch.setattr(upload, "_host_empty", lambda shape, dtype: np.full(shape, np.nan, dtype))
+    rng = np.random.default_rng(rows * columns)
+    data = (rng.standard_normal((8, columns)) + 1j * rng.standard_normal((8, columns))).astype(np.complex64)
+    matrix = rng.standard_normal((rows, 8)) + 1j * rng.standard_normal((rows, 8))
+    out = upload.upload_columns(data, CPU, matrix, chunk_bytes=8 * 8 * 2)
+    assert out.shape == (rows, columns) and out.dtype == np.complex64
+    assert relative(out, matrix @ data.astype(np.complex128)) <= 1e-6
+
+
+@pytest.mark.parametrize("shape", [(9, 8), (3, 7), (3,)])
+def test_a_matrix_that_does_not_fit_the_rows_is_refused(shape):
+    data = np.zeros((8, 4), np.complex64)
+    with pytest.raises(ValueError, match=r"multiplies 8 rows by a matrix of at most as many rows and 8 columns"):
+        upload.upload_columns(data, CPU, np.zeros(shape, np.complex64))
+
+
 @pytest.mark.parametrize("trajectory", ["radial", "kooshball"])
 def test_ramp_weights_match_the_host_ramp(trajectory):
     matrix = (32, 24) if trajectory == "radial" else (16, 16, 12)
@@ -211,6 +230,26 @@ def test_device_upload_with_whitening_matches_numpy(monkeypatch, coils, columns)
     assert relative(to_host(out), apply_whitening(w, data)) <= 2e-6
     gpu = resolve_device("gpu")
     assert relative(to_host(upload.upload(data, gpu, chunk_bytes=100)), data) == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize(("rows", "coils", "columns"), [(1, 4, 1), (3, 8, 1001), (8, 32, 100_003)])
+def test_device_upload_with_compression_matches_numpy(monkeypatch, staged, rows, coils, columns):
+    """The product on the host on the way up, through one pageable copy or through the staging's pinned
+    buffers (every array staged), into a poisoned destination."""
+    from helpers import poison_empty
+
+    from mri_recon.arrays import staging
+
+    poison_empty(monkeypatch, upload)
+    monkeypatch.setattr(staging, "STAGED_ABOVE", 0 if staged else 1 << 40)
+    rng = np.random.default_rng(columns)
+    data = (rng.standard_normal((coils, columns)) + 1j * rng.standard_normal((coils, columns))).astype(np.complex64)
+    matrix = rng.standard_normal((rows, coils)) + 1j * rng.standard_normal((rows, coils))
+    out = upload.upload_columns(data, resolve_device("gpu"), matrix)
+    assert out.shape == (rows, columns) and out.dtype == np.complex64
+    assert relative(to_host(out), matrix @ data.astype(np.complex128)) <= 1e-6
 
 
 @pytest.mark.gpu

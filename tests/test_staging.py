@@ -69,6 +69,35 @@ def test_a_copy_of_other_bytes_is_refused(cupy):
         stage.copy(np.zeros(1), cupy.zeros(2))
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("columns", [1, 63, 64, 65, 4 * 64 + 1, 37 * 64 + 5])
+def test_a_product_arrives_whole_at_every_size(cupy, rng, rows, columns):
+    """``matrix @ source`` column range by column range (``PIECE / (8 rows)`` columns a buffer at 8 rows:
+    64), beyond the ring of four buffers, into a poisoned destination: the float64 product to float32."""
+    stage = Staging(cupy, 0, threads=2, piece=PIECE)
+    source = (rng.standard_normal((11, columns)) + 1j * rng.standard_normal((11, columns))).astype(np.complex64)
+    matrix = (rng.standard_normal((rows, 11)) + 1j * rng.standard_normal((rows, 11))).astype(np.complex64)
+    destination = cupy.full((rows, columns), np.nan, np.complex64)
+    stage.copy_product(matrix, source, destination)
+    expected = matrix.astype(np.complex128) @ source.astype(np.complex128)
+    got = cupy.asnumpy(destination)
+    assert np.linalg.norm(got - expected) <= 1e-6 * np.linalg.norm(expected)
+
+
+def test_a_product_of_other_shapes_or_types_is_refused(cupy):
+    stage = Staging(cupy, 0, threads=2, piece=PIECE)
+    source, matrix = np.zeros((4, 10), np.complex64), np.zeros((2, 4), np.complex64)
+    for args, text in [((matrix[:, :3], source, cupy.zeros((2, 10), np.complex64)), r"\(2, 3\) complex64 by"),
+                       ((matrix, source, cupy.zeros((3, 10), np.complex64)), r"into \(3, 10\) complex64"),
+                       ((matrix, source, cupy.zeros((2, 10), np.complex128)), r"into \(2, 10\) complex128"),
+                       ((matrix, source, cupy.zeros((10, 2), np.complex64).T), r"into \(2, 10\) complex64")]:
+        with pytest.raises(ValueError, match="staged product of .*" + text):
+            stage.copy_product(*args)
+    tall = np.zeros((PIECE // 8 + 1, 4), np.complex64)
+    with pytest.raises(ValueError, match="one column of 513 rows is more than a 4096-byte buffer"):
+        stage.copy_product(tall, source, cupy.zeros((PIECE // 8 + 1, 10), np.complex64))
+
+
 def test_to_device_of_a_large_array_is_exact(cupy, rng):
     """Beyond STAGED_ABOVE the process's staging carries it (complex64 k-space, 2 x N, 80 bytes more, ending
     within a piece)."""

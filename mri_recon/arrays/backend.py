@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DeviceError
-from .staging import copy_up
+from .staging import copy_product_up, copy_up
 
 
 @dataclass(frozen=True)
@@ -355,6 +355,13 @@ def upload_into(host: np.ndarray, out: Any, device: Device) -> None:
     """The C-contiguous host array ``host`` into the CuPy array ``out`` of the same bytes on ``device``,
     complete on return (:func:`mri_recon.arrays.staging.copy_up`: pinned buffers filled by several threads)."""
     copy_up(cupy_module(), host, out, device.index)
+
+
+def upload_product(matrix: np.ndarray, host: np.ndarray, out: Any, device: Device) -> None:
+    """``matrix @ host`` (host ``(N, C)`` and ``(C, L)`` of one dtype) into the C-contiguous CuPy array ``out``
+    ``(N, L)`` on ``device``, computed on the host on the way up, complete on return
+    (:func:`mri_recon.arrays.staging.copy_product_up`)."""
+    copy_product_up(cupy_module(), matrix, host, out, device.index)
 
 
 def to_host(array: Any) -> np.ndarray:

@@ -7,7 +7,9 @@ copy them into a ring of pinned buffers (NumPy's copy releases the GIL) and queu
 current stream as soon as it is full, so that the host copies run in parallel with each other and with the
 transfers. A buffer is filled again only after the event recorded behind its last transfer has passed. The copy
 returns when the last transfer has ended, as a pageable copy does: the source may then change and the device array
-is complete for work on any stream.
+is complete for work on any stream. A copy may also carry a product ``matrix @ source`` (coil compression: ``(N, C)``
+by ``(C, L)``, :meth:`Staging.copy_product`): the threads write the product into the buffers instead of the source's
+bytes, so that only ``N / C`` of them cross to the device and the device never holds the uncompressed array.
 
 The gain is the host threads' parallel copies: one thread filling the same buffers is no faster than the driver's
 own staging (this is why an earlier pinned upload was dropped). ``scripts/bench_upload.py`` compares the two with
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -68,37 +71,82 @@ class Staging:
         flat = np.ascontiguousarray(source).reshape(-1).view(np.uint8)
         if flat.size != destination.nbytes:
             raise ValueError(f"staged copy of {flat.size} bytes into a device array of {destination.nbytes}")
+        runtime, starts = self.cupy.cuda.runtime, range(0, flat.size, self.piece)
+
+        def fill(slot: int, i: int) -> None:
+            part = flat[starts[i]:starts[i] + self.piece]
+            np.copyto(self.views[slot][:part.size], part)
+
+        def send(slot: int, i: int, stream: Any) -> None:
+            runtime.memcpyAsync(destination.data.ptr + starts[i], self.memory[slot].ptr,
+                                min(self.piece, flat.size - starts[i]), runtime.memcpyHostToDevice, stream.ptr)
+
+        self._run(len(starts), fill, send)
+
+    def copy_product(self, matrix: np.ndarray, source: np.ndarray, destination: Any) -> None:
+        """``destination[...] = matrix @ source``: ``(N, C) @ (C, L)`` on the host into a C-contiguous CuPy array
+        ``(N, L)`` of the same dtype, computed by the host threads range of columns by range of columns into the
+        pinned buffers (a range's ``N x width`` block fills one), each range going up as one 2-D transfer. Only
+        ``N / C`` of the source's bytes cross to the device."""
+        rows, columns = matrix.shape[0], source.shape[1]
+        itemsize = source.dtype.itemsize
+        if (source.ndim != 2 or matrix.ndim != 2 or matrix.shape[1] != source.shape[0]
+                or destination.shape != (rows, columns) or not matrix.dtype == source.dtype == destination.dtype
+                or not destination.flags.c_contiguous):
+            raise ValueError(f"staged product of {matrix.shape} {matrix.dtype} by {source.shape} {source.dtype} "
+                             f"into {destination.shape} {destination.dtype}")
+        if rows * itemsize > self.piece:
+            raise ValueError(f"staged product: one column of {rows} rows is more than a {self.piece}-byte buffer")
+        width = self.piece // (rows * itemsize)
+        runtime, starts = self.cupy.cuda.runtime, range(0, columns, width)
+
+        def fill(slot: int, i: int) -> None:
+            part = source[:, starts[i]:starts[i] + width]
+            block = self.views[slot][:rows * part.shape[1] * itemsize].view(source.dtype)
+            np.matmul(matrix, part, out=block.reshape(rows, part.shape[1]))
+
+        def send(slot: int, i: int, stream: Any) -> None:
+            span = min(width, columns - starts[i]) * itemsize
+            runtime.memcpy2DAsync(destination.data.ptr + starts[i] * itemsize, columns * itemsize,
+                                  self.memory[slot].ptr, span, span, rows, runtime.memcpyHostToDevice, stream.ptr)
+
+        self._run(len(starts), fill, send)
+
+    def _run(self, count: int, fill: Callable[[int, int], None], send: Callable[[int, int, Any], None]) -> None:
+        """Pieces ``0 .. count - 1``: ``fill(slot, i)`` writes piece ``i`` into buffer ``slot`` on the pool,
+        ``send(slot, i, stream)`` queues its transfer on the current stream once it is full; returns when the
+        last transfer has ended. One copy at a time; a copy that fails leaves no thread writing a buffer."""
         with self.lock:
             pending: dict[int, Future] = {}
             try:
-                self._queue(flat, destination.data.ptr, self.cupy.cuda.get_current_stream(), pending)
+                self._queue(count, fill, send, self.cupy.cuda.get_current_stream(), pending)
             finally:
-                for future in pending.values():  # a copy that failed leaves no thread writing a buffer
+                for future in pending.values():
                     future.exception()
 
-    def _queue(self, flat: np.ndarray, pointer: int, stream: Any, pending: dict[int, Future]) -> None:
+    def _queue(self, count: int, fill: Callable[[int, int], None], send: Callable[[int, int, Any], None],
+               stream: Any, pending: dict[int, Future]) -> None:
         """Fill the buffers on the pool and queue each one's transfer as it is full; wait for the last."""
-        runtime = self.cupy.cuda.runtime
-        pieces, slots = range(0, flat.size, self.piece), len(self.memory)
-        for i, start in enumerate(pieces[:slots]):
-            pending[i] = self.pool.submit(self._fill, i, flat[start:start + self.piece])
-        for i, start in enumerate(pieces):
+        slots = len(self.memory)
+        if count == 0:
+            return
+        for i in range(min(slots, count)):
+            pending[i] = self.pool.submit(self._fill, fill, i, i)
+        for i in range(count):
             slot = i % slots
             pending.pop(i).result()
-            runtime.memcpyAsync(pointer + start, self.memory[slot].ptr, min(self.piece, flat.size - start),
-                                runtime.memcpyHostToDevice, stream.ptr)
+            send(slot, i, stream)
             self.events[slot].record(stream)
             self.used[slot] = True
-            if i + slots < len(pieces):
-                begin = pieces[i + slots]
-                pending[i + slots] = self.pool.submit(self._fill, slot, flat[begin:begin + self.piece])
-        self.events[(len(pieces) - 1) % slots].synchronize()  # the last transfer, and so every one, has ended
+            if i + slots < count:
+                pending[i + slots] = self.pool.submit(self._fill, fill, slot, i + slots)
+        self.events[(count - 1) % slots].synchronize()  # the last transfer, and so every one, has ended
 
-    def _fill(self, slot: int, part: np.ndarray) -> None:
-        """Copy ``part`` into buffer ``slot`` once its last transfer has read it."""
+    def _fill(self, fill: Callable[[int, int], None], slot: int, i: int) -> None:
+        """``fill(slot, i)`` once buffer ``slot``'s last transfer has read it."""
         if self.used[slot]:
-            self.events[slot].synchronize()  # its last transfer has read the buffer
-        np.copyto(self.views[slot][:part.size], part)
+            self.events[slot].synchronize()
+        fill(slot, i)
 
 
 _STAGING: dict[int, Staging] = {}
@@ -121,3 +169,13 @@ def copy_up(cupy: Any, source: np.ndarray, destination: Any, device_index: int) 
         staging(cupy, device_index).copy(source, destination)
     else:
         destination.set(source)
+
+
+def copy_product_up(cupy: Any, matrix: np.ndarray, source: np.ndarray, destination: Any, device_index: int) -> None:
+    """``destination[...] = matrix @ source`` (host ``(N, C)`` and ``(C, L)``, a CuPy ``(N, L)`` of their dtype on
+    ``device_index``), the product on the host, complete on return: staged (:meth:`Staging.copy_product`) when the
+    source holds more than :data:`STAGED_ABOVE` bytes, else one product and one pageable copy."""
+    if source.nbytes > STAGED_ABOVE and THREADS >= 2:
+        staging(cupy, device_index).copy_product(matrix, source, destination)
+    else:
+        destination.set(np.ascontiguousarray(matrix @ source))

@@ -117,6 +117,23 @@ def trajectory_extent(trajectory: Any) -> np.ndarray:
                      for d in range(trajectory.shape[1])])
 
 
+def samples_within(trajectory: np.ndarray, radius: float) -> np.ndarray:
+    """Indices (ascending) of the samples of a host ``(M, D)`` trajectory with ``|k| < radius``: those inside the
+    box ``|k_d| < radius`` first, found column by column without a float64 copy of the trajectory (a superset:
+    ``k_d^2`` alone reaches ``radius^2`` outside it, and adding squares never rounds down), then their radii in
+    float64."""
+    mask = np.abs(trajectory[:, 0]) < radius
+    for d in range(1, trajectory.shape[1]):
+        mask &= np.abs(trajectory[:, d]) < radius
+    near = np.flatnonzero(mask)
+    return near[squared_radii(trajectory[near]) < radius ** 2]
+
+
+def squared_radii(trajectory: np.ndarray) -> np.ndarray:
+    """``|k|^2`` of each sample of a host ``(M, D)`` trajectory, in float64."""
+    return np.einsum("md,md->m", trajectory, trajectory, dtype=np.float64)
+
+
 def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str = "<memory>") -> None:
     """Reject trajectories beyond 2x Nyquist or that look normalized, naming the expected units (NumPy or CuPy:
     only the per-axis extent leaves the device)."""

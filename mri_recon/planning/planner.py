@@ -80,7 +80,8 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
                  preparation: Preparation) -> tuple[dict[str, int], int]:
     """Bytes at the peaks of the preparation's stages (inputs included), and the bytes held from then on that
     the later stages do not count (the caller's arrays, the whitened copies). On the GPU only the coil
-    compression and the coil-map estimate run on the device; prewhitening and density weights are host work.
+    compression and the coil-map estimate run on the device; prewhitening and density weights are host work, and
+    so is a compression applied on the way up (:attr:`Preparation.compress_on_the_way`).
     ``c`` is the scan's coils; the stages after coil compression hold the virtual ones."""
     d, n_vox = len(matrix), math.prod(matrix)
     estimated = preparation.coil_maps is not None
@@ -97,6 +98,8 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
         peak, kept = prep_memory.prewhiten(c, m, k, n_vox, preparation.whitened_maps)
         stages["prewhiten"] = base(c) + held + peak
         held += kept - (c * n_vox * COMPLEX64 if estimated and preparation.whitened_maps else 0)  # maps dropped
+    if n < c and gpu and preparation.compress_on_the_way:  # the device receives the virtual coils alone
+        c = n
     if n < c:  # whitened and compressed in one product
         maps = sense and not estimated
         stages["compress"] = base(c) + held + prep_memory.compress(

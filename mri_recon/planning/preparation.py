@@ -13,9 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from ..checks.validation import trajectory_extent
+from ..checks.validation import samples_within, trajectory_extent
 from ..scan import Scan
 
 C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
@@ -73,6 +71,9 @@ class Preparation:
     """The centre samples the compression matrix is computed from."""
     compress_working: int = 0
     """Bytes the compression method's application holds besides (its working blocks)."""
+    compress_on_the_way: bool = False
+    """The compression is one matrix, applied on the host as the data go to a GPU, which then never holds the
+    receivers' k-space and maps."""
     held_bytes: int = 0
     """The caller's arrays that the run's stages do not otherwise count (noise, ground truth, field map,
     times, the scan's own weights), held throughout."""
@@ -270,12 +271,13 @@ def coil_maps(method: str, matrix: tuple[int, ...], c: int, m: int, m_in: int, w
 
 def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = None,
                    estimate_maps: str | None = None, coils: int | None = None,
-                   compress_working: int = 0) -> Preparation:
+                   compress_working: int = 0, compress_on_the_way: bool = False) -> Preparation:
     """The sizes of what preparing ``scan`` computes, for the planner: prewhitening with its noise (when
     ``prewhiten`` and it has noise), coil compression to ``coils`` virtual coils (when fewer than the scan's),
     ``dcf`` (``"ramp"`` or ``"pipe"``: weights computed) and the coil maps estimated by ``estimate_maps``; the
     scan's arrays the run keeps without counting them are ``held_bytes``; ``compress_working``: the bytes the
-    compression method holds besides (:attr:`Preparation.compress_working`, when it compresses)."""
+    compression method holds besides (:attr:`Preparation.compress_working`, when it compresses);
+    ``compress_on_the_way``: :attr:`Preparation.compress_on_the_way`."""
     unused_maps = scan.coil_maps if estimate_maps is not None else None
     held = sum(a.nbytes for a in (scan.noise, scan.ground_truth, scan.field_map, scan.times, scan.weights,
                                   unused_maps) if a is not None)
@@ -284,15 +286,15 @@ def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = Non
     centre = 0
     if estimate_maps is not None:
         radius = centre_radius(estimate_maps, scan.matrix)
-        centre = int(np.count_nonzero(np.einsum("md,md->m", scan.trajectory, scan.trajectory) < radius ** 2))
+        centre = len(samples_within(scan.trajectory, radius))
     whiten = prewhiten and scan.noise is not None
     virtual = int(coils) if coils is not None and coils < scan.n_coils else 0
-    squared = np.einsum("md,md->m", scan.trajectory, scan.trajectory) if virtual else None
     return Preparation(noise_samples=int(scan.noise.shape[1]) if whiten else 0,
                        virtual_coils=virtual, compress_working=int(compress_working) if virtual else 0,
-                       compress_samples=0 if squared is None else max(
+                       compress_on_the_way=bool(compress_on_the_way and virtual),
+                       compress_samples=0 if not virtual else max(
                            min(scan.n_samples, COMPRESS_MIN_PER_COIL * scan.n_coils),
-                           min(COMPRESS_MAX_SAMPLES, int(np.count_nonzero(squared < COMPRESS_RADIUS ** 2)))),
+                           min(COMPRESS_MAX_SAMPLES, len(samples_within(scan.trajectory, COMPRESS_RADIUS)))),
                        dcf=dcf if dcf in ("ramp", "pipe") else None,
                        extent=tuple(float(r) for r in trajectory_extent(scan.trajectory)) if dcf == "pipe" else (),
                        coil_maps=estimate_maps, centre_samples=centre,

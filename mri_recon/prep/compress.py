@@ -40,6 +40,7 @@ import numpy as np
 
 from ..arrays.backend import get_xp
 from ..checks.scaling import unit_scale
+from ..checks.validation import samples_within, squared_radii
 from ..errors import InvalidDataError
 from ..scan import Scan
 
@@ -101,6 +102,12 @@ class Compression:
     def compresses(self) -> bool:
         raise NotImplementedError
 
+    def product(self, whitening: Any = None) -> np.ndarray | None:
+        """The one complex128 ``(N, C)`` matrix that whitens (by ``whitening``, when given) and compresses every
+        sample alike, which can be applied to the data on their way to the device; None where the compression
+        is not one matrix (or compresses nothing)."""
+        return None
+
     def kspace(self, data: Any, trajectory: Any = None, whitening: Any = None) -> Any:
         raise NotImplementedError
 
@@ -142,18 +149,21 @@ class CoilCompression(Compression):
     def compresses(self) -> bool:
         return self.matrix is not None
 
+    def product(self, whitening: Any = None) -> np.ndarray | None:
+        """``matrix @ whitening`` (``matrix`` without a whitening), or None when nothing is compressed."""
+        if not self.compresses:
+            return None
+        return self.matrix if whitening is None else self.matrix @ np.asarray(whitening, dtype=np.complex128)
+
     def apply(self, data: Any, whitening: Any = None) -> Any:
         """``matrix @ whitening @ data`` over the leading (coil) axis of ``data`` ``(C, ...)`` (NumPy or CuPy), as
         one product in ``data``'s precision: ``(N, ...)``; ``data`` itself when nothing is compressed (and
         nothing whitened)."""
-        if whitening is not None:
-            whitening = np.asarray(whitening, dtype=np.complex128)
-        if self.compresses:
-            matrix = self.matrix if whitening is None else self.matrix @ whitening
-        elif whitening is None:
+        matrix = self.product(whitening)
+        if matrix is None and whitening is None:
             return data
-        else:
-            matrix = whitening
+        if matrix is None:
+            matrix = np.asarray(whitening, dtype=np.complex128)
         flat = data.reshape(data.shape[0], -1)
         product = get_xp(data).asarray(matrix.astype(flat.dtype)) @ flat
         return product.reshape(matrix.shape[0], *data.shape[1:])
@@ -199,29 +209,13 @@ class CoilCompression(Compression):
 def centre_samples(trajectory: np.ndarray, coils: int) -> np.ndarray:
     """Indices of the samples the compression matrix is computed from (see the module docstring)."""
     least = min(len(trajectory), MIN_PER_COIL * coils)
-    near = _in_box(trajectory, CENTRE_RADIUS)
-    inside = near[_squared_radii(trajectory[near]) < CENTRE_RADIUS ** 2]
+    inside = samples_within(trajectory, CENTRE_RADIUS)
     if len(inside) < least:
-        return np.sort(np.argpartition(_squared_radii(trajectory), least - 1)[:least])
+        return np.sort(np.argpartition(squared_radii(trajectory), least - 1)[:least])
     if len(inside) > MAX_SAMPLES:
-        nearest = np.argpartition(_squared_radii(trajectory[inside]), MAX_SAMPLES - 1)[:MAX_SAMPLES]
+        nearest = np.argpartition(squared_radii(trajectory[inside]), MAX_SAMPLES - 1)[:MAX_SAMPLES]
         return np.sort(inside[nearest])
     return inside
-
-
-def _in_box(trajectory: np.ndarray, radius: float) -> np.ndarray:
-    """Indices of the samples whose every coordinate is below ``radius`` in magnitude: a superset of those with
-    ``|k| < radius`` (``k_d^2`` alone reaches ``radius^2`` outside the box, and adding squares never rounds
-    down), found column by column without a float64 copy of the trajectory."""
-    mask = np.abs(trajectory[:, 0]) < radius
-    for d in range(1, trajectory.shape[1]):
-        mask &= np.abs(trajectory[:, d]) < radius
-    return np.flatnonzero(mask)
-
-
-def _squared_radii(trajectory: np.ndarray) -> np.ndarray:
-    """``|k|^2`` of each sample ``(M, D)``, in float64."""
-    return np.einsum("md,md->m", trajectory, trajectory, dtype=np.float64)
 
 
 def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.ndarray | None = None,
@@ -236,15 +230,25 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
         The centre's samples are all zero (the eigenvectors would be arbitrary).
     """
     index = centre_samples(trajectory, kspace.shape[0])
-    centre = kspace[:, index].astype(np.complex128)
+    gram = _gram(kspace[:, index].astype(np.complex128))
     if whitening is not None:
-        centre = np.asarray(whitening, dtype=np.complex128) @ centre
-    gram, _ = unit_scale(centre @ centre.conj().T)
+        whitening = np.asarray(whitening, dtype=np.complex128)
+        gram = whitening @ gram @ whitening.conj().T  # the whitened samples' Gram, without whitening them
+    gram, _ = unit_scale(gram)
     if not np.any(gram.diagonal().real):
         raise InvalidDataError(f"{source}: the {len(index)} k-space samples nearest the centre are all zero; coil "
                                f"compression needs signal there (reconstruct without --coil-compress)")
     values, vectors = np.linalg.eigh(gram)
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
+
+
+def _gram(centre: np.ndarray) -> np.ndarray:
+    """``centre @ centre^H`` of complex128 ``(C, K)`` samples, Hermitian ``(C, C)``, by one rank-K update (BLAS
+    ``zherk`` on the transposed view: half a general product's multiplications, no conjugated copy)."""
+    from scipy.linalg.blas import zherk
+
+    upper = zherk(1.0, centre.T, trans=2)  # (centre^T)^H centre^T = conj(centre centre^H), its upper triangle
+    return np.conj(upper + np.triu(upper, 1).conj().T)
 
 
 def auto_virtual(values: np.ndarray) -> int:

@@ -42,6 +42,8 @@ class CompressionMethod:
     """BART's own name of the method (``cc -S`` is ``scc``), refused as a ``coil_compress`` value."""
     working: Callable[[int, int], int] = lambda coils, samples: 0
     """``(C, M)``: bytes its application holds beyond the compressed arrays, for the memory planner."""
+    one_matrix: bool = False
+    """Whether its compression is one matrix for every sample (:meth:`~.compress.Compression.product`)."""
 
 
 def _svd(scan: Scan, chosen: str | int, whitening: Any) -> CoilCompression:
@@ -50,7 +52,7 @@ def _svd(scan: Scan, chosen: str | int, whitening: Any) -> CoilCompression:
 
 COMPRESSION_METHODS = {method.name: method for method in (
     CompressionMethod("svd", "one matrix from the k-space centre, as bart cc -S", ("non-cartesian", "cartesian"),
-                      _svd, "scc"),
+                      _svd, "scc", one_matrix=True),
     CompressionMethod("geometric", "Cartesian scans: one matrix per readout position along the first image axis, "
                       "aligned along it, as bart cc -G", ("cartesian",), geometric_compression, "gcc",
                       geometric_working))}
@@ -119,6 +121,13 @@ def compression_for(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, white
         refusals.
     """
     return compression_task(scan, choice, method, whitening)()
+
+
+def one_matrix(choice: Any, method: Any = DEFAULT_METHOD) -> bool:
+    """Whether ``choice`` compressed by ``method`` is (or may be: a given compression) one matrix for every
+    sample, known before it is computed: the device preparation then computes it first and compresses the data
+    on their way up."""
+    return isinstance(choice, Compression) or compression_method(method).one_matrix
 
 
 def compression_task(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, whitening: np.ndarray | None = None

@@ -12,9 +12,11 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   not reproduce to float32 rounding).
 - device: the k-space and coil maps whitened chunk by chunk once they are up (:mod:`mri_recon.prep.upload`),
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
-  as on the host, computed on a host thread while the k-space goes up unchanged), whitened and compressed by
-  one product ``A W`` (geometric compression: per readout position, between FFTs along the readout; the noise
-  on the host), the ramp weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation
+  as on the host, computed on a host thread while the trajectory goes up), whitened and compressed by one
+  product ``A W`` that the host threads filling the pinned buffers apply on the way up, so that only the
+  virtual coils cross (geometric compression, one matrix per readout position: computed while the k-space
+  goes up unchanged, applied on the device between FFTs along the readout; the noise on the host), the ramp
+  weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation
   computed (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one
   read.
   Coil-map estimation and the maps' normalization run later in the pipeline, on the device, as before.
@@ -42,7 +44,7 @@ from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
 from .compress import Compression, wanted
-from .compress_methods import compression_task
+from .compress_methods import compression_task, one_matrix
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS
 from .upload import upload, upload_columns
@@ -160,9 +162,25 @@ def _read_checks(flags: Flags, checks: list[Check]) -> None:
             raise InvalidDataError(message)
 
 
-def _rows_up(array: np.ndarray, device: Device, w: Any) -> Any:
-    """``array`` ``(C, ...)`` on ``device``, whitened by ``w`` in place when given (:func:`upload_columns`)."""
-    return upload_columns(array.reshape(array.shape[0], -1), device, w).reshape(array.shape)
+def _rows_up(array: np.ndarray, device: Device, matrix: Any) -> Any:
+    """``array`` ``(C, ...)`` on ``device``, multiplied by ``matrix`` ``(N, C)`` over its first axis when given
+    (:func:`upload_columns`: a whitening in place on the device, a compression on the host on the way up)."""
+    flat = upload_columns(array.reshape(array.shape[0], -1), device, matrix)
+    return flat.reshape(flat.shape[0], *array.shape[1:])
+
+
+def _on_the_way(compression: Compression | None, w: Any, deferred: bool, first: bool) -> tuple[Any, bool]:
+    """The matrix the k-space and maps are multiplied by on their way up (None: none), and whether they are
+    to be compressed after (:func:`_compressed`): without compression the whitening ``w``; a compression
+    computed first (``first``) its one matrix ``A W`` (``w`` where it compresses nothing); else nothing yet."""
+    if not deferred:
+        return w, False
+    if not first:
+        return None, True
+    product = None if compression is None else compression.product(w)
+    if product is not None:
+        return product, False
+    return (w, False) if compression is None or not compression.compresses else (None, True)
 
 
 def _compressed(compression: Compression | None, kspace: Any, maps: Any, trajectory: Any, w: Any) -> tuple:
@@ -201,24 +219,28 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     ignored = field_values[0] is None and scan.field_map is not None  # compressed as the host's: without the map
     compressed = scan.replace(field_map=None, times=None) if ignored else scan
     task = compression_task(compressed, coil_compress, coil_compress_method, w)  # the choices checked here
-    deferred = wanted(coil_compress)  # the data go up unchanged, whitened and compressed after
+    deferred = wanted(coil_compress)  # whitened and compressed on the way up (one matrix), or after
+    first = deferred and one_matrix(coil_compress, coil_compress_method)
     checks: list[Check] = []
     with device.use(), ThreadPoolExecutor(1) as pool:
-        # the centre's Gram on a host thread while the k-space goes up (no thread without compression)
+        # the centre's Gram on a host thread while the trajectory (or, compressed after, the k-space) goes up
         pending = pool.submit(task) if deferred else None
         warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
-        kspace = _rows_up(scan.kspace, device, None if deferred else w)
-        compression = pending.result() if pending is not None else task()
+        compression = pending.result() if first else None
+        matrix, after = _on_the_way(compression, w, deferred, first)
+        kspace = _rows_up(scan.kspace, device, matrix)
+        if deferred and not first:
+            compression = pending.result()
         name = coil_map_method(scan, coil_maps, scan.n_coils if compression is None else compression.virtual)
         method = COIL_MAPS[name]
         if method.file and scan.coil_maps is None:
             _read_checks(flags, weight_checks)  # the host path raises those first
             raise missing_maps(scan, name)
-        maps = _rows_up(scan.coil_maps, device, None if deferred else w) if method.file else None
-        if deferred:
+        maps = _rows_up(scan.coil_maps, device, matrix) if method.file else None
+        if after:
             kspace, maps = _compressed(compression, kspace, maps, scan.trajectory, w)
         if w is not None:
             checks += [_finite(flags, kspace, "kspace", scan.source)]

@@ -145,7 +145,7 @@ def test_kernels_run_on_the_host_are_the_series_normal(rng, host_gpu, matrix, fr
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
 
 
-@pytest.mark.parametrize("p", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
 def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     """mri_recon_toeplitz_rows alone, every transform length it takes (radix-8 stages and a radix-4 or -2 last
     one), rows of n = p / 2 + 1 points, several tiles of rows over two blocks, the last tile short: each row
@@ -163,7 +163,7 @@ def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     expected = np.fft.ifft(np.fft.fft(full, axis=-1) * spectra[frame_of].transpose(1, 0, 2), axis=-1)[..., :n] * p
     rows_per_block = gpu_toeplitz.rows_per_block(p)
     blocks = min(2, -(-planes * grids // rows_per_block))
-    kernel = gpu_toeplitz.get_kernel("toeplitz.cu", "mri_recon_toeplitz_rows", None, None)
+    kernel = gpu_toeplitz.rows_kernel(None)  # 2048 points: beyond the 48 KiB a launch gets without opting in
     kernel((blocks,), (64,), (work, spectra, np.int32(coils), np.int32(grids), np.int32(planes), np.int32(n),
                              np.int32(p.bit_length() - 1), np.int32(rows_per_block)),
            shared_mem=gpu_toeplitz.rows_shared_bytes(p))
@@ -172,7 +172,8 @@ def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
 
 def test_rows_limits_are_the_kernels():
     """The launcher's ROWS_MAX_P, ROWS_POINTS and ROWS_MAX_ROWS are toeplitz.cu's (they size the shared memory),
-    and the largest rows fit the 48 KiB a launch gets without opting in."""
+    and the largest rows fit the shared memory a Hopper block may opt in to (227 KiB), the others the 48 KiB a
+    launch gets without opting in."""
     import re
 
     from mri_recon.kernels import KERNEL_DIR
@@ -180,8 +181,8 @@ def test_rows_limits_are_the_kernels():
     text = (KERNEL_DIR / "toeplitz.cu").read_text()
     for name in ("ROWS_MAX_P", "ROWS_POINTS", "ROWS_MAX_ROWS"):
         assert int(re.search(rf"#define {name} (\d+)", text).group(1)) == getattr(gpu_toeplitz, name)
-    assert all(gpu_toeplitz.rows_shared_bytes(2 ** k) <= 48 * 1024
-               for k in range(1, gpu_toeplitz.ROWS_MAX_P.bit_length()))
+    assert all(gpu_toeplitz.rows_shared_bytes(2 ** k) <= 48 * 1024 for k in range(1, 11))
+    assert gpu_toeplitz.SHARED_DEFAULT < gpu_toeplitz.rows_shared_bytes(gpu_toeplitz.ROWS_MAX_P) <= 227 * 1024
 
 
 @pytest.mark.parametrize("bad", ["dtype", "layout", "frames", "aliased"])

@@ -126,7 +126,7 @@ extern "C" __global__ void mri_recon_toeplitz_reduce(const float2* __restrict__ 
 // launcher checks planes * grids * n). p is a power of two, 2 <= p <= ROWS_MAX_P; a block of the rows kernel
 // transforms rows_per_block <= ROWS_MAX_ROWS rows of p points at a time (rows_per_block * p <= ROWS_POINTS).
 
-#define ROWS_MAX_P 1024
+#define ROWS_MAX_P 2048   // rows of 2048 points take 55 KB of shared memory: the launcher opts in beyond 48 KB
 #define ROWS_POINTS 2048   // points of one block's rows (rows_per_block * p, at least p)
 #define ROWS_MAX_ROWS 64   // rows of one block at most (rows_per_block <= ROWS_POINTS / 32 for p >= 32)
 

@@ -35,8 +35,10 @@ BLOCK = 256
 """Threads per block of the element-wise kernels (grid-stride loops)."""
 MAX_BLOCKS_X = 4096
 """Blocks along a launch's points (grid-stride loops beyond)."""
-ROWS_MAX_P = 1024
+ROWS_MAX_P = 2048
 """Longest padded last axis :class:`RowPasses` takes (``ROWS_MAX_P`` of ``toeplitz.cu``: shared memory)."""
+SHARED_DEFAULT = 48 * 1024
+"""Dynamic shared memory a launch gets without its kernel opting in to more."""
 ROWS_POINTS = 2048
 """Points of the rows one block of ``mri_recon_toeplitz_rows`` transforms at a time (``ROWS_POINTS``)."""
 INDEX_LIMIT = 2**31 - BLOCK * MAX_BLOCKS_X
@@ -124,6 +126,16 @@ def rows_shared_bytes(p: int) -> int:
     return 8 * (padded(p) + 2 * padded(rows * p)) + 4 * rows
 
 
+def rows_kernel(device: Any) -> Any:
+    """``mri_recon_toeplitz_rows``, opted in to the dynamic shared memory of the longest rows it takes
+    (:func:`rows_shared_bytes` of :data:`ROWS_MAX_P`: 55 KB at 2048 points, beyond :data:`SHARED_DEFAULT`)."""
+    kernel = get_kernel("toeplitz.cu", "mri_recon_toeplitz_rows", None, device)
+    shared = rows_shared_bytes(ROWS_MAX_P)
+    if shared > SHARED_DEFAULT:
+        kernel.max_dynamic_shared_size_bytes = shared
+    return kernel
+
+
 def row_passes_fit(matrix: tuple[int, ...], grid: tuple[int, ...], max_grids: int) -> bool:
     """Whether :class:`RowPasses` takes this image and 2x grid for passes of up to ``max_grids`` grids: the
     dimension in :data:`ROW_PASS_DIMS`, the last padded axis a power of two up to :data:`ROWS_MAX_P`, and every
@@ -175,10 +187,9 @@ class RowPasses(Passes):
         self._lead = (np.int32(lead[0]), np.int32(lead[1]), np.int32(plead[1]), np.int32(self._n))
         self._rows_per_block = rows_per_block(self._p)
         self._shared = rows_shared_bytes(self._p)
-        self._expand, self._rows, self._reduce = (
-            get_kernel("toeplitz.cu", name, None, device)
-            for name in ("mri_recon_toeplitz_rows_expand", "mri_recon_toeplitz_rows",
-                         "mri_recon_toeplitz_rows_reduce"))
+        self._expand, self._reduce = (get_kernel("toeplitz.cu", name, None, device)
+                                      for name in ("mri_recon_toeplitz_rows_expand", "mri_recon_toeplitz_rows_reduce"))
+        self._rows = rows_kernel(device)
         self._work = cupy.empty(self._planes * max(grid_counts) * self._n, dtype=cupy.complex64)
         self._plans = {count: fft_plan((*grid[:-1], count * self._n), device.index, columns=True)
                        for count in grid_counts}

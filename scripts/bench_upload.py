@@ -2,6 +2,9 @@
 :class:`mri_recon.arrays.staging.Staging` (pinned buffers filled by several host threads) with 1 to 8 threads and
 pieces of 1 to 4 MiB, for 16 MiB (2D 256^2, 8 coils), 100 MiB (3D 128^3, 8 coils) and 400 MiB (512^2, 64 coils,
 k-space and maps), and the source pinned in place for one copy (``cudaHostRegister``, the copy, unregistered).
+With ``--product``: coil compression on the way up instead (:meth:`Staging.copy_product`, ``(8, 32) @ (32, M)``
+complex64, M = 823,296: the 512^2 32-coil scan of issue 46), against the staged copy of the 32 coils, the staged copy
+of 8 coils, and the host product alone (one ``np.matmul`` of the whole array, BLAS's own threads).
 Wall clock of the copy, device synchronized, median of ``--repeats`` after one warm-up; every
 copy checked byte for byte. The host's last-level cache is flushed of the source before each copy, as in a
 call, where the scan was read long before.
@@ -48,10 +51,36 @@ def registered_copy(cupy, host: np.ndarray, device) -> None:
         runtime.hostUnregister(host.ctypes.data)
 
 
+def product_rows(cupy, repeats: int, sync, evict) -> dict:
+    """The compression's product on the way up against the copies it replaces (see the module docstring)."""
+    rng = np.random.default_rng(46)
+    shape = (32, 823_296)
+    host = (rng.standard_normal(shape, np.float32) + 1j * rng.standard_normal(shape, np.float32)).astype(np.complex64)
+    matrix = (rng.standard_normal((8, 32)) + 1j * rng.standard_normal((8, 32))).astype(np.complex64)
+    expected = matrix @ host
+    full, small = cupy.empty(shape, np.complex64), cupy.empty(expected.shape, np.complex64)
+    row = {"source_mib": host.nbytes / 2**20, "product_mib": expected.nbytes / 2**20,
+           "host_matmul_s": timed(lambda: np.matmul(matrix, host), (), repeats, sync, evict)}
+    for threads, piece in OPTIONS:
+        stage = Staging(cupy, 0, threads=threads, piece=piece << 20)
+        small.fill(np.nan)
+        row[f"product_t{threads}_p{piece}_s"] = timed(stage.copy_product, (matrix, host, small), repeats, sync, evict)
+        error = float(cupy.linalg.norm(small - cupy.asarray(expected)) / np.linalg.norm(expected))
+        if not error < 1e-6:
+            raise SystemExit(f"staged product wrong ({error:.1e}): {threads} threads, {piece} MiB pieces")
+        if (threads, piece) in ((8, 4), (4, 4)):
+            row[f"copy32_t{threads}_p{piece}_s"] = timed(stage.copy, (host, full), repeats, sync, evict)
+            row[f"copy8_t{threads}_p{piece}_s"] = timed(stage.copy, (expected, small), repeats, sync, evict)
+        stage.pool.shutdown()
+    print("   " + " ".join(f"{k[:-2]}={v * 1e3:.2f}" for k, v in row.items() if k.endswith("_s")), flush=True)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--product", action="store_true", help="coil compression on the way up (see above)")
     args = parser.parse_args()
     cupy = cupy_module()
     sync = cupy.cuda.get_current_stream().synchronize
@@ -59,6 +88,13 @@ def main() -> None:
 
     def evict():
         scratch[::64] += 1  # a line of every 64 bytes of 512 MiB: the last-level cache holds none of the source
+
+    if args.product:
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        with open(args.out, "w") as f:
+            json.dump({"device": props["name"].decode(), "cupy": cupy.__version__,
+                       "product": product_rows(cupy, args.repeats, sync, evict)}, f, indent=1)
+        return
 
     rows = []
     for mib in SIZES_MIB:

@@ -334,6 +334,16 @@ def test_the_plan_uses_the_virtual_coils(scan):
     assert compressed.estimated_seconds < plain.estimated_seconds
 
 
+def test_one_matrix_is_known_before_the_compression_is_computed(scan):
+    """The SVD method is one matrix, the geometric one is not; a given compression says so itself."""
+    from mri_recon.prep.compress_methods import compression_for, one_matrix
+    from mri_recon.prep.geometric import GeometricCompression
+
+    assert one_matrix(8) and one_matrix("auto", "svd") and not one_matrix(8, "geometric")
+    assert one_matrix(compression_for(scan, 4)) and not one_matrix(compression_for(scan, scan.n_coils))
+    assert not one_matrix(GeometricCompression(12, 4, np.zeros((3, 4, 12), np.complex128)))
+
+
 def test_a_gpu_plan_holds_only_the_virtual_coils_of_a_compression_on_the_way(scan):
     """One matrix applied on the host as the data go up: the GPU never holds the receivers' k-space and maps."""
     from mri_recon.planning.planner import plan
@@ -374,11 +384,23 @@ def test_the_numpy_twin_compresses_as_prepare_scan(scan, maps):
     assert_same_preparation(ready, record, *prepare_scan(scan, coil_maps=maps, coil_compress=5), 1e-12)
 
 
+def _upload_product(*arguments):
+    from mri_recon.arrays.backend import upload_product
+
+    return upload_product(*arguments)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("maps", ["file", "walsh", "rss"])
-def test_gpu_preparation_compresses_as_the_host(scan, maps):
+def test_gpu_preparation_compresses_as_the_host(monkeypatch, scan, maps):
+    """The k-space (and the scan's maps) compressed on the host on the way up, as the host preparation does."""
+    from mri_recon.prep import upload
+
+    products = []
+    monkeypatch.setattr(upload, "upload_product", lambda *a: products.append(a[0].shape) or _upload_product(*a))
     gpu = resolve_device("gpu")
     ready, record = prepare_on_device(scan, gpu, coil_maps=maps, coil_compress=5)
+    assert products == [(5, scan.n_coils)] * (2 if maps == "file" else 1)
     assert cupy_module().get_array_module(ready.kspace) is cupy_module()
     ref, ref_record = prepare_scan(scan, coil_maps=maps, coil_compress=5)
     assert relative(to_host(ready.kspace), ref.kspace) < 1e-5

@@ -170,6 +170,31 @@ def test_rows_kernel_is_the_padded_filter_on_every_radix(rng, host_gpu, p):
     assert np.linalg.norm(work - expected) / np.linalg.norm(expected) < 2e-6
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [1024, 2048])
+def test_rows_kernel_on_the_gpu_takes_the_longest_rows(rng, p):
+    """On a GPU the longest rows need more dynamic shared memory than a launch gets without opting in
+    (:func:`rows_kernel` opts in): each row padded, filtered and cut as NumPy's FFTs do it."""
+    from mri_recon.arrays.backend import cupy_module, resolve_device
+
+    cupy = cupy_module()
+    n, planes, coils, frames = p // 2, 5, 2, 2
+    grids = coils * frames
+    work, spectra = _crandn(rng, planes, grids, n), _crandn(rng, frames, planes, p)
+    full = np.zeros((planes, grids, p), np.complex128)
+    full[..., :n] = work
+    expected = np.fft.ifft(np.fft.fft(full, axis=-1) * spectra[np.arange(grids) // coils].transpose(1, 0, 2),
+                           axis=-1)[..., :n] * p
+    rows_per_block = gpu_toeplitz.rows_per_block(p)
+    on_gpu = cupy.asarray(work)
+    gpu_toeplitz.rows_kernel(resolve_device("gpu"))(
+        (3,), (256,), (on_gpu, cupy.asarray(spectra), np.int32(coils), np.int32(grids), np.int32(planes), np.int32(n),
+                       np.int32(p.bit_length() - 1), np.int32(rows_per_block)),
+        shared_mem=gpu_toeplitz.rows_shared_bytes(p))
+    got = cupy.asnumpy(on_gpu)
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 2e-6
+
+
 def test_rows_limits_are_the_kernels():
     """The launcher's ROWS_MAX_P, ROWS_POINTS and ROWS_MAX_ROWS are toeplitz.cu's (they size the shared memory),
     and the largest rows fit the shared memory a Hopper block may opt in to (227 KiB), the others the 48 KiB a

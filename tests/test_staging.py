@@ -90,7 +90,9 @@ def test_a_product_of_other_shapes_or_types_is_refused(cupy):
     for args, text in [((matrix[:, :3], source, cupy.zeros((2, 10), np.complex64)), r"\(2, 3\) complex64 by"),
                        ((matrix, source, cupy.zeros((3, 10), np.complex64)), r"into \(3, 10\) complex64"),
                        ((matrix, source, cupy.zeros((2, 10), np.complex128)), r"into \(2, 10\) complex128"),
-                       ((matrix, source, cupy.zeros((10, 2), np.complex64).T), r"into \(2, 10\) complex64")]:
+                       ((matrix, source, cupy.zeros((10, 2), np.complex64).T), r"into \(2, 10\) complex64"),
+                       ((matrix, source[0], cupy.zeros((2, 10), np.complex64)), r"by \(10,\) complex64"),
+                       ((matrix[:0], source, cupy.zeros((0, 10), np.complex64)), r"\(0, 4\) complex64 by")]:
         with pytest.raises(ValueError, match="staged product of .*" + text):
             stage.copy_product(*args)
     tall = np.zeros((PIECE // 8 + 1, 4), np.complex64)

@@ -42,6 +42,9 @@ def _cores() -> int:
 THREADS = max(1, min(8, _cores() // 2))
 """Host threads filling the pinned buffers: half the cores this process may run on, at most 8."""
 
+MAX_PITCH = 2**31 - 1
+"""The longest row a 2-D copy takes (``cudaDevAttrMaxPitch``); longer rows go up one copy each."""
+
 STAGED_ABOVE = 16 * PIECE_BYTES
 """Arrays of more bytes than this are staged (:func:`copy_up`): in the whole call staging gains above it and
 nothing beyond the comparison's noise below it, although a copy alone gains there too
@@ -88,17 +91,17 @@ class Staging:
         ``(N, L)`` of the same dtype, computed by the host threads range of columns by range of columns into the
         pinned buffers (a range's ``N x width`` block fills one), each range going up as one 2-D transfer. Only
         ``N / C`` of the source's bytes cross to the device."""
-        rows, columns = matrix.shape[0], source.shape[1]
-        itemsize = source.dtype.itemsize
-        if (source.ndim != 2 or matrix.ndim != 2 or matrix.shape[1] != source.shape[0]
-                or destination.shape != (rows, columns) or not matrix.dtype == source.dtype == destination.dtype
-                or not destination.flags.c_contiguous):
+        if (source.ndim != 2 or matrix.ndim != 2 or matrix.shape[0] < 1 or matrix.shape[1] != source.shape[0]
+                or destination.shape != (matrix.shape[0], source.shape[1])
+                or not matrix.dtype == source.dtype == destination.dtype or not destination.flags.c_contiguous):
             raise ValueError(f"staged product of {matrix.shape} {matrix.dtype} by {source.shape} {source.dtype} "
                              f"into {destination.shape} {destination.dtype}")
+        rows, columns, itemsize = matrix.shape[0], source.shape[1], source.dtype.itemsize
         if rows * itemsize > self.piece:
             raise ValueError(f"staged product: one column of {rows} rows is more than a {self.piece}-byte buffer")
         width = self.piece // (rows * itemsize)
         runtime, starts = self.cupy.cuda.runtime, range(0, columns, width)
+        pitch = columns * itemsize
 
         def fill(slot: int, i: int) -> None:
             part = source[:, starts[i]:starts[i] + width]
@@ -106,9 +109,14 @@ class Staging:
             np.matmul(matrix, part, out=block.reshape(rows, part.shape[1]))
 
         def send(slot: int, i: int, stream: Any) -> None:
-            span = min(width, columns - starts[i]) * itemsize
-            runtime.memcpy2DAsync(destination.data.ptr + starts[i] * itemsize, columns * itemsize,
-                                  self.memory[slot].ptr, span, span, rows, runtime.memcpyHostToDevice, stream.ptr)
+            span, target = min(width, columns - starts[i]) * itemsize, destination.data.ptr + starts[i] * itemsize
+            if pitch <= MAX_PITCH:
+                runtime.memcpy2DAsync(target, pitch, self.memory[slot].ptr, span, span, rows,
+                                      runtime.memcpyHostToDevice, stream.ptr)
+                return
+            for row in range(rows):  # rows too long for a 2-D copy's pitch: one copy each
+                runtime.memcpyAsync(target + row * pitch, self.memory[slot].ptr + row * span, span,
+                                    runtime.memcpyHostToDevice, stream.ptr)
 
         self._run(len(starts), fill, send)
 

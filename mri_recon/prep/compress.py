@@ -247,6 +247,8 @@ def _gram(centre: np.ndarray) -> np.ndarray:
     ``zherk`` on the transposed view: half a general product's multiplications, no conjugated copy)."""
     from scipy.linalg.blas import zherk
 
+    if centre.shape[1] == 0:
+        return np.zeros((centre.shape[0],) * 2, np.complex128)
     upper = zherk(1.0, centre.T, trans=2)  # (centre^T)^H centre^T = conj(centre centre^H), its upper triangle
     return np.conj(upper + np.triu(upper, 1).conj().T)
 

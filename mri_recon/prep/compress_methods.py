@@ -124,10 +124,12 @@ def compression_for(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, white
 
 
 def one_matrix(choice: Any, method: Any = DEFAULT_METHOD) -> bool:
-    """Whether ``choice`` compressed by ``method`` is (or may be: a given compression) one matrix for every
-    sample, known before it is computed: the device preparation then computes it first and compresses the data
-    on their way up."""
-    return isinstance(choice, Compression) or compression_method(method).one_matrix
+    """Whether ``choice`` compressed by ``method`` is one matrix for every sample (a given compression: whether
+    it has one, :meth:`~.compress.Compression.product`), known before it is computed: the device preparation
+    then computes it first and compresses the data on their way up."""
+    if isinstance(choice, Compression):
+        return choice.product() is not None
+    return compression_method(method).one_matrix
 
 
 def compression_task(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, whitening: np.ndarray | None = None

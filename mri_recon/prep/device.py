@@ -202,8 +202,9 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
     there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
     host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
-    host (:func:`~mri_recon.prep.compress_methods.compression_task`, on a host thread during the k-space's
-    upload), its product runs on the device."""
+    host (:func:`~mri_recon.prep.compress_methods.compression_task`, on a host thread while the trajectory goes
+    up); one matrix (SVD) is applied on the host as the k-space and maps go up, a geometric compression on the
+    device after they went up unchanged (its matrices computed meanwhile)."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)

@@ -4,7 +4,8 @@ A 2-D host array ``(R, L)`` (k-space ``(C, M)``, coil maps ``(C, N)``, a flatten
 goes up in one copy; a whitening matrix ``W`` ``(R, R)`` is then applied to every
 column in place (``kernels/arith.cu``: each thread holds one column), so the device never holds a second copy
 of the array. A matrix of fewer rows (coil compression after whitening, ``A W``: ``(N, C)``) is applied on the
-host by the threads that fill the pinned buffers, so that only the ``(N, L)`` product goes up. On the CPU the same
+host, so that only the ``(N, L)`` product goes up: by the threads that fill the pinned buffers where the array is
+staged (above 64 MiB), else in one product before one pageable copy. On the CPU the same
 products run in NumPy over chunks of whole columns (the twin the tests compare with): a matrix applied over the
 row (channel) axis gives the same values chunk by chunk as on the whole array.
 
@@ -52,9 +53,9 @@ def upload_columns(host: np.ndarray, device: Device, matrix: np.ndarray | None =
     if host.ndim != 2:
         raise ValueError(f"upload_columns takes a 2-D array, found shape {host.shape}")
     if matrix is not None and (matrix.ndim != 2 or matrix.shape[1] != host.shape[0]
-                               or matrix.shape[0] > host.shape[0]):
-        raise ValueError(f"upload_columns multiplies {host.shape[0]} rows by a matrix of at most as many rows "
-                         f"and {host.shape[0]} columns, found {matrix.shape}")
+                               or not 1 <= matrix.shape[0] <= host.shape[0]):
+        raise ValueError(f"upload_columns multiplies {host.shape[0]} rows by a matrix of 1 to {host.shape[0]} "
+                         f"rows and {host.shape[0]} columns, found {matrix.shape}")
     rows = host.shape[0] if matrix is None else matrix.shape[0]
     matrix = None if matrix is None else np.ascontiguousarray(matrix.astype(host.dtype))
     if not device.is_gpu:

@@ -319,8 +319,6 @@ def test_a_time_series_is_compressed_with_one_matrix():
 def test_the_planner_s_constants_are_the_compression_s():
     from mri_recon.planning import preparation
 
-    assert preparation.COMPRESS_RADIUS == compress.CENTRE_RADIUS
-    assert preparation.COMPRESS_MIN_PER_COIL == compress.MIN_PER_COIL
     assert preparation.COMPRESS_MAX_SAMPLES == compress.MAX_SAMPLES
 
 

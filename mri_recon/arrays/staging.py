@@ -157,16 +157,21 @@ class Staging:
         fill(slot, i)
 
 
-_STAGING: dict[int, Staging] = {}
+PRODUCT_THREADS = min(2, THREADS)
+"""Host threads computing a product on the way up (:meth:`Staging.copy_product`): each product is a BLAS call
+with threads of its own, and more than two at once contend (``scripts/bench_upload.py --product``,
+docs/benchmarks.md "Coil compression")."""
+
+_STAGING: dict[tuple[int, int], Staging] = {}
 _STAGING_LOCK = threading.Lock()
 
 
-def staging(cupy: Any, device_index: int) -> Staging:
-    """The process's :class:`Staging` of one device, made on first use."""
+def staging(cupy: Any, device_index: int, threads: int = THREADS) -> Staging:
+    """The process's :class:`Staging` of one device with ``threads`` threads, made on first use."""
     with _STAGING_LOCK:
-        if device_index not in _STAGING:
-            _STAGING[device_index] = Staging(cupy, device_index)
-        return _STAGING[device_index]
+        if (device_index, threads) not in _STAGING:
+            _STAGING[device_index, threads] = Staging(cupy, device_index, threads)
+        return _STAGING[device_index, threads]
 
 
 def copy_up(cupy: Any, source: np.ndarray, destination: Any, device_index: int) -> None:
@@ -181,9 +186,10 @@ def copy_up(cupy: Any, source: np.ndarray, destination: Any, device_index: int) 
 
 def copy_product_up(cupy: Any, matrix: np.ndarray, source: np.ndarray, destination: Any, device_index: int) -> None:
     """``destination[...] = matrix @ source`` (host ``(N, C)`` and ``(C, L)``, a CuPy ``(N, L)`` of their dtype on
-    ``device_index``), the product on the host, complete on return: staged (:meth:`Staging.copy_product`) when the
-    source holds more than :data:`STAGED_ABOVE` bytes, else one product and one pageable copy."""
+    ``device_index``), the product on the host, complete on return: staged (:meth:`Staging.copy_product`, with
+    :data:`PRODUCT_THREADS` threads) when the source holds more than :data:`STAGED_ABOVE` bytes, else one product
+    and one pageable copy."""
     if source.nbytes > STAGED_ABOVE and THREADS >= 2:
-        staging(cupy, device_index).copy_product(matrix, source, destination)
+        staging(cupy, device_index, PRODUCT_THREADS).copy_product(matrix, source, destination)
     else:
         destination.set(np.ascontiguousarray(matrix @ source))

@@ -42,9 +42,8 @@ PIPE_EPS = 1e-4
 """FINUFFT's tolerance in Pipe-Menon's convolutions (:mod:`mri_recon.prep.dcf`)."""
 BLOB_CHUNK = 8192
 """Samples per block of the weights' normalization (:func:`mri_recon.prep.dcf.normalize`)."""
-COMPRESS_RADIUS, COMPRESS_MIN_PER_COIL, COMPRESS_MAX_SAMPLES = 12.0, 4, 65536
-"""The centre coil compression is computed from (:mod:`mri_recon.prep.compress`: ``CENTRE_RADIUS``,
-``MIN_PER_COIL``, ``MAX_SAMPLES``)."""
+COMPRESS_MAX_SAMPLES = 16384
+"""The most centre samples coil compression is computed from (:mod:`mri_recon.prep.compress`: ``MAX_SAMPLES``)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,8 @@ class Preparation:
     """The coils after coil compression (:mod:`mri_recon.prep.compress`), which every later stage holds; 0: not
     compressed (or the number decided from the data: the scan's coils are planned)."""
     compress_samples: int = 0
-    """The centre samples the compression matrix is computed from."""
+    """The centre samples the compression matrix is computed from, at most (the cap, or every sample of a
+    smaller scan: known without reading the trajectory)."""
     compress_working: int = 0
     """Bytes the compression method's application holds besides (its working blocks)."""
     compress_on_the_way: bool = False
@@ -292,9 +292,7 @@ def preparation_of(scan: Scan, *, prewhiten: bool = False, dcf: str | None = Non
     return Preparation(noise_samples=int(scan.noise.shape[1]) if whiten else 0,
                        virtual_coils=virtual, compress_working=int(compress_working) if virtual else 0,
                        compress_on_the_way=bool(compress_on_the_way and virtual),
-                       compress_samples=0 if not virtual else max(
-                           min(scan.n_samples, COMPRESS_MIN_PER_COIL * scan.n_coils),
-                           min(COMPRESS_MAX_SAMPLES, len(samples_within(scan.trajectory, COMPRESS_RADIUS)))),
+                       compress_samples=0 if not virtual else min(scan.n_samples, COMPRESS_MAX_SAMPLES),
                        dcf=dcf if dcf in ("ramp", "pipe") else None,
                        extent=tuple(float(r) for r in trajectory_extent(scan.trajectory)) if dcf == "pipe" else (),
                        coil_maps=estimate_maps, centre_samples=centre,

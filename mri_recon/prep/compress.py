@@ -52,8 +52,10 @@ CENTRE_RADIUS = 12.0
 """Cycles per field of view: the centre whose samples give the compression matrix."""
 MIN_PER_COIL = 4
 """The fewest centre samples per coil; a sparser centre is widened to the samples nearest ``k = 0``."""
-MAX_SAMPLES = 65536
-"""The most centre samples used (the nearest ``k = 0``): the Gram matrix costs ``C^2`` per sample."""
+MAX_SAMPLES = 16384
+"""The most centre samples used (the nearest ``k = 0``): the Gram matrix costs ``C^2`` per sample, and on a GPU
+the matrix is computed before the compressed data go up. Sixteen thousand samples estimate a Gram matrix of
+up to 128 receivers many times over."""
 NOT_IMPLEMENTED = {"ecc": "ESPIRiT-based compression (ECC, bart cc -E)"}
 """Variants of the peers' that are named but not implemented: refused with what they are."""
 FORMS = "none, auto or a number of virtual coils N >= 1"
@@ -243,14 +245,8 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
 
 
 def _gram(centre: np.ndarray) -> np.ndarray:
-    """``centre @ centre^H`` of complex128 ``(C, K)`` samples, Hermitian ``(C, C)``, by one rank-K update (BLAS
-    ``zherk`` on the transposed view: half a general product's multiplications, no conjugated copy)."""
-    from scipy.linalg.blas import zherk
-
-    if centre.shape[1] == 0:
-        return np.zeros((centre.shape[0],) * 2, np.complex128)
-    upper = zherk(1.0, centre.T, trans=2)  # (centre^T)^H centre^T = conj(centre centre^H), its upper triangle
-    return np.conj(upper + np.triu(upper, 1).conj().T)
+    """``centre @ centre^H`` of complex128 ``(C, K)`` samples, ``(C, C)``."""
+    return centre @ centre.conj().T
 
 
 def auto_virtual(values: np.ndarray) -> int:

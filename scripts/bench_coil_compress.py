@@ -395,12 +395,17 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the GPU whole call at 512^2 x 32 coils")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU sections (quality, BART, CPU time)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", choices=("cartesian",), help="only the Cartesian sections (cartesian, bart_gcc)")
+    parser.add_argument("--only", choices=("cartesian", "cpu_time"),
+                        help="only the Cartesian sections (cartesian, bart_gcc), or only the CPU time")
     args = parser.parse_args()
     if args.only:
         report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
-        benchtools.section(report, "cartesian", cartesian, lambda e: "Cartesian: svd and geometric (CPU)")
-        benchtools.section(report, "bart_gcc", bart_gcc_section, lambda e: "principal angles against bart cc -G")
+        if args.only == "cpu_time":
+            benchtools.section(report, "cpu_time", lambda: cpu_time(args.repeats),
+                               lambda e: "the compression step on the CPU")
+        else:
+            benchtools.section(report, "cartesian", cartesian, lambda e: "Cartesian: svd and geometric (CPU)")
+            benchtools.section(report, "bart_gcc", bart_gcc_section, lambda e: "principal angles against bart cc -G")
         benchtools.write_report(report, args.out)
         return
     report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),

@@ -49,6 +49,11 @@ for step in $steps; do
     series_ops) timeout ${T_PROFILE:-200} python3 scripts/profile_series_ops.py "$OUT/series_ops_128.json" --matrix 128 --frames 20 --coils 8 2>&1 | tail -30
                 timeout ${T_PROFILE:-200} python3 scripts/profile_series_ops.py "$OUT/series_ops_256.json" --matrix 256 --frames 30 --coils 16 2>&1 | tail -30 ;;
     upload) timeout ${T_UPLOAD:-200} python3 scripts/bench_upload.py "$OUT/bench_upload.json" --repeats 5 2>&1 | tail -20 ;;
+    product) timeout ${T_UPLOAD:-200} python3 scripts/bench_upload.py "$OUT/bench_upload_product.json" --product --repeats 5 2>&1 | tail -4 ;;
+    rows1024)  # a 2x grid's last axis of 2048: the row passes (opted in to more shared memory) and the whole-grid ones
+           for flag in "" --grid-passes; do
+             timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/rows_1024${flag:+_grid}.txt" --problem sweep --matrix 1024x1024 --coils 8 --repeats 5 --steps --top 10 $flag 2>&1 | head -12
+           done ;;
     psf_cache) timeout ${T_PSF_CACHE:-200} python3 scripts/bench_psf_cache.py "$OUT/bench_psf_cache.json" --rounds ${PSF_CACHE_ROUNDS:-25} 2>&1 | tail -4 ;;
     profile_cache)  # the README's 2D call without and with psf_cache= (issue 45)
            timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_2d_nocache.txt" --problem 2d --repeats 15 --steps 2>&1 | head -12

@@ -137,3 +137,27 @@ def test_a_strided_source_is_multiplied_where_it_lies(rng):
     stage.copy_product(matrix, wide[:, ::2], destination)
     expected = matrix.astype(np.complex128) @ wide[:, ::2].astype(np.complex128)
     assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)
+
+
+def test_products_go_through_their_own_two_thread_staging(monkeypatch, rng):
+    """``copy_product_up`` stages a product above STAGED_ABOVE with PRODUCT_THREADS threads, in a staging made
+    once per device and thread count, and multiplies a smaller one on the host before one copy."""
+    monkeypatch.setattr(staging, "_STAGING", {})
+    monkeypatch.setattr(staging, "STAGED_ABOVE", 1000)
+    monkeypatch.setattr(staging, "THREADS", 8)  # a host of 16 cores, whatever this one has
+    monkeypatch.setattr(staging, "PRODUCT_THREADS", 2)
+    twin = _twin()
+    source = (rng.standard_normal((4, 300)) + 1j * rng.standard_normal((4, 300))).astype(np.complex64)
+    matrix = (rng.standard_normal((2, 4)) + 1j * rng.standard_normal((2, 4))).astype(np.complex64)
+    expected = matrix.astype(np.complex128) @ source.astype(np.complex128)
+    for _ in range(2):
+        destination = _Destination((2, 300), np.complex64)
+        staging.copy_product_up(twin, matrix, source, destination, 0)
+        assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)
+    assert list(staging._STAGING) == [(0, staging.PRODUCT_THREADS)]
+    assert staging._STAGING[0, staging.PRODUCT_THREADS].pool._max_workers == staging.PRODUCT_THREADS
+    small = SimpleNamespace(set=lambda host: copies.append(host))
+    copies: list = []
+    staging.copy_product_up(twin, matrix, source[:, :10], small, 0)
+    assert len(copies) == 1 and np.allclose(copies[0], expected[:, :10], rtol=1e-5)
+    assert list(staging._STAGING) == [(0, staging.PRODUCT_THREADS)]

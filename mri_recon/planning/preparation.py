@@ -98,8 +98,8 @@ def coils_after(preparation: Preparation, coils: int) -> int:
 
 def compress(c: int, n: int, m: int, k: int, n_vox: int, maps: bool, centre: int) -> int:
     """Bytes beyond the inputs at the peak of whitening and compressing ``c`` coils to ``n`` in one product: the
-    noise in complex128 for its covariance, the ``centre`` samples gathered, whitened and scaled in complex128,
-    or the compressed k-space, noise and maps."""
+    noise in complex128 for its covariance, the ``centre`` samples gathered in complex128 with their Gram matrix
+    (counted as three copies of them), or the compressed k-space, noise and maps."""
     return max(c * k * C128, 3 * c * centre * C128, n * m * C64 + n * k * C64 + (n * n_vox * C64 if maps else 0))
 
 

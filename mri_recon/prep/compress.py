@@ -232,7 +232,8 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
         The centre's samples are all zero (the eigenvectors would be arbitrary).
     """
     index = centre_samples(trajectory, kspace.shape[0])
-    gram = _gram(kspace[:, index].astype(np.complex128))
+    centre = kspace[:, index].astype(np.complex128)
+    gram = centre @ centre.conj().T
     if whitening is not None:
         whitening = np.asarray(whitening, dtype=np.complex128)
         gram = whitening @ gram @ whitening.conj().T  # the whitened samples' Gram, without whitening them
@@ -242,11 +243,6 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
                                f"compression needs signal there (reconstruct without --coil-compress)")
     values, vectors = np.linalg.eigh(gram)
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
-
-
-def _gram(centre: np.ndarray) -> np.ndarray:
-    """``centre @ centre^H`` of complex128 ``(C, K)`` samples, ``(C, C)``."""
-    return centre @ centre.conj().T
 
 
 def auto_virtual(values: np.ndarray) -> int:

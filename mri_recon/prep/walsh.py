@@ -18,7 +18,9 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     is its dominant eigenvector (unit norm), phase referenced to the coil with the most energy. The data
     should be prewhitened (:func:`mri_recon.prep.noise.prewhiten`), which makes the noise covariance the identity.
     The images are divided by a power of two near their largest value first: the maps do not depend on
-    their scale.
+    their scale. The box sums are cumulative sums in float32 (:func:`~.lowres._box_sum`), whose rounding is
+    absolute along each row of the image: a voxel far weaker than its row (below about 1% of the row's
+    energy) gets its map only to a correspondingly lower relative accuracy.
 
     Parameters
     ----------

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..arrays import fft
 from ..arrays.backend import get_xp
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
@@ -110,12 +111,8 @@ def readout_lines(trajectory: np.ndarray, readout: int, source: str = "<memory>"
 def _fft(xp: Any, data: Any, inverse: bool) -> Any:
     """The centred unitary FFT along the last axis (index ``j`` at frequency, or position, ``j - n // 2``) in the
     data's precision: the readout's k-space to its image positions (``inverse``) and back."""
-    if xp is np:
-        import scipy.fft as fft  # noqa: PLC0415 - import cost paid on use
-    else:
-        fft = xp.fft
-    call = fft.ifft if inverse else fft.fft
-    return fft.fftshift(call(fft.ifftshift(data, axes=-1), axis=-1, norm="ortho"), axes=-1)
+    shifted = fft.fftn(xp.fft.ifftshift(data, axes=-1), (-1,), inverse=inverse, norm="ortho")
+    return xp.fft.fftshift(shifted, axes=-1)
 
 
 def per_position(matrices: Any, data: Any) -> Any:

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, cpu_threads, get_xp, resolve_device_like, to_device
+from ..arrays import fft
+from ..arrays.backend import Device, get_xp, resolve_device_like, to_device
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError
 from ..operators.normal.toeplitz import kernel_spectrum, toeplitz_apply
@@ -78,14 +79,8 @@ def sobolev_weights(grid: Sequence[int], xp: Any = np, a: float = SOBOLEV_A, b: 
 
 
 def _fft(x: Any, axes: tuple[int, ...], inverse: bool) -> Any:
-    """Unitary n-D FFT (or its inverse) over ``axes``, in the input's precision (scipy.fft on every core)."""
-    xp = get_xp(x)
-    if xp is np:
-        import scipy.fft  # noqa: PLC0415 - import cost paid only when used
-
-        transform = scipy.fft.ifftn if inverse else scipy.fft.fftn
-        return transform(x, axes=axes, norm="ortho", workers=cpu_threads())
-    return (xp.fft.ifftn if inverse else xp.fft.fftn)(x, axes=axes, norm="ortho")
+    """Unitary n-D FFT (or its inverse) over ``axes``, in the input's precision."""
+    return fft.fftn(x, axes, inverse=inverse, norm="ortho")
 
 
 class NlinvModel:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import fft
 from ..arrays.backend import get_xp
 from ..errors import InvalidDataError
 from ..operators.replay import capture_keeping
@@ -142,16 +143,14 @@ class BatchedSeriesNormal(SeriesNormal):
         if self.fused is not None:
             self.fused.apply_into(x, out)
             return
-        import scipy.fft  # noqa: PLC0415 - the NumPy path only
-
         nd = self.maps.ndim - 1
         axes, grid = tuple(range(-nd, 0)), tuple(self.spectra.shape[1:])
         crop = (Ellipsis, *(slice(0, n) for n in self.maps.shape[1:]))
         for start in range(0, x.shape[0], self.batch):
             part = slice(start, start + self.batch)
-            spectrum = scipy.fft.fftn(self.maps[None] * x[part, None], s=grid, axes=axes)
+            spectrum = fft.fftn(self.maps[None] * x[part, None], axes, shape=grid, overwrite=True)
             spectrum *= self.spectra[part, None]
-            images = scipy.fft.ifftn(spectrum, axes=axes, overwrite_x=True)[crop]
+            images = fft.fftn(spectrum, axes, inverse=True, overwrite=True)[crop]
             out[part] = (np.conj(self.maps)[None] * images).sum(axis=1)
             if self.lam:
                 out[part] += self.lam * x[part]

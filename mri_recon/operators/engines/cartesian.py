@@ -1,4 +1,4 @@
-"""The encoding operator F of Cartesian samples by FFT: NumPy (scipy.fft) on the CPU, cuFFT on the GPU.
+"""The encoding operator F of Cartesian samples by FFT: pocketfft on the CPU, cuFFT on the GPU.
 
 Samples sit on integer frequencies ``k`` (cycles per field of view) of the image's own grid, and F is the same
 sum as every other engine's (:mod:`.encoding`): ``F x = sum_n x_n exp(-i 2 pi k_m . r_n)`` with
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ...arrays.backend import cpu_threads, get_xp
+from ...arrays import fft
+from ...arrays.backend import get_xp
 from ...errors import InvalidDataError
 from ..base import LinearOperator
 from ..normal.toeplitz import kernel_spectrum
@@ -38,15 +39,9 @@ INTEGER_TOLERANCE = 1e-3
 """Largest distance (cycles per FOV) of a sample from an integer frequency for the FFT engines to take it."""
 
 
-def _fft(xp: Any, x: Any, axes: tuple[int, ...], inverse: bool) -> Any:
+def _fft(x: Any, axes: tuple[int, ...], inverse: bool) -> Any:
     """Unnormalized n-D FFT (``inverse``: the sum with ``exp(+i ...)``, no 1/N) in the input's precision."""
-    if xp is np:
-        import scipy.fft  # noqa: PLC0415 - import cost paid on use
-
-        call = scipy.fft.ifftn if inverse else scipy.fft.fftn
-        return call(x, axes=axes, norm="forward" if inverse else "backward", workers=cpu_threads())
-    call = xp.fft.ifftn if inverse else xp.fft.fftn
-    return call(x, axes=axes, norm="forward" if inverse else "backward")
+    return fft.fftn(x, axes, inverse=inverse, norm="forward" if inverse else "backward")
 
 
 def off_grid(trajectory: Any) -> tuple[Any, float]:
@@ -93,7 +88,7 @@ def is_cartesian(trajectory: Any) -> bool:
 
 
 class CartesianEncoding(Encoding):
-    """F of samples on integer frequencies by FFT (NumPy/scipy.fft), ``(batch, *matrix) -> (batch, M)``.
+    """F of samples on integer frequencies by FFT (pocketfft on the CPU), ``(batch, *matrix) -> (batch, M)``.
 
     Parameters
     ----------
@@ -140,7 +135,7 @@ class CartesianEncoding(Encoding):
 
     def _apply(self, x: Any) -> Any:
         xp = get_xp(x)
-        spectrum = _fft(xp, xp.fft.ifftshift(x, axes=self._axes), self._axes, inverse=False)
+        spectrum = _fft(xp.fft.ifftshift(x, axes=self._axes), self._axes, inverse=False)
         out = spectrum.reshape(x.shape[0], -1)[:, self.indices]
         return out.astype(np.complex64, copy=False)
 
@@ -155,7 +150,7 @@ class CartesianEncoding(Encoding):
 
     def _adjoint(self, y: Any) -> Any:
         xp = get_xp(y)
-        image = _fft(xp, self.scatter(y), self._axes, inverse=True)
+        image = _fft(self.scatter(y), self._axes, inverse=True)
         return xp.fft.fftshift(image, axes=self._axes).astype(np.complex64, copy=False)
 
     def mask(self, weights: Any = None) -> Any:
@@ -209,10 +204,9 @@ class MaskNormal(LinearOperator):
         self._axes = tuple(range(len(ishape) - mask.ndim, len(ishape)))
 
     def _apply(self, x: Any) -> Any:
-        xp = get_xp(x)
-        spectrum = _fft(xp, x, self._axes, inverse=False)
+        spectrum = _fft(x, self._axes, inverse=False)
         spectrum *= self.mask_values
-        out = _fft(xp, spectrum, self._axes, inverse=True).astype(np.complex64, copy=False)
+        out = _fft(spectrum, self._axes, inverse=True).astype(np.complex64, copy=False)
         if self.lam:
             out += np.float32(self.lam) * x
         return out

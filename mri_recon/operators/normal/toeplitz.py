@@ -13,22 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ...arrays.backend import cpu_threads, get_xp
+from ...arrays import fft
+from ...arrays.backend import get_xp
 from ..arith import alternate
 from ..base import LinearOperator
-
-
-def _scipy_fft():
-    import scipy.fft  # noqa: PLC0415 - import cost paid only when used
-
-    return scipy.fft
-
-
-def _fftn(x: Any, axes: tuple[int, ...]) -> Any:
-    """n-D FFT over ``axes`` in the input's precision (scipy.fft on every core, or cuFFT)."""
-    if get_xp(x) is np:
-        return _scipy_fft().fftn(x, axes=axes, workers=cpu_threads())
-    return get_xp(x).fft.fftn(x, axes=axes)
 
 
 def _padded_fft(x: Any, shape: tuple[int, ...], axes: tuple[int, ...]) -> Any:
@@ -37,13 +25,11 @@ def _padded_fft(x: Any, shape: tuple[int, ...], axes: tuple[int, ...]) -> Any:
     On the CPU the axes are transformed one at a time, each padded just before its own pass, so the
     rows that are still all zeros are never transformed (3/4 of the work of a full 2-D FFT, 7/12 in 3-D).
     """
-    xp = get_xp(x)
-    if xp is not np:
-        return xp.fft.fftn(x, s=shape, axes=axes)
-    fft = _scipy_fft()
+    if get_xp(x) is not np:
+        return fft.fftn(x, axes, shape=shape)
     y = x
     for axis, n in zip(axes, shape):
-        y = fft.fft(y, n=n, axis=axis, workers=cpu_threads(), overwrite_x=y is not x)
+        y = fft.fftn(y, (axis,), shape=(n,), overwrite=y is not x)
     return y
 
 
@@ -52,13 +38,11 @@ def _cropped_ifft(y: Any, crop: tuple[int, ...], axes: tuple[int, ...]) -> Any:
 
     On the CPU each axis is cropped right after its own pass, so discarded rows are not transformed.
     """
-    xp = get_xp(y)
-    if xp is not np:
-        out = xp.fft.ifftn(y, axes=axes)
+    if get_xp(y) is not np:
+        out = fft.fftn(y, axes, inverse=True)
         return out[(Ellipsis, *(slice(0, n) for n in crop))]
-    fft = _scipy_fft()
     for axis, n in reversed(tuple(zip(axes, crop))):
-        y = fft.ifft(y, axis=axis, workers=cpu_threads(), overwrite_x=True)
+        y = fft.fftn(y, (axis,), inverse=True, overwrite=True)
         index = [slice(None)] * y.ndim
         index[axis] = slice(0, n)
         y = y[tuple(index)]
@@ -95,7 +79,7 @@ def kernel_spectra(psfs: Any) -> Any:
         fft_plan(tuple(grids.shape), int(grids.device.id)).fft(grids, spectra, cufft.CUFFT_FORWARD)
         return alternate(spectra, 1.0)
     shifted = xp.fft.ifftshift(xp.asarray(psfs, dtype=np.complex64), axes=axes)
-    return _fftn(shifted, axes=axes).astype(np.complex64, copy=False)
+    return fft.fftn(shifted, axes).astype(np.complex64, copy=False)
 
 
 def toeplitz_apply(x: Any, spectrum: Any) -> Any:

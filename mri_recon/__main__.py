@@ -1,6 +1,6 @@
 """``python -m mri_recon``: the ``mri-recon`` command."""
 
-from .cli import main
+from .cli import run
 
 if __name__ == "__main__":  # pragma: no cover - run as a module
-    main(prog_name="mri-recon")
+    run()

@@ -1,8 +1,8 @@
 """FFTs for every NumPy path: SciPy's pocketfft on every core, in the input's precision.
 
 The transforms call pocketfft's compiled module, which SciPy ships inside ``scipy.fft``, loaded by itself:
-importing the ``scipy.fft`` package also imports SciPy's array-API layer and ``scipy.special``, about 0.2 s,
-which a short CPU process (a 2D CG-SENSE solve takes 0.2 s on two cores) would pay on every run. The module is
+importing the ``scipy.fft`` package also imports SciPy's array-API layer and ``scipy.special``, a cost that a
+short CPU process would pay on every run (docs/benchmarks.md, "Whole processes on the same files"). The module is
 checked against NumPy's FFT once; where it is not where SciPy keeps it, or answers otherwise, ``scipy.fft``
 itself serves. On CuPy arrays the transforms are CuPy's (cuFFT).
 """

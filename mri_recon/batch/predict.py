@@ -15,8 +15,6 @@ import math
 import os
 from dataclasses import dataclass
 
-import h5py
-
 from ..errors import MriReconError
 from ..io.readers import reader_of
 from ..planning.planner import plan
@@ -40,6 +38,8 @@ def scan_seconds(task: ScanTask, gpu: bool) -> float | None:
     """The predicted reconstruction time of a schema-v1 scan (:func:`~mri_recon.planning.planner.plan`); 0 for a file
     that no reader takes or a malformed schema-v1 file (it fails at once: it has no work); None when the sizes
     of a readable scan cannot be read from its metadata (MRD, twix, BART)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     try:
         reader, _ = reader_of(task.input, task.settings.allow_external)
     except (MriReconError, OSError):

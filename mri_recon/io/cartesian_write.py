@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-import h5py
 import numpy as np
 
 from ..errors import InvalidDataError
@@ -72,6 +71,8 @@ def write_cartesian_ismrmrd(path: str | os.PathLike, kspace: np.ndarray, *, matr
     fov_mm
         reconSpace field of view (default 1 mm voxels).
     """
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     mr = _ismrmrd()
     kspace = np.asarray(kspace, dtype=np.complex64)
     if kspace.ndim not in (4, 5):

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
 import numpy as np
+
+if TYPE_CHECKING:
+    import h5py
 
 from .._version import __version__
 from ..errors import OutputError
@@ -59,6 +62,8 @@ def _run_attrs(f: h5py.File, stack: ImageStack) -> None:
 def write_hdf5(output: str | os.PathLike, stack: ImageStack, *, complex_: bool = False, magnitude: bool = False,
                protect: tuple = ()) -> list[Path]:
     """Write ``stack`` to ``output`` as HDF5 (built in memory, then written atomically)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     del complex_, magnitude
     results, layout = stack.results, stack.layout
     _, scan, _, first = results[0]

@@ -6,7 +6,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from ..errors import InvalidDataError, OutputError
@@ -125,6 +124,8 @@ def write_ismrmrd(path: str | os.PathLike, scans: Scan | Sequence[tuple[Mapping,
     dataset
         The HDF5 group name.
     """
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     mr = _ismrmrd()
     if traj_units not in ("cycles-per-fov", "normalized"):
         raise InvalidDataError(f"unknown traj_units {traj_units!r}: expected 'cycles-per-fov' or 'normalized'")

@@ -8,14 +8,15 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
+
+if TYPE_CHECKING:
+    import h5py
 
 from ..errors import InvalidDataError, ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
-from .contained import check_contained
 from .files import memory_output
 from .inputs import InputFormat, Probe
 from .stack import DIMENSIONS
@@ -24,6 +25,10 @@ from .stack import DIMENSIONS
 def _open(path: str | os.PathLike, allow_external: bool = False) -> h5py.File:
     """The HDF5 file ``path``, open for reading, after :func:`~mri_recon.io.contained.check_contained`: a
     file that reaches other files is refused unless ``allow_external``."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
+    from .contained import check_contained  # noqa: PLC0415 - imports h5py
+
     p = Path(path)
     shown = printable(p)
     try:
@@ -60,12 +65,16 @@ def _open(path: str | os.PathLike, allow_external: bool = False) -> h5py.File:
 def is_ismrmrd(f: h5py.File) -> bool:
     """True for an ISMRMRD (MRD) file: a group holding ``data`` and ``xml`` datasets, or an acquisition
     ``data`` dataset alone (an ISMRMRD file that lost its header; the ISMRMRD reader then says so)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     return any(isinstance(g, h5py.Group) and "data" in g and ("xml" in g or _acquisitions(g["data"]))
                for g in f.values())
 
 
 def _acquisitions(item: object) -> bool:
     """True for a dataset of ISMRMRD acquisition records (a compound with ``head``, ``traj`` and ``data``)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     names = getattr(getattr(item, "dtype", None), "names", None) or ()
     return isinstance(item, h5py.Dataset) and {"head", "traj", "data"} <= set(names)
 
@@ -74,6 +83,8 @@ def image_series(f: h5py.File) -> list[str]:
     """The MRD image series of ``f`` (``"dataset/image_0"``, ...): groups with ``header`` and ``data`` inside
     an ISMRMRD dataset group that holds no acquisitions (a file ``ismrmrd`` wrote as images, e.g. an MRD
     output of ``mri-recon reconstruct``)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     return [f"{g.name.lstrip('/')}/{name}" for g in f.values() if isinstance(g, h5py.Group) and "data" not in g
             for name, s in g.items() if isinstance(s, h5py.Group) and {"header", "data"} <= set(s.keys())]
 
@@ -134,6 +145,8 @@ def _plain(value: Any) -> Any:
 def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.PathLike, ...] = ()) -> None:
     """Write ``scan`` as schema v1, atomically (built in memory, written to a temporary file, renamed; a file of
     ``protect`` is never replaced)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     with memory_output(path, protect=protect) as buffer, h5py.File(buffer, "w") as f:
         f.attrs["matrix"] = np.asarray(scan.matrix, dtype=np.int64)
         f.attrs["schema_version"] = SCHEMA_VERSION
@@ -151,6 +164,8 @@ def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.Pa
 def _read(f: h5py.File, src: str, name: str) -> Any:
     """The whole dataset ``name``: a group, a dangling (external or soft) link or an unreadable dataset is a
     :class:`SchemaError` naming it."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     try:
         node = f[name]
     except (KeyError, OSError) as exc:

@@ -27,7 +27,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ..errors import OutputError
@@ -52,6 +51,8 @@ def write_series_hdf5(path: str | os.PathLike, image: np.ndarray, *, labels: Seq
                       frame_duration_s: float | None, parameters: Mapping[str, Any], history: Sequence[float],
                       nrmse: float | None = None, protect: tuple = ()) -> None:
     """Write the frames as HDF5 (see the module docstring)."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     _check(image, labels)
     with memory_output(path, protect=protect) as buffer, h5py.File(buffer, "w") as f:
         f.create_dataset("image", data=np.asarray(image, dtype=np.complex64))
@@ -117,6 +118,8 @@ def save_series_mrd(path: str | os.PathLike, series: Any) -> None:
     has one) as the root dataset :data:`TRUTH`. Built in a temporary file beside ``path``, then renamed."""
     import tempfile  # noqa: PLC0415
 
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     from .ismrmrd_write import write_ismrmrd  # noqa: PLC0415 - the ismrmrd package is imported on use
 
     name = "phase" if series.axis == "phase" else "repetition"
@@ -140,6 +143,8 @@ def save_series_mrd(path: str | os.PathLike, series: Any) -> None:
 def read_series_truth(path: str | os.PathLike, frames: int, matrix: tuple[int, ...]) -> np.ndarray | None:
     """The first ``frames`` true frames stored by :func:`save_series_mrd`, when present and of ``matrix``;
     else None."""
+    import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
+
     with h5py.File(path, "r") as f:
         item = f.get(TRUTH)
         if not isinstance(item, h5py.Dataset) or item.ndim != len(matrix) + 1 or \

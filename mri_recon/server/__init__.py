@@ -12,11 +12,28 @@
 
 from __future__ import annotations
 
-from .config import PRESETS, ConfigError, configurator
-from .protocol import Limits, MessageID, MessageWriter, ProtocolError, read_message
-from .recon import Reconstructor
-from .service import Server
-from .session import Session
+import importlib
 
-__all__ = ["PRESETS", "ConfigError", "Limits", "MessageID", "MessageWriter", "ProtocolError", "Reconstructor",
-           "Server", "Session", "configurator", "read_message"]
+_LAZY = {
+    "PRESETS": "config",
+    "ConfigError": "config",
+    "configurator": "config",
+    "Limits": "protocol",
+    "MessageID": "protocol",
+    "MessageWriter": "protocol",
+    "ProtocolError": "protocol",
+    "read_message": "protocol",
+    "Reconstructor": "recon",
+    "Server": "service",
+    "Session": "session",
+}
+"""Each public name and its module, imported on first use (``mri-recon reconstruct`` reads the pipe mode's
+settings from :mod:`.config` without loading the TCP server)."""
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'mri_recon.server' has no attribute {name!r}")

@@ -77,6 +77,8 @@ def fftn(x: Any, axes: tuple[int, ...], *, inverse: bool = False, norm: str = "b
     """
     xp = get_xp(x)
     if xp is not np:
+        if len(axes) == 1 and shape is None:
+            return (xp.fft.ifft if inverse else xp.fft.fft)(x, axis=axes[0], norm=norm)
         call = xp.fft.ifftn if inverse else xp.fft.fftn
         return call(x, s=shape, axes=axes, norm=norm)
     axes = tuple(a % x.ndim for a in axes)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -141,3 +144,17 @@ def test_a_malformed_matrix_setting_is_refused(value):
 
     with pytest.raises(InvalidDataError, match="matrix must be NxM or NxMxK"):
         ReconSettings(matrix=value)
+
+
+def test_a_cpu_run_on_cfl_files_imports_no_hdf5_fft_package_or_server(bart_files):
+    """The process a user starts for BART files loads what it uses: h5py, the scipy.fft package and the TCP
+    server are imported on use, and this run uses none of them."""
+    folder, *_ = bart_files
+    args = ["reconstruct", "ksp.cfl", "--trajectory", "traj.cfl", "--sensitivities", "sens.cfl", "-o", "x.cfl",
+            "--device", "cpu", "--iterations", "3", "-q"]
+    code = ("import sys; from mri_recon.cli import main; main(sys.argv[1:], standalone_mode=False); "
+            "print(' '.join(sorted(m for m in ('h5py', 'scipy.fft', 'mri_recon.server.service') if m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ""
+    assert np.all(np.isfinite(np.asarray(read_cfl(folder / "x.cfl"))))

@@ -96,3 +96,16 @@ def test_a_transform_does_not_import_scipy_fft():
             "assert abs(y[0, 0] - 64) < 1e-4; print('scipy.fft' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_module_that_answers_otherwise_is_not_used(monkeypatch):
+    monkeypatch.setattr(fft, "_answers_like_numpy", lambda module: False)
+    fft.pocketfft.cache_clear()
+    try:
+        assert fft.pocketfft() is None
+        x = np.arange(8, dtype=np.complex64)
+        assert _error(fft.fftn(x, (0,)), np.fft.fft(x.astype(np.complex128))) < 2e-6  # scipy.fft serves
+    finally:
+        monkeypatch.undo()
+        fft.pocketfft.cache_clear()
+    assert fft.pocketfft() is not None

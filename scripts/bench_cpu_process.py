@@ -15,7 +15,7 @@ the two alternate, after one warm-up of each (Python's bytecode cache written, t
 The child gets the environment of a user's shell: ``PYTHONDONTWRITEBYTECODE`` removed. NRMSE against the
 truth after the best complex scale. Medians and minima of ``--repeats`` runs, with the load average.
 
-Usage: python scripts/bench_cpu_process.py [OUT.json] [--repeats 5]
+Usage: python scripts/bench_cpu_process.py [OUT.json] [--repeats 5] [--python PATH]
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ def timed(command: list[str], folder: str, env: dict[str, str]) -> float:
     return seconds
 
 
-def commands(name: str, samples: int) -> tuple[list[str], list[str]]:
-    """Our command line and BART's for problem ``name`` with ``samples`` per coil."""
+def commands(name: str, samples: int, python: str) -> tuple[list[str], list[str]]:
+    """Our command line (run by the interpreter ``python``) and BART's for problem ``name`` with ``samples`` per
+    coil."""
     problem = PROBLEMS[name]
     lam_b = f"{1e-3 * samples / 128**2:.6g}"
     ours = [
-        sys.executable,
+        python,
         "-m",
         "mri_recon",
         "reconstruct",
@@ -95,13 +96,13 @@ def commands(name: str, samples: int) -> tuple[list[str], list[str]]:
     return ours, theirs
 
 
-def compare(name: str, repeats: int) -> dict:
+def compare(name: str, repeats: int, python: str) -> dict:
     """Both processes on problem ``name``, alternating, ``repeats`` times each after one warm-up."""
     env = child_env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as folder:
         scan = make_data(PROBLEMS[name]["spokes"], folder)
-        ours, theirs = commands(name, scan.kspace.shape[1])
+        ours, theirs = commands(name, scan.kspace.shape[1], python)
         timed(ours, folder, env)
         timed(theirs, folder, env)
         times: dict[str, list[float]] = {"ours": [], "bart": []}
@@ -131,6 +132,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter of the mri-recon install to time (default: this one); a plain "
+                             "'pip install .' has no editable-install import hook, as a user's")
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     args = parser.parse_args()
     bart_version = subprocess.run(["bart", "version"], capture_output=True, text=True, check=True).stdout.strip()
@@ -143,7 +147,8 @@ def main() -> int:
         "mri_recon": mri_recon.__version__,
         "bart": bart_version,
         "repeats": args.repeats,
-        "problems": {name: compare(name, args.repeats) for name in args.problems},
+        "python_of_ours": args.python,
+        "problems": {name: compare(name, args.repeats, args.python) for name in args.problems},
     }
     for name, row in report["problems"].items():
         print(

@@ -6,10 +6,24 @@
 
 from __future__ import annotations
 
-from ..settings import ReconSettings
-from .inputs import expand_inputs, output_name
-from .runner import reconstruct_many
-from .summary import BatchReport
-from .task import ScanOutcome
+import importlib
 
-__all__ = ["BatchReport", "ReconSettings", "ScanOutcome", "expand_inputs", "output_name", "reconstruct_many"]
+_LAZY = {
+    "BatchReport": "summary",
+    "ReconSettings": "..settings",
+    "ScanOutcome": "task",
+    "expand_inputs": "inputs",
+    "output_name": "inputs",
+    "reconstruct_many": "runner",
+}
+"""Each public name and its module, imported on first use (a single scan's ``mri-recon reconstruct`` names its
+output through :mod:`.inputs` without loading the runner)."""
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = _LAZY[name]
+        return getattr(importlib.import_module(module if module.startswith("..") else f".{module}", __name__), name)
+    raise AttributeError(f"module 'mri_recon.batch' has no attribute {name!r}")

@@ -96,10 +96,27 @@ def commands(name: str, samples: int, python: str) -> tuple[list[str], list[str]
     return ours, theirs
 
 
-def compare(name: str, repeats: int, python: str) -> dict:
-    """Both processes on problem ``name``, alternating, ``repeats`` times each after one warm-up."""
+def environment(python: str) -> dict[str, str]:
+    """The child's environment: a user's shell (``PYTHONDONTWRITEBYTECODE`` removed), with this checkout first on
+    ``PYTHONPATH`` when ``python`` is this interpreter, and without ``PYTHONPATH`` for another install's, which
+    then runs the package installed there."""
     env = child_env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if python != sys.executable:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+def installed(python: str) -> str:
+    """Where ``python`` (run as :func:`environment` runs it) imports ``mri_recon`` from, and its version."""
+    code = "import mri_recon; print(mri_recon.__file__, mri_recon.__version__)"
+    return subprocess.run([python, "-c", code], env=environment(python), capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def compare(name: str, repeats: int, python: str) -> dict:
+    """Both processes on problem ``name``, alternating, ``repeats`` times each after one warm-up."""
+    env = environment(python)
     with tempfile.TemporaryDirectory() as folder:
         scan = make_data(PROBLEMS[name]["spokes"], folder)
         ours, theirs = commands(name, scan.kspace.shape[1], python)
@@ -148,6 +165,7 @@ def main() -> int:
         "bart": bart_version,
         "repeats": args.repeats,
         "python_of_ours": args.python,
+        "mri_recon_of_ours": installed(args.python),
         "problems": {name: compare(name, args.repeats, args.python) for name in args.problems},
     }
     for name, row in report["problems"].items():

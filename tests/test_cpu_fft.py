@@ -50,11 +50,12 @@ def test_fftn_matches_numpy_in_complex128(engine, shape, axes, norm, inverse):
 def test_fftn_pads_with_zeros_at_the_end(engine, shape, axes):
     rng = np.random.default_rng()
     x = _draw(rng, shape, np.complex128)
+    kept = x.copy()
     padded = tuple(2 * shape[a] + 1 for a in axes)
     result = fft.fftn(x, axes, shape=padded)
     assert result.dtype == np.complex128
-    assert _error(result, np.fft.fftn(x, s=padded, axes=axes)) < 1e-13
-    assert np.array_equal(x, x.copy())  # without overwrite the input is kept
+    assert _error(result, np.fft.fftn(kept, s=padded, axes=axes)) < 1e-13
+    assert np.array_equal(x, kept)  # without overwrite the input is kept
 
 
 def test_fftn_keeps_its_input_unless_told(engine):
@@ -85,9 +86,38 @@ def test_fftn_of_a_strided_view_in_place(engine):
     assert _error(result, oracle) < 2e-6
 
 
-def test_fftn_refuses_a_shape_shorter_than_the_input(engine):
-    with pytest.raises(ValueError, match="shorter than the input"):
-        fft.fftn(np.ones((4, 4), np.complex64), (0, 1), shape=(3, 4))
+@pytest.mark.parametrize(("axes", "shape", "message"), [
+    ((0, 1), (3, 4), "shorter than the input"),
+    ((0, 1), (8,), "differ in length"),
+    ((), None, "are not axes"),
+    ((2,), None, "are not axes"),
+    ((0, 0), None, "repeat an axis"),
+])
+def test_fftn_refuses_axes_and_shapes_numpy_refuses(engine, axes, shape, message):
+    with pytest.raises(ValueError, match=message):
+        fft.fftn(np.ones((4, 4), np.complex64), axes, shape=shape)
+
+
+def test_fftn_refuses_an_axis_of_no_points(engine):
+    with pytest.raises(ValueError, match="no points"):
+        fft.fftn(np.ones((0, 4), np.complex64), (0,))
+
+
+def test_fftn_refuses_an_unknown_norm_and_takes_none_as_backward(engine):
+    x = np.arange(6, dtype=np.complex64)
+    assert np.array_equal(fft.fftn(x, (0,), norm=None), fft.fftn(x, (0,), norm="backward"))
+    with pytest.raises(ValueError, match="norm must be one of"):
+        fft.fftn(x, (0,), norm="unitary")
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [(np.int16, np.complex128), (np.bool_, np.complex128),
+                                                 (np.float64, np.complex128), (np.float32, np.complex64),
+                                                 (">c8", np.complex64), (">f8", np.complex128)])
+def test_fftn_precision_and_byte_order_of_any_input(engine, dtype, expected):
+    x = np.array([1, 0, 2, 3, 0, 1], dtype=dtype)
+    result = fft.fftn(x, (0,))
+    assert result.dtype == expected
+    assert _error(result, np.fft.fft(x.astype(np.complex128))) < 2e-6
 
 
 def test_a_transform_does_not_import_scipy_fft():

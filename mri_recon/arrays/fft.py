@@ -1,4 +1,4 @@
-"""FFTs for every NumPy path: SciPy's pocketfft on every core, in the input's precision.
+"""FFTs of the NumPy paths' operators and solvers: SciPy's pocketfft on every core, in the input's precision.
 
 The transforms call pocketfft's compiled module, which SciPy ships inside ``scipy.fft``, loaded by itself:
 importing the ``scipy.fft`` package also imports SciPy's array-API layer and ``scipy.special``, a cost that a
@@ -67,30 +67,34 @@ def pocketfft() -> Any:
     return None
 
 
-def fftn(x: Any, axes: tuple[int, ...], *, inverse: bool = False, norm: str = "backward",
+def fftn(x: Any, axes: tuple[int, ...], *, inverse: bool = False, norm: str | None = "backward",
          shape: tuple[int, ...] | None = None, overwrite: bool = False) -> Any:
     """The n-D FFT of ``x`` over ``axes`` (``inverse``: the sum with ``exp(+i ...)``), as ``numpy.fft.fftn``
-    with ``norm``, in the input's precision (real input is transformed as complex).
+    with ``norm`` (None: ``"backward"``), in the input's precision: complex64 and float32 give complex64,
+    other real or integer input complex128.
 
     ``shape`` zero-pads each of ``axes`` at its end to that length first (NumPy's ``s``, never shorter).
     ``overwrite`` lets the transform reuse ``x``'s memory (NumPy arrays only).
     """
+    norm = "backward" if norm is None else norm
+    if norm not in SCALINGS:
+        raise ValueError(f"fftn: norm must be one of {', '.join(SCALINGS)}, found {norm!r}")
+    if shape is not None and len(shape) != len(axes):
+        raise ValueError(f"fftn: shape {tuple(shape)} and axes {tuple(axes)} differ in length")
     xp = get_xp(x)
     if xp is not np:
         if len(axes) == 1 and shape is None:
             return (xp.fft.ifft if inverse else xp.fft.fft)(x, axis=axes[0], norm=norm)
         call = xp.fft.ifftn if inverse else xp.fft.fftn
         return call(x, s=shape, axes=axes, norm=norm)
-    axes = tuple(a % x.ndim for a in axes)
-    if shape is not None and any(n < x.shape[a] for a, n in zip(axes, shape)):
-        raise ValueError(f"fftn: shape {tuple(shape)} is shorter than the input's {tuple(x.shape)} on axes {axes}")
+    x = _complex(x)
+    axes = _checked_axes(x, axes, shape)
     module = pocketfft()
     if module is None:
         import scipy.fft  # noqa: PLC0415 - only where pocketfft's module could not be loaded by itself
 
         call = scipy.fft.ifftn if inverse else scipy.fft.fftn
         return call(x, s=shape, axes=axes, norm=norm, overwrite_x=overwrite, workers=cpu_threads())
-    x = _complex(x)
     if shape is not None and tuple(shape) != tuple(x.shape[a] for a in axes):
         x, overwrite = _padded(x, shape, axes), True
     out = x if overwrite else None
@@ -98,11 +102,27 @@ def fftn(x: Any, axes: tuple[int, ...], *, inverse: bool = False, norm: str = "b
 
 
 def _complex(x: Any) -> Any:
-    """``x`` as a complex array of its precision (float32 and complex64 give complex64)."""
+    """``x`` as a complex array in native byte order: complex input as it is, float32 (or float16) as complex64,
+    any other real or integer input as complex128 (NumPy's and SciPy's choice)."""
     x = np.asarray(x)
-    if x.dtype.kind == "c":
-        return x
-    return x.astype(np.result_type(x.dtype, np.complex64))
+    if x.dtype.kind != "c":
+        x = x.astype(np.complex64 if x.dtype.kind == "f" and x.dtype.itemsize <= 4 else
+                     np.result_type(x.dtype, np.complex128))
+    return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+
+
+def _checked_axes(x: Any, axes: tuple[int, ...], shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``axes`` made non-negative, after the checks NumPy makes: each within ``x``'s dimensions, at least one,
+    none repeated, none of length zero (after padding to ``shape``), and ``shape`` never shorter than ``x``."""
+    if not axes or any(not -x.ndim <= a < x.ndim for a in axes):
+        raise ValueError(f"fftn: axes {tuple(axes)} are not axes of an array of shape {x.shape}")
+    axes = tuple(a % x.ndim for a in axes)
+    lengths = tuple(x.shape[a] for a in axes) if shape is None else tuple(shape)
+    if len(set(axes)) != len(axes) or min(lengths) < 1:
+        raise ValueError(f"fftn: axes {axes} repeat an axis or have no points (lengths {lengths})")
+    if shape is not None and any(n < x.shape[a] for a, n in zip(axes, shape)):
+        raise ValueError(f"fftn: shape {tuple(shape)} is shorter than the input's {tuple(x.shape)} on axes {axes}")
+    return axes
 
 
 def _padded(x: Any, shape: tuple[int, ...], axes: tuple[int, ...]) -> Any:

@@ -108,10 +108,11 @@ def environment(python: str) -> dict[str, str]:
 
 
 def installed(python: str) -> str:
-    """Where ``python`` (run as :func:`environment` runs it) imports ``mri_recon`` from, and its version."""
+    """Where ``python`` (run as :func:`environment` runs it, from a folder outside the checkout, as the timed
+    processes are) imports ``mri_recon`` from, and its version."""
     code = "import mri_recon; print(mri_recon.__file__, mri_recon.__version__)"
-    return subprocess.run([python, "-c", code], env=environment(python), capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run([python, "-c", code], env=environment(python), cwd=tempfile.gettempdir(),
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def compare(name: str, repeats: int, python: str) -> dict:

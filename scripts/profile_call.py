@@ -6,11 +6,13 @@ Problems: ``scripts/bench_prepare.py``'s 2D 256^2 8-coil scan (file weights and 
 sweep (random k-space, ramp weights computed on the device); with ``--problem compress``, the 512^2 32-coil scan of
 ``scripts/bench_coil_compress.py`` (ramp weights, its maps), compressed by ``--coil-compress``; with ``--problem
 series`` / ``series256``, the time series of issue 45 (128^2, 20 frames of 21 spokes, 8 coils / 256^2, 30 of 13,
-16 coils; prepared with the simulation's maps) solved with temporal TV, 100 ADMM iterations. 30 CG iterations,
+16 coils; prepared with the simulation's maps) solved with temporal TV, 100 ADMM iterations; with ``--problem
+frame``, the MRD server's frames of issue 45 (128^2, 21 golden-angle spokes, 8 coils, no maps and no weights:
+the default settings estimate the maps), a new frame each call. 30 CG iterations,
 lambda 1e-3. After two warm-up calls, ``--repeats`` calls are timed (device synchronized around each), then as
 many are profiled. ``--grid-passes``: the fused normal operators on the whole 2x grid everywhere (before the row
 passes). Writes the text report to OUT.
-Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256]
+Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256|frame]
        [--matrix NxN[xN]] [--coils C]
        [--coil-compress none|auto|N] [--psf-cache DIR] [--repeats N] [--top N] [--steps] [--grid-passes]
 """
@@ -42,23 +44,24 @@ STEPS = (r"api.py.*\(prepare_and_reconstruct\)|pipeline.py.*\(reconstruct\)|stat
 """The functions whose callees the report lists: the call, the pipeline, its plan and the device preparation."""
 
 
-def timed_calls(scan, dev, repeats: int, settings: dict) -> tuple[list[float], list[dict]]:
+def timed_calls(scans: list, dev, repeats: int, settings: dict) -> tuple[list[float], list[dict]]:
+    """``repeats`` calls, each on the next of ``scans`` in turn."""
     walls, timings = [], []
-    for _ in range(repeats):
+    for i in range(repeats):
         synchronize(dev)
         start = time.perf_counter()
-        result = mri_recon.reconstruct(scan, device=dev, **settings)
+        result = mri_recon.reconstruct(scans[i % len(scans)], device=dev, **settings)
         synchronize(dev)
         walls.append(time.perf_counter() - start)
         timings.append(dict(result.timings))
     return walls, timings
 
 
-def profiled(scan, dev, repeats: int, top: int, settings: dict) -> str:
+def profiled(scans: list, dev, repeats: int, top: int, settings: dict) -> str:
     profile = cProfile.Profile()
     profile.enable()
-    for _ in range(repeats):
-        mri_recon.reconstruct(scan, device=dev, **settings)
+    for i in range(repeats):
+        mri_recon.reconstruct(scans[i % len(scans)], device=dev, **settings)
         synchronize(dev)
     profile.disable()
     out = io.StringIO()
@@ -74,10 +77,13 @@ STEP_TARGETS = (("mri_recon.api", ("prepare_and_reconstruct", "plan_prepared", "
                 ("mri_recon.prep.device", ("whitening_of", "_weights", "upload", "_rows_up", "_compressed",
                                            "compression_task", "warm_up", "_read_checks", "reader_record",
                                            "extent_record")),
+                ("mri_recon.prep.upload", ("upload_into", "upload_product", "whiten")),
+                ("mri_recon.prep.compress", ("centre_energies",)),
                 ("mri_recon.pipeline", ("reconstruct",)),
                 ("mri_recon.stages", ("plan", "upload", "coil_maps", "scale_maps", "encoding", "right_hand_side",
                                       "normal_operator", "solve", "combine", "download", "result")))
-"""The steps of the call whose wall clock ``--steps`` reports: the API's, then the pipeline's stages."""
+"""The steps of the call whose wall clock ``--steps`` reports: the API's, the upload's copies and products (and
+the compression matrix, on its host thread), then the pipeline's stages."""
 
 
 @contextlib.contextmanager
@@ -105,11 +111,11 @@ def step_clocks(totals: dict[str, float]):
             setattr(module, name, original)
 
 
-def step_report(scan, dev, repeats: int, settings: dict) -> str:
+def step_report(scans: list, dev, repeats: int, settings: dict) -> str:
     """The median call's wall clock and each step's mean wall clock per call, without cProfile."""
     totals: dict[str, float] = {}
     with step_clocks(totals):
-        walls, _ = timed_calls(scan, dev, repeats, settings)
+        walls, _ = timed_calls(scans, dev, repeats, settings)
     lines = [f"\n--- wall clock of the call's steps, mean per call ({repeats} calls, whole median "
              f"{statistics.median(walls) * 1e3:.3f} ms) ---"]
     lines += [f"  {key:32s} {value / repeats * 1e3:8.3f} ms" for key, value in totals.items()]
@@ -131,10 +137,27 @@ def series_problem(name: str) -> tuple:
     return series, {"prepare": False, "temporal": "tv", "temporal_lam": 0.01, "iterations": 100}
 
 
+FRAME = ((128, 128), 21, 8)
+"""The MRD server's frames of issue 45: matrix, spokes per frame, coils."""
+
+
+def frame_problem(count: int) -> tuple[list, dict]:
+    """``count`` consecutive frames of one golden-angle acquisition as the MRD server reconstructs them (each a
+    new trajectory; no coil maps and no weights, as a stream brings them), with the default settings."""
+    from mri_recon.io.frames import frames_by_readouts
+    from mri_recon.sim.simulate import simulate_scan
+
+    matrix, spokes, coils = FRAME
+    scan = simulate_scan(matrix, "golden", coils=coils, snr=30.0, spokes=spokes * count, samples=2 * matrix[0],
+                         seed=0, dcf=None)
+    scan = scan.replace(coil_maps=None, attrs={**scan.attrs, "samples_per_readout": 2 * matrix[0]})
+    return list(frames_by_readouts(scan, spokes).frames), {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
-    parser.add_argument("--problem", choices=("2d", "3d128", "sweep", "compress", "series", "series256"),
+    parser.add_argument("--problem", choices=("2d", "3d128", "sweep", "compress", "series", "series256", "frame"),
                         default="2d")
     parser.add_argument("--coil-compress", default="none", help="the compress problem's coil_compress")
     parser.add_argument("--psf-cache", default=None, help="a PSF cache folder passed as psf_cache= (the API's)")
@@ -157,17 +180,20 @@ def main() -> None:
         scan, settings["dcf"] = bench_prepare.synthetic(matrix, args.coils), "ramp"
     elif args.problem.startswith("series"):
         scan, settings = series_problem(args.problem)
+    elif args.problem == "frame":
+        scans, settings = frame_problem(args.repeats + 2)
     elif args.problem == "compress":
         scan = bench_coil_compress.gpu_scan()
         settings["coil_compress"] = args.coil_compress
     else:
         scan = bench_prepare.with_noise(bench_recon.problem() if args.problem == "2d" else bench_recon.problem_3d(128))
+    scans = scans if args.problem == "frame" else [scan]
     if args.psf_cache:
         from mri_recon.io.cache import PsfCache
 
         settings["psf_cache"] = PsfCache(args.psf_cache)
-    timed_calls(scan, dev, 2, settings)
-    walls, timings = timed_calls(scan, dev, args.repeats, settings)
+    timed_calls(scans[-2:], dev, 2, settings)
+    walls, timings = timed_calls(scans, dev, args.repeats, settings)
     stages = {k: statistics.median(t.get(k, 0.0) for t in timings) for k in timings[0]}
     whole = statistics.median(walls)
     inside = sum(stages.values())
@@ -177,8 +203,8 @@ def main() -> None:
     lines = [f"{name}: whole call median {whole * 1e3:.2f} ms (min {min(walls) * 1e3:.2f}), "
              f"stages {inside * 1e3:.2f} ms, outside the stages {(whole - inside) * 1e3:.2f} ms"]
     lines += [f"  {k}: {v * 1e3:.3f} ms" for k, v in stages.items()]
-    steps = step_report(scan, dev, args.repeats, settings) if args.steps else ""
-    report = "\n".join(lines) + "\n" + steps + profiled(scan, dev, args.repeats, args.top, settings)
+    steps = step_report(scans, dev, args.repeats, settings) if args.steps else ""
+    report = "\n".join(lines) + "\n" + steps + profiled(scans, dev, args.repeats, args.top, settings)
     print("\n".join(lines) + "\n" + steps, flush=True)
     with open(args.out, "w") as f:
         f.write(report)

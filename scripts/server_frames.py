@@ -4,8 +4,9 @@ One continuous golden-angle acquisition of F x S spokes (matrix N x N, C coils, 
 to a server started as its own process with ``--spokes-per-frame S``, the spokes paced at ``--tr-ms`` (0: as
 fast as the socket takes them). The server cuts the stream into frames of S consecutive spokes and
 reconstructs each as soon as its S-th spoke arrives; the latency is measured by the client (a frame's last
-spoke sent to its image received) and read from the server's log (last spoke received to image sent). The
-first frame is reported apart. ``--warmup N`` (default 1) streams the scan N times first, untimed and unpaced,
+spoke sent to its image received) and read from the server's log (last spoke received to image sent; of that,
+the wait for the device and the reconstruction, each reported apart). The first frame is reported apart.
+``--warmup N`` (default 1) streams the scan N times first, untimed and unpaced,
 so that the timed stream finds the server's kernels compiled and its plans made. JSON on stdout (or ``--json``).
 
     python scripts/server_frames.py --matrix 128 --coils 8 --spokes 21 --frames 20 --device gpu
@@ -100,15 +101,21 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(60)
-        logged = [float(m) for m in re.findall(r"sent ([\d.]+) ms after its last acquisition",
-                                               (tmp / "server.log").read_text())]
-        logged = logged[len(logged) - len(reply.images):] if reply.images else []  # the timed stream's frames
+        log_text = (tmp / "server.log").read_text()
+        logged = [float(m) for m in re.findall(r"sent ([\d.]+) ms after its last acquisition", log_text)]
+        parts = [(float(w), float(r)) for w, r in
+                 re.findall(r"device wait ([\d.]+) ms, reconstruction ([\d.]+) ms", log_text)]
+        timed = len(reply.images)  # the timed stream's frames are the log's last
+        logged = logged[len(logged) - timed:] if timed else []
+        parts = parts[len(parts) - timed:] if timed else []
     report = {"matrix": args.matrix, "coils": args.coils, "spokes_per_frame": args.spokes, "frames": args.frames,
               "tr_ms": args.tr_ms, "warmup_streams": args.warmup, "device": args.device,
               "serve_options": args.serve_options,
               "images": len(reply.images), "repetitions": [int(im.repetition) for im in reply.images],
               "errors": reply.errors,
-              "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged)}
+              "client_latency": summary(reply.latencies_ms), "server_latency": summary(logged),
+              "server_device_wait": summary([w for w, _ in parts]),
+              "server_reconstruction": summary([r for _, r in parts])}
     write_report(report, args.json)
 
 

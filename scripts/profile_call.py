@@ -73,7 +73,9 @@ def profiled(scans: list, dev, repeats: int, top: int, settings: dict) -> str:
     return out.getvalue()
 
 
-STEP_TARGETS = (("mri_recon.api", ("prepare_and_reconstruct", "plan_prepared", "prefetch", "prepare_on_device")),
+STEP_TARGETS = (("mri_recon.api", ("prepare_and_reconstruct", "plan_prepared", "preparation_of", "prefetch",
+                                   "prepare_on_device")),
+                ("mri_recon.pipeline", ("choose_engine", "device_memory", "plan")),
                 ("mri_recon.prep.device", ("whitening_of", "_weights", "upload", "_rows_up", "_compressed",
                                            "compression_task", "warm_up", "_read_checks", "reader_record",
                                            "extent_record")),

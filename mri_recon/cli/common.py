@@ -30,6 +30,11 @@ def friendly(func: Callable) -> Callable:
     return wrapper
 
 
+def is_pipe(scans: tuple) -> bool:
+    """``reconstruct -``: pipe mode (:func:`mri_recon.cli.serve.run_pipe`)."""
+    return len(scans) == 1 and str(scans[0]) == "-"
+
+
 def say(quiet: bool, message: str) -> None:
     """A result line on stderr, unless ``quiet``."""
     if not quiet:

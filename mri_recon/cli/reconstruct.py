@@ -18,10 +18,9 @@ from ..solvers.registry import solver as solver_of
 from ..solvers.regularizers import regularizer as regularizer_of
 from . import STARTED
 from .batch import batch_options, is_batch, run_batch
-from .common import check_log_json, check_outputs, friendly, say
+from .common import check_log_json, check_outputs, friendly, is_pipe, say
 from .hooks import ProgressHooks
 from .options import settings_from, settings_options
-from .serve import is_pipe, run_pipe
 from .temporal import reconstruct_options
 
 log = logging.getLogger("mri_recon.cli")
@@ -62,6 +61,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
     del options  # the settings, read from the context with the others
     ctx = click.get_current_context()
     if is_pipe(scans):  # reconstruct - -o -: an MRD stream on stdin, its images on stdout (.serve)
+        from .serve import run_pipe
+
         return run_pipe(ctx)
     if is_batch(scans, workers, scheduler):
         return run_batch(ctx.params)

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,11 +180,6 @@ PIPE_PARAMS = frozenset({"scans", "output", "format_", "device", "quiet", "verbo
                          "temporal", "temporal_solver",
                          *(param_name(name) for name in CLIENT_FIELDS)})
 """reconstruct's parameters pipe mode reads: the client-settable settings and these."""
-
-
-def is_pipe(scans: Sequence[Path]) -> bool:
-    """``reconstruct -``: pipe mode."""
-    return len(scans) == 1 and str(scans[0]) == "-"
 
 
 def _check_pipe(ctx: click.Context) -> None:

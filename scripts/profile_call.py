@@ -89,8 +89,8 @@ the compression matrix, on its host thread), then the pipeline's stages."""
 
 
 @contextlib.contextmanager
-def step_clocks(totals: dict[str, float]):
-    """Each function of STEP_TARGETS wrapped to add its wall clock to ``totals`` (restored on exit)."""
+def step_clocks(totals: dict[str, list[float]]):
+    """Each function of STEP_TARGETS wrapped to append each call's wall clock to ``totals`` (restored on exit)."""
     saved = []
     for module_name, names in STEP_TARGETS:
         module = importlib.import_module(module_name)
@@ -104,7 +104,7 @@ def step_clocks(totals: dict[str, float]):
                 try:
                     return _f(*args, **kwargs)
                 finally:
-                    totals[_key] = totals.get(_key, 0.0) + time.perf_counter() - start
+                    totals.setdefault(_key, []).append(time.perf_counter() - start)
             setattr(module, name, clocked)
     try:
         yield totals
@@ -114,13 +114,15 @@ def step_clocks(totals: dict[str, float]):
 
 
 def step_report(scans: list, dev, repeats: int, settings: dict) -> str:
-    """The median call's wall clock and each step's mean wall clock per call, without cProfile."""
-    totals: dict[str, float] = {}
+    """The median call's wall clock and each step's mean wall clock per call (and its longest single run),
+    without cProfile."""
+    totals: dict[str, list[float]] = {}
     with step_clocks(totals):
         walls, _ = timed_calls(scans, dev, repeats, settings)
-    lines = [f"\n--- wall clock of the call's steps, mean per call ({repeats} calls, whole median "
-             f"{statistics.median(walls) * 1e3:.3f} ms) ---"]
-    lines += [f"  {key:32s} {value / repeats * 1e3:8.3f} ms" for key, value in totals.items()]
+    lines = [f"\n--- wall clock of the call's steps, mean per call and the longest run ({repeats} calls, whole "
+             f"median {statistics.median(walls) * 1e3:.3f} ms) ---"]
+    lines += [f"  {key:32s} {sum(values) / repeats * 1e3:8.3f} ms  (longest {max(values) * 1e3:8.3f} ms, "
+              f"{len(values)} runs)" for key, values in totals.items()]
     return "\n".join(lines) + "\n"
 
 

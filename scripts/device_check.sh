@@ -72,6 +72,7 @@ for step in $steps; do
            for problem in series series256; do
              (cd "${BASE_TREE:-.base}" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_PROFILE:-200} python3 ../scripts/profile_call.py "$OUT/profile_${problem}_base.txt" --problem $problem --repeats 5 --steps --top 30 2>&1 | head -30)
            done ;;
+    probe_upload) timeout ${T_PROBE:-300} python3 scripts/probe_upload.py "$OUT/probe_upload.json" --repeats ${PROBE_REPEATS:-7} 2>&1 | tail -12 ;;
     profile_frame) timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_frame.txt" --problem frame --repeats 20 --steps --top 30 2>&1 | head -30 ;;
     first_call) timeout ${T_FIRST:-300} python3 scripts/first_call.py "$OUT/first_call.json" --runs ${FIRST_RUNS:-5} 2>&1 | tail -8 ;;
     public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;

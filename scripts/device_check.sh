@@ -90,6 +90,11 @@ for step in $steps; do
     temporal) timeout ${T_TEMPORAL:-240} python3 scripts/bench_temporal.py "$OUT/bench_temporal_gpu.json" --sections gpu 2>&1 | tail -6 ;;
     nlinv) timeout ${T_NLINV:-240} python3 scripts/bench_nlinv.py --device gpu --repeats 3 --out "$OUT/bench_nlinv_gpu.json" 2>&1 | tail -4 ;;
     lowrank) timeout ${T_LOWRANK:-300} python3 scripts/bench_lowrank.py "$OUT/bench_lowrank_gpu.json" --sections beating,prox --methods tv,lowrank,llr --device gpu --weights tv=0.005 --weights lowrank=2 --weights llr=0.3 --repeats ${LOWRANK_REPEATS:-5} 2>&1 | tail -4 ;;
+    compress_ab)  # this tree, the base tree (.base), this tree again: the whole call of issue 46 in one lease
+      timeout ${T_COMPRESS:-150} python3 scripts/bench_coil_compress.py "$OUT/bench_coil_compress_gpu_head.json" --gpu --no-cpu --repeats ${COMPRESS_REPEATS:-11} >/dev/null 2>&1
+      (cd "${BASE_TREE:-.base}" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_COMPRESS:-150} python3 ../scripts/bench_coil_compress.py "$OUT/bench_coil_compress_gpu_base.json" --gpu --no-cpu --repeats ${COMPRESS_REPEATS:-11} >/dev/null 2>&1)
+      timeout ${T_COMPRESS:-150} python3 scripts/bench_coil_compress.py "$OUT/bench_coil_compress_gpu_head2.json" --gpu --no-cpu --repeats ${COMPRESS_REPEATS:-11} >/dev/null 2>&1
+      for f in head base head2; do python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['gpu']['rows']; print(sys.argv[2], {k: (round(v['whole_s']*1e3,1), round(v['speedup'],2)) for k, v in r.items()})" "$OUT/bench_coil_compress_gpu_$f.json" $f; done ;;
     compress) timeout ${T_COMPRESS:-300} python3 scripts/bench_coil_compress.py "$OUT/bench_coil_compress_gpu.json" --gpu --no-cpu --repeats ${COMPRESS_REPEATS:-15} 2>&1 | tail -8 ;;
     record) timeout ${T_RECORD:-200} python3 scripts/record_cupy_kernels.py 2>&1 | tail -2 && cp mri_recon/kernels/cupy_kernels.json "$OUT/" ;;
   esac

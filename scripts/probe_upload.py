@@ -5,11 +5,9 @@ the staged copy up of the scan's k-space alone; the same right after a BLAS call
 whitening, :func:`mri_recon.prep.device.whitening_of`), with BLAS's threads as they are and limited to one for that
 call (OpenBLAS's idle threads wait by spinning for a while after a call, on the cores the copy's threads need);
 the compression matrix's steps (:func:`mri_recon.prep.compress.centre_energies`: the centre's selection, gather,
-Gram matrix and ``eigh``) with BLAS's threads as they are, one and four; and the whole call uncompressed and
-compressed to 8 coils as it is, with the preparation's BLAS on one thread, and with that and the products on the
-way up on as many threads as the copies; the README's 2D call as it is and with the preparation's BLAS on one
-thread. Medians of ``--repeats`` (device
-synchronized), ms, written as JSON.
+Gram matrix and ``eigh``) with BLAS's threads as they are, one and four; the whole call uncompressed and
+compressed to 8 coils in three variants (:func:`whole_calls`), and the README's 2D call in two
+(:func:`readme_calls`). Medians of ``--repeats`` (device synchronized), ms, written as JSON.
 
 Usage: python scripts/probe_upload.py OUT.json [--repeats 7]
 """
@@ -31,7 +29,7 @@ from bench_coil_compress import gpu_scan  # noqa: E402
 
 import mri_recon  # noqa: E402
 from mri_recon.arrays import staging  # noqa: E402
-from mri_recon.arrays.backend import cupy_module, one_blas_thread, resolve_device, synchronize  # noqa: E402
+from mri_recon.arrays.backend import cupy_module, resolve_device, synchronize  # noqa: E402
 from mri_recon.prep import device as device_prep  # noqa: E402
 from mri_recon.prep.compress import centre_samples  # noqa: E402
 
@@ -75,10 +73,7 @@ def copies(scan, cupy, repeats: int, sync) -> dict:
     return {"threads": staging.THREADS, "copy_alone": median_ms(copy, repeats, sync),
             "whitening_alone": median_ms(lambda: device_prep.whitening_of(scan), repeats, sync),
             "whitening_then_copy": median_ms(after_blas(None), repeats, sync),
-            "whitening_one_thread_then_copy": median_ms(after_blas(1), repeats, sync),
-            "copy_of_fresh_random": median_ms(lambda: staging.copy_up(
-                cupy, np.random.default_rng(0).standard_normal(2 * scan.kspace.size, np.float32).view(np.complex64)
-                .reshape(scan.kspace.shape), out, 0), repeats, sync)}
+            "whitening_one_thread_then_copy": median_ms(after_blas(1), repeats, sync)}
 
 
 def matrix_steps(scan, repeats: int) -> dict:
@@ -99,42 +94,36 @@ def matrix_steps(scan, repeats: int) -> dict:
 
 
 def whole_calls(scan, dev, repeats: int, sync) -> dict:
-    """The whole call, none and 8 coils: as it is; the preparation's BLAS on one thread; and that with the
-    products on the way up on :data:`staging.THREADS` threads instead of :data:`staging.PRODUCT_THREADS`."""
+    """The whole call, none and 8 coils, interleaved: as it is (the preparation's BLAS on one thread, the products
+    on the way up on :data:`staging.PRODUCT_THREADS` threads); the products on two threads; the preparation's
+    BLAS on its own threads (the products still on one BLAS thread each)."""
     settings = {"iterations": 30, "lam": 1e-3, "tol": 0.0}
     original, product_threads = device_prep.prepare_on_device, staging.PRODUCT_THREADS
-
-    def wrapped(*args, **kwargs):
-        with one_blas_thread():
-            return original(*args, **kwargs)
-
-    rows = {}
-    for name, prepare, threads in (("", original, product_threads), ("_one_blas", wrapped, product_threads),
-                                   ("_one_blas_all_threads", wrapped, staging.THREADS)):
-        mri_recon.api.prepare_on_device, staging.PRODUCT_THREADS = prepare, threads
-        for choice in ("none", 8):
-            rows[f"{choice}{name}"] = median_ms(
-                lambda c=choice: mri_recon.reconstruct(scan, device=dev, coil_compress=c, **settings), repeats, sync)
+    variants = (("", original, product_threads), ("_product_threads_2", original, 2),
+                ("_blas_threads", original.__wrapped__, product_threads))
+    rows: dict[str, list[float]] = {}
+    for _ in range(2):
+        for name, prepare, threads in variants:
+            mri_recon.api.prepare_on_device, staging.PRODUCT_THREADS = prepare, threads
+            for choice in ("none", 8):
+                rows.setdefault(f"{choice}{name}", []).append(median_ms(
+                    lambda c=choice: mri_recon.reconstruct(scan, device=dev, coil_compress=c, **settings),
+                    repeats, sync))
     mri_recon.api.prepare_on_device, staging.PRODUCT_THREADS = original, product_threads
     return rows
 
 
 def readme_calls(dev, repeats: int, sync) -> dict:
-    """The README's 2D call (``profile_call.py``'s problem) as it is and with the preparation's BLAS on one
-    thread."""
+    """The README's 2D call (``profile_call.py``'s problem) as it is and with the preparation's BLAS on its own
+    threads, interleaved."""
     import bench_prepare
     import bench_recon
 
     scan = bench_prepare.with_noise(bench_recon.problem())
     original = device_prep.prepare_on_device
-
-    def wrapped(*args, **kwargs):
-        with one_blas_thread():
-            return original(*args, **kwargs)
-
-    rows = {}
-    for _ in range(2):  # twice, alternating
-        for name, prepare in (("2d", original), ("2d_one_blas", wrapped)):
+    rows: dict[str, list[float]] = {}
+    for _ in range(2):
+        for name, prepare in (("2d", original), ("2d_blas_threads", original.__wrapped__)):
             mri_recon.api.prepare_on_device = prepare
             rows.setdefault(name, []).append(median_ms(
                 lambda: mri_recon.reconstruct(scan, device=dev, **bench_prepare.SETTINGS), repeats, sync))

@@ -329,3 +329,25 @@ def test_the_numpy_twin_leaves_cupy_unimported():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "2 []"
+
+
+def test_the_preparation_and_the_products_run_blas_on_one_thread(monkeypatch):
+    """The host's BLAS calls of the device preparation (the whitening, the compression matrix) and of a product
+    on the way up run on one BLAS thread, and the limit is lifted after: BLAS's idle threads would spin on the
+    cores the copies' threads use."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from mri_recon.arrays import backend
+    from mri_recon.prep import device as device_module
+
+    def blas_threads() -> list[int]:
+        return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    whitening = device_module.whitening_of
+    monkeypatch.setattr(device_module, "whitening_of", lambda scan: seen.append(blas_threads()) or whitening(scan))
+    before = blas_threads()
+    prepare_on_device(_scan(3), CPU)
+    assert seen == [[1] * len(before)] and blas_threads() == before
+    monkeypatch.setattr(backend, "copy_product_up", lambda *a: seen.append(blas_threads()))
+    backend.upload_product(None, None, None, CPU)
+    assert seen[-1] == [1] * len(before) and blas_threads() == before

@@ -139,25 +139,27 @@ def test_a_strided_source_is_multiplied_where_it_lies(rng):
     assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)
 
 
-def test_products_go_through_their_own_two_thread_staging(monkeypatch, rng):
-    """``copy_product_up`` stages a product above STAGED_ABOVE with PRODUCT_THREADS threads, in a staging made
-    once per device and thread count, and multiplies a smaller one on the host before one copy."""
+def test_products_above_one_piece_go_through_the_staging_of_their_thread_count(monkeypatch, rng):
+    """``copy_product_up`` stages a product whose source is more than one piece with PRODUCT_THREADS threads, in a
+    staging made once per device and thread count (the copies' own where the counts agree), and multiplies a
+    smaller one on the host before one copy."""
     monkeypatch.setattr(staging, "_STAGING", {})
-    monkeypatch.setattr(staging, "STAGED_ABOVE", 1000)
+    monkeypatch.setattr(staging, "PIECE_BYTES", 1000)
     monkeypatch.setattr(staging, "THREADS", 8)  # a host of 16 cores, whatever this one has
-    monkeypatch.setattr(staging, "PRODUCT_THREADS", 2)
-    twin = _twin()
-    source = (rng.standard_normal((4, 300)) + 1j * rng.standard_normal((4, 300))).astype(np.complex64)
-    matrix = (rng.standard_normal((2, 4)) + 1j * rng.standard_normal((2, 4))).astype(np.complex64)
-    expected = matrix.astype(np.complex128) @ source.astype(np.complex128)
-    for _ in range(2):
-        destination = _Destination((2, 300), np.complex64)
-        staging.copy_product_up(twin, matrix, source, destination, 0)
-        assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)
-    assert list(staging._STAGING) == [(0, staging.PRODUCT_THREADS)]
-    assert staging._STAGING[0, staging.PRODUCT_THREADS].pool._max_workers == staging.PRODUCT_THREADS
-    small = SimpleNamespace(set=lambda host: copies.append(host))
-    copies: list = []
-    staging.copy_product_up(twin, matrix, source[:, :10], small, 0)
-    assert len(copies) == 1 and np.allclose(copies[0], expected[:, :10], rtol=1e-5)
-    assert list(staging._STAGING) == [(0, staging.PRODUCT_THREADS)]
+    for threads in (2, 8):
+        monkeypatch.setattr(staging, "PRODUCT_THREADS", threads)
+        twin = _twin()
+        source = (rng.standard_normal((4, 300)) + 1j * rng.standard_normal((4, 300))).astype(np.complex64)
+        matrix = (rng.standard_normal((2, 4)) + 1j * rng.standard_normal((2, 4))).astype(np.complex64)
+        expected = matrix.astype(np.complex128) @ source.astype(np.complex128)
+        for _ in range(2):
+            destination = _Destination((2, 300), np.complex64)
+            staging.copy_product_up(twin, matrix, source, destination, 0)
+            assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)
+        assert (0, threads) in staging._STAGING
+        assert staging._STAGING[0, threads].pool._max_workers == threads
+        copies: list = []
+        small = SimpleNamespace(set=copies.append)
+        staging.copy_product_up(twin, matrix, source[:, :10], small, 0)  # 320 bytes: one product, one copy
+        assert len(copies) == 1 and np.allclose(copies[0], expected[:, :10], rtol=1e-5)
+    assert sorted(staging._STAGING) == [(0, 2), (0, 8)]

@@ -360,8 +360,10 @@ def upload_into(host: np.ndarray, out: Any, device: Device) -> None:
 def upload_product(matrix: np.ndarray, host: np.ndarray, out: Any, device: Device) -> None:
     """``matrix @ host`` (host ``(N, C)`` and ``(C, L)`` of one dtype) into the C-contiguous CuPy array ``out``
     ``(N, L)`` on ``device``, computed on the host on the way up, complete on return
-    (:func:`mri_recon.arrays.staging.copy_product_up`)."""
-    copy_product_up(cupy_module(), matrix, host, out, device.index)
+    (:func:`mri_recon.arrays.staging.copy_product_up`). Each product runs on one BLAS thread: the staging's
+    threads are the parallelism."""
+    with one_blas_thread():
+        copy_product_up(cupy_module(), matrix, host, out, device.index)
 
 
 def to_host(array: Any) -> np.ndarray:

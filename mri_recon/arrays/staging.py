@@ -157,10 +157,11 @@ class Staging:
         fill(slot, i)
 
 
-PRODUCT_THREADS = min(2, THREADS)
-"""Host threads computing a product on the way up (:meth:`Staging.copy_product`): each product is a BLAS call
-with threads of its own, and more than two at once contend (``scripts/bench_upload.py --product``,
-docs/benchmarks.md "Coil compression")."""
+PRODUCT_THREADS = THREADS
+"""Host threads computing a product on the way up (:meth:`Staging.copy_product`). Each product runs on one BLAS
+thread (:func:`mri_recon.arrays.backend.upload_product`), so the products spread over the threads as the copies do;
+with BLAS's own threads in every product, more than two products at once contended (docs/benchmarks.md, "Coil
+compression")."""
 
 _STAGING: dict[tuple[int, int], Staging] = {}
 _STAGING_LOCK = threading.Lock()
@@ -189,9 +190,9 @@ def copy_up(cupy: Any, source: np.ndarray, destination: Any, device_index: int) 
 def copy_product_up(cupy: Any, matrix: np.ndarray, source: np.ndarray, destination: Any, device_index: int) -> None:
     """``destination[...] = matrix @ source`` (host ``(N, C)`` and ``(C, L)``, a CuPy ``(N, L)`` of their dtype on
     ``device_index``), the product on the host, complete on return: staged (:meth:`Staging.copy_product`, with
-    :data:`PRODUCT_THREADS` threads) when the source holds more than :data:`STAGED_ABOVE` bytes, else one product
-    and one pageable copy."""
-    if source.nbytes > STAGED_ABOVE and THREADS >= 2:
+    :data:`PRODUCT_THREADS` threads) when the source holds more than one piece (the threads are the product's
+    parallelism), else one product and one pageable copy."""
+    if source.nbytes > PIECE_BYTES and PRODUCT_THREADS >= 2:
         staging(cupy, device_index, PRODUCT_THREADS).copy_product(matrix, source, destination)
     else:
         destination.set(np.ascontiguousarray(matrix @ source))

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays.backend import Device, get_xp, to_host
+from ..arrays.backend import Device, blas_on_one_thread, get_xp, to_host
 from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, SchemaError
 from ..kernels import warm_up
@@ -195,6 +195,7 @@ def _compressed(compression: Compression | None, kspace: Any, maps: Any, traject
     return kspace, maps
 
 
+@blas_on_one_thread
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
                       coil_maps: str = "auto", field_map: str = "correct", gradient_delay: Any = "none",
                       coil_compress: Any = "none", coil_compress_method: str = "svd"
@@ -204,7 +205,9 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
     host (:func:`~mri_recon.prep.compress_methods.compression_task`, on a host thread while the trajectory goes
     up); one matrix (SVD) is applied on the host as the k-space and maps go up, a geometric compression on the
-    device after they went up unchanged (its matrices computed meanwhile)."""
+    device after they went up unchanged (its matrices computed meanwhile). The host's BLAS runs on one thread
+    throughout, as on the CPU path: its idle threads wait by spinning after each call, on the cores the copies'
+    threads need."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)

@@ -430,3 +430,22 @@ def test_the_subspace_is_bart_cc_s(tmp_path):
     subprocess.run([BART, "cc", "-A", "-p", "8", str(tmp_path / "k"), str(tmp_path / "k8")], check=True,
                    capture_output=True)
     assert np.asarray(read_cfl(tmp_path / "k8")).shape[3] == 8
+
+
+@pytest.mark.parametrize("samples", [0, 1, 4095, 4096, 4097, 20000])
+def test_the_centre_gram_matrix_is_the_same_with_any_thread_count(monkeypatch, rng, samples):
+    """The Gram matrix computed block by block equals the float64 product of the gathered samples (relative
+    1e-14), with the same bits on one thread and on four."""
+    from mri_recon.prep import compress
+
+    kspace = (rng.standard_normal((6, 30000)) + 1j * rng.standard_normal((6, 30000))).astype(np.complex64)
+    index = np.sort(rng.choice(30000, samples, replace=False))
+    centre = kspace[:, index].astype(np.complex128)
+    expected = centre @ centre.conj().T
+    grams = []
+    for threads in (1, 4):
+        monkeypatch.setattr(compress, "GRAM_THREADS", threads)
+        grams.append(compress.centre_gram(kspace, index))
+    np.testing.assert_array_equal(grams[0], grams[1])
+    assert grams[0].shape == (6, 6)
+    assert np.linalg.norm(grams[0] - expected) <= 1e-14 * max(np.linalg.norm(expected), 1e-300)

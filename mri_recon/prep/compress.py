@@ -33,12 +33,13 @@ ESPIRiT-based compression (``cc -E``) is not implemented: its names are refused.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..arrays.backend import get_xp
+from ..arrays.backend import cpu_threads, get_xp
 from ..checks.scaling import unit_scale
 from ..checks.validation import samples_within, squared_radii
 from ..errors import InvalidDataError
@@ -54,8 +55,14 @@ MIN_PER_COIL = 4
 """The fewest centre samples per coil; a sparser centre is widened to the samples nearest ``k = 0``."""
 MAX_SAMPLES = 16384
 """The most centre samples used (the nearest ``k = 0``): the Gram matrix costs ``C^2`` per sample, and on a GPU
-the matrix is computed before the compressed data go up. Sixteen thousand samples estimate a Gram matrix of
+the data wait for the matrix before they are compressed. Sixteen thousand samples estimate a Gram matrix of
 up to 128 receivers many times over."""
+GRAM_BLOCK = 4096
+"""Centre samples per block of the Gram matrix: the blocks are gathered and multiplied on up to
+:data:`GRAM_THREADS` threads (one BLAS thread each, as the preparation runs) and summed in order, so the matrix
+has the same bits with any number of threads."""
+GRAM_THREADS = 4
+"""The most threads computing the Gram matrix's blocks (at most the CPUs this process may use)."""
 NOT_IMPLEMENTED = {"ecc": "ESPIRiT-based compression (ECC, bart cc -E)"}
 """Variants of the peers' that are named but not implemented: refused with what they are."""
 FORMS = "none, auto or a number of virtual coils N >= 1"
@@ -232,8 +239,7 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
         The centre's samples are all zero (the eigenvectors would be arbitrary).
     """
     index = centre_samples(trajectory, kspace.shape[0])
-    centre = kspace[:, index].astype(np.complex128)
-    gram = centre @ centre.conj().T
+    gram = centre_gram(kspace, index)
     if whitening is not None:
         whitening = np.asarray(whitening, dtype=np.complex128)
         gram = whitening @ gram @ whitening.conj().T  # the whitened samples' Gram, without whitening them
@@ -243,6 +249,27 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
                                f"compression needs signal there (reconstruct without --coil-compress)")
     values, vectors = np.linalg.eigh(gram)
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
+
+
+def centre_gram(kspace: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The complex128 Gram matrix ``K K^H`` of the samples ``index`` of host k-space ``(C, M)``, block by block
+    of :data:`GRAM_BLOCK` samples (see there)."""
+    blocks = [index[start:start + GRAM_BLOCK] for start in range(0, len(index), GRAM_BLOCK)] or [index]
+
+    def gram(block: np.ndarray) -> np.ndarray:
+        centre = kspace[:, block].astype(np.complex128)
+        return centre @ centre.conj().T
+
+    threads = min(GRAM_THREADS, cpu_threads(), len(blocks))
+    if threads < 2:
+        parts = [gram(block) for block in blocks]
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="mri-recon-gram") as pool:
+            parts = list(pool.map(gram, blocks))
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 def auto_virtual(values: np.ndarray) -> int:

@@ -17,6 +17,9 @@ Sections (each recorded on its own, ``benchtools.section``):
 - ``cpu_time``: ``prepare_scan`` of a 512^2 x 32-coil scan (``bench_prepare.synthetic``) with and without
   ``coil_compress=8``, and the compression matrix alone (``compression_of``); one BLAS thread, as
   ``prepare_scan`` runs.
+- ``gram`` (``--only gram``): the centre's Gram matrix (``compress.centre_gram``) and the whole compression
+  matrix (``centre_energies``) of the GPU section's scan on one, two and four threads (``GRAM_THREADS``), one BLAS
+  thread each, two rounds.
 - ``cartesian`` (CPU): 32-coil Cartesian scans (128^2, every other phase encode and 24 ACS lines, noise
   correlated across coils and prewhitened): :func:`birdcage_cartesian` (32 Gaussian coils on a ring) and the
   package's analytic coil model (``mri_recon.sim.cartesian``), reconstructed without compression and compressed
@@ -34,7 +37,8 @@ Sections (each recorded on its own, ``benchtools.section``):
   and weights, 30 CG iterations) without compression and with N = 8, 10, 12 and ``auto``: medians of
   ``--repeats`` after a warm-up, the device synchronized, the speed-up and the NRMSE of each.
 
-Usage: python scripts/bench_coil_compress.py OUT.json [--gpu] [--no-cpu] [--repeats N] [--only cartesian]
+Usage: python scripts/bench_coil_compress.py OUT.json [--gpu] [--no-cpu] [--repeats N]
+       [--only cartesian|cpu_time|gram]
 """
 
 from __future__ import annotations
@@ -355,6 +359,29 @@ def cpu_time(repeats: int) -> dict:
     return out
 
 
+def gram_threads(repeats: int) -> dict:
+    """The Gram matrix and the whole compression matrix on 1, 2 and 4 threads (see the module docstring)."""
+    from mri_recon.prep import compress  # noqa: PLC0415
+
+    scan = gpu_scan()
+    w, _ = whitening_and_basis(scan)
+    index = centre_samples(scan.trajectory, scan.n_coils)
+    saved, out = compress.GRAM_THREADS, {"centre_samples": int(len(index))}
+    try:
+        with one_blas_thread():
+            for _ in range(2):
+                for threads in (1, 2, 4):
+                    compress.GRAM_THREADS = threads
+                    gram, _, _ = benchtools.wall_timed(lambda: compress.centre_gram(scan.kspace, index), repeats)
+                    whole, _, _ = benchtools.wall_timed(
+                        lambda: centre_energies(scan.kspace, scan.trajectory, w), repeats)
+                    out.setdefault(f"threads_{threads}", []).append({"gram_s": gram, "matrix_s": whole})
+    finally:
+        compress.GRAM_THREADS = saved
+    print(out, flush=True)
+    return out
+
+
 def gpu_scan() -> Scan:
     return mri_recon.simulate_scan((512, 512), "golden", coils=32, snr=30.0, seed=3, spokes=804, dcf="ramp")
 
@@ -395,14 +422,17 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the GPU whole call at 512^2 x 32 coils")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU sections (quality, BART, CPU time)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", choices=("cartesian", "cpu_time"),
-                        help="only the Cartesian sections (cartesian, bart_gcc), or only the CPU time")
+    parser.add_argument("--only", choices=("cartesian", "cpu_time", "gram"),
+                        help="only the Cartesian sections (cartesian, bart_gcc), the CPU time or the Gram's threads")
     args = parser.parse_args()
     if args.only:
         report = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
         if args.only == "cpu_time":
             benchtools.section(report, "cpu_time", lambda: cpu_time(args.repeats),
                                lambda e: "the compression step on the CPU")
+        elif args.only == "gram":
+            benchtools.section(report, "gram", lambda: gram_threads(args.repeats),
+                               lambda e: "the centre's Gram matrix by thread count")
         else:
             benchtools.section(report, "cartesian", cartesian, lambda e: "Cartesian: svd and geometric (CPU)")
             benchtools.section(report, "bart_gcc", bart_gcc_section, lambda e: "principal angles against bart cc -G")

@@ -212,7 +212,7 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
 
     check_choices(dcf, coil_maps, field_map)
     (scan,), delays = correct_gradient_delay(scan, gradient_delay)  # on the host, before the trajectory goes up
-    record: dict[str, Any] = {"prewhitened": False, **delays, **reader_record(scan)}
+    record: dict[str, Any] = {"prewhitened": False, **delays, **reader_record(scan), **extent_record(scan)}
     attrs, field_values = dict(scan.attrs), (scan.field_map, scan.times)
     if field_map == "correct":
         check_field_map_pair(scan.field_map, scan.times, scan.source)
@@ -229,7 +229,6 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     with device.use(), ThreadPoolExecutor(1) as pool:
         # the centre's Gram on a host thread while the trajectory (or, compressed after, the k-space) goes up
         pending = pool.submit(task) if deferred else None
-        record.update(extent_record(scan))  # its warning, while the matrix is computed
         warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)

@@ -18,8 +18,8 @@ Sections (each recorded on its own, ``benchtools.section``):
   ``coil_compress=8``, and the compression matrix alone (``compression_of``); one BLAS thread, as
   ``prepare_scan`` runs.
 - ``gram`` (``--only gram``): the centre's Gram matrix (``compress.centre_gram``) and the whole compression
-  matrix (``centre_energies``) of the GPU section's scan on one, two and four threads (``GRAM_THREADS``), one BLAS
-  thread each, two rounds.
+  matrix (``centre_energies``) of the GPU section's scan on one, two and four threads (``GRAM_THREADS``, capped at
+  the CPUs this process may use), one BLAS thread each, two rounds.
 - ``cartesian`` (CPU): 32-coil Cartesian scans (128^2, every other phase encode and 24 ACS lines, noise
   correlated across coils and prewhitened): :func:`birdcage_cartesian` (32 Gaussian coils on a ring) and the
   package's analytic coil model (``mri_recon.sim.cartesian``), reconstructed without compression and compressed
@@ -412,8 +412,9 @@ def gpu(repeats: int) -> dict:
         row["nrmse_ratio"] = row["nrmse"] / rows["none"]["nrmse"]
     print("\n".join(f"{k}: {v['whole_s'] * 1e3:.1f} ms x{v['speedup']:.2f}, NRMSE {v['nrmse']:.4f}, "
                     f"prepare {v['timings'].get('prepare', 0) * 1e3:.1f} ms" for k, v in rows.items()), flush=True)
-    return {"device": str(dev), "matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples,
-            "interleaved": True, "rows": rows}
+    return {"device": str(dev), "package": os.path.dirname(os.path.abspath(mri_recon.__file__)),
+            "matrix": list(scan.matrix), "coils": scan.n_coils, "samples": scan.n_samples, "interleaved": True,
+            "rows": rows}
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ sweep (random k-space, ramp weights computed on the device); with ``--problem co
 ``scripts/bench_coil_compress.py`` (ramp weights, its maps), compressed by ``--coil-compress``; with ``--problem
 series`` / ``series256``, the time series of issue 45 (128^2, 20 frames of 21 spokes, 8 coils / 256^2, 30 of 13,
 16 coils; prepared with the simulation's maps) solved with temporal TV, 100 ADMM iterations; with ``--problem
-frame``, the MRD server's frames of issue 45 (128^2, 21 golden-angle spokes, 8 coils, no maps and no weights:
-the default settings estimate the maps), a new frame each call. 30 CG iterations,
-lambda 1e-3. After two warm-up calls, ``--repeats`` calls are timed (device synchronized around each), then as
-many are profiled. ``--grid-passes``: the fused normal operators on the whole 2x grid everywhere (before the row
-passes). Writes the text report to OUT.
+frame``, the MRD server's frames of issue 45 (128^2, 21 golden-angle spokes, 8 coils, no maps and no weights),
+a new frame each call, with the default settings as the server has them (the maps estimated; ``--matrix`` and
+``--coils`` do not apply). The others: 30 CG iterations, lambda 1e-3. After two warm-up calls, ``--repeats``
+calls are timed (device synchronized around each), then as many are profiled. ``--grid-passes``: the fused
+normal operators on the whole 2x grid everywhere (before the row passes). Writes the text report to OUT.
 Usage: python scripts/profile_call.py OUT.txt [--problem 2d|3d128|sweep|compress|series|series256|frame]
        [--matrix NxN[xN]] [--coils C]
        [--coil-compress none|auto|N] [--psf-cache DIR] [--repeats N] [--top N] [--steps] [--grid-passes]
@@ -114,13 +114,13 @@ def step_clocks(totals: dict[str, list[float]]):
 
 
 def step_report(scans: list, dev, repeats: int, settings: dict) -> str:
-    """The median call's wall clock and each step's mean wall clock per call (and its longest single run),
+    """The median call's wall clock and each step's total wall clock per call (and its longest single run),
     without cProfile."""
     totals: dict[str, list[float]] = {}
     with step_clocks(totals):
         walls, _ = timed_calls(scans, dev, repeats, settings)
-    lines = [f"\n--- wall clock of the call's steps, mean per call and the longest run ({repeats} calls, whole "
-             f"median {statistics.median(walls) * 1e3:.3f} ms) ---"]
+    lines = [f"\n--- wall clock of the call's steps, total per call (a step may run several times a call) and "
+             f"its longest run ({repeats} calls, whole median {statistics.median(walls) * 1e3:.3f} ms) ---"]
     lines += [f"  {key:32s} {sum(values) / repeats * 1e3:8.3f} ms  (longest {max(values) * 1e3:8.3f} ms, "
               f"{len(values)} runs)" for key, values in totals.items()]
     return "\n".join(lines) + "\n"
@@ -209,9 +209,9 @@ def main() -> None:
     lines += [f"  {k}: {v * 1e3:.3f} ms" for k, v in stages.items()]
     steps = step_report(scans, dev, args.repeats, settings) if args.steps else ""
     report = "\n".join(lines) + "\n" + steps + profiled(scans, dev, args.repeats, args.top, settings)
-    print("\n".join(lines) + "\n" + steps, flush=True)
-    with open(args.out, "w") as f:
+    with open(args.out, "w") as f:  # written first: the caller may read only the first lines of the output
         f.write(report)
+    print("\n".join(lines) + "\n" + steps, flush=True)
 
 
 if __name__ == "__main__":

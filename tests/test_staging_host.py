@@ -144,7 +144,7 @@ def test_products_above_one_piece_go_through_the_staging_of_their_thread_count(m
     staging made once per device and thread count (the copies' own where the counts agree), and multiplies a
     smaller one on the host before one copy."""
     monkeypatch.setattr(staging, "_STAGING", {})
-    monkeypatch.setattr(staging, "PIECE_BYTES", 1000)
+    monkeypatch.setattr(staging, "PIECE_BYTES", 992)  # 31 columns of 4 complex64 rows
     monkeypatch.setattr(staging, "THREADS", 8)  # a host of 16 cores, whatever this one has
     for threads in (2, 8):
         monkeypatch.setattr(staging, "PRODUCT_THREADS", threads)
@@ -162,4 +162,10 @@ def test_products_above_one_piece_go_through_the_staging_of_their_thread_count(m
         small = SimpleNamespace(set=copies.append)
         staging.copy_product_up(twin, matrix, source[:, :10], small, 0)  # 320 bytes: one product, one copy
         assert len(copies) == 1 and np.allclose(copies[0], expected[:, :10], rtol=1e-5)
+    exactly = SimpleNamespace(set=copies.append)
+    staging.copy_product_up(_twin(), matrix, source[:, :31], exactly, 0)  # exactly one piece: not staged
+    assert len(copies) == 2 and np.allclose(copies[1], expected[:, :31], rtol=1e-5)
+    monkeypatch.setattr(staging, "PRODUCT_THREADS", 1)  # one product thread: never staged, whatever THREADS says
+    staging.copy_product_up(_twin(), matrix, source, exactly, 0)
+    assert len(copies) == 3 and np.allclose(copies[2], expected, rtol=1e-5)
     assert sorted(staging._STAGING) == [(0, 2), (0, 8)]

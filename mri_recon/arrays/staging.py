@@ -168,9 +168,9 @@ _STAGING_LOCK = threading.Lock()
 
 
 def staging(cupy: Any, device_index: int, threads: int = THREADS) -> Staging:
-    """The process's :class:`Staging` of one device with ``threads`` threads, made on first use. The copies'
-    staging (:data:`THREADS`) and the products' (:data:`PRODUCT_THREADS`) are two objects where the counts differ:
-    a copy and a product may then run at once, each in its own buffers."""
+    """The process's :class:`Staging` of one device with ``threads`` threads, made on first use: the copies'
+    (:data:`THREADS`) and the products' (:data:`PRODUCT_THREADS`) are one object where the counts agree (one copy
+    or product at a time), two where they differ."""
     with _STAGING_LOCK:
         if (device_index, threads) not in _STAGING:
             _STAGING[device_index, threads] = Staging(cupy, device_index, threads)

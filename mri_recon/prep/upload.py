@@ -4,8 +4,8 @@ A 2-D host array ``(R, L)`` (k-space ``(C, M)``, coil maps ``(C, N)``, a flatten
 goes up in one copy; a whitening matrix ``W`` ``(R, R)`` is then applied to every
 column in place (``kernels/arith.cu``: each thread holds one column), so the device never holds a second copy
 of the array. A matrix of fewer rows (coil compression after whitening, ``A W``: ``(N, C)``) is applied on the
-host, so that only the ``(N, L)`` product goes up: by the threads that fill the pinned buffers where the array is
-staged (above 64 MiB), else in one product before one pageable copy. On the CPU the same
+host, so that only the ``(N, L)`` product goes up: by the threads that fill the pinned buffers (one BLAS thread
+each) where the array is more than one 4 MiB piece, else in one product before one pageable copy. On the CPU the same
 products run in NumPy over chunks of whole columns (the twin the tests compare with): a matrix applied over the
 row (channel) axis gives the same values chunk by chunk as on the whole array.
 

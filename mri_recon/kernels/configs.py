@@ -186,3 +186,16 @@ def segments_defines(segments: int) -> dict[str, int]:
         if 1 <= int(segments) <= tier:
             return {"SEG_MAX": tier}
     raise KernelError(f"segments.cu handles 1 to {SEGMENT_TIERS[-1]} segments, found {segments}")
+
+
+MAPS_TIERS = (8, 16, 32)
+"""``MAPS_COILS`` of the ``maps.cu`` modules (Walsh's coil maps): a launch of C coils uses the smallest tier of at
+least C; more than the last tier's coils are left to the array code (:func:`mri_recon.prep.walsh.walsh`)."""
+
+
+def maps_defines(coils: int) -> dict[str, int]:
+    """``maps.cu`` options for ``coils`` coils (1 .. the last of :data:`MAPS_TIERS`)."""
+    for tier in MAPS_TIERS:
+        if int(coils) <= tier:
+            return {"MAPS_COILS": tier}
+    raise KernelError(f"maps.cu holds at most {MAPS_TIERS[-1]} coils, asked for {coils}")

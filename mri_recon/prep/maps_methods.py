@@ -39,12 +39,16 @@ class CoilMapMethod:
     auto_for: tuple[str, ...] = ()
     """The samplings (:func:`~mri_recon.operators.engines.registry.sampling_of`) of scans with several coils
     and no maps for which ``auto`` estimates with this method."""
+    maps_kernels: bool = False
+    """Estimated on a GPU by the kernels of ``kernels/maps.cu`` (:mod:`.walsh_gpu`), whose module the pipeline
+    builds ahead."""
 
 
 COIL_MAPS: dict[str, CoilMapMethod] = {m.name: m for m in (
     CoilMapMethod("auto", "the file's maps, else Walsh (ESPIRiT for Cartesian scans)"),
     CoilMapMethod("file", "the file's maps", file=True),
-    CoilMapMethod("walsh", "estimated from the k-space centre (Walsh)", estimated=True, auto_for=("non-cartesian",)),
+    CoilMapMethod("walsh", "estimated from the k-space centre (Walsh)", estimated=True, auto_for=("non-cartesian",),
+                  maps_kernels=True),
     CoilMapMethod("espirit", "estimated from the k-space centre (ESPIRiT)", estimated=True, auto_for=("cartesian",)),
     CoilMapMethod("nlinv", "estimated with the image by nonlinear inversion (NLINV; all samples, or a Cartesian "
                   "scan's calibration region)",

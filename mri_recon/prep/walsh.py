@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..arrays.backend import get_xp
 from ..checks.scaling import unit_scale
 from ..errors import InvalidDataError, SchemaError
+from . import walsh_gpu
 from .lowres import _box_sum, _phase_reference, _strongest, dominant_eigenvectors
 
 
@@ -18,9 +21,10 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     is its dominant eigenvector (unit norm), phase referenced to the coil with the most energy. The data
     should be prewhitened (:func:`mri_recon.prep.noise.prewhiten`), which makes the noise covariance the identity.
     The images are divided by a power of two near their largest value first: the maps do not depend on
-    their scale. The box sums are cumulative sums in float32 (:func:`~.lowres._box_sum`), whose rounding is
-    absolute along each row of the image: a voxel far weaker than its row (below about 1% of the row's
-    energy) gets its map only to a correspondingly lower relative accuracy.
+    their scale. The array code's box sums are cumulative sums in float32 (:func:`~.lowres._box_sum`), whose
+    rounding is absolute along each row of the image: a voxel far weaker than its row (below about 1% of the
+    row's energy) gets its map only to a correspondingly lower relative accuracy (the GPU kernels add each
+    box directly).
 
     Parameters
     ----------
@@ -29,7 +33,8 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     kernel
         Odd box size in voxels; by default about a sixteenth of the smallest axis (at least 3).
     solver
-        ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`).
+        ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`). On a GPU, ``"power"`` with up to 32 coils
+        runs the kernels of :mod:`.walsh_gpu` (this array code is their twin).
     """
     xp = get_xp(images)
     if images.ndim not in (3, 4):
@@ -41,6 +46,9 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
         raise InvalidDataError(f"walsh: kernel must be a positive odd number of voxels, found {kernel}")
     c = images.shape[0]
     images = unit_scale(images)[0].astype(xp.complex64)  # a power of two: the same maps for any scale
+    ref = _strongest(images)
+    if xp is not np and solver == "power" and walsh_gpu.fits(c):
+        return walsh_gpu.walsh_maps(images, kernel, ref)
     x = images.reshape(c, -1)
     upper = [(i, j) for i in range(c) for j in range(i, c)]
     ii = xp.asarray([i for i, _ in upper])
@@ -52,7 +60,7 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     mats[:, jj, ii] = xp.conj(cov.T)
     vec, _ = dominant_eigenvectors(mats, solver=solver)
     maps = vec.T.reshape(c, *spatial)
-    return _phase_reference(maps, _strongest(images))
+    return _phase_reference(maps, ref)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -19,12 +19,14 @@ from ..arrays.backend import Device, to_device
 from ..checks.scaling import power_of_two
 from ..io.frames import TimeSeries
 from ..kernels import prefetch
+from ..kernels.configs import MAPS_TIERS, maps_defines
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
 from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..operators.reads import Scalars
 from ..planning.planner import Plan, Preparation
 from ..planning.preparation import preparation_of
+from ..prep.maps_methods import COIL_MAPS
 from ..progress import Clock, progress_callback
 from ..scan import Scan
 from .options import Options
@@ -175,17 +177,27 @@ def run_kernels(engine: Any, ndim: int, coil_batch: int) -> list[tuple[str, dict
     return [*engine.kernel_configs(ndim, coil_batch), *SOLVER_KERNELS]
 
 
+def maps_kernels(method: str | None, coils: int) -> list[tuple[str, dict]]:
+    """The module of ``maps.cu`` for ``coils`` coils when the estimate ``method`` (None: none) runs on it
+    (:attr:`~mri_recon.prep.maps_methods.CoilMapMethod.maps_kernels`) and the module holds them; coil compression
+    may estimate the maps from fewer coils, whose module is then built at its first use."""
+    if method is None or not COIL_MAPS[method].maps_kernels or not 1 <= coils <= MAPS_TIERS[-1]:
+        return []
+    return [("maps.cu", maps_defines(coils))]
+
+
 def default_kernels() -> list[tuple[str, dict]]:
     """Every CUDA module a reconstruction with the default settings may build on a GPU: those of each engine
-    ``method="auto"`` chooses among (non-Cartesian, 2-D and 3-D, 1 to MAX_GROUP coils at a time) and the
-    solver's, each once. The package ships these precompiled (``scripts/build_kernels.py --defaults``,
-    docs/kernels.md)."""
+    ``method="auto"`` chooses among (non-Cartesian, 2-D and 3-D, 1 to MAX_GROUP coils at a time), the
+    solver's and those of Walsh's maps (estimated when a scan has none), each once. The package ships these
+    precompiled (``scripts/build_kernels.py --defaults``, docs/kernels.md)."""
     from ..kernels.configs import MAX_GROUP  # noqa: PLC0415 - the bundle's build and its test only
     from ..operators.engines.registry import engines  # noqa: PLC0415
 
     auto = [e for e in engines() if e.device_kind == "gpu" and e.auto and "non-cartesian" in e.samplings]
     found = [config for engine in auto for dim in (2, 3) if dim in engine.dims
              for coils in range(1, MAX_GROUP + 1) for config in run_kernels(engine, dim, coils)]
+    found += [("maps.cu", maps_defines(tier)) for tier in MAPS_TIERS]
     return [(f, dict(d)) for f, d in dict.fromkeys((f, tuple(sorted(d.items()))) for f, d in found)]
 
 
@@ -216,7 +228,8 @@ def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
              engine.name, dev, budget.coil_batch)
     if dev.is_gpu:  # build this run's CUDA modules on threads while the data are uploaded
         prefetch([*run_kernels(engine, len(scan.matrix), budget.coil_batch),
-                  *(offres.kernel_configs(sense) if offres is not None else ())], dev)
+                  *(offres.kernel_configs(sense) if offres is not None else ()),
+                  *maps_kernels(options.maps.method, scan.n_coils)], dev)
     return Planned(scan, frames, series, sense, combine, dev, engine, budget, offres)
 
 

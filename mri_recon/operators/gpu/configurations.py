@@ -17,11 +17,13 @@ from __future__ import annotations
 from ...filters.gpu import compile_configurations as filter_configurations
 from ...kernels.configs import (
     FORWARD_RUN,
+    MAPS_TIERS,
     MAX_GROUP,
     SEGMENT_TIERS,
     adjoint_defines,
     forward_defines,
     frames_defines,
+    maps_defines,
     offres_adjoint_defines,
     offres_forward_defines,
     offres_tc_defines,
@@ -62,6 +64,13 @@ def exact_configurations() -> list[tuple[str, dict[str, int]]]:
 
 
 def launcher_configurations() -> list[tuple[str, dict[str, int]]]:
-    """The exact transforms, the Toeplitz product, CG, the sparse solvers' kernels, the NUFFT and the
-    post-filter, without repeats, in the registry file's order (:func:`~mri_recon.kernels.registry.canonical`)."""
-    return canonical([*exact_configurations(), *nufft_configurations(), *filter_configurations()])
+    """The exact transforms, the Toeplitz product, CG, the sparse solvers' kernels, the NUFFT, the
+    post-filter and Walsh's maps, without repeats, in the registry file's order
+    (:func:`~mri_recon.kernels.registry.canonical`)."""
+    return canonical([*exact_configurations(), *nufft_configurations(), *filter_configurations(),
+                      *maps_configurations()])
+
+
+def maps_configurations() -> list[tuple[str, dict[str, int]]]:
+    """``maps.cu`` (Walsh's coil maps, :mod:`mri_recon.prep.walsh_gpu`) for every ``MAPS_COILS`` tier."""
+    return [("maps.cu", maps_defines(tier)) for tier in MAPS_TIERS]

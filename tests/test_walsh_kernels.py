@@ -1,0 +1,188 @@
+"""Walsh's maps by the kernels of maps.cu: built for the host (tests/host/maps_host.cpp, no GPU needed) behind
+walsh_gpu's own launches, against NumPy's box sums, LAPACK's eigenvectors in float64 and the array code of
+``walsh``; and on a GPU, against the array code on the host."""
+
+from __future__ import annotations
+
+import ctypes
+
+import host_kernels as host
+import numpy as np
+import pytest
+
+from mri_recon.arrays.backend import cupy_module
+from mri_recon.errors import KernelError
+from mri_recon.kernels.configs import MAPS_TIERS, maps_defines
+from mri_recon.prep import walsh_gpu
+from mri_recon.prep.walsh import walsh
+from mri_recon.stages.state import default_kernels, maps_kernels
+
+
+def _crandn(rng, *shape):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+
+
+def _correlation(a, b):
+    """|<a, b>| / (|a| |b|) per voxel over the coil axis."""
+    num = np.abs(np.sum(np.conj(a) * b, axis=0))
+    return num / np.maximum(np.linalg.norm(a, axis=0) * np.linalg.norm(b, axis=0), 1e-30)
+
+
+def _coil_images(rng, coils, shape, noise=0.01):
+    """Smooth coil sensitivities times a random object, plus noise: a dominant eigenvalue well above the rest."""
+    grids = np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij")
+    centres = rng.uniform(-1, 1, (coils, len(shape)))
+    maps = np.stack([np.exp(-sum((g - c) ** 2 for g, c in zip(grids, centre)) + 2j * np.pi * rng.random())
+                     for centre in centres])
+    obj = rng.uniform(0.3, 1.0, shape) * np.exp(1j * rng.uniform(-0.5, 0.5, shape))
+    return (maps * obj + noise * _crandn(rng, coils, *shape)).astype(np.complex64), maps
+
+
+@pytest.fixture(scope="module")
+def host_maps(tmp_path_factory):
+    """maps.cu built for the host once per ``MAPS_COILS`` tier: ``get_kernel``'s twin."""
+    folder = tmp_path_factory.mktemp("maps_host")
+    libraries = {tier: host.build("maps_host.cpp", folder / f"maps{tier}.so", f"-DMAPS_COILS={tier}")
+                 for tier in MAPS_TIERS}
+
+    def get_kernel(filename, name, defines, device):
+        assert filename == "maps.cu" and name.startswith("mri_recon_maps_")
+        function = getattr(libraries[defines["MAPS_COILS"]], "emu_" + name.removeprefix("mri_recon_maps_"))
+
+        def launch(grid, block, args):
+            function(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *(_argument(a) for a in args))
+
+        return launch
+
+    return get_kernel
+
+
+def _argument(value):
+    if isinstance(value, np.ndarray):
+        return host.argument(np.ascontiguousarray(value)) if value.flags.c_contiguous else pytest.fail("strided")
+    return host.argument(value)
+
+
+@pytest.fixture
+def on_host(monkeypatch, host_maps):
+    """walsh_gpu's launches on NumPy arrays with the host-built kernels; every buffer poisoned with NaN."""
+    walsh_gpu._kernel.cache_clear()
+    monkeypatch.setattr(walsh_gpu, "cupy_module", lambda: np)
+    monkeypatch.setattr(walsh_gpu, "get_kernel", host_maps)
+    monkeypatch.setattr(walsh_gpu, "empty", lambda shape: np.full(shape, np.nan + 1j * np.nan, np.complex64))
+    yield
+    walsh_gpu._kernel.cache_clear()
+
+
+def _box_sum(a, size, axes):
+    """The centred box sum by explicit shifts in float64 (zero beyond the ends)."""
+    out = a.astype(np.complex128)
+    for axis in axes:
+        n, acc = out.shape[axis], np.zeros_like(out)
+        for shift in range(-(size // 2), size - size // 2):
+            lo, hi = max(0, -shift), min(n, n - shift)
+            if lo >= hi:
+                continue
+            target = [slice(None)] * out.ndim
+            source = [slice(None)] * out.ndim
+            target[axis], source[axis] = slice(lo, hi), slice(lo + shift, hi + shift)
+            acc[tuple(target)] += out[tuple(source)]
+        out = acc
+    return out
+
+
+def _expected_maps(images, size, ref):
+    """Walsh's maps in float64: LAPACK's dominant eigenvector of each voxel's box-summed covariance, with
+    coil ``ref`` made real and non-negative."""
+    spatial = images.shape[1:]
+    cov = np.einsum("i...,j...->...ij", images.astype(np.complex128), np.conj(images.astype(np.complex128)))
+    cov = _box_sum(cov, size, range(len(spatial)))
+    _, vectors = np.linalg.eigh(cov)
+    top = np.moveaxis(vectors[..., -1], -1, 0)
+    phase = np.conj(top[ref]) / np.maximum(np.abs(top[ref]), 1e-300)
+    return top * phase, cov
+
+
+@pytest.mark.parametrize("coils, shape, size", [
+    (1, (7, 5), 3), (3, (16, 20), 3), (8, (9, 13), 5), (9, (6, 7), 1), (5, (8, 9, 10), 3), (2, (4, 3, 5), 9),
+    (17, (5, 6), 3),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_host_kernels_are_the_float64_dominant_eigenvectors(rng, on_host, coils, shape, size):
+    """Every tier (1, 8, 9 and 17 coils), 2-D and 3-D, a box wider than an axis: the maps are LAPACK's dominant
+    eigenvector of the float64 box sums (up to each voxel's phase, which the reference coil fixes), unit norm,
+    every element written."""
+    images, _ = _coil_images(rng, coils, shape)
+    ref = int(rng.integers(coils))
+    got = walsh_gpu.walsh_maps(host.HostMaps(images.shape, np.complex64, images), size, ref)
+    want, cov = _expected_maps(images, size, ref)
+    assert got.shape == images.shape and np.all(np.isfinite(got))
+    values = np.linalg.eigvalsh(cov)
+    clear = values[..., -1] > 1.5 * (values[..., -2] if coils > 1 else 0)  # a gap 65 products resolve
+    assert clear.mean() > 0.9
+    assert 1 - _correlation(got, want)[clear].min() < 1e-5
+    np.testing.assert_allclose(np.linalg.norm(got, axis=0), 1.0, atol=1e-5)
+    assert np.abs(got[ref].imag).max() < 1e-5 and got[ref].real.min() >= 0  # the reference coil is real
+
+
+def test_host_kernels_agree_with_the_array_code(rng, on_host):
+    """The kernels behind ``walsh`` against its NumPy array code on the same images: the same maps."""
+    images, truth = _coil_images(rng, 6, (24, 20))
+    cpu = walsh(images)
+    got = walsh_gpu.walsh_maps(host.HostMaps(images.shape, np.complex64, images / np.abs(images).max()), 3,
+                               int(np.argmax(np.sum(np.abs(images) ** 2, axis=(1, 2)))))
+    assert np.linalg.norm(got - cpu) / np.linalg.norm(cpu) < 1e-4
+    assert _correlation(got, truth).mean() > 0.99
+
+
+def test_host_kernels_give_zero_where_a_voxel_has_no_signal(rng, on_host):
+    """A covariance of zero trace gives a zero map; the others are still unit vectors."""
+    images, _ = _coil_images(rng, 4, (12, 12))
+    images[:, :6] = 0
+    got = walsh_gpu.walsh_maps(host.HostMaps(images.shape, np.complex64, images), 3, 0)
+    assert np.all(got[:, :5] == 0)
+    np.testing.assert_allclose(np.linalg.norm(got[:, 7:], axis=0), 1.0, atol=1e-5)
+
+
+def test_box_sums_run_in_groups_of_pairs(rng, on_host, monkeypatch):
+    """Scratch buffers smaller than the covariance: the pairs summed a few at a time give the same maps."""
+    images, _ = _coil_images(rng, 5, (6, 5, 4))
+    whole = walsh_gpu.walsh_maps(host.HostMaps(images.shape, np.complex64, images), 3, 1)
+    monkeypatch.setattr(walsh_gpu, "SCRATCH_BYTES", 2 * 8 * images[0].size)  # 2 of the 15 pairs at a time
+    grouped = walsh_gpu.walsh_maps(host.HostMaps(images.shape, np.complex64, images), 3, 1)
+    np.testing.assert_array_equal(grouped, whole)
+
+
+def test_tiers_hold_their_coils_and_refuse_more():
+    assert [maps_defines(c)["MAPS_COILS"] for c in (1, 8, 9, 16, 17, 32)] == [8, 8, 16, 16, 32, 32]
+    assert walsh_gpu.fits(32) and not walsh_gpu.fits(33) and not walsh_gpu.fits(0)
+    with pytest.raises(KernelError, match="maps.cu holds at most 32 coils, asked for 33"):
+        maps_defines(33)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("coils, shape", [(8, (64, 64)), (12, (40, 36)), (32, (24, 20)), (4, (20, 18, 16))])
+def test_gpu_walsh_equals_the_array_code(rng, coils, shape):
+    """``walsh`` on CuPy images (the kernels) against ``walsh`` on the same NumPy images (the array code)."""
+    cupy = cupy_module()
+    images, truth = _coil_images(rng, coils, shape)
+    got = cupy.asnumpy(walsh(cupy.asarray(images)))
+    cpu = walsh(images)
+    assert np.linalg.norm(got - cpu) / np.linalg.norm(cpu) < 1e-4
+    assert _correlation(got, truth).mean() > 0.99
+
+
+@pytest.mark.gpu
+def test_gpu_walsh_beyond_the_last_tier_uses_the_array_code(rng):
+    """33 coils: more than maps.cu holds, so the array code runs on CuPy, with the same result as NumPy's."""
+    cupy = cupy_module()
+    images, _ = _coil_images(rng, 33, (12, 10))
+    got = cupy.asnumpy(walsh(cupy.asarray(images)))
+    assert np.linalg.norm(got - walsh(images)) / np.linalg.norm(got) < 1e-4
+
+
+def test_the_pipeline_builds_the_maps_module_ahead_only_for_walsh():
+    """Prefetched for Walsh's estimate where a tier holds the coils; shipped with the default modules."""
+    assert maps_kernels("walsh", 12) == [("maps.cu", {"MAPS_COILS": 16})]
+    assert maps_kernels("walsh", 33) == maps_kernels("espirit", 8) == maps_kernels("nlinv", 8) == []
+    assert maps_kernels(None, 8) == []
+    assert all(("maps.cu", {"MAPS_COILS": tier}) in default_kernels() for tier in MAPS_TIERS)

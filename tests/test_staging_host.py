@@ -169,3 +169,31 @@ def test_products_above_one_piece_go_through_the_staging_of_their_thread_count(m
     staging.copy_product_up(_twin(), matrix, source, exactly, 0)
     assert len(copies) == 3 and np.allclose(copies[2], expected, rtol=1e-5)
     assert sorted(staging._STAGING) == [(0, 2), (0, 8)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+@pytest.mark.parametrize("rows, columns", [(1, 1), (3, 5), (3, 10_000), (8, 64), (8, 10_000), (32, 100)])
+def test_product_ranges_fit_a_buffer_and_give_every_thread_two(threads, rows, columns):
+    """Column ranges of a product: none wider than a buffer holds, and at least two per thread wherever the
+    columns allow it (few rows fill a buffer with many columns: three virtual coils)."""
+    width = staging.product_width(8 * rows, columns, PIECE, threads)
+    ranges = -(-columns // width)
+    assert 1 <= width and 8 * rows * width <= PIECE
+    assert ranges >= min(columns, 2 * threads)
+    assert ranges < max(4 * threads, -(-columns // (PIECE // (8 * rows))) + 1)
+
+
+def test_a_product_of_few_rows_is_cut_for_every_thread(rng):
+    """A buffer holds 170 columns of 3 complex64 rows, so 500 columns would fill 3 buffers; with 4 threads the
+    product runs as 8 ranges of 62 columns and one of 4."""
+    stage = Staging(_twin(), 0, threads=4, piece=PIECE)
+    calls: list = []
+    source = (rng.standard_normal((5, 500)) + 1j * rng.standard_normal((5, 500))).astype(np.complex64)
+    matrix = (rng.standard_normal((3, 5)) + 1j * rng.standard_normal((3, 5))).astype(np.complex64)
+    run = stage._run
+    stage._run = lambda count, fill, send: (calls.append(count), run(count, fill, send))
+    destination = _Destination((3, 500), np.complex64)
+    stage.copy_product(matrix, source, destination)
+    assert calls == [9]
+    expected = matrix.astype(np.complex128) @ source.astype(np.complex128)
+    assert np.linalg.norm(destination.host - expected) <= 1e-6 * np.linalg.norm(expected)

@@ -59,6 +59,7 @@ class Staging:
     def __init__(self, cupy: Any, device_index: int, threads: int = THREADS, piece: int = PIECE_BYTES) -> None:
         self.cupy = cupy
         self.piece = piece
+        self.threads = threads
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mri-recon-staging")
         slots = 2 * threads
@@ -89,8 +90,8 @@ class Staging:
     def copy_product(self, matrix: np.ndarray, source: np.ndarray, destination: Any) -> None:
         """``destination[...] = matrix @ source``: ``(N, C) @ (C, L)`` on the host into a C-contiguous CuPy array
         ``(N, L)`` of the same dtype, computed by the host threads range of columns by range of columns into the
-        pinned buffers (a range's ``N x width`` block fills one), each range going up as one 2-D transfer. Only
-        ``N / C`` of the source's bytes cross to the device."""
+        pinned buffers (a range's ``N x width`` block fills at most one), each range going up as one 2-D
+        transfer (:func:`product_width`). Only ``N / C`` of the source's bytes cross to the device."""
         if (source.ndim != 2 or matrix.ndim != 2 or matrix.shape[0] < 1 or matrix.shape[1] != source.shape[0]
                 or destination.shape != (matrix.shape[0], source.shape[1])
                 or not matrix.dtype == source.dtype == destination.dtype or not destination.flags.c_contiguous):
@@ -99,7 +100,7 @@ class Staging:
         rows, columns, itemsize = matrix.shape[0], source.shape[1], source.dtype.itemsize
         if rows * itemsize > self.piece:
             raise ValueError(f"staged product: one column of {rows} rows is more than a {self.piece}-byte buffer")
-        width = self.piece // (rows * itemsize)
+        width = product_width(rows * itemsize, columns, self.piece, self.threads)
         runtime, starts = self.cupy.cuda.runtime, range(0, columns, width)
         pitch = columns * itemsize
 
@@ -155,6 +156,13 @@ class Staging:
         if self.used[slot]:
             self.events[slot].synchronize()
         fill(slot, i)
+
+
+def product_width(column_bytes: int, columns: int, piece: int, threads: int) -> int:
+    """Columns of one range of a product on the way up: as many as a ``piece``-byte buffer holds, but few enough to
+    make at least two ranges per thread where there are columns for them, so that every thread has products to
+    compute even where a buffer holds many columns of few rows (three virtual coils); at least one."""
+    return max(1, min(piece // column_bytes, columns // (2 * threads)))
 
 
 PRODUCT_THREADS = THREADS

@@ -74,6 +74,11 @@ for step in $steps; do
            done ;;
     probe_upload) timeout ${T_PROBE:-300} python3 scripts/probe_upload.py "$OUT/probe_upload.json" --repeats ${PROBE_REPEATS:-7} 2>&1 | tail -12 ;;
     profile_frame) timeout ${T_PROFILE:-200} python3 scripts/profile_call.py "$OUT/profile_frame.txt" --problem frame --repeats 20 --steps --top 30 2>&1 | head -30 ;;
+    frame_ab)  # the server's frame in one process: the base tree's package (.base), this tree's, the base again
+      for tree in base head base2; do
+        dir=.; [ "$tree" != head ] && dir=${BASE_TREE:-.base}
+        (cd "$dir" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_PROFILE:-200} python3 "$OLDPWD/scripts/profile_call.py" "$OUT/profile_frame_$tree.txt" --problem frame --repeats 30 --steps --top 30 2>&1 | head -3)
+      done ;;
     first_call) timeout ${T_FIRST:-300} python3 scripts/first_call.py "$OUT/first_call.json" --runs ${FIRST_RUNS:-5} 2>&1 | tail -8 ;;
     public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;
     frames) timeout ${T_FRAMES:-120} python3 scripts/server_frames.py --device gpu --frames 40 --tr-ms 5 --spokes 21 --matrix 128 --coils 8 --json "$OUT/server_frames_gpu.json" 2>&1 | tail -14 ;;

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import pipeline, stages
 from .arrays.backend import Device, synchronize
-from .errors import InvalidDataError
+from .errors import InvalidDataError, ResourceError
 from .io import load_scans
 from .io.frames import TimeSeries
 from .io.writers import write_result
@@ -30,7 +30,7 @@ from .operators.engines import Encoding
 from .planning.planner import Plan
 from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
-from .prep.compress import planned_coils
+from .prep.compress import planned_coils, wanted
 from .prep.compress_methods import compression_method, one_matrix
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
@@ -88,14 +88,12 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
     if isinstance(scan, TimeSeries):
         return _prepare_series_and_reconstruct(scan, settings, progress=progress, psf_cache=psf_cache, psf=psf)
     # the memory of the whole run, preparation included, is checked before anything is prepared
-    dev, engine, memory = plan_prepared(scan, prewhiten=settings.prewhiten, dcf=settings.dcf,
-                                        coil_maps=settings.coil_maps, device=settings.device, method=settings.method,
-                                        iterations=settings.iterations, coil_compress=settings.coil_compress,
-                                        coil_compress_method=settings.coil_compress_method)
+    dev, engine, memory, after_upload = _planned(scan, settings)
     if dev.is_gpu:  # the run's CUDA modules build on threads while CuPy's own are compiled ahead (kernels.warmup)
         prefetch(stages.run_kernels(engine, len(scan.matrix), memory.coil_batch), dev)
     # on a GPU the scan goes up once and is prepared there (mri_recon.prep.device); the CPU path is unchanged
-    prepare = functools.partial(prepare_on_device, device=dev) if dev.is_gpu else prepare_scan
+    prepare = (functools.partial(prepare_on_device, device=dev, compress_after_upload=after_upload) if dev.is_gpu
+               else prepare_scan)
     start = time.perf_counter()
     ready, record = prepare(scan, **settings.prepare_keywords())
     synchronize(dev)  # timed as the pipeline's stages are
@@ -105,6 +103,23 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
                                   progress=progress, psf_cache=psf_cache, psf=psf)
     result = pipeline.run(ready, options, planned=(dev, engine, memory), prepared_s=prepared_s)  # planned above
     return ready, record, result
+
+
+def _planned(scan: Scan, settings: ReconSettings) -> tuple[Device, type[Encoding], Plan, bool]:
+    """:func:`plan_prepared` with the settings, and whether a coil compression of one matrix is applied on the
+    GPU after the receivers' k-space went up (their own plan fits the device: no host product then), rather
+    than on the way up (the plan that holds only the virtual coils on the device)."""
+    keywords = {"prewhiten": settings.prewhiten, "dcf": settings.dcf, "coil_maps": settings.coil_maps,
+                "method": settings.method, "iterations": settings.iterations,
+                "coil_compress": settings.coil_compress, "coil_compress_method": settings.coil_compress_method}
+    dev, engine, memory = plan_prepared(scan, device=settings.device, **keywords)
+    if not (dev.is_gpu and wanted(settings.coil_compress)
+            and one_matrix(settings.coil_compress, settings.coil_compress_method)):
+        return dev, engine, memory, False
+    try:
+        return (*plan_prepared(scan, device=dev, compress_on_the_way=False, **keywords), True)
+    except ResourceError:
+        return dev, engine, memory, False
 
 
 def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings, **runtime: Any
@@ -193,20 +208,24 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
 
 def plan_prepared(scan: Scan, *, prewhiten: bool = True, dcf: str = "auto", coil_maps: str = "auto",
                   device: str | int | Device | None = "auto", method: str = "auto",
-                  iterations: int = 30, coil_compress: Any = "none",
-                  coil_compress_method: str = "svd") -> tuple[Device, type[Encoding], Plan]:
+                  iterations: int = 30, coil_compress: Any = "none", coil_compress_method: str = "svd",
+                  compress_on_the_way: bool | None = None) -> tuple[Device, type[Encoding], Plan]:
     """:func:`mri_recon.pipeline.plan_reconstruction` of ``scan`` as :func:`mri_recon.prepare_scan` with these
     choices will prepare it, the preparation's stages included (prewhitening, coil compression, density weights,
     coil-map estimate): what :func:`mri_recon.reconstruct` checks before it prepares anything, and ``mri-recon
     info`` reports. Coil compression to N coils plans the reconstruction with N; ``"auto"``, which decides from
-    the data, with the scan's coils."""
+    the data, with the scan's coils. ``compress_on_the_way``: whether a GPU receives only the virtual coils of a
+    compression of one matrix, applied on the host as the data go up (None: wherever the compression is one
+    matrix); False plans the receivers' k-space on the device, compressed there."""
     coils = planned_coils(coil_compress, scan.n_coils)
+    if compress_on_the_way is None:
+        compress_on_the_way = one_matrix(coil_compress, coil_compress_method)
     maps = coil_map_method(scan, coil_maps, coils)
     estimate = maps if COIL_MAPS[maps].estimated else None
     compression = compression_method(coil_compress_method)
     preparation = preparation_of(scan, prewhiten=prewhiten, dcf=dcf, estimate_maps=estimate, coils=coils,
                                  compress_working=compression.working(scan.n_coils, scan.n_samples),
-                                 compress_on_the_way=one_matrix(coil_compress, coil_compress_method))
+                                 compress_on_the_way=compress_on_the_way)
     sense = COIL_MAPS[maps].sense
     return pipeline.plan_reconstruction(scan, device, method, iterations, sense, preparation)
 

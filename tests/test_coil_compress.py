@@ -26,6 +26,7 @@ from mri_recon.io import save_scan
 from mri_recon.io.cfl import read_cfl, write_cfl
 from mri_recon.prep import compress, prepare_scan
 from mri_recon.prep.compress import CoilCompression, centre_samples, compression_of, parse_coil_compress
+from mri_recon.prep.compress_methods import compression_for
 from mri_recon.prep.device import prepare_on_device
 from mri_recon.prep.frames import prepare_series
 from mri_recon.prep.noise import noise_covariance, whitening_and_basis
@@ -382,6 +383,44 @@ def test_the_numpy_twin_compresses_as_prepare_scan(scan, maps):
     assert_same_preparation(ready, record, *prepare_scan(scan, coil_maps=maps, coil_compress=5), 1e-12)
 
 
+@pytest.mark.parametrize("choice", [5, "auto", "given", 40])
+@pytest.mark.parametrize("maps", ["file", "walsh"])
+def test_the_numpy_twin_compressing_after_the_upload_is_prepare_scan(scan, maps, choice):
+    """Compressed after the k-space went up unchanged (the centre's samples chosen on the host thread, their Gram
+    from the uploaded k-space): the host preparation's arrays and record, for a number, auto, a compression given
+    and more coils than the scan has (only whitened)."""
+    if choice == "given":
+        choice = compression_for(scan, 4, whitening=whitening_and_basis(scan)[0])
+    ready, record = prepare_on_device(scan, CPU, coil_maps=maps, coil_compress=choice, compress_after_upload=True)
+    assert_same_preparation(ready, record, *prepare_scan(scan, coil_maps=maps, coil_compress=choice), 1e-12)
+
+
+class _Gpu:
+    is_gpu = True
+
+
+def test_a_gpu_run_compresses_after_the_upload_where_the_receivers_fit(monkeypatch, scan):
+    """One matrix on a GPU: planned with the receivers' k-space on the device and compressed there; where that
+    plan does not fit, the plan of the virtual coils alone, compressed on the way up; other runs plan once."""
+    from mri_recon import api
+    from mri_recon.errors import ResourceError
+
+    calls = []
+
+    def planned(scan, *, device, compress_on_the_way=None, **keywords):
+        calls.append(compress_on_the_way)
+        if compress_on_the_way is False and keywords["coil_compress"] == 6:
+            raise ResourceError("too large")
+        return _Gpu(), None, None
+
+    monkeypatch.setattr(api, "plan_prepared", planned)
+    for choice, method, expected, asked in [(5, "svd", True, [None, False]), ("auto", "svd", True, [None, False]),
+                                            (6, "svd", False, [None, False]), ("none", "svd", False, [None])]:
+        calls.clear()
+        settings = ReconSettings(coil_compress=choice, coil_compress_method=method)
+        assert api._planned(scan, settings)[3] is expected and calls == asked, choice
+
+
 def _upload_product(*arguments):
     from mri_recon.arrays.backend import upload_product
 
@@ -405,6 +444,12 @@ def test_gpu_preparation_compresses_as_the_host(monkeypatch, scan, maps):
     if ref.coil_maps is not None:
         assert relative(to_host(ready.coil_maps), ref.coil_maps) < 1e-5
     assert record["coil_compress"] == ref_record["coil_compress"] == 5
+    products.clear()
+    after, after_record = prepare_on_device(scan, gpu, coil_maps=maps, coil_compress=5, compress_after_upload=True)
+    assert products == [] and after_record == record  # compressed on the device, with the host's choices
+    assert relative(to_host(after.kspace), ref.kspace) < 1e-5
+    if ref.coil_maps is not None:
+        assert relative(to_host(after.coil_maps), ref.coil_maps) < 1e-5
     image = mri_recon.reconstruct(scan, device="gpu", coil_maps=maps, coil_compress=5, iterations=8).image
     host = mri_recon.reconstruct(scan, device="cpu", coil_maps=maps, coil_compress=5, iterations=8).image
     assert relative(np.abs(image), np.abs(host)) < 1e-3

@@ -432,10 +432,14 @@ def test_a_time_series_is_compressed_with_one_set_of_matrices():
     assert record["maps_basis"].shape == (32, 12, 3)  # L A(x)^H per readout position
 
 
+@pytest.mark.parametrize("virtual", [5, 40], ids=["5", "all"])
 @pytest.mark.parametrize("maps", ["file", "espirit", "rss"])
-def test_the_numpy_twin_compresses_as_prepare_scan(scan, maps):
-    ready, record = prepare_on_device(scan, CPU, coil_maps=maps, coil_compress=5, **GCC)
-    assert_same_preparation(ready, record, *prepare_scan(scan, coil_maps=maps, coil_compress=5, **GCC), 1e-10)
+def test_the_numpy_twin_compresses_as_prepare_scan(scan, maps, virtual):
+    """Compressed to 5 coils, and asked for more than the scan has (every coil kept: the k-space and the scan's
+    maps whitened after they went up)."""
+    ready, record = prepare_on_device(scan, CPU, coil_maps=maps, coil_compress=virtual, **GCC)
+    expected = prepare_scan(scan, coil_maps=maps, coil_compress=virtual, **GCC)
+    assert_same_preparation(ready, record, *expected, 1e-10)
 
 
 def test_every_method_is_reachable_from_the_settings():

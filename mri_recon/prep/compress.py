@@ -20,11 +20,14 @@ Gram matrix's eigenvalues). ``N`` at or above the scan's coil count compresses n
 
 The centre is the samples with ``|k|`` below :data:`CENTRE_RADIUS` cycles per field of view (the 24-wide
 calibration region of BART's ``cc``), at least :data:`MIN_PER_COIL` per coil and at most
-:data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed on the host in
-float64 from the scan's own k-space and the whitening matrix (the Gram matrix in complex128, which holds the
-products of any complex64 data), the Gram divided by a power of two near its largest entry
-(:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale
-and the host and device preparations (:mod:`mri_recon.prep.device`) compress with the same matrix. Whitening
+:data:`MAX_SAMPLES`, the samples nearest ``k = 0`` in both cases. The matrix is computed in float64 from the
+scan's own k-space and the whitening matrix (the Gram matrix in complex128, which holds the products of any
+complex64 data), the Gram divided by a power of two near its largest entry
+(:func:`mri_recon.checks.scaling.unit_scale`), so that N and ``A`` do not depend on the data's scale. The
+host preparation and a device preparation that compresses on the way up (:mod:`mri_recon.prep.device`) take
+the Gram matrix from the host's k-space and compress with the same matrix; one that compresses after the upload
+takes it from the uploaded k-space, on the device (the same centre samples, the same matrix to float64
+rounding). Whitening
 and compression are then one product ``(A W) d`` (:meth:`CoilCompression.apply`, NumPy or CuPy, where the
 data are): an ``N x C`` matrix instead of the ``C x C`` whitening followed by ``A``.
 
@@ -39,7 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..arrays.backend import cpu_threads, get_xp
+from ..arrays.backend import cpu_threads, get_xp, to_host
 from ..checks.scaling import unit_scale
 from ..checks.validation import samples_within, squared_radii
 from ..errors import InvalidDataError
@@ -227,18 +230,20 @@ def centre_samples(trajectory: np.ndarray, coils: int) -> np.ndarray:
     return inside
 
 
-def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.ndarray | None = None,
-                    source: str = "<memory>") -> tuple[np.ndarray, np.ndarray, int]:
+def centre_energies(kspace: Any, trajectory: np.ndarray, whitening: np.ndarray | None = None,
+                    source: str = "<memory>", index: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """``(eigenvalues, eigenvectors, samples)`` of the Gram matrix of the (whitened) centre samples, largest
     first: float64 ``(C,)`` and complex128 ``(C, C)`` (columns), on the host, the Gram divided by a power of
-    two near its largest entry first (exact: the eigenvectors of data of any scale are the same).
+    two near its largest entry first (exact: the eigenvectors of data of any scale are the same). ``kspace``
+    may be on a device (:func:`centre_gram`); ``index``: the centre's samples (:func:`centre_samples`), when
+    already known.
 
     Raises
     ------
     InvalidDataError
         The centre's samples are all zero (the eigenvectors would be arbitrary).
     """
-    index = centre_samples(trajectory, kspace.shape[0])
+    index = centre_samples(trajectory, kspace.shape[0]) if index is None else index
     gram = centre_gram(kspace, index)
     if whitening is not None:
         whitening = np.asarray(whitening, dtype=np.complex128)
@@ -251,9 +256,14 @@ def centre_energies(kspace: np.ndarray, trajectory: np.ndarray, whitening: np.nd
     return np.clip(values[::-1], 0.0, None), vectors[:, ::-1], len(index)
 
 
-def centre_gram(kspace: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The complex128 Gram matrix ``K K^H`` of the samples ``index`` of host k-space ``(C, M)``, block by block
-    of :data:`GRAM_BLOCK` samples (see there)."""
+def centre_gram(kspace: Any, index: np.ndarray) -> np.ndarray:
+    """The complex128 Gram matrix ``K K^H`` of the samples ``index`` of k-space ``(C, M)``, on the host: of host
+    k-space block by block of :data:`GRAM_BLOCK` samples (see there); of k-space on a device, there, as one
+    complex128 product (the same matrix to float64 rounding), only the ``C x C`` result coming back."""
+    xp = get_xp(kspace)
+    if xp is not np:
+        centre = kspace[:, xp.asarray(index)].astype(xp.complex128)
+        return to_host(centre @ centre.conj().T)
     blocks = [index[start:start + GRAM_BLOCK] for start in range(0, len(index), GRAM_BLOCK)] or [index]
 
     def gram(block: np.ndarray) -> np.ndarray:
@@ -278,11 +288,12 @@ def auto_virtual(values: np.ndarray) -> int:
     return min(len(values), int(np.searchsorted(np.cumsum(values) / values.sum(), AUTO_ENERGY)) + 1)
 
 
-def compression_of(kspace: np.ndarray, trajectory: np.ndarray, choice: Any, whitening: np.ndarray | None = None,
-                   source: str = "<memory>") -> CoilCompression | None:
-    """The :class:`CoilCompression` of host k-space ``(C, M)`` and trajectory ``(M, D)`` for ``choice``
-    (:func:`parse_coil_compress`, or a :class:`CoilCompression` computed before: checked against the coils),
-    with the data whitened by ``whitening`` ``(C, C)`` first; None for ``"none"``."""
+def compression_of(kspace: Any, trajectory: np.ndarray, choice: Any, whitening: np.ndarray | None = None,
+                   source: str = "<memory>", index: np.ndarray | None = None) -> CoilCompression | None:
+    """The :class:`CoilCompression` of k-space ``(C, M)`` (on the host, or on a device: :func:`centre_gram`) and
+    host trajectory ``(M, D)`` for ``choice`` (:func:`parse_coil_compress`, or a :class:`CoilCompression`
+    computed before: checked against the coils), with the data whitened by ``whitening`` ``(C, C)`` first; None
+    for ``"none"``. ``index``: the centre's samples, when already known (:func:`centre_samples`)."""
     coils = kspace.shape[0]
     if isinstance(choice, CoilCompression):
         if choice.coils != coils:
@@ -294,7 +305,7 @@ def compression_of(kspace: np.ndarray, trajectory: np.ndarray, choice: Any, whit
         return None
     if isinstance(chosen, int) and chosen >= coils:
         return CoilCompression(coils, coils, asked=chosen)
-    values, vectors, samples = centre_energies(kspace, trajectory, whitening, source)
+    values, vectors, samples = centre_energies(kspace, trajectory, whitening, source, index)
     shares = np.cumsum(values) / values.sum()
     virtual = chosen if isinstance(chosen, int) else auto_virtual(values)
     if virtual >= coils:

@@ -36,8 +36,10 @@ class CompressionMethod:
     """What it is, in the words of help texts and errors."""
     samplings: tuple[str, ...]
     """The scans' samplings it serves (:func:`~mri_recon.operators.engines.registry.sampling_of`)."""
-    compute: Callable[[Scan, str | int, Any], Compression]
-    """``(scan, chosen, whitening)``: the compression of the host scan for a parsed choice other than ``"none"``."""
+    compute: Callable[..., Compression]
+    """``(scan, chosen, whitening)``: the compression of the host scan for a parsed choice other than ``"none"``;
+    a method of :attr:`one_matrix` also takes ``uploaded=`` (the scan's k-space on a device) and ``index=`` (its
+    centre's samples: :func:`~.compress.centre_samples`)."""
     bart: str = ""
     """BART's own name of the method (``cc -S`` is ``scc``), refused as a ``coil_compress`` value."""
     working: Callable[[int, int], int] = lambda coils, samples: 0
@@ -46,8 +48,11 @@ class CompressionMethod:
     """Whether its compression is one matrix for every sample (:meth:`~.compress.Compression.product`)."""
 
 
-def _svd(scan: Scan, chosen: str | int, whitening: Any) -> CoilCompression:
-    return compression_of(scan.kspace, scan.trajectory, chosen, whitening, scan.source)
+def _svd(scan: Scan, chosen: str | int, whitening: Any, uploaded: Any = None, index: Any = None) -> CoilCompression:
+    """The SVD compression of ``scan``; from ``uploaded``, its k-space already on a device (the centre's Gram
+    matrix computed there), when given; ``index``: the centre's samples, when already known."""
+    kspace = scan.kspace if uploaded is None else uploaded
+    return compression_of(kspace, scan.trajectory, chosen, whitening, scan.source, index)
 
 
 COMPRESSION_METHODS = {method.name: method for method in (
@@ -133,18 +138,20 @@ def one_matrix(choice: Any, method: Any = DEFAULT_METHOD) -> bool:
 
 
 def compression_task(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, whitening: np.ndarray | None = None
-                     ) -> Callable[[], Compression | None]:
+                     ) -> Callable[..., Compression | None]:
     """:func:`compression_for` in two parts: the choices checked now (its errors but the method's own), and
-    the computation returned, to run when (and on whichever thread) the caller likes."""
+    the computation returned, to run when (and on whichever thread) the caller likes. Where the compression is
+    one matrix (:func:`one_matrix`) the computation also takes ``uploaded=`` and ``index=``
+    (:attr:`CompressionMethod.compute`)."""
     if isinstance(choice, Compression):
         if choice.coils != scan.n_coils:
             raise InvalidDataError(f"{scan.source}: a coil compression of {choice.coils} coils cannot compress "
                                    f"{scan.n_coils} coils")
-        return lambda: choice
+        return lambda **uploaded: choice
     check_method(choice, method)
     entry, chosen = compression_method(method), parse_choice(choice)
     if chosen == "none":
-        return lambda: None
+        return lambda **uploaded: None
     sampling = sampling_of(scan)
     if sampling not in entry.samplings:
         serving = [m.name for m in COMPRESSION_METHODS.values() if sampling in m.samplings]

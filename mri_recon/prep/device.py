@@ -14,7 +14,9 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
   as on the host, computed on a host thread while the trajectory goes up), whitened and compressed by one
   product ``A W`` that the host threads filling the pinned buffers apply on the way up, so that only the
-  virtual coils cross (geometric compression, one matrix per readout position: computed while the k-space
+  virtual coils cross; or, where the memory plan has room for the receivers' k-space on the device
+  (``compress_after_upload``), the k-space goes up unchanged, the centre's Gram matrix is computed there and
+  ``A W`` applied there (geometric compression, one matrix per readout position: computed while the k-space
   goes up unchanged, applied on the device between FFTs along the readout; the noise on the host), the ramp
   weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation
   computed (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one
@@ -43,7 +45,7 @@ from ..operators import arith
 from ..operators.reads import NEGATIVE, NOT_FINITE, POSITIVE, Flags
 from ..scan import Scan, ScanSizes
 from . import check_choices, coil_map_method, extent_record, missing_maps, reader_record
-from .compress import Compression, wanted
+from .compress import Compression, centre_samples, wanted
 from .compress_methods import compression_task, one_matrix
 from .device_dcf import ramp_weights
 from .maps_methods import COIL_MAPS
@@ -191,23 +193,27 @@ def _compressed(compression: Compression | None, kspace: Any, maps: Any, traject
     if w is not None:
         matrix = get_xp(kspace).asarray(w.astype(np.complex64))
         kspace = arith.whiten(kspace, matrix)
-        maps = None if maps is None else arith.whiten(maps, matrix)
+        if maps is not None:
+            arith.whiten(maps.reshape(maps.shape[0], -1), matrix)  # in place, through a (C, voxels) view
     return kspace, maps
 
 
 @blas_on_one_thread
 def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf: str = "auto",
                       coil_maps: str = "auto", field_map: str = "correct", gradient_delay: Any = "none",
-                      coil_compress: Any = "none", coil_compress_method: str = "svd"
-                      ) -> tuple[DeviceScan, dict[str, Any]]:
+                      coil_compress: Any = "none", coil_compress_method: str = "svd",
+                      compress_after_upload: bool = False) -> tuple[DeviceScan, dict[str, Any]]:
     """:func:`~mri_recon.prep.prepare_scan` with the scan's big arrays uploaded once to ``device`` and prepared
     there (see the module docstring): the same choices, record and errors, the prepared arrays equal to the
     host path's to float32 rounding. Coil compression's matrix comes from the host's k-space centre as on the
     host (:func:`~mri_recon.prep.compress_methods.compression_task`, on a host thread while the trajectory goes
     up); one matrix (SVD) is applied on the host as the k-space and maps go up, a geometric compression on the
-    device after they went up unchanged (its matrices computed meanwhile). The host's BLAS runs on one thread
-    throughout, as on the CPU path: its idle threads wait by spinning after each call, on the cores the copies'
-    threads need."""
+    device after they went up unchanged (its matrices computed meanwhile). With ``compress_after_upload`` (the
+    memory plan found room for the receivers' k-space on the device) one matrix is applied there too, after the
+    k-space went up unchanged: the centre's samples are chosen on a host thread meanwhile and their Gram matrix
+    is computed on the device (:func:`~.compress.centre_gram`), so that no product runs on the host. The host's
+    BLAS runs on one thread throughout, as on the CPU path: its idle threads wait by spinning after each call,
+    on the cores the copies' threads need."""
     from .gradient_delay import correct_gradient_delay
 
     check_choices(dcf, coil_maps, field_map)
@@ -224,11 +230,15 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     compressed = scan.replace(field_map=None, times=None) if ignored else scan
     task = compression_task(compressed, coil_compress, coil_compress_method, w)  # the choices checked here
     deferred = wanted(coil_compress)  # whitened and compressed on the way up (one matrix), or after
-    first = deferred and one_matrix(coil_compress, coil_compress_method)
+    after_upload = deferred and compress_after_upload and one_matrix(coil_compress, coil_compress_method)
+    first = deferred and one_matrix(coil_compress, coil_compress_method) and not after_upload
     checks: list[Check] = []
     with device.use(), ThreadPoolExecutor(1) as pool:
-        # the centre's Gram on a host thread while the trajectory (or, compressed after, the k-space) goes up
-        pending = pool.submit(task) if deferred else None
+        # on a host thread while the trajectory (or, compressed after, the k-space) goes up: the centre's Gram, or
+        # its samples alone where the Gram is computed from the uploaded k-space
+        pending = pool.submit(task) if deferred and not after_upload else None
+        if after_upload and not isinstance(coil_compress, Compression):
+            pending = pool.submit(centre_samples, scan.trajectory, scan.n_coils)
         warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
@@ -236,7 +246,9 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
         compression = pending.result() if first else None
         matrix, after = _on_the_way(compression, w, deferred, first)
         kspace = _rows_up(scan.kspace, device, matrix)
-        if deferred and not first:
+        if after_upload:
+            compression = task(uploaded=kspace, index=None if pending is None else pending.result())
+        elif deferred and not first:
             compression = pending.result()
         name = coil_map_method(scan, coil_maps, scan.n_coils if compression is None else compression.virtual)
         method = COIL_MAPS[name]

@@ -30,7 +30,7 @@ from .operators.engines import Encoding
 from .planning.planner import Plan
 from .planning.preparation import preparation_of
 from .prep import coil_map_method, prepare_scan
-from .prep.compress import planned_coils, wanted
+from .prep.compress import Compression, parse_coil_compress, planned_coils, wanted
 from .prep.compress_methods import compression_method, one_matrix
 from .prep.device import DeviceScan, prepare_on_device
 from .prep.gradient_delay import shared_gradient_delay
@@ -107,19 +107,24 @@ def prepare_and_reconstruct(scan: Scan, settings: ReconSettings | None = None, *
 
 def _planned(scan: Scan, settings: ReconSettings) -> tuple[Device, type[Encoding], Plan, bool]:
     """:func:`plan_prepared` with the settings, and whether a coil compression of one matrix is applied on the
-    GPU after the receivers' k-space went up (their own plan fits the device: no host product then), rather
-    than on the way up (the plan that holds only the virtual coils on the device)."""
+    GPU after the receivers' k-space went up (their plan fits the device: no host product then), rather than on
+    the way up (the plan that holds only the virtual coils on the device). ``auto``, whose virtual coils the data
+    decide, is planned for the run with the scan's coils, and the upload's peak checked with one coil fewer (the
+    most it compresses to: the receivers and that many virtual coils held at once)."""
     keywords = {"prewhiten": settings.prewhiten, "dcf": settings.dcf, "coil_maps": settings.coil_maps,
                 "method": settings.method, "iterations": settings.iterations,
-                "coil_compress": settings.coil_compress, "coil_compress_method": settings.coil_compress_method}
-    dev, engine, memory = plan_prepared(scan, device=settings.device, **keywords)
-    if not (dev.is_gpu and wanted(settings.coil_compress)
-            and one_matrix(settings.coil_compress, settings.coil_compress_method)):
+                "coil_compress_method": settings.coil_compress_method}
+    choice = settings.coil_compress
+    dev, engine, memory = plan_prepared(scan, device=settings.device, coil_compress=choice, **keywords)
+    if not (dev.is_gpu and wanted(choice) and one_matrix(choice, settings.coil_compress_method)):
         return dev, engine, memory, False
+    decided = isinstance(choice, Compression) or parse_coil_compress(choice) != "auto"
+    bound = choice if decided else max(1, scan.n_coils - 1)
     try:
-        return (*plan_prepared(scan, device=dev, compress_on_the_way=False, **keywords), True)
+        after = plan_prepared(scan, device=dev, coil_compress=bound, compress_on_the_way=False, **keywords)
     except ResourceError:
         return dev, engine, memory, False
+    return (*after, True) if decided else (dev, engine, memory, True)
 
 
 def _prepare_series_and_reconstruct(series: TimeSeries, settings: ReconSettings, **runtime: Any

@@ -401,24 +401,28 @@ class _Gpu:
 
 def test_a_gpu_run_compresses_after_the_upload_where_the_receivers_fit(monkeypatch, scan):
     """One matrix on a GPU: planned with the receivers' k-space on the device and compressed there; where that
-    plan does not fit, the plan of the virtual coils alone, compressed on the way up; other runs plan once."""
+    plan does not fit, the plan of the virtual coils alone, compressed on the way up; ``auto`` checked with one
+    coil fewer than the scan's and run on its own plan; other runs plan once."""
     from mri_recon import api
     from mri_recon.errors import ResourceError
 
     calls = []
 
-    def planned(scan, *, device, compress_on_the_way=None, **keywords):
-        calls.append(compress_on_the_way)
-        if compress_on_the_way is False and keywords["coil_compress"] == 6:
+    def planned(scan, *, device, coil_compress, compress_on_the_way=None, **keywords):
+        calls.append((coil_compress, compress_on_the_way))
+        if compress_on_the_way is False and coil_compress == 6:
             raise ResourceError("too large")
-        return _Gpu(), None, None
+        return _Gpu(), coil_compress, compress_on_the_way
 
     monkeypatch.setattr(api, "plan_prepared", planned)
-    for choice, method, expected, asked in [(5, "svd", True, [None, False]), ("auto", "svd", True, [None, False]),
-                                            (6, "svd", False, [None, False]), ("none", "svd", False, [None])]:
+    last = scan.n_coils - 1
+    for choice, after, asked, plan in [(5, True, [(5, None), (5, False)], (5, False)),
+                                       ("auto", True, [("auto", None), (last, False)], ("auto", None)),
+                                       (6, False, [(6, None), (6, False)], (6, None)),
+                                       ("none", False, [("none", None)], ("none", None))]:
         calls.clear()
-        settings = ReconSettings(coil_compress=choice, coil_compress_method=method)
-        assert api._planned(scan, settings)[3] is expected and calls == asked, choice
+        _, *got, compressed_after = api._planned(scan, ReconSettings(coil_compress=choice))
+        assert compressed_after is after and calls == asked and tuple(got) == plan, choice
 
 
 def _upload_product(*arguments):

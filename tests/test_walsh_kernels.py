@@ -4,6 +4,7 @@ walsh_gpu's own launches, against NumPy's box sums, LAPACK's eigenvectors in flo
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import host_kernels as host
@@ -70,6 +71,7 @@ def on_host(monkeypatch, host_maps):
     monkeypatch.setattr(walsh_gpu, "cupy_module", lambda: np)
     monkeypatch.setattr(walsh_gpu, "get_kernel", host_maps)
     monkeypatch.setattr(walsh_gpu, "empty", lambda shape: np.full(shape, np.nan + 1j * np.nan, np.complex64))
+    monkeypatch.setattr(walsh_gpu, "on_device", lambda index: contextlib.nullcontext())
     yield
     walsh_gpu._kernel.cache_clear()
 
@@ -134,6 +136,49 @@ def test_host_kernels_agree_with_the_array_code(rng, on_host):
     assert _correlation(got, truth).mean() > 0.99
 
 
+def _packed(mats):
+    """Hermitian ``(n, C, C)`` matrices as maps.cu stores them: pair ``j (j + 1) / 2 + i`` (i <= j) a row of n."""
+    coils = mats.shape[1]
+    return np.ascontiguousarray(np.stack([mats[:, i, j] for j in range(coils) for i in range(j + 1)]),
+                                dtype=np.complex64)
+
+
+def _eigen(mats, ref=0):
+    coils, n = mats.shape[1], mats.shape[0]
+    maps = walsh_gpu.empty((coils, n))
+    walsh_gpu._launch("mri_recon_maps_eigen", coils, 0, n,
+                      (_packed(mats), maps, np.int32(coils), np.int64(n), np.int32(ref), np.int32(walsh_gpu.STEPS)))
+    return maps
+
+
+def test_host_eigen_kernel_escapes_a_start_orthogonal_to_the_dominant_eigenvector(on_host):
+    """R = v v^H + 0.9 e0 e0^H with v orthogonal to e0, whose diagonal entry is the largest: the power iteration
+    from e0 stays on e0 (eigenvalue 0.9); the other start finds v (eigenvalue 1). And a v orthogonal to the
+    other start's golden-ratio phases, with e0 then the way there."""
+    golden = np.exp(2j * np.pi * ((0.6180339887 * np.arange(3)) % 1)) / np.sqrt(3)
+    e0 = np.eye(3)[0]
+    tilted = e0 - np.vdot(golden, e0) * golden
+    cases = [(np.array([0, 1, 1]) / np.sqrt(2), 0.9 * np.outer(e0, e0)),
+             (np.array([0, 1, -1]) / np.sqrt(2), 0.9 * np.outer(e0, e0)),
+             (np.array([0, 1, 1j]) / np.sqrt(2), 0.9 * np.outer(e0, e0)),
+             (tilted / np.linalg.norm(tilted), 0.5 * np.outer(golden, golden.conj()))]
+    mats = np.stack([np.outer(v, v.conj()) + rest for v, rest in cases])
+    got = _eigen(mats)
+    for k, (v, _) in enumerate(cases):
+        assert abs(np.vdot(v, got[:, k])) > 1 - 1e-5, k
+
+
+def test_host_eigen_kernel_reaches_the_largest_eigenvalue_where_eigenvalues_nearly_tie(rng, on_host):
+    """Covariances of noise alone (eigenvalues close together): the vector's Rayleigh quotient is within 1% of
+    the largest eigenvalue, from LAPACK in float64."""
+    samples = _crandn(rng, 400, 8, 30).astype(np.complex128)
+    mats = samples @ samples.conj().transpose(0, 2, 1)
+    got = _eigen(mats).astype(np.complex128)
+    rayleigh = np.real(np.einsum("cn,ncd,dn->n", got.conj(), mats, got))
+    assert np.all(rayleigh >= 0.99 * np.linalg.eigvalsh(mats)[:, -1])
+    np.testing.assert_allclose(np.linalg.norm(got, axis=0), 1.0, atol=1e-5)
+
+
 def test_host_kernels_give_zero_where_a_voxel_has_no_signal(rng, on_host):
     """A covariance of zero trace gives a zero map; the others are still unit vectors."""
     images, _ = _coil_images(rng, 4, (12, 12))
@@ -161,21 +206,26 @@ def test_tiers_hold_their_coils_and_refuse_more():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("coils, shape", [(8, (64, 64)), (12, (40, 36)), (32, (24, 20)), (4, (20, 18, 16))])
-def test_gpu_walsh_equals_the_array_code(rng, coils, shape):
+def test_gpu_walsh_equals_the_array_code(rng, monkeypatch, coils, shape):
     """``walsh`` on CuPy images (the kernels) against ``walsh`` on the same NumPy images (the array code)."""
     cupy = cupy_module()
     images, truth = _coil_images(rng, coils, shape)
+    calls = []
+    kernels = walsh_gpu.walsh_maps
+    monkeypatch.setattr(walsh_gpu, "walsh_maps", lambda *a: calls.append(a[1:]) or kernels(*a))
     got = cupy.asnumpy(walsh(cupy.asarray(images)))
+    assert len(calls) == 1
     cpu = walsh(images)
     assert np.linalg.norm(got - cpu) / np.linalg.norm(cpu) < 1e-4
     assert _correlation(got, truth).mean() > 0.99
 
 
 @pytest.mark.gpu
-def test_gpu_walsh_beyond_the_last_tier_uses_the_array_code(rng):
+def test_gpu_walsh_beyond_the_last_tier_uses_the_array_code(rng, monkeypatch):
     """33 coils: more than maps.cu holds, so the array code runs on CuPy, with the same result as NumPy's."""
     cupy = cupy_module()
     images, _ = _coil_images(rng, 33, (12, 10))
+    monkeypatch.setattr(walsh_gpu, "walsh_maps", lambda *a: pytest.fail("33 coils went to the kernels"))
     got = cupy.asnumpy(walsh(cupy.asarray(images)))
     assert np.linalg.norm(got - walsh(images)) / np.linalg.norm(got) < 1e-4
 

@@ -56,17 +56,63 @@ extern "C" __global__ void mri_recon_maps_box(const float2* __restrict__ in, flo
     }
 }
 
+// x = R x / |R x| for `steps` products, R the voxel's packed matrix times `inverse` (1 / its trace); returns
+// x^H R x / trace after the last step (0 where a product vanished: x is then 0).
+__device__ __forceinline__ float maps_power(const float2* __restrict__ cov, long long n, long long v, int coils,
+                                            float inverse, int steps, float2 (&x)[MAPS_COILS])
+{
+    float rayleigh = 0.0f;
+    for (int s = 0; s <= steps; ++s) {  // the last pass only measures x^H R x
+        float2 y[MAPS_COILS];
+#pragma unroll
+        for (int c = 0; c < MAPS_COILS; ++c) y[c] = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < MAPS_COILS; ++j) {
+            if (j < coils) {
+                const float d = cov[maps_pair(j, j) * n + v].x * inverse;
+                y[j].x += d * x[j].x;
+                y[j].y += d * x[j].y;
+#pragma unroll
+                for (int i = 0; i < j; ++i) {
+                    float2 r = cov[maps_pair(i, j) * n + v];
+                    r.x *= inverse;
+                    r.y *= inverse;
+                    y[i].x += r.x * x[j].x - r.y * x[j].y;  // R[i][j] x[j]
+                    y[i].y += r.x * x[j].y + r.y * x[j].x;
+                    y[j].x += r.x * x[i].x + r.y * x[i].y;  // conj(R[i][j]) x[i]
+                    y[j].y += r.x * x[i].y - r.y * x[i].x;
+                }
+            }
+        }
+        if (s == steps) {
+#pragma unroll
+            for (int c = 0; c < MAPS_COILS; ++c) rayleigh += x[c].x * y[c].x + x[c].y * y[c].y;
+            break;
+        }
+        float norm = 0.0f;
+#pragma unroll
+        for (int c = 0; c < MAPS_COILS; ++c) norm += y[c].x * y[c].x + y[c].y * y[c].y;
+        const float scale = norm > 0.0f ? rsqrtf(norm) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < MAPS_COILS; ++c) x[c] = make_float2(y[c].x * scale, y[c].y * scale);
+        if (!(norm > 0.0f)) break;
+    }
+    return rayleigh;
+}
+
 // maps[c][v] for c < coils: a unit dominant eigenvector of the Hermitian matrix R_v packed in cov (pairs, n),
-// found by `steps` products with R_v / trace(R_v), each normalized, from the unit vector of R_v's largest
-// diagonal entry; then multiplied by the conjugate phase of its entry `ref` (left as it is where that entry is
-// 0). A voxel whose trace is not positive (all zero, or flushed to zero) gets zeros.
+// multiplied by the conjugate phase of its entry `ref` (left as it is where that entry is 0). Two power
+// iterations (maps_power) from two starts, the unit vector of R_v's largest diagonal entry and a vector of unit
+// entries of golden-ratio phases, each a way to the dominant eigenvector unless it starts orthogonal to it; the
+// one of larger Rayleigh quotient is kept (a start orthogonal to the dominant eigenvector ends on another). A
+// voxel whose trace is not positive (all zero, or flushed to zero) gets zeros.
 extern "C" __global__ void mri_recon_maps_eigen(const float2* __restrict__ cov, float2* __restrict__ maps, int coils,
                                                 long long n, int ref, int steps)
 {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < n; v += stride) {
         float trace = 0.0f, best = -1.0f;
-        int start = 0;
+        int largest = 0;
 #pragma unroll
         for (int c = 0; c < MAPS_COILS; ++c) {
             if (c < coils) {
@@ -74,58 +120,39 @@ extern "C" __global__ void mri_recon_maps_eigen(const float2* __restrict__ cov, 
                 trace += d;
                 if (d > best) {
                     best = d;
-                    start = c;
+                    largest = c;
                 }
             }
         }
-        float2 x[MAPS_COILS];
+        const float inverse = trace > 0.0f ? 1.0f / trace : 0.0f;
+        float kept = -1.0f;
+        for (int start = 0; start < 2; ++start) {
+            float2 x[MAPS_COILS];
+            const float unit = rsqrtf((float)coils);
 #pragma unroll
-        for (int c = 0; c < MAPS_COILS; ++c) x[c] = make_float2(c == start ? 1.0f : 0.0f, 0.0f);
-        bool zero = !(trace > 0.0f);
-        const float inverse = zero ? 0.0f : 1.0f / trace;
-        for (int s = 0; s < steps && !zero; ++s) {
-            float2 y[MAPS_COILS];
+            for (int c = 0; c < MAPS_COILS; ++c) {
+                float sine, cosine;
+                sincospif(2.0f * (0.6180339887f * c - floorf(0.6180339887f * c)), &sine, &cosine);
+                x[c] = start == 0 ? make_float2(c == largest ? 1.0f : 0.0f, 0.0f)
+                                  : make_float2(c < coils ? unit * cosine : 0.0f, c < coils ? unit * sine : 0.0f);
+            }
+            const float rayleigh = trace > 0.0f ? maps_power(cov, n, v, coils, inverse, steps, x) : 0.0f;
+            if (!(rayleigh > kept)) continue;
+            kept = rayleigh;
+            float2 phase = make_float2(1.0f, 0.0f);
 #pragma unroll
-            for (int c = 0; c < MAPS_COILS; ++c) y[c] = make_float2(0.0f, 0.0f);
-#pragma unroll
-            for (int j = 0; j < MAPS_COILS; ++j) {
-                if (j < coils) {
-                    const float d = cov[maps_pair(j, j) * n + v].x * inverse;
-                    y[j].x += d * x[j].x;
-                    y[j].y += d * x[j].y;
-#pragma unroll
-                    for (int i = 0; i < j; ++i) {
-                        float2 r = cov[maps_pair(i, j) * n + v];
-                        r.x *= inverse;
-                        r.y *= inverse;
-                        y[i].x += r.x * x[j].x - r.y * x[j].y;  // R[i][j] x[j]
-                        y[i].y += r.x * x[j].y + r.y * x[j].x;
-                        y[j].x += r.x * x[i].x + r.y * x[i].y;  // conj(R[i][j]) x[i]
-                        y[j].y += r.x * x[i].y - r.y * x[i].x;
-                    }
+            for (int c = 0; c < MAPS_COILS; ++c) {
+                if (c == ref) {
+                    const float mag = sqrtf(x[c].x * x[c].x + x[c].y * x[c].y);
+                    if (mag > 0.0f) phase = make_float2(x[c].x / mag, -x[c].y / mag);
                 }
             }
-            float norm = 0.0f;
 #pragma unroll
-            for (int c = 0; c < MAPS_COILS; ++c) norm += y[c].x * y[c].x + y[c].y * y[c].y;
-            zero = !(norm > 0.0f);
-            const float scale = zero ? 0.0f : rsqrtf(norm);
-#pragma unroll
-            for (int c = 0; c < MAPS_COILS; ++c) x[c] = make_float2(y[c].x * scale, y[c].y * scale);
-        }
-        float2 phase = make_float2(1.0f, 0.0f);
-#pragma unroll
-        for (int c = 0; c < MAPS_COILS; ++c) {
-            if (c == ref) {
-                const float mag = sqrtf(x[c].x * x[c].x + x[c].y * x[c].y);
-                if (mag > 0.0f) phase = make_float2(x[c].x / mag, -x[c].y / mag);
-            }
-        }
-#pragma unroll
-        for (int c = 0; c < MAPS_COILS; ++c) {
-            if (c < coils) {
-                const float2 a = zero ? make_float2(0.0f, 0.0f) : x[c];
-                maps[c * n + v] = make_float2(a.x * phase.x - a.y * phase.y, a.x * phase.y + a.y * phase.x);
+            for (int c = 0; c < MAPS_COILS; ++c) {
+                if (c < coils) {
+                    const float2 a = rayleigh > 0.0f ? x[c] : make_float2(0.0f, 0.0f);
+                    maps[c * n + v] = make_float2(a.x * phase.x - a.y * phase.y, a.x * phase.y + a.y * phase.x);
+                }
             }
         }
     }

@@ -81,7 +81,8 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
     """Bytes at the peaks of the preparation's stages (inputs included), and the bytes held from then on that
     the later stages do not count (the caller's arrays, the whitened copies). On the GPU only the coil
     compression and the coil-map estimate run on the device; prewhitening and density weights are host work, and
-    so is a compression applied on the way up (:attr:`Preparation.compress_on_the_way`).
+    so is a compression applied on the way up (:attr:`Preparation.compress_on_the_way`); one applied after the
+    upload holds the receivers' and the virtual coils' k-space, and the centre's Gram matrix, on the device.
     ``c`` is the scan's coils; the stages after coil compression hold the virtual ones."""
     d, n_vox = len(matrix), math.prod(matrix)
     estimated = preparation.coil_maps is not None
@@ -102,8 +103,8 @@ def _prep_stages(matrix: tuple[int, ...], c: int, m: int, *, sense: bool, gpu: b
         c = n
     if n < c:  # whitened and compressed in one product
         maps = sense and not estimated
-        stages["compress"] = base(c) + held + prep_memory.compress(
-            c, n, m, 0 if gpu else k, n_vox, maps, 0 if gpu else preparation.compress_samples
+        stages["compress"] = base(c) + held + prep_memory.compress(  # on a GPU: the centre's Gram there too
+            c, n, m, 0 if gpu else k, n_vox, maps, preparation.compress_samples
         ) + preparation.compress_working
         if not gpu:  # the caller's k-space and maps stay, the later stages count the compressed ones instead
             held += base(c) - m * (d + 1) * FLOAT32 + n * k * COMPLEX64

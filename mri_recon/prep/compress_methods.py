@@ -131,7 +131,8 @@ def compression_for(scan: Scan, choice: Any, method: Any = DEFAULT_METHOD, white
 def one_matrix(choice: Any, method: Any = DEFAULT_METHOD) -> bool:
     """Whether ``choice`` compressed by ``method`` is one matrix for every sample (a given compression: whether
     it has one, :meth:`~.compress.Compression.product`), known before it is computed: the device preparation
-    then computes it first and compresses the data on their way up."""
+    then compresses the data on the device after their upload where the memory plan holds the receivers, else
+    computes it first and compresses the data on their way up."""
     if isinstance(choice, Compression):
         return choice.product() is not None
     return compression_method(method).one_matrix

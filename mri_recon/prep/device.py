@@ -14,10 +14,10 @@ in the same order, and returns a :class:`DeviceScan` whose big arrays are alread
   or, compressed to virtual coils (:mod:`mri_recon.prep.compress`: the matrix from the host's k-space centre,
   as on the host, computed on a host thread while the trajectory goes up), whitened and compressed by one
   product ``A W`` that the host threads filling the pinned buffers apply on the way up, so that only the
-  virtual coils cross; or, where the memory plan has room for the receivers' k-space on the device
-  (``compress_after_upload``), the k-space goes up unchanged, the centre's Gram matrix is computed there and
-  ``A W`` applied there (geometric compression, one matrix per readout position: computed while the k-space
-  goes up unchanged, applied on the device between FFTs along the readout; the noise on the host), the ramp
+  virtual coils cross, or, where the memory plan has room for the receivers' k-space on the device
+  (``compress_after_upload``), goes up unchanged, and the centre's Gram matrix is computed and ``A W`` applied
+  there; geometric compression (one matrix per readout position) is computed while the k-space goes up
+  unchanged and applied on the device between FFTs along the readout (the noise on the host); the ramp
   weights (:mod:`mri_recon.prep.device_dcf`), and the checks of what the preparation
   computed (finite whitened k-space and maps; finite, non-negative, not all zero weights): one reduction, one
   read.
@@ -185,6 +185,35 @@ def _on_the_way(compression: Compression | None, w: Any, deferred: bool, first: 
     return (w, False) if compression is None or not compression.compresses else (None, True)
 
 
+class _CompressionTiming:
+    """When and from what a preparation's coil compression is computed, started on the host thread ``pool``: one
+    matrix (:func:`~.compress_methods.one_matrix`) from the host's k-space before the k-space goes up, to be applied
+    on the way (:attr:`first`); any other from the host's k-space while it goes up unchanged; or, with
+    ``after_upload``, one matrix from the uploaded k-space, the centre's samples chosen on the host thread
+    meanwhile (its Gram matrix then computed on the device)."""
+
+    def __init__(self, pool: ThreadPoolExecutor, task: Any, scan: Scan, choice: Any, method: str,
+                 after_upload: bool) -> None:
+        self.deferred = wanted(choice)  # whitened and compressed on the way up (one matrix), or after
+        one = self.deferred and one_matrix(choice, method)
+        self.after_upload, self.first = one and after_upload, one and not after_upload
+        self.task, self.pending = task, None
+        if self.deferred and not self.after_upload:
+            self.pending = pool.submit(task)
+        elif self.after_upload and not isinstance(choice, Compression):
+            self.pending = pool.submit(centre_samples, scan.trajectory, scan.n_coils)
+
+    def before_upload(self) -> Compression | None:
+        """The compression to apply on the way up (None: none, or not yet known)."""
+        return self.pending.result() if self.first else None
+
+    def once_up(self, kspace: Any, before: Compression | None) -> Compression | None:
+        """The compression once the k-space is up (``kspace``, as it went up); ``before``: :meth:`before_upload`'s."""
+        if self.after_upload:
+            return self.task(uploaded=kspace, index=None if self.pending is None else self.pending.result())
+        return self.pending.result() if self.deferred and not self.first else before
+
+
 def _compressed(compression: Compression | None, kspace: Any, maps: Any, trajectory: Any, w: Any) -> tuple:
     """The k-space and maps uploaded unchanged, whitened by ``w`` and compressed (``A W``,
     :meth:`~.compress.Compression.kspace` and ``maps``), or whitened in place where nothing is compressed."""
@@ -194,7 +223,7 @@ def _compressed(compression: Compression | None, kspace: Any, maps: Any, traject
         matrix = get_xp(kspace).asarray(w.astype(np.complex64))
         kspace = arith.whiten(kspace, matrix)
         if maps is not None:
-            arith.whiten(maps.reshape(maps.shape[0], -1), matrix)  # in place, through a (C, voxels) view
+            maps = arith.whiten(maps.reshape(maps.shape[0], -1), matrix).reshape(maps.shape)
     return kspace, maps
 
 
@@ -229,27 +258,17 @@ def prepare_on_device(scan: Scan, device: Device, *, prewhiten: bool = True, dcf
     ignored = field_values[0] is None and scan.field_map is not None  # compressed as the host's: without the map
     compressed = scan.replace(field_map=None, times=None) if ignored else scan
     task = compression_task(compressed, coil_compress, coil_compress_method, w)  # the choices checked here
-    deferred = wanted(coil_compress)  # whitened and compressed on the way up (one matrix), or after
-    after_upload = deferred and compress_after_upload and one_matrix(coil_compress, coil_compress_method)
-    first = deferred and one_matrix(coil_compress, coil_compress_method) and not after_upload
     checks: list[Check] = []
     with device.use(), ThreadPoolExecutor(1) as pool:
-        # on a host thread while the trajectory (or, compressed after, the k-space) goes up: the centre's Gram, or
-        # its samples alone where the Gram is computed from the uploaded k-space
-        pending = pool.submit(task) if deferred and not after_upload else None
-        if after_upload and not isinstance(coil_compress, Compression):
-            pending = pool.submit(centre_samples, scan.trajectory, scan.n_coils)
+        timing = _CompressionTiming(pool, task, scan, coil_compress, coil_compress_method, compress_after_upload)
         warm_up(device)  # CuPy's own kernels compiled ahead, for what this run asks of CuPy (kernels.warmup)
         flags = Flags(device.xp)
         trajectory = upload(scan.trajectory, device)
         weights, weight_checks = _weights(scan, dcf, trajectory, device, flags)
-        compression = pending.result() if first else None
-        matrix, after = _on_the_way(compression, w, deferred, first)
+        compression = timing.before_upload()
+        matrix, after = _on_the_way(compression, w, timing.deferred, timing.first)
         kspace = _rows_up(scan.kspace, device, matrix)
-        if after_upload:
-            compression = task(uploaded=kspace, index=None if pending is None else pending.result())
-        elif deferred and not first:
-            compression = pending.result()
+        compression = timing.once_up(kspace, compression)
         name = coil_map_method(scan, coil_maps, scan.n_coils if compression is None else compression.virtual)
         method = COIL_MAPS[name]
         if method.file and scan.coil_maps is None:

@@ -1,12 +1,14 @@
 """Walsh's coil maps on a GPU by the kernels of ``kernels/maps.cu``: the coil covariance products, their box sums
 one axis at a time, and the per-voxel dominant eigenvector phase referenced to one coil.
 
-The same mathematics as the array code of :func:`mri_recon.prep.walsh.walsh` (its twin), in five launches or
-fewer instead of the dozens of CuPy's element-wise kernels it takes. Two numerical differences, both at
-float32 rounding: the box sums add the box's values directly (not differences of cumulative sums), and the
-eigenvector is found by ``2 ** SQUARINGS + 1`` normalized products with the trace-scaled covariance from the
-unit vector of its largest diagonal entry (the array code squares the matrix ``SQUARINGS`` times and multiplies
-its largest column once more): both damp the other eigenvalues' components by the same power.
+The same mathematics as the array code of :func:`mri_recon.prep.walsh.walsh` (its twin), in a few launches (one
+per axis and group of coil pairs for the box sums) instead of the dozens of CuPy's element-wise kernels it takes.
+Two numerical differences: the box sums add the box's values directly (not differences of cumulative sums), a
+float32 rounding apart; and the eigenvector is found by ``2 ** SQUARINGS + 1`` normalized products with the
+trace-scaled covariance from two starts, the one of larger Rayleigh quotient kept (the array code squares the
+matrix ``SQUARINGS`` times and multiplies its largest column once more). Both damp the other eigenvalues'
+components by the same power, so the two agree to float32 rounding where the dominant eigenvalue stands clear
+of the next; where they nearly tie (a voxel of noise alone), neither has converged and they differ.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ BLOCKS = 4096
 STEPS = 2 ** SQUARINGS + 1
 """Products of the eigen solver: as many as the array code's ``A^(2^SQUARINGS)`` times one."""
 SCRATCH_BYTES = 256 * 2 ** 20
-"""Most bytes of the box sums' scratch buffers: the pairs are summed in groups that fit."""
+"""Bytes of each of the box sums' scratch buffers: the pairs are summed in groups that fit (one pair at least,
+whatever its size)."""
 
 
 def empty(shape: tuple[int, ...]) -> Any:
     """An uninitialized complex64 device buffer: every array these kernels write comes from here (tests poison
     it)."""
     return cupy_module().empty(shape, dtype=np.complex64)
+
+
+def on_device(index: int) -> Any:
+    """The context that makes GPU ``index`` current (the buffers are allocated there)."""
+    return cupy_module().cuda.Device(index)
 
 
 def fits(coils: int) -> bool:
@@ -58,16 +66,17 @@ def walsh_maps(images: Any, kernel: int, ref: int) -> Any:
     1: :func:`mri_recon.prep.walsh.walsh` does both), box ``kernel`` voxels per axis, phase referenced to coil
     ``ref``."""
     index = int(images.device.id)
-    images = cupy_module().ascontiguousarray(images, dtype=np.complex64)
-    coils, spatial = int(images.shape[0]), tuple(int(s) for s in images.shape[1:])
-    n = math.prod(spatial)
-    cov = empty((coils * (coils + 1) // 2, n))
-    _launch("mri_recon_maps_products", coils, index, n, (images, cov, np.int32(coils), np.int64(n)))
-    _box_sums(cov, spatial, kernel, coils, index)
-    maps = empty((coils, *spatial))
-    _launch("mri_recon_maps_eigen", coils, index, n,
-            (cov, maps, np.int32(coils), np.int64(n), np.int32(ref), np.int32(STEPS)))
-    return maps
+    with on_device(index):
+        images = cupy_module().ascontiguousarray(images, dtype=np.complex64)
+        coils, spatial = int(images.shape[0]), tuple(int(s) for s in images.shape[1:])
+        n = math.prod(spatial)
+        cov = empty((coils * (coils + 1) // 2, n))
+        _launch("mri_recon_maps_products", coils, index, n, (images, cov, np.int32(coils), np.int64(n)))
+        _box_sums(cov, spatial, kernel, coils, index)
+        maps = empty((coils, *spatial))
+        _launch("mri_recon_maps_eigen", coils, index, n,
+                (cov, maps, np.int32(coils), np.int64(n), np.int32(ref), np.int32(STEPS)))
+        return maps
 
 
 def _box_sums(cov: Any, spatial: tuple[int, ...], size: int, coils: int, index: int) -> None:

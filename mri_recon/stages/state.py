@@ -19,13 +19,15 @@ from ..arrays.backend import Device, to_device
 from ..checks.scaling import power_of_two
 from ..io.frames import TimeSeries
 from ..kernels import prefetch
-from ..kernels.configs import MAPS_TIERS, maps_defines
+from ..kernels.configs import maps_defines
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
+from ..operators.gpu.configurations import maps_configurations
 from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..operators.reads import Scalars
 from ..planning.planner import Plan, Preparation
 from ..planning.preparation import preparation_of
+from ..prep import walsh_gpu
 from ..prep.maps_methods import COIL_MAPS
 from ..progress import Clock, progress_callback
 from ..scan import Scan
@@ -181,9 +183,9 @@ def maps_kernels(method: str | None, coils: int) -> list[tuple[str, dict]]:
     """The module of ``maps.cu`` for ``coils`` coils when the estimate ``method`` (None: none) runs on it
     (:attr:`~mri_recon.prep.maps_methods.CoilMapMethod.maps_kernels`) and the module holds them; coil compression
     may estimate the maps from fewer coils, whose module is then built at its first use."""
-    if method is None or not COIL_MAPS[method].maps_kernels or not 1 <= coils <= MAPS_TIERS[-1]:
+    if method is None or not COIL_MAPS[method].maps_kernels or not walsh_gpu.fits(coils):
         return []
-    return [("maps.cu", maps_defines(coils))]
+    return [(walsh_gpu.KERNEL_FILE, maps_defines(coils))]
 
 
 def default_kernels() -> list[tuple[str, dict]]:
@@ -197,7 +199,7 @@ def default_kernels() -> list[tuple[str, dict]]:
     auto = [e for e in engines() if e.device_kind == "gpu" and e.auto and "non-cartesian" in e.samplings]
     found = [config for engine in auto for dim in (2, 3) if dim in engine.dims
              for coils in range(1, MAX_GROUP + 1) for config in run_kernels(engine, dim, coils)]
-    found += [("maps.cu", maps_defines(tier)) for tier in MAPS_TIERS]
+    found += maps_configurations()
     return [(f, dict(d)) for f, d in dict.fromkeys((f, tuple(sorted(d.items()))) for f, d in found)]
 
 

@@ -79,6 +79,7 @@ for step in $steps; do
         dir=.; [ "$tree" != head ] && dir=${BASE_TREE:-.base}
         (cd "$dir" && PYTHONPATH="$PWD${SITE:+:$SITE}" timeout ${T_PROFILE:-200} python3 "$OLDPWD/scripts/profile_call.py" "$OUT/profile_frame_$tree.txt" --problem frame --repeats 30 --steps --top 30 2>&1 | head -3)
       done ;;
+    walsh) timeout ${T_WALSH:-200} python3 scripts/bench_walsh.py "$OUT/bench_walsh.json" --repeats ${WALSH_REPEATS:-9} 2>&1 | tail -12 ;;
     first_call) timeout ${T_FIRST:-300} python3 scripts/first_call.py "$OUT/first_call.json" --runs ${FIRST_RUNS:-5} 2>&1 | tail -8 ;;
     public) timeout ${T_PUBLIC:-200} python3 scripts/bench_public.py --out "$OUT/bench_public.json" 2>&1 | tail -12 ;;
     frames) timeout ${T_FRAMES:-120} python3 scripts/server_frames.py --device gpu --frames 40 --tr-ms 5 --spokes 21 --matrix 128 --coils 8 --json "$OUT/server_frames_gpu.json" 2>&1 | tail -14 ;;

@@ -56,10 +56,10 @@ extern "C" __global__ void mri_recon_maps_box(const float2* __restrict__ in, flo
     }
 }
 
-// x = R x / |R x| for `steps` products, R the voxel's packed matrix times `inverse` (1 / its trace); returns
-// x^H R x / trace after the last step (0 where a product vanished: x is then 0).
-__device__ __forceinline__ float maps_power(const float2* __restrict__ cov, long long n, long long v, int coils,
-                                            float inverse, int steps, float2 (&x)[MAPS_COILS])
+// x = R x / |R x| for `steps` products, R(p) the voxel's packed matrix scaled by 1 / its trace; returns x^H R x
+// after the last step (0 where a product vanished: x is then 0).
+template <class Entry>
+__device__ __forceinline__ float maps_power(Entry R, int coils, int steps, float2 (&x)[MAPS_COILS])
 {
     float rayleigh = 0.0f;
     for (int s = 0; s <= steps; ++s) {  // the last pass only measures x^H R x
@@ -69,14 +69,12 @@ __device__ __forceinline__ float maps_power(const float2* __restrict__ cov, long
 #pragma unroll
         for (int j = 0; j < MAPS_COILS; ++j) {
             if (j < coils) {
-                const float d = cov[maps_pair(j, j) * n + v].x * inverse;
+                const float d = R(maps_pair(j, j)).x;
                 y[j].x += d * x[j].x;
                 y[j].y += d * x[j].y;
 #pragma unroll
                 for (int i = 0; i < j; ++i) {
-                    float2 r = cov[maps_pair(i, j) * n + v];
-                    r.x *= inverse;
-                    r.y *= inverse;
+                    const float2 r = R(maps_pair(i, j));
                     y[i].x += r.x * x[j].x - r.y * x[j].y;  // R[i][j] x[j]
                     y[i].y += r.x * x[j].y + r.y * x[j].x;
                     y[j].x += r.x * x[i].x + r.y * x[i].y;  // conj(R[i][j]) x[i]
@@ -99,6 +97,11 @@ __device__ __forceinline__ float maps_power(const float2* __restrict__ cov, long
     }
     return rayleigh;
 }
+
+// MAPS_HELD: the configurations whose packed matrix a thread holds in registers (read once); larger ones read
+// it again at every product (from the caches).
+#define MAPS_HELD (MAPS_COILS <= 8)
+#define MAPS_PAIRS (MAPS_COILS * (MAPS_COILS + 1) / 2)
 
 // maps[c][v] for c < coils: a unit dominant eigenvector of the Hermitian matrix R_v packed in cov (pairs, n),
 // multiplied by the conjugate phase of its entry `ref` (left as it is where that entry is 0). Two power
@@ -125,6 +128,23 @@ extern "C" __global__ void mri_recon_maps_eigen(const float2* __restrict__ cov, 
             }
         }
         const float inverse = trace > 0.0f ? 1.0f / trace : 0.0f;
+#if MAPS_HELD
+        float2 held[MAPS_PAIRS];
+#pragma unroll
+        for (int j = 0; j < MAPS_COILS; ++j) {
+#pragma unroll
+            for (int i = 0; i <= j; ++i) {
+                const float2 r = j < coils ? cov[maps_pair(i, j) * n + v] : make_float2(0.0f, 0.0f);
+                held[maps_pair(i, j)] = make_float2(r.x * inverse, r.y * inverse);
+            }
+        }
+        const auto entry = [&](int p) { return held[p]; };
+#else
+        const auto entry = [&](int p) {
+            const float2 r = cov[p * n + v];
+            return make_float2(r.x * inverse, r.y * inverse);
+        };
+#endif
         float kept = -1.0f;
         for (int start = 0; start < 2; ++start) {
             float2 x[MAPS_COILS];
@@ -136,7 +156,7 @@ extern "C" __global__ void mri_recon_maps_eigen(const float2* __restrict__ cov, 
                 x[c] = start == 0 ? make_float2(c == largest ? 1.0f : 0.0f, 0.0f)
                                   : make_float2(c < coils ? unit * cosine : 0.0f, c < coils ? unit * sine : 0.0f);
             }
-            const float rayleigh = trace > 0.0f ? maps_power(cov, n, v, coils, inverse, steps, x) : 0.0f;
+            const float rayleigh = trace > 0.0f ? maps_power(entry, coils, steps, x) : 0.0f;
             if (!(rayleigh > kept)) continue;
             kept = rayleigh;
             float2 phase = make_float2(1.0f, 0.0f);

@@ -155,9 +155,9 @@ def _live_peak_hook():
 
 @pytest.mark.gpu
 def test_gpu_plan_counts_the_coil_map_estimate_on_the_device():
-    """On a GPU the Walsh estimate runs in CuPy arrays: the peak of the live device arrays against the device
-    plan (on an H200: 216.5 MB live at 256^2 x 8 coils, 215.2 MB planned; CuPy's pool grew 1.5x that, by
-    freed blocks it keeps and gives back when an allocation would fail)."""
+    """On a GPU the Walsh estimate runs in CuPy arrays and the kernels of maps.cu: the peak of the live device
+    arrays against the device plan, at 256^2 x 8 coils (CuPy's pool grows beyond the live peak by freed blocks
+    it keeps and gives back when an allocation would fail)."""
     from mri_recon.planning.preparation import preparation_of
 
     scan = simulate_scan((256, 256), "golden", coils=8, snr=30.0, seed=int(np.random.default_rng().integers(1000)))

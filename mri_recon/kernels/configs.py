@@ -188,9 +188,13 @@ def segments_defines(segments: int) -> dict[str, int]:
     raise KernelError(f"segments.cu handles 1 to {SEGMENT_TIERS[-1]} segments, found {segments}")
 
 
-MAPS_TIERS = (8, 16, 32)
+MAPS_TIERS = (8, 16)
 """``MAPS_COILS`` of the ``maps.cu`` modules (Walsh's coil maps): a launch of C coils uses the smallest tier of at
-least C; more than the last tier's coils are left to the array code (:func:`mri_recon.prep.walsh.walsh`)."""
+least C; more than the last tier's coils are left to the array code (:func:`mri_recon.prep.walsh.walsh`), which
+was the faster at 32 coils (docs/benchmarks.md, "Walsh's maps on the GPU")."""
+MAPS_SCRATCH_BYTES = 256 * 2 ** 20
+"""Bytes of each of the two scratch buffers of ``maps.cu``'s box sums: the coil pairs are summed in groups that fit
+(one pair at least, whatever its size)."""
 
 
 def maps_defines(coils: int) -> dict[str, int]:

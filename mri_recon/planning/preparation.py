@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks.validation import samples_within, trajectory_extent
+from ..kernels.configs import MAPS_SCRATCH_BYTES, MAPS_TIERS
 from ..scan import Scan
 
 C64, C128, F32, F64, I64 = 8, 16, 4, 8, 8
@@ -203,16 +204,21 @@ def _coarse(method: str, matrix: tuple[int, ...]) -> tuple[int, ...]:
 
 def walsh(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> int:
     """Bytes at the peak of Walsh's maps (final maps included): the low-resolution images and their copy, the
-    covariance of every coil pair (three while it is formed, four in the box sum), the (N, C, C) matrices
-    and the eigen solver."""
+    covariance of every coil pair, then either the array code's (three copies while the covariance is formed,
+    four in the box sum, the (N, C, C) matrices and the eigen solver) or, on a GPU (``workers`` 0) for the coils
+    of ``maps.cu`` (:data:`~mri_recon.kernels.configs.MAPS_TIERS`), its kernels' (the covariance, its box sums'
+    scratch buffers and the maps)."""
     n_vox = math.prod(matrix)
     shape = _coarse("walsh", matrix)
     pairs = c * (c + 1) // 2
     images = c * n_vox * C64
     cov = pairs * n_vox * C64
+    lowres = max(_lowres(c, m, m_in, shape, workers) + c * math.prod(shape) * C64, 3 * images)
+    if workers == 0 and c <= MAPS_TIERS[-1]:
+        group = max(1, min(pairs, MAPS_SCRATCH_BYTES // (n_vox * C64)))
+        return max(lowres, 2 * images + cov + min(2, len(matrix) - 1) * group * n_vox * C64 + images)
     mats = n_vox * c * c * C64
-    return max(_lowres(c, m, m_in, shape, workers) + c * math.prod(shape) * C64, 3 * images,
-               2 * images + 4 * cov, 2 * images + 2 * cov + mats,
+    return max(lowres, 2 * images + 4 * cov, 2 * images + 2 * cov + mats,
                2 * images + cov + mats + _eigen(n_vox, c), 2 * images + cov + mats + 3 * images)
 
 

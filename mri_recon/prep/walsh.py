@@ -33,8 +33,8 @@ def walsh(images: Any, *, kernel: int | None = None, solver: str = "power") -> A
     kernel
         Odd box size in voxels; by default about a sixteenth of the smallest axis (at least 3).
     solver
-        ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`). On a GPU, ``"power"`` with up to 32 coils
-        runs the kernels of :mod:`.walsh_gpu` (this array code is their twin).
+        ``"power"`` or ``"eigh"`` (:func:`dominant_eigenvectors`). On a GPU, ``"power"`` with up to 16 coils
+        runs the kernels of :mod:`.walsh_gpu` where they hold the coils (this array code is their twin).
     """
     xp = get_xp(images)
     if images.ndim not in (3, 4):

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..arrays.backend import Device, cupy_module
 from ..kernels import get_kernel
-from ..kernels.configs import MAPS_TIERS, maps_defines
+from ..kernels.configs import MAPS_SCRATCH_BYTES, MAPS_TIERS, maps_defines
 from .lowres import SQUARINGS
 
 KERNEL_FILE = "maps.cu"
@@ -30,15 +30,18 @@ BLOCKS = 4096
 """Most blocks of one launch (grid-stride loops beyond)."""
 STEPS = 2 ** SQUARINGS + 1
 """Products of the eigen solver: as many as the array code's ``A^(2^SQUARINGS)`` times one."""
-SCRATCH_BYTES = 256 * 2 ** 20
-"""Bytes of each of the box sums' scratch buffers: the pairs are summed in groups that fit (one pair at least,
-whatever its size)."""
 
 
 def empty(shape: tuple[int, ...]) -> Any:
     """An uninitialized complex64 device buffer: every array these kernels write comes from here (tests poison
     it)."""
     return cupy_module().empty(shape, dtype=np.complex64)
+
+
+def scratch_pairs(pairs: int, voxels: int) -> int:
+    """Coil pairs whose box sums run at once: as many rows of ``voxels`` complex64 as a scratch buffer holds, one
+    at least, at most ``pairs``."""
+    return max(1, min(pairs, MAPS_SCRATCH_BYTES // (8 * voxels)))
 
 
 def on_device(index: int) -> Any:
@@ -81,9 +84,10 @@ def walsh_maps(images: Any, kernel: int, ref: int) -> Any:
 
 def _box_sums(cov: Any, spatial: tuple[int, ...], size: int, coils: int, index: int) -> None:
     """Replace each pair's row of ``cov`` (pairs, prod(spatial)) by its centred box sums of ``size`` voxels
-    along every axis of ``spatial``, through scratch buffers of at most :data:`SCRATCH_BYTES` each."""
+    along every axis of ``spatial``, through scratch buffers of
+    :data:`~mri_recon.kernels.configs.MAPS_SCRATCH_BYTES` each (:func:`scratch_pairs` pairs)."""
     pairs, n = int(cov.shape[0]), int(cov.shape[1])
-    group = max(1, min(pairs, SCRATCH_BYTES // (8 * n)))
+    group = scratch_pairs(pairs, n)
     scratch = [empty((group, n)) for _ in range(min(2, len(spatial) - 1))]
     for first in range(0, pairs, group):
         rows = cov[first:first + group]

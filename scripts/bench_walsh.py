@@ -28,7 +28,7 @@ from mri_recon.prep.coilmaps import coil_maps_from_kspace  # noqa: E402
 from mri_recon.prep.walsh import walsh  # noqa: E402
 from mri_recon.sim.simulate import simulate_scan  # noqa: E402
 
-IMAGES = [(8, (128, 128)), (12, (256, 256)), (32, (256, 256)), (8, (128, 128, 128)), (16, (64, 64, 64))]
+IMAGES = [(8, (128, 128)), (12, (256, 256)), (16, (256, 256)), (8, (128, 128, 128)), (16, (64, 64, 64))]
 SCANS = [((128, 128), 8, 21), ((256, 256), 12, 25), ((256, 256), 8, 402)]
 
 

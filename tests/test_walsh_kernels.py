@@ -237,3 +237,27 @@ def test_the_pipeline_builds_the_maps_module_ahead_only_for_walsh():
     assert maps_kernels("walsh", 17) == maps_kernels("espirit", 8) == maps_kernels("nlinv", 8) == []
     assert maps_kernels(None, 8) == []
     assert all(("maps.cu", {"MAPS_COILS": tier}) in default_kernels() for tier in MAPS_TIERS)
+
+
+@pytest.mark.parametrize("coils, shape, scratch", [(8, (48, 40), None), (5, (12, 10, 8), 3 * 8 * 960)])
+def test_the_planner_counts_what_the_kernels_hold(rng, on_host, monkeypatch, coils, shape, scratch):
+    """The planner's Walsh model on a GPU (workers 0), less the caller's images and their scaled copy, against
+    the traced peak of the kernels' own buffers (built for the host): the covariance, then the box sums' scratch
+    buffers (whole, or in groups of pairs) or the maps."""
+    import tracemalloc
+
+    from mri_recon.planning import preparation
+
+    if scratch is not None:
+        monkeypatch.setattr(walsh_gpu, "MAPS_SCRATCH_BYTES", scratch)
+        monkeypatch.setattr(preparation, "MAPS_SCRATCH_BYTES", scratch)
+    images, _ = _coil_images(rng, coils, shape)
+    held = host.HostMaps(images.shape, np.complex64, images)
+    tracemalloc.start()
+    try:
+        walsh_gpu.walsh_maps(held, 3, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    planned = preparation.walsh(shape, coils, 16, 16, 0) - 2 * images.nbytes
+    assert abs(planned - peak) <= 0.05 * peak, (planned, peak)

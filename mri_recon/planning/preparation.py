@@ -206,8 +206,8 @@ def walsh(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> i
     """Bytes at the peak of Walsh's maps (final maps included): the low-resolution images and their copy, the
     covariance of every coil pair, then either the array code's (three copies while the covariance is formed,
     four in the box sum, the (N, C, C) matrices and the eigen solver) or, on a GPU (``workers`` 0) for the coils
-    of ``maps.cu`` (:data:`~mri_recon.kernels.configs.MAPS_TIERS`), its kernels' (the covariance, its box sums'
-    scratch buffers and the maps)."""
+    of ``maps.cu`` (:data:`~mri_recon.kernels.configs.MAPS_TIERS`), its kernels' (the covariance, then its box
+    sums' scratch buffers or the maps)."""
     n_vox = math.prod(matrix)
     shape = _coarse("walsh", matrix)
     pairs = c * (c + 1) // 2
@@ -216,7 +216,8 @@ def walsh(matrix: tuple[int, ...], c: int, m: int, m_in: int, workers: int) -> i
     lowres = max(_lowres(c, m, m_in, shape, workers) + c * math.prod(shape) * C64, 3 * images)
     if workers == 0 and c <= MAPS_TIERS[-1]:
         group = max(1, min(pairs, MAPS_SCRATCH_BYTES // (n_vox * C64)))
-        return max(lowres, 2 * images + cov + min(2, len(matrix) - 1) * group * n_vox * C64 + images)
+        scratch = min(2, len(matrix) - 1) * group * n_vox * C64  # freed before the maps are allocated
+        return max(lowres, 2 * images + cov + max(scratch, images))
     mats = n_vox * c * c * C64
     return max(lowres, 2 * images + 4 * cov, 2 * images + 2 * cov + mats,
                2 * images + cov + mats + _eigen(n_vox, c), 2 * images + cov + mats + 3 * images)

@@ -22,7 +22,6 @@ from ..kernels import prefetch
 from ..kernels.configs import maps_defines
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
-from ..operators.gpu.configurations import maps_configurations
 from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..operators.reads import Scalars
 from ..planning.planner import Plan, Preparation
@@ -195,6 +194,7 @@ def default_kernels() -> list[tuple[str, dict]]:
     precompiled (``scripts/build_kernels.py --defaults``, docs/kernels.md)."""
     from ..kernels.configs import MAX_GROUP  # noqa: PLC0415 - the bundle's build and its test only
     from ..operators.engines.registry import engines  # noqa: PLC0415
+    from ..operators.gpu.configurations import maps_configurations  # noqa: PLC0415 - loads the filters' modules
 
     auto = [e for e in engines() if e.device_kind == "gpu" and e.auto and "non-cartesian" in e.samplings]
     found = [config for engine in auto for dim in (2, 3) if dim in engine.dims

@@ -18,6 +18,9 @@ Methods, 100 iterations each, every one over a sweep of its weight (each phantom
 - ours: ``mri_recon.reconstruct(series, temporal=tv | lowrank | llr, temporal_lam=LAMBDA)``, ADMM, Pipe-Menon
   weights per frame, timed as the whole call (the frames' F^H d and PSFs included); llr with 8^2 blocks and
   random shifts (seed 0).
+- ours with spatial TV on every frame beside the temporal term (``regularizer="tv", lam=SPATIAL``): ``tv_tv``,
+  ``lowrank_tv``, ``llr_tv``, each run a pair ``TEMPORAL:SPATIAL`` of weights (the same spatial term for each
+  temporal one, so that the temporal terms are compared on equal terms).
 - BART: ``bart pics -S -R L:3:3:LAMBDA -b B -i 100 -t traj -p pattern ksp sens out`` (``pattern`` the square
   root of our weights, as ``bench_temporal.py`` has it), ``B = 8`` (locally low rank, BART's default blocks and
   random shifts) and ``B = 128`` (one block: the global low rank), timed as the command with
@@ -83,12 +86,18 @@ SWEEPS = {
     "subspace_wavelet": ("4:0.005", "4:0.01", "6:0.005", "6:0.01", "6:0.02"),
     "bart_subspace_wavelet": ("4:0.003", "4:0.01", "6:0.003", "6:0.01", "6:0.03"),
     "bart_subspace_tv": ("4:0.003", "4:0.01", "6:0.003", "6:0.01", "6:0.03"),
+    "tv_tv": ("0.005:0.005", "0.005:0.01", "0.005:0.02", "0.01:0.005", "0.01:0.01", "0.01:0.02", "0.02:0.01"),
+    "lowrank_tv": ("1:0.005", "1:0.01", "1:0.02", "2:0.005", "2:0.01", "2:0.02", "0.5:0.01"),
+    "llr_tv": ("0.15:0.005", "0.15:0.01", "0.15:0.02", "0.3:0.005", "0.3:0.01", "0.3:0.02", "0.075:0.01"),
 }
-"""Each method's weights (ours relative to max |A^H W d|, BART's its own); the subspace methods' ``K[:LAMBDA]``."""
+"""Each method's weights (ours relative to max |A^H W d|, BART's its own); the subspace methods' ``K[:LAMBDA]``;
+a temporal term with spatial TV on every frame (``TERM_tv``), ``TEMPORAL:SPATIAL``."""
 BLOCKS = {"bart_llr": 8, "bart_global": MATRIX}
 SUBSPACE = {"subspace": "estimated", "subspace_tv": "estimated", "subspace_wavelet": "estimated", "oracle": "oracle",
             "oracle_tv": "oracle"}
 """Our subspace methods and their basis."""
+WITH_SPATIAL_TV = {"tv_tv": "tv", "lowrank_tv": "lowrank", "llr_tv": "llr"}
+"""Our temporal terms with spatial TV on every frame (``regularizer="tv"``), by method name."""
 SPATIAL = {"tv": ("tv", "T:3:0"), "wavelet": ("wavelet", "W:3:0")}
 """A subspace method's spatial term by its name's ending: ours, and BART's ``-R`` (with ``-e``: BART's wavelet
 steps need the operator's largest eigenvalue)."""
@@ -161,11 +170,15 @@ REPEATS = 1
 warm-up call and their median reported."""
 
 
-def ours(series: TimeSeries, temporal: str, lam: float, device: str = "cpu") -> tuple[np.ndarray, float]:
+def ours(series: TimeSeries, temporal: str, lam: float, device: str = "cpu",
+         spatial_tv: float | None = None) -> tuple[np.ndarray, float]:
+    spatial = {} if spatial_tv is None else {"regularizer": "tv", "lam": spatial_tv}
+
     def call() -> tuple[np.ndarray, float]:
         start = time.perf_counter()
         result = mri_recon.reconstruct(
-            series, prepare=False, device=device, temporal=temporal, temporal_lam=lam, iterations=ITERATIONS
+            series, prepare=False, device=device, temporal=temporal, temporal_lam=lam, iterations=ITERATIONS,
+            **spatial,
         )
         return result.image, time.perf_counter() - start
 
@@ -268,6 +281,10 @@ def phantom(
                                                            device)
                 elif method.startswith("bart"):
                     image, seconds, command = run_bart(binary, folder, lam, BLOCKS[method])
+                elif method in WITH_SPATIAL_TV:
+                    term, (temporal, spatial) = WITH_SPATIAL_TV[method], map(float, str(lam).split(":"))
+                    image, seconds = ours(series, term, temporal, device, spatial_tv=spatial)
+                    command = f"reconstruct(temporal={term!r}, regularizer='tv', device={device!r})"
                 else:
                     image, seconds = ours(series, method, lam, device)
                     command = f"reconstruct(temporal={method!r}, device={device!r})"

@@ -20,7 +20,8 @@ Methods, 100 iterations each, every one over a sweep of its weight (each phantom
   random shifts (seed 0).
 - ours with spatial TV on every frame beside the temporal term (``regularizer="tv", lam=SPATIAL``): ``tv_tv``,
   ``lowrank_tv``, ``llr_tv``, each run a pair ``TEMPORAL:SPATIAL`` of weights (the same spatial term for each
-  temporal one, so that the temporal terms are compared on equal terms).
+  temporal one, so that the temporal terms are compared on equal terms); ``none_tv``: each frame alone with
+  spatial TV, the reference that shows what the temporal term adds.
 - BART: ``bart pics -S -R L:3:3:LAMBDA -b B -i 100 -t traj -p pattern ksp sens out`` (``pattern`` the square
   root of our weights, as ``bench_temporal.py`` has it), ``B = 8`` (locally low rank, BART's default blocks and
   random shifts) and ``B = 128`` (one block: the global low rank), timed as the command with
@@ -89,6 +90,7 @@ SWEEPS = {
     "tv_tv": ("0.005:0.005", "0.005:0.01", "0.005:0.02", "0.01:0.005", "0.01:0.01", "0.01:0.02", "0.02:0.01"),
     "lowrank_tv": ("1:0.005", "1:0.01", "1:0.02", "2:0.005", "2:0.01", "2:0.02", "0.5:0.01"),
     "llr_tv": ("0.15:0.005", "0.15:0.01", "0.15:0.02", "0.3:0.005", "0.3:0.01", "0.3:0.02", "0.075:0.01"),
+    "none_tv": ("0:0.01", "0:0.02"),
 }
 """Each method's weights (ours relative to max |A^H W d|, BART's its own); the subspace methods' ``K[:LAMBDA]``;
 a temporal term with spatial TV on every frame (``TERM_tv``), ``TEMPORAL:SPATIAL``."""
@@ -96,8 +98,9 @@ BLOCKS = {"bart_llr": 8, "bart_global": MATRIX}
 SUBSPACE = {"subspace": "estimated", "subspace_tv": "estimated", "subspace_wavelet": "estimated", "oracle": "oracle",
             "oracle_tv": "oracle"}
 """Our subspace methods and their basis."""
-WITH_SPATIAL_TV = {"tv_tv": "tv", "lowrank_tv": "lowrank", "llr_tv": "llr"}
-"""Our temporal terms with spatial TV on every frame (``regularizer="tv"``), by method name."""
+WITH_SPATIAL_TV = {"tv_tv": "tv", "lowrank_tv": "lowrank", "llr_tv": "llr", "none_tv": "none"}
+"""Our temporal terms with spatial TV on every frame (``regularizer="tv"``), by method name; ``none_tv``: each
+frame alone with spatial TV (its temporal weight is ignored)."""
 SPATIAL = {"tv": ("tv", "T:3:0"), "wavelet": ("wavelet", "W:3:0")}
 """A subspace method's spatial term by its name's ending: ours, and BART's ``-R`` (with ``-e``: BART's wavelet
 steps need the operator's largest eigenvalue)."""
@@ -173,11 +176,12 @@ warm-up call and their median reported."""
 def ours(series: TimeSeries, temporal: str, lam: float, device: str = "cpu",
          spatial_tv: float | None = None) -> tuple[np.ndarray, float]:
     spatial = {} if spatial_tv is None else {"regularizer": "tv", "lam": spatial_tv}
+    temporal_lam = {} if temporal == "none" else {"temporal_lam": lam}
 
     def call() -> tuple[np.ndarray, float]:
         start = time.perf_counter()
         result = mri_recon.reconstruct(
-            series, prepare=False, device=device, temporal=temporal, temporal_lam=lam, iterations=ITERATIONS,
+            series, prepare=False, device=device, temporal=temporal, iterations=ITERATIONS, **temporal_lam,
             **spatial,
         )
         return result.image, time.perf_counter() - start

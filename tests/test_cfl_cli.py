@@ -146,7 +146,7 @@ def test_a_malformed_matrix_setting_is_refused(value):
         ReconSettings(matrix=value)
 
 
-def test_a_cpu_run_on_cfl_files_imports_no_hdf5_fft_package_or_server(bart_files):
+def test_a_cpu_run_on_cfl_files_imports_no_hdf5_scipy_or_server(bart_files):
     """The process a user starts for BART files loads what it uses: h5py, SciPy's packages (``scipy.fft``,
     ``scipy.ndimage``, ...; pocketfft is loaded from SciPy's folder by itself) and the TCP server are imported on
     use, and this run uses none of them."""

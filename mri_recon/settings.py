@@ -31,7 +31,7 @@ from .io.cfl_scan import parse_matrix
 from .io.stack import DIMENSIONS
 from .io.writers import formats
 from .operators.engines import methods as engine_methods
-from .operators.offres.setup import CORRECTIONS
+from .operators.offres import CORRECTIONS
 from .prep import DCF_CHOICES
 from .prep.compress_methods import DEFAULT_METHOD, check_method, choice_help, method_help, method_names, parse_choice
 from .prep.gradient_delay import parse_gradient_delay

@@ -20,7 +20,7 @@ import numpy as np
 
 from mri_recon.io.cfl import read_cfl, write_cfl
 from mri_recon.io.cfl_scan import load_cfl_scans
-from mri_recon.prep.gradient_delay import ESTIMATORS, correct_gradient_delay
+from mri_recon.prep.gradient_delay import ESTIMATORS, correct_gradient_delay, estimator
 
 CASES = [
     # (name, traj options, delays y:x:yx as BART takes them, coils: at most 8 in BART 0.8's phantom)
@@ -63,9 +63,9 @@ def ours(folder: Path, data: str, samples: int) -> dict[str, list[float] | str]:
     """Our estimates as BART's y:x:yx, and what auto applied."""
     [(_, scan)] = load_cfl_scans(folder / data, trajectory=folder / "traj", matrix=(samples, samples))
     out: dict[str, list[float] | str] = {}
-    for name, estimate in ESTIMATORS.items():
+    for name in ESTIMATORS:
         try:
-            x, y, xy = estimate(scan).parameters
+            x, y, xy = estimator(name)(scan).parameters
             out[f"ours {name}"] = [y, x, xy]
         except Exception as exc:  # noqa: BLE001 - a refusal is a row of the table
             out[f"ours {name}"] = f"refused: {str(exc)[:60]}"

@@ -146,16 +146,20 @@ def test_a_malformed_matrix_setting_is_refused(value):
         ReconSettings(matrix=value)
 
 
-def test_a_cpu_run_on_cfl_files_imports_no_hdf5_scipy_or_server(bart_files):
+def test_a_cpu_run_on_cfl_files_imports_no_hdf5_scipy_server_or_unused_stage(bart_files):
     """The process a user starts for BART files loads what it uses: h5py, SciPy's packages (``scipy.fft``,
-    ``scipy.ndimage``, ...; pocketfft is loaded from SciPy's folder by itself) and the TCP server are imported on
-    use, and this run uses none of them."""
+    ``scipy.ndimage``, ...; pocketfft is loaded from SciPy's folder by itself), the TCP server, and the modules of
+    stages this run does not have (off-resonance correction: no field map; the gradient-delay estimators and
+    Cartesian GCC: not asked for; the GPU's Walsh maps) are imported on use, and this run uses none of them."""
     folder, *_ = bart_files
     args = ["reconstruct", "ksp.cfl", "--trajectory", "traj.cfl", "--sensitivities", "sens.cfl", "-o", "x.cfl",
             "--device", "cpu", "--iterations", "3", "-q"]
-    packages, server = ("h5py", "scipy"), "mri_recon.server.service"
+    packages = ("h5py", "scipy")
+    modules = ("mri_recon.server.service", "mri_recon.operators.offres.setup", "mri_recon.prep.fit",
+               "mri_recon.prep.ring", "mri_recon.prep.adaptive", "mri_recon.prep.geometric",
+               "mri_recon.prep.walsh_gpu")
     code = ("import sys; from mri_recon.cli import main; main(sys.argv[1:], standalone_mode=False); "
-            f"print(' '.join(sorted(m for m in sys.modules if m.partition('.')[0] in {packages} or m == {server!r})))")
+            f"print(' '.join(sorted(m for m in sys.modules if m.partition('.')[0] in {packages} or m in {modules})))")
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=folder, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ""

@@ -24,7 +24,6 @@ from ..errors import InvalidDataError, listed
 from ..operators.engines.registry import sampling_of
 from ..scan import Scan
 from .compress import AUTO_ENERGY, FORMS, CoilCompression, Compression, compression_of, parse_coil_compress, wanted
-from .geometric import geometric_compression, geometric_working
 
 
 @dataclass(frozen=True)
@@ -55,12 +54,26 @@ def _svd(scan: Scan, chosen: str | int, whitening: Any, uploaded: Any = None, in
     return compression_of(kspace, scan.trajectory, chosen, whitening, scan.source, index)
 
 
+def _geometric(scan: Scan, chosen: str | int, whitening: Any = None) -> Compression:
+    """:func:`.geometric.geometric_compression` (its module loads when a scan is compressed so)."""
+    from .geometric import geometric_compression  # noqa: PLC0415 - Cartesian GCC's module, loaded when it runs
+
+    return geometric_compression(scan, chosen, whitening)
+
+
+def _geometric_working(coils: int, samples: int) -> int:
+    """:func:`.geometric.geometric_working`."""
+    from .geometric import geometric_working  # noqa: PLC0415 - Cartesian GCC's module, loaded when it runs
+
+    return geometric_working(coils, samples)
+
+
 COMPRESSION_METHODS = {method.name: method for method in (
     CompressionMethod("svd", "one matrix from the k-space centre, as bart cc -S", ("non-cartesian", "cartesian"),
                       _svd, "scc", one_matrix=True),
     CompressionMethod("geometric", "Cartesian scans: one matrix per readout position along the first image axis, "
-                      "aligned along it, as bart cc -G", ("cartesian",), geometric_compression, "gcc",
-                      geometric_working))}
+                      "aligned along it, as bart cc -G", ("cartesian",), _geometric, "gcc",
+                      _geometric_working))}
 """The coil-compression methods by name, the default first."""
 DEFAULT_METHOD = next(iter(COMPRESSION_METHODS))
 

@@ -21,22 +21,26 @@ naming the figure.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InvalidDataError
 from ..scan import Scan
-from . import adaptive, ring
 from .delay import from_bart, given_tensor, parameters_of, radial_readouts, readout_length, shift_trajectory, tensor_of
-from .fit import MIN_SPOKES, DelayEstimate, estimated_groups
+
+if TYPE_CHECKING:
+    from .fit import DelayEstimate
 
 log = logging.getLogger("mri_recon.prep")
 
-ESTIMATORS = {"ring": ring.estimate_delay, "opposed": adaptive.estimate_delay}
-"""Gradient-delay estimators by name: ``f(scans) -> DelayEstimate``."""
+ESTIMATORS = {"ring": "ring", "opposed": "adaptive"}
+"""Gradient-delay estimators by name: the module of :mod:`mri_recon.prep` whose ``estimate_delay(scans) ->
+DelayEstimate`` it is (:func:`estimator`; the modules load when an estimate is asked for)."""
 CHOICES = ("auto", *ESTIMATORS, "none")
 """The named choices of ``gradient_delay=``; else delays."""
 HALVES_TOL = 0.1
@@ -53,6 +57,11 @@ NEGLIGIBLE = 0.02
 MAX_DELAY = 16.0
 """Samples: the largest delay accepted (a gradient delay is a few samples at most)."""
 _FORMS = "auto, ring, opposed, none, X,Y[,Z] (samples, our axes) or BART's y:x:yx (as bart estdelay prints it)"
+
+
+def estimator(name: str) -> Callable[[list[Scan]], DelayEstimate]:
+    """The estimator ``name`` of :data:`ESTIMATORS`: ``f(scans) -> DelayEstimate``."""
+    return importlib.import_module(f".{ESTIMATORS[name]}", __package__).estimate_delay
 
 
 def parse_gradient_delay(value) -> tuple[str, tuple[float, ...] | None]:
@@ -113,7 +122,7 @@ def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], di
         return _applied(scans, readouts, tensor, "given", note)
     if choice == "auto":
         return _auto(scans, readouts)
-    found = ESTIMATORS[choice](scans)
+    found = estimator(choice)(scans)
     trouble = _trouble(found)
     if trouble:
         raise InvalidDataError(f"{scans[0].source}: the {choice} gradient-delay estimate {_listed(found.parameters)} "
@@ -125,6 +134,8 @@ def correct_gradient_delay(scans, gradient_delay="none") -> tuple[list[Scan], di
 def _auto(scans: list[Scan], readouts: list) -> tuple[list[Scan], dict[str, Any]]:
     """Every estimator the scan allows; the first of :data:`ESTIMATORS` whose estimate the data support,
     applied when the others that pass agree with it."""
+    from .fit import MIN_SPOKES  # noqa: PLC0415 - the estimators' model, loaded when one runs
+
     kind = readouts[0].kind
     spokes = min(_spokes(r) for r in readouts)
     if spokes < MIN_SPOKES[kind]:
@@ -132,9 +143,9 @@ def _auto(scans: list[Scan], readouts: list) -> tuple[list[Scan], dict[str, Any]
         return _left(scans, f"auto: {kind} scan with {spokes} spokes{per}, fewer than the {MIN_SPOKES[kind]} "
                             f"an estimate needs; no gradient-delay correction")
     found, refused = [], []
-    for name, estimate in ESTIMATORS.items():
+    for name in ESTIMATORS:
         try:
-            found.append(estimate(scans))
+            found.append(estimator(name)(scans))
         except InvalidDataError as exc:
             refused.append(f"{name}: {exc}")
     if not found:
@@ -205,6 +216,8 @@ def _given(values: tuple[float, ...], readouts, choice: str) -> np.ndarray:
 
 def _spokes(readouts) -> int:
     """Spokes of the smallest group an estimate uses (a stack of stars: of its central partitions)."""
+    from .fit import estimated_groups  # noqa: PLC0415 - the estimators' model, loaded when one runs
+
     return min(len(group) for group in estimated_groups(readouts))
 
 

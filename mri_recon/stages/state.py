@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,15 +22,16 @@ from ..kernels import prefetch
 from ..kernels.configs import maps_defines
 from ..operators.arith import scaled
 from ..operators.engines import Encoding
-from ..operators.offres.setup import OffresCorrection, plan_correction
 from ..operators.reads import Scalars
 from ..planning.planner import Plan, Preparation
 from ..planning.preparation import preparation_of
-from ..prep import walsh_gpu
 from ..prep.maps_methods import COIL_MAPS
 from ..progress import Clock, progress_callback
 from ..scan import Scan
 from .options import Options
+
+if TYPE_CHECKING:
+    from ..operators.offres.setup import OffresCorrection
 
 log = logging.getLogger("mri_recon.pipeline")
 
@@ -182,6 +183,8 @@ def maps_kernels(method: str | None, coils: int) -> list[tuple[str, dict]]:
     """The module of ``maps.cu`` for ``coils`` coils when the estimate ``method`` (None: none) runs on it
     (:attr:`~mri_recon.prep.maps_methods.CoilMapMethod.maps_kernels`) and the module holds them; coil compression
     may estimate the maps from fewer coils, whose module is then built at its first use."""
+    from ..prep import walsh_gpu  # noqa: PLC0415 - the GPU's maps, loaded where a GPU run plans them
+
     if method is None or not COIL_MAPS[method].maps_kernels or not walsh_gpu.fits(coils):
         return []
     return [(walsh_gpu.KERNEL_FILE, maps_defines(coils))]
@@ -222,9 +225,7 @@ def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
     combine = "sense" if sense else ("rss" if scan.n_coils > 1 else "single")
     dev, engine, budget = planned or planner(scan, options.device, options.method, options.iterations, sense,
                                              preparation_of(scan, estimate_maps=options.maps.method))
-    offres = None if scan.field_map is None else plan_correction(
-        scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu, correction=options.settings.field_map_correction,
-        segments=options.settings.segments, iterations=options.iterations)
+    offres = None if scan.field_map is None else _correction(scan, options, dev)
     log.info("%s: matrix %s, %d coil(s), %d samples in %d frame(s); engine %s on %s, %d coil(s) per batch",
              scan.source, list(scan.matrix), scan.n_coils, sum(f.n_samples for f in frames), len(frames),
              engine.name, dev, budget.coil_batch)
@@ -233,6 +234,15 @@ def plan(source: Scan | TimeSeries, options: Options, planner: Planner,
                   *(offres.kernel_configs(sense) if offres is not None else ()),
                   *maps_kernels(options.maps.method, scan.n_coils)], dev)
     return Planned(scan, frames, series, sense, combine, dev, engine, budget, offres)
+
+
+def _correction(scan: Scan, options: Options, dev: Device) -> OffresCorrection:
+    """The off-resonance correction of a scan with a field map (its modules load only for such a scan)."""
+    from ..operators.offres.setup import plan_correction  # noqa: PLC0415 - only for a scan with a field map
+
+    return plan_correction(scan.field_map, scan.times, scan.n_coils, gpu=dev.is_gpu,
+                           correction=options.settings.field_map_correction, segments=options.settings.segments,
+                           iterations=options.iterations)
 
 
 @contextlib.contextmanager

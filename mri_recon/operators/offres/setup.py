@@ -32,13 +32,13 @@ from ...arrays.backend import Device, resolve_device, to_device
 from ...errors import InvalidDataError
 from ...kernels.configs import segments_defines
 from ..engines import cost
-from . import time_segments
+from . import CORRECTIONS, time_segments
 from .gpu_offres_layout import MAX_FIELD_HZ, MAX_TIME_SPAN_S
 from .gpu_segments import MAX_FUSED_SEGMENTS
 from .model import OffresEncoding
 from .segmented import TimeSegmentedEncoding
 
-CORRECTIONS = ("auto", "exact", "segmented")
+
 def predicted_seconds(correction: str, segments: int, matrix: tuple[int, ...], n_samples: int, coils: int,
                       iterations: int, gpu: bool) -> float:
     """Predicted time of the right-hand side, the set-up and ``iterations`` CG iterations."""

@@ -59,8 +59,9 @@ MAX_DELAY = 16.0
 _FORMS = "auto, ring, opposed, none, X,Y[,Z] (samples, our axes) or BART's y:x:yx (as bart estdelay prints it)"
 
 
-def estimator(name: str) -> Callable[[list[Scan]], DelayEstimate]:
-    """The estimator ``name`` of :data:`ESTIMATORS`: ``f(scans) -> DelayEstimate``."""
+def estimator(name: str) -> Callable[..., DelayEstimate]:
+    """The estimator ``name`` of :data:`ESTIMATORS`: ``f(scans) -> DelayEstimate`` for one scan or the frames of
+    one acquisition."""
     return importlib.import_module(f".{ESTIMATORS[name]}", __package__).estimate_delay
 
 

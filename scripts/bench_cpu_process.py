@@ -12,10 +12,12 @@ phantom as the truth). Two problems, each solved by both programs from the same 
 
 Each run is a process timed whole (start, imports, reading, the solve, writing), as a user meets it; runs of
 the two alternate, after one warm-up of each (Python's bytecode cache written, the files in the page cache).
+With ``--base PYTHON`` a second install of ours (an earlier tree) joins the alternation as ``base``, on the
+same files, and the paired differences of ours and base are reported.
 The child gets the environment of a user's shell: ``PYTHONDONTWRITEBYTECODE`` removed. NRMSE against the
 truth after the best complex scale. Medians and minima of ``--repeats`` runs, with the load average.
 
-Usage: python scripts/bench_cpu_process.py [OUT.json] [--repeats 5] [--python PATH]
+Usage: python scripts/bench_cpu_process.py [OUT.json] [--repeats 5] [--python PATH] [--base PATH]
 """
 
 from __future__ import annotations
@@ -115,25 +117,28 @@ def installed(python: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def compare(name: str, repeats: int, python: str) -> dict:
-    """Both processes on problem ``name``, alternating, ``repeats`` times each after one warm-up."""
-    env = environment(python)
+def compare(name: str, repeats: int, python: str, base: str | None = None) -> dict:
+    """Both processes on problem ``name`` (and ``base``'s install of ours when given), alternating, ``repeats``
+    times each after one warm-up."""
     with tempfile.TemporaryDirectory() as folder:
         scan = make_data(PROBLEMS[name]["spokes"], folder)
         ours, theirs = commands(name, scan.kspace.shape[1], python)
-        timed(ours, folder, env)
-        timed(theirs, folder, env)
-        times: dict[str, list[float]] = {"ours": [], "bart": []}
+        runs = {"ours": (ours, environment(python)), "bart": (theirs, environment(python))}
+        if base is not None:
+            earlier = commands(name, scan.kspace.shape[1], base)[0]
+            runs["base"] = ([*earlier[:earlier.index("-o") + 1], "base.cfl", *earlier[earlier.index("-o") + 2:]],
+                            environment(base))
+        for command, env in runs.values():
+            timed(command, folder, env)
+        times: dict[str, list[float]] = {who: [] for who in runs}
         loads = []
         for _ in range(repeats):
-            times["ours"].append(timed(ours, folder, env))
-            times["bart"].append(timed(theirs, folder, env))
+            for who, (command, env) in runs.items():
+                times[who].append(timed(command, folder, env))
             loads.append(os.getloadavg()[0])
         truth = scan.ground_truth
-        errors = {
-            "ours": nrmse(read_cfl(Path(folder) / "ours").reshape(truth.shape), truth),
-            "bart": nrmse(read_cfl(Path(folder) / "theirs").reshape(truth.shape), truth),
-        }
+        outputs = {"ours": "ours", "bart": "theirs", "base": "base"}
+        errors = {who: nrmse(read_cfl(Path(folder) / outputs[who]).reshape(truth.shape), truth) for who in runs}
     row = {
         who: {"median_s": statistics.median(t), "min_s": min(t), "all_s": t, "nrmse": errors[who]}
         for who, t in times.items()
@@ -142,6 +147,9 @@ def compare(name: str, repeats: int, python: str) -> dict:
         "commands": {"ours": " ".join(ours[1:]), "bart": " ".join(theirs)},
         **row,
         "ratio_median": row["ours"]["median_s"] / row["bart"]["median_s"],
+        **({"base_ratio_median": row["base"]["median_s"] / row["bart"]["median_s"],
+            "ours_minus_base_paired_median_s": statistics.median(
+                [a - b for a, b in zip(times["ours"], times["base"])])} if "base" in row else {}),
         "load_average": loads,
     }
 
@@ -153,6 +161,9 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="the interpreter of the mri-recon install to time (default: this one); a plain "
                              "'pip install .' has no editable-install import hook, as a user's")
+    parser.add_argument("--base", default=None,
+                        help="the interpreter of a second mri-recon install (an earlier tree), timed in the same "
+                             "alternation as 'base'")
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     args = parser.parse_args()
     bart_version = subprocess.run(["bart", "version"], capture_output=True, text=True, check=True).stdout.strip()
@@ -167,7 +178,8 @@ def main() -> int:
         "repeats": args.repeats,
         "python_of_ours": args.python,
         "mri_recon_of_ours": installed(args.python),
-        "problems": {name: compare(name, args.repeats, args.python) for name in args.problems},
+        **({"mri_recon_of_base": installed(args.base)} if args.base else {}),
+        "problems": {name: compare(name, args.repeats, args.python, args.base) for name in args.problems},
     }
     for name, row in report["problems"].items():
         print(
@@ -175,6 +187,10 @@ def main() -> int:
             f"{row['bart']['median_s']:.3f} s (NRMSE {row['bart']['nrmse']:.4f}), ratio {row['ratio_median']:.2f}",
             file=sys.stderr,
         )
+        if "base" in row:
+            print(f"{name}: base {row['base']['median_s']:.3f} s (NRMSE {row['base']['nrmse']:.4f}), ratio "
+                  f"{row['base_ratio_median']:.2f}; ours - base, paired median "
+                  f"{row['ours_minus_base_paired_median_s'] * 1e3:+.1f} ms", file=sys.stderr)
     write_report(report, args.out)
     return 0
 

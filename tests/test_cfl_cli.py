@@ -164,3 +164,22 @@ def test_a_cpu_run_on_cfl_files_imports_no_hdf5_scipy_server_or_unused_stage(bar
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ""
     assert np.all(np.isfinite(np.asarray(read_cfl(folder / "x.cfl"))))
+
+
+def test_a_time_series_along_barts_time_dimension_is_solved_jointly(bart_files):
+    """Frames along BART's TIME dimension (10) of a .cfl k-space (the layout of ``bart phantom -t`` with a
+    trajectory of ``bart traj -t``) go to the joint temporal solve; a .cfl file stores no true frames, so none is
+    looked for (it was opened as HDF5)."""
+    folder, *_ = bart_files
+    frames = 3
+    ksp, traj = (np.asarray(read_cfl(folder / name))[(Ellipsis, *[0] * 6)] for name in ("ksp", "traj"))
+    scales = np.arange(1, frames + 1).reshape((1,) * 10 + (frames,))
+    write_cfl(folder / "kt", ksp[..., None] * scales)  # dimensions 0-9, then TIME
+    write_cfl(folder / "tt", np.broadcast_to(traj[..., None], traj.shape + (frames,)))
+    result = _run("reconstruct", folder / "kt.cfl", "--trajectory", folder / "tt.cfl", "--sensitivities",
+                  folder / "sens.cfl", "-o", folder / "xt.cfl", "--temporal", "tv", "--iterations", 20,
+                  "--device", "cpu", "-q")
+    assert result.exit_code == 0, result.output
+    out = np.asarray(read_cfl(folder / "xt.cfl")).reshape(N, N, frames, order="F")
+    energy = np.linalg.norm(out.reshape(-1, frames), axis=0)
+    assert np.all(np.isfinite(out)) and np.all(np.diff(energy) > 0)  # the frames' data grow with t

@@ -222,8 +222,9 @@ def load_series(path: Any, *, temporal_axis: str | None = None, spokes_per_frame
     """The frames of a scan file: cut from its one image's readouts (``spokes_per_frame``), else the values
     of ``temporal_axis`` (:func:`frames_by_index`); ``choice`` (``slice=``, ``traj_units=``, ...) as for
     :func:`mri_recon.io.load_scans`. A ground truth stored by :func:`~mri_recon.io.series_files.save_series_mrd`
-    is attached."""
-    from . import load_scans  # noqa: PLC0415 - the package's dispatcher
+    is attached (an ISMRMRD file's: the other formats hold none)."""
+    from . import ismrmrd, load_scans  # noqa: PLC0415 - the package's dispatcher
+    from .readers import reader_of  # noqa: PLC0415
     from .series_files import read_series_truth  # noqa: PLC0415
 
     pairs = load_scans(path, allow_external=allow_external, **choice)
@@ -238,5 +239,6 @@ def load_series(path: Any, *, temporal_axis: str | None = None, spokes_per_frame
             if not 1 <= int(frames) <= series.n_frames:
                 raise InvalidDataError(f"{path}: frames must be 1 to {series.n_frames}, found {frames}")
             series = series.replace_frames(series.frames[: int(frames)], labels=series.labels[: int(frames)])
-    truth = read_series_truth(path, series.n_frames, series.matrix) if series.axis != "readouts" else None
+    stored = series.axis != "readouts" and reader_of(path, allow_external)[0] is ismrmrd.INPUT
+    truth = read_series_truth(path, series.n_frames, series.matrix) if stored else None
     return series if truth is None else series.replace_frames(series.frames, ground_truth=truth)

@@ -156,6 +156,17 @@ def test_group_threshold_satisfies_its_optimality_condition(rng):
     assert (vn[~on] <= t).all() and on.any() and (~on).any()
 
 
+@pytest.mark.parametrize("threshold", [soft_threshold, group_threshold])
+def test_a_threshold_far_above_every_value_gives_zeros_quietly(threshold):
+    """A weight that dwarfs the data (``--lambda 1e6``) thresholds everything to 0, without the overflow of
+    ``t / |v|`` in the entries it discards reaching the user as a RuntimeWarning; 0 leaves ``v`` as it is."""
+    v = np.array([[1e-30, 2.0, 0.0], [3e-20, -1.0, 0.0]], dtype=np.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not np.any(threshold(v, 3e38))
+        assert np.array_equal(threshold(v, 0.0), v)
+
+
 @pytest.mark.parametrize("groups", [0, 2])
 def test_shrink_update_is_prox_then_dual_step(rng, groups):
     kx, u = crandn(rng, (2, 40, 30)), crandn(rng, (2, 40, 30))

@@ -22,7 +22,8 @@ def soft_threshold(v: Any, t: float) -> Any:
     """``argmin_z t ||z||_1 + ||z - v||^2 / 2`` for complex (or real) ``v``: ``max(1 - t/|v|, 0) v``."""
     xp = get_xp(v)
     magnitude = xp.abs(v)
-    scale = xp.where(magnitude > t, 1 - t / xp.maximum(magnitude, np.finfo(np.float32).tiny), 0)
+    with np.errstate(over="ignore"):  # t / |v| overflows only where |v| <= t, whose scale is 0
+        scale = xp.where(magnitude > t, 1 - t / xp.maximum(magnitude, np.finfo(np.float32).tiny), 0)
     return (scale * v).astype(v.dtype, copy=False)
 
 
@@ -30,7 +31,8 @@ def group_threshold(v: Any, t: float) -> Any:
     """``argmin_z t sum_i ||z[:, i]|| + ||z - v||^2 / 2``: the groups are the entries along axis 0."""
     xp = get_xp(v)
     norm = xp.sqrt((v.real ** 2 + v.imag ** 2).sum(axis=0))
-    scale = xp.where(norm > t, 1 - t / xp.maximum(norm, np.finfo(np.float32).tiny), 0)
+    with np.errstate(over="ignore"):  # t / ||v_i|| overflows only where ||v_i|| <= t, whose scale is 0
+        scale = xp.where(norm > t, 1 - t / xp.maximum(norm, np.finfo(np.float32).tiny), 0)
     return (scale[None] * v).astype(v.dtype, copy=False)
 
 

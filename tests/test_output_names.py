@@ -144,3 +144,26 @@ def test_convert_never_replaces_its_input(tmp_path, kind):
     target = _aliases(source, tmp_path)(kind, "alias.h5")
     _one_line_error(_run("convert", source, target, "-q"), r"output would overwrite the input file")
     assert _digest(source) == before
+
+
+@pytest.mark.parametrize("name", ["scan.png", "scan.nii.gz", "scan.txt", "scan"])
+@pytest.mark.parametrize("command", ["simulate", "simulate --frames 2", "convert"])
+def test_a_scan_is_written_only_under_a_scan_files_name(tmp_path, command, name):
+    """simulate and convert write HDF5 (schema v1 or MRD raw data): another format's name is refused before any
+    work, nothing written (convert wrote c.nii_rep0.gz ... as HDF5, simulate an HDF5 file named .png)."""
+    source = tmp_path / "in.mrd"
+    write_ismrmrd(source, simulate_scan((16, 16), "radial", coils=1, seed=3))
+    target = tmp_path / "out" / name
+    target.parent.mkdir()
+    words, *rest = command.split()
+    args = [source, target] if words == "convert" else [target, "--matrix", "16", "--coils", "1", *rest]
+    _one_line_error(_run(words, *args, "-q"), rf"{re.escape(name)}: a scan is written as schema v1 \(HDF5\), named "
+                                              rf"\.h5 or \.hdf5, or as MRD raw data, named \.mrd\.h5 or \.mrd")
+    assert list(target.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("matrix", ["64x", "x64", "64,,64", "64xx"])
+def test_simulate_refuses_a_matrix_with_an_empty_size(tmp_path, matrix):
+    result = _run("simulate", tmp_path / "s.h5", "--matrix", matrix, "-q")
+    assert result.exit_code == 2 and "expected N, NxM or NxMxK" in result.output
+    assert not (tmp_path / "s.h5").exists()

@@ -13,14 +13,12 @@ from .temporal import simulate_options
 
 
 def parse_matrix(text: str) -> tuple[int, ...]:
-    """``"128"``, ``"128x96"``, ``"64,64,64"`` as sizes."""
-    parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+    """``"128"``, ``"128x96"``, ``"64,64,64"`` as sizes (every part a whole number: ``"64x"`` is refused)."""
+    parts = text.replace("x", ",").split(",")
     try:
         values = tuple(int(p) for p in parts)
     except ValueError:
         raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}") from None
-    if not values:
-        raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}")
     return values
 
 
@@ -86,6 +84,7 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     ending .mrd.h5 or .mrd."""
     from ..io import save_scan
     from ..io.mrd_image import is_mrd_name
+    from ..io.schema import check_scan_name
     from ..sim.simulate import simulate_scan
     from .console import sample_bar
 
@@ -95,6 +94,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if three else 2)
     mrd = is_mrd_name(output)
+    if not mrd:
+        check_scan_name(output)
     if mrd and field_map is not None:
         raise click.UsageError(f"{output}: MRD raw data has no place for a field map; simulate --field-map into a "
                                f"schema-v1 file (.h5)")

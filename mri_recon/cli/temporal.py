@@ -231,9 +231,14 @@ def _given(name: str) -> bool:
 
 def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
     """``simulate --frames N``: the beating phantom as MRD raw data with its true frames."""
+    from ..io.mrd_image import is_mrd_name  # noqa: PLC0415
+    from ..io.schema import check_scan_name  # noqa: PLC0415
     from ..io.series_files import save_series_mrd  # noqa: PLC0415
     from ..sim.dynamic import simulate_series  # noqa: PLC0415
+    from .simulate import parse_matrix  # noqa: PLC0415 - simulate's own reading of --matrix
 
+    if not is_mrd_name(params["output"]):
+        check_scan_name(params["output"])  # MRD raw data in an HDF5 file: .mrd.h5, .mrd, .h5 or .hdf5
     if params["frames"] is None:
         raise click.UsageError("--spokes-per-frame of simulate needs --frames N")
     trajectory = params["trajectory"]
@@ -247,7 +252,7 @@ def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None
         raise click.UsageError(f"{', '.join(unhonoured)}: not available with --frames (a series has --frames x "
                                f"--spokes-per-frame golden-angle spokes and no field map); drop them")
     text = params["matrix"] or ("64" if trajectory == "stack-of-stars" else "128")  # simulate's defaults
-    sizes = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    sizes = parse_matrix(text)
     size = sizes * (3 if trajectory == "stack-of-stars" else 2) if len(sizes) == 1 else sizes
     series = simulate_series(size, trajectory, frames=params["frames"],
                              spokes_per_frame=params.get("spokes_per_frame") or 21, coils=params["coils"],

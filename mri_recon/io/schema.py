@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     import h5py
 
-from ..errors import InvalidDataError, ScanFileError, SchemaError, printable
+from ..errors import InvalidDataError, OutputError, ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .files import memory_output
 from .inputs import InputFormat, Probe
@@ -140,6 +140,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()] if value.dtype.kind in "SO" else value.tolist()
     return value
+
+
+def check_scan_name(path: str | os.PathLike) -> None:
+    """Refuse a name for a schema-v1 file that does not end as one (``.h5``, ``.hdf5``, any case): the command
+    line writes no HDF5 file under another format's name (``.nii.gz``, ``.png``, ...)."""
+    if not str(path).lower().endswith(INPUT.suffixes):
+        raise OutputError(f"{printable(path)}: a scan is written as schema v1 (HDF5), named "
+                          f"{' or '.join(INPUT.suffixes)}, or as MRD raw data, named .mrd.h5 or .mrd")
 
 
 def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.PathLike, ...] = ()) -> None:

@@ -69,6 +69,18 @@ def test_convert_to_mrd_keeps_the_samples(bart_files):
     np.testing.assert_allclose(back.trajectory, ours.trajectory, rtol=1e-6, atol=1e-6)
 
 
+def test_convert_refuses_sensitivities_where_mrd_has_no_place_for_them(bart_files):
+    """MRD raw data holds no coil maps: --sensitivities for an MRD output is refused (it was dropped without a
+    word), and schema v1 keeps them."""
+    folder, _, maps, _ = bart_files
+    common = ["--trajectory", folder / "traj.cfl", "--sensitivities", folder / "sens.cfl", "--matrix", f"{N}x{N}"]
+    result = _run("convert", folder / "ksp.cfl", folder / "ksp.mrd.h5", *common)
+    assert result.exit_code == 1 and "MRD raw data has no place for coil sensitivities" in result.output
+    assert not (folder / "ksp.mrd.h5").exists()
+    assert _run("convert", folder / "ksp.cfl", folder / "ksp.h5", *common).exit_code == 0
+    np.testing.assert_allclose(mri_recon.load_scan(folder / "ksp.h5").coil_maps, maps, rtol=1e-6, atol=1e-6)
+
+
 def test_bart_options_for_an_hdf5_scan_are_refused(bart_files, tmp_path):
     scan = mri_recon.simulate_scan((16, 16), "golden", coils=1, spokes=8)
     mri_recon.save_scan(tmp_path / "s.h5", scan)

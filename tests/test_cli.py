@@ -385,3 +385,9 @@ def test_one_scan_into_an_existing_folder_as_a_batch_names_it(small_scan, tmp_pa
     result = _run("reconstruct", small_scan, "-o", folder, "--iterations", "2", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert [p.name for p in folder.iterdir()] == [small_scan.name.removesuffix(".h5") + ".recon.h5"]
+
+
+def test_a_png_axis_without_a_png_is_refused_before_any_work(small_scan, tmp_path):
+    result = _run("reconstruct", small_scan, "-o", tmp_path / "x.h5", "--png-axis", "1", "--device", "cpu", "-q")
+    assert result.exit_code == 2 and "--png-axis chooses the slices of the --png montage" in result.output
+    assert not (tmp_path / "x.h5").exists()

@@ -223,8 +223,13 @@ def test_a_basis_file_is_data_only(tmp_path, small_series):
     _, ready = small_series
     path = tmp_path / "basis.npy"
     np.save(path, np.array([object()] * 8), allow_pickle=True)
-    with pytest.raises(InvalidDataError, match="not a NumPy array file of numbers"):
+    refused = r"not a NumPy \.npy file of numbers .*Python objects, which are not read$"
+    with pytest.raises(InvalidDataError, match=refused):
         mri_recon.reconstruct(ready, prepare=False, temporal="subspace", temporal_basis=path, device="cpu")
+    path.write_text("1 0\n0 1\n")  # text under a .npy name: NumPy's words would suggest allow_pickle
+    with pytest.raises(InvalidDataError, match=refused) as refusal:
+        mri_recon.reconstruct(ready, prepare=False, temporal="subspace", temporal_basis=path, device="cpu")
+    assert "pickle" not in str(refusal.value)
     (tmp_path / "basis.txt").write_text("1 0\n0 1\n")
     with pytest.raises(InvalidDataError, match=r"expected a NumPy \.npy file or a BART \.cfl/\.hdr pair"):
         mri_recon.reconstruct(ready, prepare=False, temporal="subspace", temporal_basis=tmp_path / "basis.txt")

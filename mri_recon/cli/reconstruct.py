@@ -60,6 +60,8 @@ def reconstruct(scans: tuple[Path, ...], output: Path | None, png: Path | None, 
     """
     del options  # the settings, read from the context with the others
     ctx = click.get_current_context()
+    if png is None and ctx.get_parameter_source("png_axis") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--png-axis chooses the slices of the --png montage; give --png FILE.png too")
     if is_pipe(scans):  # reconstruct - -o -: an MRD stream on stdin, its images on stdout (.serve)
         from .serve import run_pipe
 

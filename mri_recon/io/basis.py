@@ -52,8 +52,11 @@ def _npy(path: Path, shown: str) -> np.ndarray:
                             else f"temporal_basis {shown}: is not a regular file")
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as exc:
+    except OSError as exc:
         raise InvalidDataError(f"temporal_basis {shown}: not a NumPy array file of numbers ({exc})") from None
+    except ValueError:  # NumPy's words for a file it cannot read (pickled data, a bad header) suggest pickle
+        raise InvalidDataError(f"temporal_basis {shown}: not a NumPy .npy file of numbers (np.save of a (T, K) "
+                               f"array), or one that holds Python objects, which are not read") from None
     if mapped.dtype.kind not in "iufc" or mapped.ndim not in (1, 2) or mapped.size > MAX_VALUES:
         raise InvalidDataError(f"temporal_basis {shown}: expected a (T, K) array of numbers, found shape "
                                f"{tuple(mapped.shape)} of {mapped.dtype}")

@@ -246,18 +246,23 @@ def write_cfl_images(path: str | os.PathLike, image: np.ndarray, keys: Sequence[
 def convert_cfl(source: str | os.PathLike, output: str | os.PathLike, **options: Any) -> list:
     """Convert a BART k-space (``options``: those of :func:`load_cfl_scans`) to MRD raw data (``output``
     ending ``.mrd.h5`` / ``.mrd``: every image in one file, through
-    :func:`mri_recon.io.ismrmrd_write.write_ismrmrd`; the sensitivities have no place there and are left out)
+    :func:`mri_recon.io.ismrmrd_write.write_ismrmrd`; sensitivities, which have no place there, are refused)
     or to schema v1 (one image; its sensitivities as ``coil_maps``). Returns the file written.
 
     Raises
     ------
     SchemaError
         Several images for a schema-v1 output (choose one, or write MRD).
+    InvalidDataError
+        Sensitivities for an MRD output.
     """
     from .ismrmrd_write import write_ismrmrd  # noqa: PLC0415 - the ismrmrd package on use
     from .mrd_image import is_mrd_name  # noqa: PLC0415
     from .schema import save_scan  # noqa: PLC0415
 
+    if is_mrd_name(output) and options.get("sensitivities") is not None:
+        raise InvalidDataError(f"{printable(output)}: MRD raw data has no place for coil sensitivities; convert to "
+                               f"schema v1 (.h5) to keep them, or leave --sensitivities out")
     scans = load_cfl_scans(source, **options)
     if is_mrd_name(output):
         write_ismrmrd(output, scans)

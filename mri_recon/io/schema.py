@@ -15,6 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     import h5py
 
+from ..checks.units import TRAJ_UNITS
 from ..errors import InvalidDataError, OutputError, ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .files import memory_output
@@ -240,6 +241,10 @@ def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> 
 def _one_image_file(probe: Probe, options: dict[str, Any]) -> None:
     """A schema-v1 file holds one image: refuse a choice of MRD image indices for it (an MRD file of images
     is refused by :func:`load_schema_v1`, saying what it is)."""
+    units = options.get("traj_units")
+    if units not in (None, *TRAJ_UNITS[:2]) and probe.hdf5 == "schema-v1":  # auto, cycles-per-fov
+        raise InvalidDataError(f"{probe.path}: a schema-v1 file's trajectory is in cycles per field of view by "
+                               f"definition; --traj-units {units} applies to ISMRMRD and BART input")
     chosen = {name: options[name] for name in DIMENSIONS if options.get(name) is not None}
     if chosen and probe.hdf5 == "schema-v1":
         asked = ", ".join(f"{name}={value}" for name, value in chosen.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import h5py
 import numpy as np
@@ -93,7 +94,15 @@ def test_the_result_line_says_what_was_done_with_the_delay(tmp_path):
     done = _run("reconstruct", tmp_path / "delayed.h5", "-o", tmp_path / "a.h5", "--device", "cpu",
                 "--iterations", "3", "--gradient-delay", "auto")
     assert done.exit_code == 0, done.output
-    assert "; gradient delay (0.6" in done.output and "samples applied (ring)" in done.output
+    assert "; gradient delay (0.6" in done.output and "samples applied (ring; --gradient-delay " in done.output
+    again = re.search(r"--gradient-delay (\S+) gives it again\)", done.output).group(1)  # BART's y:x:yx
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        estimated = np.asarray(f.attrs["gradient_delay_samples"])
+    given = _run("reconstruct", tmp_path / "delayed.h5", "-o", tmp_path / "c.h5", "--device", "cpu",
+                 "--iterations", "3", "--gradient-delay", again, "-q")
+    assert given.exit_code == 0, given.output
+    with h5py.File(tmp_path / "c.h5", "r") as f:
+        assert np.max(np.abs(np.asarray(f.attrs["gradient_delay_samples"]) - estimated)) <= 5e-5
     done = _run("reconstruct", tmp_path / "plain.h5", "-o", tmp_path / "b.h5", "--device", "cpu",
                 "--iterations", "3", "--gradient-delay", "auto")
     assert done.exit_code == 0, done.output

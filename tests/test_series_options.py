@@ -45,7 +45,7 @@ def test_a_time_series_estimates_one_delay_and_logs_its_run(tmp_path):
     done = _run("reconstruct", scan, "-o", out, "--temporal", "tv", "--device", "cpu", "--iterations", "5",
                 "--gradient-delay", "ring", "--log-json", log)
     assert done.exit_code == 0, done.output
-    assert "samples applied (ring)" in done.output and f"and {log}" in done.output
+    assert "samples applied (ring; --gradient-delay " in done.output and f"and {log}" in done.output
     record = json.loads(log.read_text())
     preparation = record["series"]["preparation"]
     assert preparation["gradient_delay"] == "ring" and "4 frames" in preparation["gradient_delay_note"]

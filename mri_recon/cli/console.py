@@ -212,8 +212,12 @@ def delay_words(record: Mapping[str, Any]) -> str:
         return ""
     if record["gradient_delay"] == "none":
         return f"; gradient delay not applied ({record['gradient_delay_note'].removeprefix('auto: ')})"
-    values = ", ".join(f"{v:.3f}" for v in record["gradient_delay_samples"])
-    return f"; gradient delay ({values}) samples applied ({record['gradient_delay']})"
+    samples = record["gradient_delay_samples"]
+    values = ", ".join(f"{v:.3f}" for v in samples)
+    again = ""
+    if len(samples) == 3:  # in-plane (Sxx, Syy, Sxy): BART's y:x:yx gives it again, cross term included
+        again = f"; --gradient-delay {samples[1]:.4f}:{samples[0]:.4f}:{samples[2]:.4f} gives it again"
+    return f"; gradient delay ({values}) samples applied ({record['gradient_delay']}{again})"
 
 
 def compress_summary(results: list) -> str:

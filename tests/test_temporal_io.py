@@ -87,6 +87,20 @@ def test_frames_by_index_choices():
         frames_by_index(pairs, "slice")
 
 
+
+def test_a_frame_cut_short_is_reported(caplog):
+    """A file whose last repetition was cut short (fewer readouts than the others) is read as it is, and the
+    log names the short frame; frames of one size give no warning."""
+    full, short = _stream(6), _stream(2)
+    pairs = [({"repetition": r}, s) for r, s in enumerate((full, full, short))]
+    with caplog.at_level(logging.WARNING, logger="mri_recon"):
+        series = frames_by_index(pairs)
+        assert series.n_frames == 3 and series.frames[2] is short
+        frames_by_index(pairs[:2])
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1
+    assert f"fewer samples than the others' {full.n_samples}: 2 ({short.n_samples})" in warned[0]
+
 @pytest.fixture(scope="module")
 def series_file(tmp_path_factory):
     series = dynamic.simulate_series((24, 24), frames=4, spokes_per_frame=7, coils=3, snr=50, seed=5)

@@ -150,8 +150,21 @@ def frames_by_index(pairs: Sequence[tuple[Mapping[str, int], Scan]], axis: str |
                                    f"one (--{name} N)")
     ordered = sorted(pairs, key=lambda pair: int(pair[0].get(axis, 0)))
     frames = tuple(scan for _, scan in ordered)
+    _warn_unequal(frames, [int(k.get(axis, 0)) for k, _ in ordered], axis, source)
     return TimeSeries(frames=frames, axis=axis, labels=tuple(int(k.get(axis, 0)) for k, _ in ordered),
                       frame_duration_s=_duration_of_frames(frames), attrs={"temporal_axis": axis}, source=source)
+
+
+def _warn_unequal(frames: Sequence[Scan], labels: Sequence[int], axis: str, source: str) -> None:
+    """Log a warning naming the frames with fewer samples than the most common count (an acquisition cut short,
+    or frames of different sizes on purpose: they are reconstructed as they are)."""
+    counts = [f.n_samples for f in frames]
+    common = max(set(counts), key=counts.count)
+    short = [f"{labels[t]} ({n})" for t, n in enumerate(counts) if n < common]
+    if short:
+        log.warning("%s: frames along %s with fewer samples than the others' %d: %s (an acquisition cut short?); "
+                    "they are reconstructed with what they have", source, axis, common, ", ".join(short[:5]) +
+                    (f" and {len(short) - 5} more" if len(short) > 5 else ""))
 
 
 def _duration_of_frames(frames: Sequence[Scan]) -> float | None:

@@ -144,3 +144,8 @@ def test_clear_on_a_file_says_it_is_not_a_folder(tmp_path):
     assert "Traceback" not in done.output and afile.read_text() == "not a cache"
     done = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(tmp_path / "missing")])
     assert done.exit_code == 0, done.output
+    done = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(afile)])
+    assert "refused  the path is not a folder: choose a folder with --cache-dir" in done.output
+    assert "chmod" not in done.output
+    done = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(tmp_path / "missing")])
+    assert done.exit_code == 0 and "missing (not created yet: made at the first PSF cached)" in done.output

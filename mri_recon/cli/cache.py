@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from ..errors import printable
 from .common import friendly
 from .options import settings_option
 
@@ -24,11 +26,14 @@ def cache_info(cache_dir: Path | None) -> None:
     from ..planning.planner import human_bytes
 
     info = PsfCache(cache_dir).info()
-    click.echo(f"folder   {info.directory}\nentries  {info.entries}\n"
+    missing = "" if os.path.lexists(info.directory) else " (not created yet: made at the first PSF cached)"
+    click.echo(f"folder   {printable(info.directory)}{missing}\nentries  {info.entries}\n"
                f"size     {info.total_bytes} bytes ({human_bytes(info.total_bytes)})\n"
                f"cap      {info.max_bytes} bytes ({human_bytes(info.max_bytes)}; MRI_RECON_CACHE_MAX)")
     if info.problem is not None:
-        click.echo(f"refused  {info.problem}: not used until only you may write it (chmod 700)")
+        fix = "choose a folder with --cache-dir" if not os.path.isdir(info.directory) else \
+            "not used until only you may write it (chmod 700)"
+        click.echo(f"refused  {info.problem}: {fix}")
 
 
 @cache.command("clear")

@@ -181,3 +181,16 @@ def test_sizes_beyond_any_file_are_refused_by_the_header(tmp_path, dims):
     (tmp_path / "k.cfl").write_bytes(b"")
     with pytest.raises(SchemaError, match=r"declare .* bytes of data, more than any file holds"):
         read_cfl(tmp_path / "k")
+
+
+def test_a_file_of_another_format_given_as_bart_is_named_as_such(tmp_path):
+    """A BART option given an HDF5 file (``--trajectory scan.h5``) says the file is not BART's, not that a
+    header ``scan.h5.hdr`` is missing; a missing BART name still names its missing header."""
+    from mri_recon.errors import ScanFileError
+
+    (tmp_path / "scan.h5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    with pytest.raises(ScanFileError, match=r"scan\.h5: not a BART file \(BART's are a NAME\.cfl / NAME\.hdr "
+                                            r"pair; there is no scan\.h5\.hdr\)"):
+        read_cfl(tmp_path / "scan.h5")
+    with pytest.raises(ScanFileError, match=r"missing\.hdr: no such BART header"):
+        read_cfl(tmp_path / "missing")

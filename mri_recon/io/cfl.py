@@ -74,6 +74,10 @@ def cfl_pair(path: str | os.PathLike) -> tuple[Path, Path]:
 
 def _read_text(header: Path) -> str:
     shown = printable(header)
+    named = Path(str(header)[:-4])  # the name given, when it was not NAME.cfl or NAME.hdr
+    if not header.exists() and named.suffix and named.is_file():
+        raise ScanFileError(f"{printable(named)}: not a BART file (BART's are a NAME.cfl / NAME.hdr pair; there "
+                            f"is no {header.name})")
     if not header.is_file():
         raise ScanFileError(f"{shown}: no such BART header (a .cfl file needs its .hdr beside it)"
                             if not header.exists() else f"{shown}: is not a regular file")

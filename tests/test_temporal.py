@@ -239,8 +239,12 @@ def test_bad_choices(small_series):
         reconstruct_series(ready, prepare=False, regularizer="wavelet", solver="fista", device="cpu")
     with pytest.raises(InvalidDataError, match="temporal 'tv' applies to a time series"):
         mri_recon.reconstruct(ready.frames[0], temporal="tv", device="cpu")
-    with pytest.raises(InvalidDataError, match="temporal_lam and temporal_solver apply to a joint"):
+    with pytest.raises(InvalidDataError, match="temporal_lam applies to a joint"):
         mri_recon.reconstruct(ready, prepare=False, temporal_lam=0.1, device="cpu")
+    with pytest.raises(InvalidDataError, match="temporal_lam and temporal_solver apply to a joint"):
+        mri_recon.reconstruct(ready, prepare=False, temporal_lam=0.1, temporal_solver="pdhg", device="cpu")
+    with pytest.raises(InvalidDataError, match="^temporal_solver applies to a joint"):
+        mri_recon.reconstruct(ready, prepare=False, temporal_solver="pdhg", device="cpu")
     with pytest.raises(InvalidDataError, match="not rss"):
         reconstruct_series(ready, coil_maps="rss", device="cpu")
 

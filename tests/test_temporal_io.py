@@ -180,7 +180,7 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
 
 @pytest.mark.parametrize(("extra", "named"), [
     (["--temporal", "tv", "--solver", "admm"], "solver 'admm': a time series with a temporal term"),
-    (["--temporal-axis", "repetition", "--temporal-lambda", "0.1"], "temporal_lam and temporal_solver apply"),
+    (["--temporal-axis", "repetition", "--temporal-lambda", "0.1"], "temporal_lam applies to a joint time series"),
     (["--temporal", "tv", "--temporal-solver", "pdhg", "--rho", "2"], "rho and inner_iterations are ADMM's"),
 ])
 def test_options_a_series_does_not_take_are_refused(tmp_path, extra, named):

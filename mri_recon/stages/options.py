@@ -153,9 +153,11 @@ def _check_temporal(temporal: str, temporal_lam: float | None, temporal_solver: 
     if term.joint and not series:
         raise InvalidDataError(f"temporal {temporal!r} applies to a time series (mri_recon.load_series, or the "
                                f"command line's --temporal-axis / --spokes-per-frame), not to one scan")
-    if not term.joint and (temporal_lam is not None or temporal_solver != joint_names()[0]):
-        raise InvalidDataError("temporal_lam and temporal_solver apply to a joint time series (a temporal term "
-                               "such as temporal='tv')")
+    given = [name for name, set_ in (("temporal_lam", temporal_lam is not None),
+                                     ("temporal_solver", temporal_solver != joint_names()[0])) if set_]
+    if not term.joint and given:
+        raise InvalidDataError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a joint time "
+                               f"series (a temporal term such as temporal='tv')")
     if term.subspace and temporal_lam is not None:
         raise InvalidDataError(f"temporal_lam: temporal={term.name!r} has no temporal penalty (the frames are "
                                f"confined to its basis; temporal_rank and temporal_basis choose it)")

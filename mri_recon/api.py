@@ -195,9 +195,14 @@ def reconstruct(scan: Scan | TimeSeries, *, prepare: bool = True, progress: Prog
     Raises
     ------
     InvalidDataError
-        An unknown keyword (the message names the valid ones), a value of the wrong type or range, or
-        ``coil_compress`` with ``prepare=False``.
+        ``scan`` neither a Scan nor a TimeSeries (a file's name: :func:`reconstruct_file`), an unknown keyword
+        (the message names the valid ones), a value of the wrong type or range, or ``coil_compress`` with
+        ``prepare=False``.
     """
+    if not isinstance(scan, (Scan, TimeSeries)):
+        hint = " (a file: mri_recon.load_scan(path), or reconstruct_file(path, output))" if isinstance(
+            scan, (str, os.PathLike)) else ""
+        raise InvalidDataError(f"reconstruct takes a Scan or a TimeSeries, not {type(scan).__name__}{hint}")
     chosen = ReconSettings(**pipeline.series_keywords(scan, settings))
     if not prepare:
         if chosen.coil_compress != default_of("coil_compress"):

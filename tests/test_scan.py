@@ -260,3 +260,20 @@ def test_compressed_zeros_empty_and_virtual_datasets_are_not_taken_for_unwritten
         virtual = f.create_virtual_dataset("virtual", layout)
         for node in (zeros, empty, virtual):
             _check_stored(node, "a.h5", node.name)  # none refused
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, 2**70, [1, "a"], np.array([object()])],
+                         ids=["dict", "int-70-bits", "ragged-list", "objects"])
+def test_an_attribute_hdf5_cannot_hold_is_named_and_nothing_is_written(tmp_path, rng, value):
+    kspace, traj = _arrays(rng)
+    scan = Scan(kspace=kspace, trajectory=traj, matrix=(16, 12), attrs={"note": "x", "bad": value})
+    with pytest.raises(OutputError, match=rf"s\.h5: attribute bad \({type(value).__name__}\) cannot be stored in "
+                                          r"HDF5 .*; give numbers, strings or arrays of them$"):
+        save_scan(tmp_path / "s.h5", scan)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ragged_rows_are_a_schema_error(rng):
+    _, traj = _arrays(rng, m=2)
+    with pytest.raises(SchemaError, match="dataset 'kspace' is not an array: its rows have different lengths"):
+        Scan(kspace=[[1j, 2j], [3j]], trajectory=traj, matrix=(16, 12))

@@ -182,3 +182,14 @@ def test_a_solver_option_reaches_every_solver():
     assert len(joint.residuals) == 1 + 3
     with pytest.raises(InvalidDataError, match="check_every must be a whole number >= 1"):
         mri_recon.reconstruct(scan, check_every=0)
+
+
+@pytest.mark.parametrize("given", ["scan.h5", Path("scan.h5"), {"kspace": 1}, None])
+def test_reconstruct_names_what_it_takes_when_given_something_else(given):
+    """A file's name (a natural first try) or any other object: one line naming a Scan or a TimeSeries, with the
+    way to read a file for a name, not an AttributeError from deep inside."""
+    hint = r" \(a file: mri_recon\.load_scan\(path\), or reconstruct_file\(path, output\)\)"
+    name = type(given).__name__
+    match = rf"^reconstruct takes a Scan or a TimeSeries, not {name}" + (hint if "scan" in str(given) else "$")
+    with pytest.raises(InvalidDataError, match=match):
+        mri_recon.reconstruct(given, device="cpu")

@@ -32,7 +32,10 @@ def all_finite(array: np.ndarray) -> bool:
 
 def check_array(source: str, name: str, value: Any, *, complex_: bool, ranks: tuple[int, ...]) -> np.ndarray:
     """Check dtype kind, rank, emptiness and finiteness; cast to complex64 / float32."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except ValueError:  # nested sequences of different lengths
+        _fail(source, f"dataset '{name}' is not an array: its rows have different lengths")
     kind = array.dtype.kind
     if complex_:
         if kind != "c":

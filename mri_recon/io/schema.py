@@ -143,6 +143,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _store_attribute(f: h5py.File, path: str | os.PathLike, key: str, value: Any) -> None:
+    """``f.attrs[key] = value``; h5py's refusal of a value HDF5 has no type for, as an OutputError naming it."""
+    try:
+        f.attrs[key] = value
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise OutputError(f"{printable(path)}: attribute {printable(key)} ({type(value).__name__}) cannot be stored "
+                          f"in HDF5 ({exc}); give numbers, strings or arrays of them") from None
+
+
 def check_scan_name(path: str | os.PathLike) -> None:
     """Refuse a name for a schema-v1 file that does not end as one (``.h5``, ``.hdf5``, any case): the command
     line writes no HDF5 file under another format's name (``.nii.gz``, ``.png``, ...)."""
@@ -153,7 +162,8 @@ def check_scan_name(path: str | os.PathLike) -> None:
 
 def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.PathLike, ...] = ()) -> None:
     """Write ``scan`` as schema v1, atomically (built in memory, written to a temporary file, renamed; a file of
-    ``protect`` is never replaced)."""
+    ``protect`` is never replaced). An attribute HDF5 cannot hold (a dict, a ragged list, an object, an integer
+    beyond 64 bits) is an :class:`~mri_recon.errors.OutputError` naming it, and nothing is written."""
     import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
 
     with memory_output(path, protect=protect) as buffer, h5py.File(buffer, "w") as f:
@@ -161,7 +171,7 @@ def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.Pa
         f.attrs["schema_version"] = SCHEMA_VERSION
         for key, value in scan.attrs.items():
             if key not in ("matrix", "schema_version") and value is not None:
-                f.attrs[key] = value
+                _store_attribute(f, path, key, value)
         f.create_dataset("kspace", data=scan.kspace)
         f.create_dataset("trajectory", data=scan.trajectory)
         for name in OPTIONAL:

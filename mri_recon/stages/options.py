@@ -119,7 +119,7 @@ class Options:
         t_lam = term.lam_default if s.temporal_lam is None else float(s.temporal_lam)
         maps = CoilMapEstimate(estimate_maps, maps_basis, sampling_of(scan))
         maps.check(scan)
-        _check_field_map(scan, s.segments, s.field_map_correction, sparse, s.regularizer)
+        _check_field_map(scan, s.segments, sparse, s.regularizer)
         _check_given(scan, maps, psf, series)
         return cls(s, lam, maps, sparse, term, t_lam, joint, progress, psf, psf_cache)
 
@@ -198,17 +198,13 @@ def _check_joint(regularizer: str, rho: float | None, inner_iterations: int | No
             "inner_iterations": (1 if inner_iterations is None else int(inner_iterations)) if admm else None}
 
 
-def _check_field_map(scan: Scan, segments: int | None, correction: str, sparse: dict[str, Any],
-                     regularizer: str) -> None:
-    """The field map and times as a pair, segments and a correction other than the default only with a field
-    map, l2 only (the correction's name is checked by the settings)."""
+def _check_field_map(scan: Scan, segments: int | None, sparse: dict[str, Any], regularizer: str) -> None:
+    """The field map and times as a pair, segments only with a field map, l2 only (the correction's name is
+    checked by the settings)."""
     check_field_map_pair(scan.field_map, scan.times, scan.source)
     if segments is not None and scan.field_map is None:
         raise InvalidDataError(f"{scan.source}: segments (L = {segments}) apply to off-resonance correction, and "
                                f"the scan has no field map")
-    if correction != CORRECTIONS[0] and scan.field_map is None:
-        raise InvalidDataError(f"{scan.source}: field_map_correction {correction!r} applies to off-resonance "
-                               f"correction, and the scan has no field map (or it was dropped: --no-field-map)")
     if scan.field_map is not None and sparse:
         raise InvalidDataError(f"{scan.source}: off-resonance correction runs with the l2 regularizer only, not "
                                f"{regularizer}; reconstruct with l2, or drop the field map on purpose (--no-field-map)")

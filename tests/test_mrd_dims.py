@@ -97,20 +97,6 @@ def test_a_choice_of_images_is_refused_for_schema_v1(tmp_path, base):
     assert result.exit_code == 1 and "holds one image; slice=0 chooses" in result.output
 
 
-
-@pytest.mark.parametrize("units", ["normalized", "radians", "per-meter"])
-def test_trajectory_units_are_refused_for_schema_v1_whose_units_are_fixed(tmp_path, base, units):
-    """A schema-v1 trajectory is in cycles per field of view by definition: another unit is refused (it was
-    ignored), ``auto`` and ``cycles-per-fov`` read the file as it is."""
-    from mri_recon.io import save_scan
-
-    save_scan(tmp_path / "v1.h5", base)
-    with pytest.raises(InvalidDataError, match=rf"v1.h5: a schema-v1 file's trajectory is in cycles per field of "
-                                               rf"view by definition; --traj-units {units} applies to ISMRMRD"):
-        load_scans(tmp_path / "v1.h5", traj_units=units)
-    for same in ("auto", "cycles-per-fov"):
-        assert np.array_equal(load_scan(tmp_path / "v1.h5", traj_units=same).trajectory, base.trajectory)
-
 def test_convert_a_chosen_contrast_writes_one_file_per_slice(mrd, tmp_path):
     written = convert(mrd, tmp_path / "c.h5", contrast=1)
     assert written == [tmp_path / f"c_slice{s}.h5" for s in range(3)]

@@ -262,13 +262,15 @@ def test_compressed_zeros_empty_and_virtual_datasets_are_not_taken_for_unwritten
             _check_stored(node, "a.h5", node.name)  # none refused
 
 
-@pytest.mark.parametrize("value", [{"a": 1}, 2**70, [1, "a"], np.array([object()])],
-                         ids=["dict", "int-70-bits", "ragged-list", "objects"])
+@pytest.mark.parametrize("value", [{"a": 1}, 2**70, [1, "a"], [[1, 2], [3]], np.array([object()]),
+                                   np.array(["ab", "c"])],
+                         ids=["dict", "int-70-bits", "mixed-list", "ragged-list", "objects", "numpy-text"])
 def test_an_attribute_hdf5_cannot_hold_is_named_and_nothing_is_written(tmp_path, rng, value):
     kspace, traj = _arrays(rng)
     scan = Scan(kspace=kspace, trajectory=traj, matrix=(16, 12), attrs={"note": "x", "bad": value})
     with pytest.raises(OutputError, match=rf"s\.h5: attribute bad \({type(value).__name__}\) cannot be stored in "
-                                          r"HDF5 .*; give numbers, strings or arrays of them$"):
+                                          r"HDF5 .*; attributes hold numbers, strings, bytes, lists of them, "
+                                          r"or NumPy arrays of numbers or bytes$"):
         save_scan(tmp_path / "s.h5", scan)
     assert list(tmp_path.iterdir()) == []
 
@@ -277,3 +279,15 @@ def test_ragged_rows_are_a_schema_error(rng):
     _, traj = _arrays(rng, m=2)
     with pytest.raises(SchemaError, match="dataset 'kspace' is not an array: its rows have different lengths"):
         Scan(kspace=[[1j, 2j], [3j]], trajectory=traj, matrix=(16, 12))
+
+
+def test_a_scan_in_radians_is_told_the_conversion_not_an_option_it_does_not_take(rng):
+    """A schema-v1 file or a Scan holds cycles per FOV by definition, so --traj-units is no way out there (it
+    was advised, and ignored): the message gives the conversion and says whose option --traj-units is."""
+    kspace, traj = _arrays(rng, matrix=(32, 32))
+    radians = (traj / 16 * np.pi * 0.98).astype(np.float32)
+    with pytest.raises(TrajectoryUnitsError, match=r"looks like it is in radians .* a schema-v1 file or Scan holds "
+                                                   r"cycles per FOV by definition \(--traj-units radians is for "
+                                                   r"ISMRMRD and BART input\): multiply axis d by matrix\[d\] / "
+                                                   r"\(2 pi\)$"):
+        Scan(kspace=kspace, trajectory=radians, matrix=(32, 32))

@@ -90,10 +90,14 @@ def suspect_units(extent: Sequence[float], matrix: Sequence[float],
     return fits[0] if len(fits) == 1 else None
 
 
-def wrong_units_error(source: str, unit: str, extent: Sequence[float], matrix: Sequence[float]) -> TrajectoryUnitsError:
-    """The error for a trajectory that looks like it is in ``unit``: what was found and both fixes."""
+def wrong_units_error(source: str, unit: str, extent: Sequence[float], matrix: Sequence[float], *,
+                      option: bool = True) -> TrajectoryUnitsError:
+    """The error for a trajectory that looks like it is in ``unit``: what was found and both fixes (``option``
+    False: input whose units are fixed, a schema-v1 file or a ``Scan``, where only the conversion applies)."""
     found = [round(float(e), 4) for e in extent]
+    fix = (f"pass --traj-units {unit} (Python traj_units={unit!r}), or {FIX[unit]}" if option else
+           f"a schema-v1 file or Scan holds cycles per FOV by definition (--traj-units {unit} is for ISMRMRD and "
+           f"BART input): {FIX[unit]}")
     return TrajectoryUnitsError(
         f"{source}: trajectory looks like it is in {unit} (max |k| per axis {found} for a matrix "
-        f"{[int(n) for n in matrix]}), not cycles per field of view (Nyquist extent matrix/2); pass "
-        f"--traj-units {unit} (Python traj_units={unit!r}), or {FIX[unit]}")
+        f"{[int(n) for n in matrix]}), not cycles per field of view (Nyquist extent matrix/2); {fix}")

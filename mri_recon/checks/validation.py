@@ -151,7 +151,7 @@ def check_trajectory_units(trajectory: Any, matrix: tuple[int, ...], source: str
             )
     suspect = suspect_units(extent, matrix)
     if suspect == "radians":
-        raise wrong_units_error(source, suspect, extent, matrix)
+        raise wrong_units_error(source, suspect, extent, matrix, option=False)
     if max(matrix) >= 8 and float(np.max(extent)) <= 0.5:
         raise TrajectoryUnitsError(
             f"{source}: trajectory extent {float(np.max(extent)):.4g} looks normalized to [-0.5, 0.5]; "

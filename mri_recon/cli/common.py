@@ -41,6 +41,16 @@ def say(quiet: bool, message: str) -> None:
         click.echo(message, err=True)
 
 
+def parse_matrix(text: str) -> tuple[int, ...]:
+    """``"128"``, ``"128x96"``, ``"64,64,64"`` as sizes (every part a whole number: ``"64x"`` is refused)."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}") from None
+    return values
+
+
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 
 

@@ -7,19 +7,9 @@ from pathlib import Path
 import click
 
 from ..sim.simulate import DCFS, KINDS
-from .common import QUIET, friendly, say
+from .common import QUIET, friendly, parse_matrix, say
 from .options import finite
 from .temporal import simulate_options
-
-
-def parse_matrix(text: str) -> tuple[int, ...]:
-    """``"128"``, ``"128x96"``, ``"64,64,64"`` as sizes (every part a whole number: ``"64x"`` is refused)."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        raise click.BadParameter(f"expected N, NxM or NxMxK, got {text!r}") from None
-    return values
 
 
 def delays(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...] | None:

@@ -156,13 +156,13 @@ def frames_by_index(pairs: Sequence[tuple[Mapping[str, int], Scan]], axis: str |
 
 
 def _warn_unequal(frames: Sequence[Scan], labels: Sequence[int], axis: str, source: str) -> None:
-    """Log a warning naming the frames with fewer samples than the most common count (an acquisition cut short,
-    or frames of different sizes on purpose: they are reconstructed as they are)."""
+    """Log a warning naming the frames with fewer samples than the largest frame (an acquisition cut short, or
+    frames of different sizes on purpose: they are reconstructed as they are)."""
     counts = [f.n_samples for f in frames]
-    common = max(set(counts), key=counts.count)
+    common = max(counts)
     short = [f"{labels[t]} ({n})" for t, n in enumerate(counts) if n < common]
     if short:
-        log.warning("%s: frames along %s with fewer samples than the others' %d: %s (an acquisition cut short?); "
+        log.warning("%s: frames along %s with fewer samples than the largest's %d: %s (an acquisition cut short?); "
                     "they are reconstructed with what they have", source, axis, common, ", ".join(short[:5]) +
                     (f" and {len(short) - 5} more" if len(short) > 5 else ""))
 
@@ -237,7 +237,7 @@ def load_series(path: Any, *, temporal_axis: str | None = None, spokes_per_frame
     :func:`mri_recon.io.load_scans`. A ground truth stored by :func:`~mri_recon.io.series_files.save_series_mrd`
     is attached (an ISMRMRD file's: the other formats hold none)."""
     from . import ismrmrd, load_scans  # noqa: PLC0415 - the package's dispatcher
-    from .readers import reader_of  # noqa: PLC0415
+    from .readers import reader_of  # noqa: PLC0415 - the registry of readers imports this module's users
     from .series_files import read_series_truth  # noqa: PLC0415
 
     pairs = load_scans(path, allow_external=allow_external, **choice)

@@ -15,7 +15,6 @@ import numpy as np
 if TYPE_CHECKING:
     import h5py
 
-from ..checks.units import TRAJ_UNITS
 from ..errors import InvalidDataError, OutputError, ScanFileError, SchemaError, printable
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .files import memory_output
@@ -149,7 +148,8 @@ def _store_attribute(f: h5py.File, path: str | os.PathLike, key: str, value: Any
         f.attrs[key] = value
     except (TypeError, ValueError, OverflowError) as exc:
         raise OutputError(f"{printable(path)}: attribute {printable(key)} ({type(value).__name__}) cannot be stored "
-                          f"in HDF5 ({exc}); give numbers, strings or arrays of them") from None
+                          f"in HDF5 ({exc}); attributes hold numbers, strings, bytes, lists of them, or NumPy "
+                          f"arrays of numbers or bytes") from None
 
 
 def check_scan_name(path: str | os.PathLike) -> None:
@@ -162,8 +162,9 @@ def check_scan_name(path: str | os.PathLike) -> None:
 
 def save_scan(path: str | os.PathLike, scan: Scan, *, protect: tuple[str | os.PathLike, ...] = ()) -> None:
     """Write ``scan`` as schema v1, atomically (built in memory, written to a temporary file, renamed; a file of
-    ``protect`` is never replaced). An attribute HDF5 cannot hold (a dict, a ragged list, an object, an integer
-    beyond 64 bits) is an :class:`~mri_recon.errors.OutputError` naming it, and nothing is written."""
+    ``protect`` is never replaced). An attribute HDF5 cannot hold (a dict, a list mixing numbers and strings, an
+    object, an integer beyond 64 bits, a NumPy array of text) is an :class:`~mri_recon.errors.OutputError`
+    naming it, and nothing is written."""
     import h5py  # noqa: PLC0415 - h5py imported on use: a run on .cfl files reads no HDF5
 
     with memory_output(path, protect=protect) as buffer, h5py.File(buffer, "w") as f:
@@ -251,10 +252,6 @@ def load_schema_v1(path: str | os.PathLike, *, allow_external: bool = False) -> 
 def _one_image_file(probe: Probe, options: dict[str, Any]) -> None:
     """A schema-v1 file holds one image: refuse a choice of MRD image indices for it (an MRD file of images
     is refused by :func:`load_schema_v1`, saying what it is)."""
-    units = options.get("traj_units")
-    if units not in (None, *TRAJ_UNITS[:2]) and probe.hdf5 == "schema-v1":  # auto, cycles-per-fov
-        raise InvalidDataError(f"{probe.path}: a schema-v1 file's trajectory is in cycles per field of view by "
-                               f"definition; --traj-units {units} applies to ISMRMRD and BART input")
     chosen = {name: options[name] for name in DIMENSIONS if options.get(name) is not None}
     if chosen and probe.hdf5 == "schema-v1":
         asked = ", ".join(f"{name}={value}" for name, value in chosen.items())

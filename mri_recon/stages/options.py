@@ -10,7 +10,6 @@ from ..checks.validation import check_field_map_pair
 from ..errors import InvalidDataError, listed
 from ..io.cache import PsfCache
 from ..operators.engines.registry import sampling_of
-from ..operators.offres import CORRECTIONS
 from ..prep.maps_methods import estimated
 from ..prep.maps_stage import CoilMapEstimate
 from ..scan import Scan

@@ -329,19 +329,21 @@ def test_root_sum_of_squares_of_fewer_virtual_coils_keeps_the_image(scan, method
 
 def test_the_planner_counts_the_working_blocks_and_they_bound_the_traced_peak():
     """The compression stage of the plan holds GCC's working blocks besides SVD's arrays, and the blocks bound
-    what applying the matrices allocates beyond the compressed k-space (tracemalloc), within a factor 2."""
+    what applying the matrices allocates beyond the compressed k-space (tracemalloc), within a factor 2; the
+    Python objects of the call (a few kB, which the plan of arrays does not count) are allowed 16 KiB."""
     import tracemalloc
 
     scan = ring_scan(n=64, coils=16)
     w, _ = whitening_and_basis(scan)
     compression = compression_for(scan, 4, "geometric", w)
+    compression.kspace(scan.kspace, scan.trajectory, w)  # modules loaded on first use (the FFTs') stay out of the trace
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     out = compression.kspace(scan.kspace, scan.trajectory, w)
     peak = tracemalloc.get_traced_memory()[1] - before - out.nbytes
     tracemalloc.stop()
     working = COMPRESSION_METHODS["geometric"].working(scan.n_coils, scan.n_samples)
-    assert working / 2 < peak <= working
+    assert working / 2 < peak <= working + 16 * 1024
     svd, gcc = (plan_prepared(scan, device="cpu", coil_compress=4, coil_compress_method=method)[2]
                 for method in ("svd", "geometric"))
     assert gcc.stages["compress"] - svd.stages["compress"] == working

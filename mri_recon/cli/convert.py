@@ -32,14 +32,12 @@ def convert(source: Path, output: Path, quiet: bool, **options: Any) -> None:
     slice, contrast, phase, set and repetition; the indices that vary are appended to OUTPUT's name) or BART
     .cfl (one image)."""
     from ..io.files import same_file
-    from ..io.mrd_image import is_mrd_name
     from ..io.schema import check_scan_name
 
     settings = settings_from(options)
     if any(same_file(output, path) for path in settings.read_paths(source)):  # a BART file: its pair too
         raise OutputError(f"{output}: output would overwrite the input file; choose another path")
-    if not is_mrd_name(output):
-        check_scan_name(output)
+    check_scan_name(output)
     run, keywords = _converter(source, output, settings)
     for path in run(source, output, **keywords):
         say(quiet, f"wrote {path}")

@@ -83,9 +83,8 @@ def simulate(output: Path, matrix: str, trajectory: str, coils: int, snr: float,
     size = parse_matrix(matrix if matrix is not None else "64" if three else "128")
     if len(size) == 1:  # one number: a square (2D kinds) or a cube (3D kinds)
         size = size * (3 if three else 2)
+    check_scan_name(output)
     mrd = is_mrd_name(output)
-    if not mrd:
-        check_scan_name(output)
     if mrd and field_map is not None:
         raise click.UsageError(f"{output}: MRD raw data has no place for a field map; simulate --field-map into a "
                                f"schema-v1 file (.h5)")

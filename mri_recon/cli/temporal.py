@@ -231,14 +231,12 @@ def _given(name: str) -> bool:
 
 def run_simulate(params: Mapping[str, Any], echo: Callable[[str], None]) -> None:
     """``simulate --frames N``: the beating phantom as MRD raw data with its true frames."""
-    from ..io.mrd_image import is_mrd_name  # noqa: PLC0415 - the I/O modules load on use
     from ..io.schema import check_scan_name  # noqa: PLC0415 - the I/O modules load on use
     from ..io.series_files import save_series_mrd  # noqa: PLC0415
     from ..sim.dynamic import simulate_series  # noqa: PLC0415
     from .common import parse_matrix  # noqa: PLC0415 - with simulate's other modules
 
-    if not is_mrd_name(params["output"]):
-        check_scan_name(params["output"])  # MRD raw data in an HDF5 file: .mrd.h5, .mrd, .h5 or .hdf5
+    check_scan_name(params["output"])  # MRD raw data in an HDF5 file: .mrd.h5, .mrd, .h5 or .hdf5
     if params["frames"] is None:
         raise click.UsageError("--spokes-per-frame of simulate needs --frames N")
     trajectory = params["trajectory"]

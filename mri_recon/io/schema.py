@@ -19,6 +19,7 @@ from ..errors import InvalidDataError, OutputError, ScanFileError, SchemaError, 
 from ..scan import OPTIONAL, SCHEMA_VERSION, Scan
 from .files import memory_output
 from .inputs import InputFormat, Probe
+from .mrd_image import SUFFIXES as MRD_SUFFIXES
 from .stack import DIMENSIONS
 
 
@@ -153,9 +154,10 @@ def _store_attribute(f: h5py.File, path: str | os.PathLike, key: str, value: Any
 
 
 def check_scan_name(path: str | os.PathLike) -> None:
-    """Refuse a name for a schema-v1 file that does not end as one (``.h5``, ``.hdf5``, any case): the command
-    line writes no HDF5 file under another format's name (``.nii.gz``, ``.png``, ...)."""
-    if not str(path).lower().endswith(INPUT.suffixes):
+    """Refuse a name for a scan file that ends neither as schema v1 (``.h5``, ``.hdf5``) nor as MRD raw data
+    (``.mrd.h5``, ``.mrd``), any case: the command line writes no HDF5 file under another format's name
+    (``.nii.gz``, ``.png``, ...)."""
+    if not str(path).lower().endswith((*INPUT.suffixes, *MRD_SUFFIXES)):
         raise OutputError(f"{printable(path)}: a scan is written as schema v1 (HDF5), named "
                           f"{' or '.join(INPUT.suffixes)}, or as MRD raw data, named .mrd.h5 or .mrd")
 

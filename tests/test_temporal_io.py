@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import h5py
 import numpy as np
@@ -164,7 +165,8 @@ def test_cli_simulate_and_reconstruct_series(tmp_path):
     done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(out), "--temporal", "tv", "--iterations", "20",
                                 "--device", "cpu", "--png", str(tmp_path / "r.png")])
     assert done.exit_code == 0, done.output
-    assert "4 frames along repetition" in done.output and "NRMSE" in done.output
+    assert "4 frames along repetition" in done.output and "NRMSE vs ground truth 0." in done.output
+    assert re.search(r", \d+\.\d\d s \(\d+\.\d\d s since the command started\)", done.output)  # as one image's line
     with h5py.File(out) as f:
         assert f["image"].shape == (4, 24, 24) and f.attrs["param_temporal"] == "tv"
     done = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "one.h5"), "--repetition", "0",

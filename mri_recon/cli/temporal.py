@@ -20,6 +20,7 @@ import click
 
 from ..errors import MriReconError, printable
 from ..settings import default_of
+from . import STARTED
 from .common import check_log_json, check_outputs
 
 
@@ -185,9 +186,9 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     delays = {k: v for k, v in record.items() if k.startswith("gradient_delay")}
     echo(f"wrote {output} ({chosen}, time series){shown}: {series.n_frames} frames along {series.axis}{dropped}, "
          f"{result.parameters['solver']} {result.iterations} iterations, final objective {result.history[-1]:.1e}"
-         + (f", NRMSE {error:.4f} vs ground truth" if error is not None else "")
-         + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s{delay_words(delays)}"
-         + compress_words([record]))
+         + (f", NRMSE vs ground truth {error:.3g} (magnitude)" if error is not None else "")
+         + f", {result.parameters['method']} on {result.device}, {seconds:.2f} s ({time.perf_counter() - STARTED:.2f} "
+         f"s since the command started){delay_words(delays)}" + compress_words([record]))
 
 
 def _reconstructed(series: Any, settings: Any, scan: Path, quiet: bool) -> tuple[Any, dict, Any]:

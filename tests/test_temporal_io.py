@@ -227,3 +227,17 @@ def test_nifti_of_3d_frames(tmp_path):
     nii = nibabel.load(tmp_path / "v.nii")
     assert nii.shape == (6, 5, 4, 3) and nii.header.get_zooms()[3] == 0.0
     assert np.allclose(np.asarray(nii.dataobj)[..., 1], np.abs(frames[1]))
+
+
+def test_a_series_output_that_places_its_image_warns_when_the_scan_does_not_say_where(tmp_path):
+    """As for one image: a NIfTI named by its file name (not by --format) warns that the simulated scan has no
+    position; HDF5 records that in its geometry attribute and does not warn."""
+    runner = CliRunner()
+    scan = tmp_path / "s.mrd.h5"
+    assert runner.invoke(main, ["simulate", str(scan), "--matrix", "16", "--coils", "2", "--frames", "2",
+                                "--spokes-per-frame", "6", "-q"]).exit_code == 0
+    common = ["--temporal", "tv", "--iterations", "2", "--device", "cpu"]
+    nifti = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "r.nii.gz"), *common])
+    assert nifti.exit_code == 0 and "does not say where the image lies" in nifti.output
+    hdf5 = runner.invoke(main, ["reconstruct", str(scan), "-o", str(tmp_path / "r.h5"), *common])
+    assert hdf5.exit_code == 0 and "does not say where" not in hdf5.output

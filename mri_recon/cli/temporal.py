@@ -171,7 +171,7 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
     with cli_logging(params["verbose"], params["quiet"]):
         series = load_series(scan, temporal_axis=params["temporal_axis"], spokes_per_frame=params["spokes_per_frame"],
                              frames=params["frames"], **settings.reader_keywords())
-        ready, record, result = _reconstructed(series, settings, Path(scan), params["quiet"])
+        ready, record, result = _reconstructed(series, settings, Path(scan), Path(output), params["quiet"])
         error = magnitude_nrmse(result.image, series.ground_truth)
         chosen, shown = _write(output, result, ready, record, settings, params, error)
     seconds = time.perf_counter() - started
@@ -191,14 +191,15 @@ def run_reconstruct(params: Mapping[str, Any], echo: Callable[[str], None]) -> N
          f"s since the command started){delay_words(delays)}" + compress_words([record]))
 
 
-def _reconstructed(series: Any, settings: Any, scan: Path, quiet: bool) -> tuple[Any, dict, Any]:
-    """The series prepared and reconstructed, with the command's progress bar and PSF cache."""
+def _reconstructed(series: Any, settings: Any, scan: Path, output: Path, quiet: bool) -> tuple[Any, dict, Any]:
+    """The series prepared and reconstructed, with the command's progress bar, PSF cache and the warning of an
+    unplaced image for ``output``'s format."""
     from ..api import prepare_and_reconstruct  # noqa: PLC0415
     from ..io.cache import PsfCache  # noqa: PLC0415
     from ..io.writers import OUTPUTS, output_format  # noqa: PLC0415
     from .hooks import ProgressHooks  # noqa: PLC0415
 
-    chosen = OUTPUTS[output_format(Path("x.h5"), settings.format)]
+    chosen = OUTPUTS[output_format(output, settings.format)]
     hooks = ProgressHooks(scan, chosen, settings, quiet)
     hooks.loaded([({}, series.frames[0])])
     hooks.image(0, {}, series.frames[0])

@@ -202,9 +202,11 @@ def test_idle_sockets_make_way_and_a_scan_in_progress_makes_others_busy(files):
             _, reply = send_scan(files[1][1], *srv.address)
             assert len(reply.images) == 1
             assert _reply_of(idle).closed
+        srv.wait(10)  # the two connections' threads end (a loaded machine may still be draining them)
         with _connect(srv) as silent:  # nothing at all: closed after the header timeout
             quiet = _reply_of(silent)
         assert quiet.closed and "idle timeout" in quiet.errors[0]
+        srv.wait(10)
         xml, _ = read_scan(files[1][1])
         with _connect(srv) as started:  # a header sent: a scan in progress keeps its place
             started.sendall(MessageID.HEADER.to_bytes(2, "little") + len(xml).to_bytes(4, "little") + xml)

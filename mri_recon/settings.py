@@ -148,7 +148,8 @@ class ReconSettings:
                                      "in iterations (default: the solver's, 5 for CG and 10 for the others).",
                                      int, "solve", low=1, high=10000, optional=True, solver=True)
     """Iterations between the solver's checks (:attr:`Option.solver`: handed to the solver as it is)."""
-    filter_sigma: float | None = option(None, "Gaussian post-filter width in voxels (off by default).", float,
+    filter_sigma: float | None = option(None, "Gaussian post-filter width in voxels, at most the image's largest "
+                                        "side (off by default).", float,
                                         "solve", low=0.0, low_open=True, optional=True)
     field_map_correction: str = option("auto", "With a field map: exact, segmented (time segmentation) or auto.",
                                        str, "solve", choices=CORRECTIONS)

@@ -208,6 +208,11 @@ def test_post_filter(sense_scan):
     smoothed = reconstruct(scan, iterations=5, tol=0.0, progress=False, filter_sigma=1.0)
     assert smoothed.parameters["filter_sigma"] == 1.0
     assert rel(smoothed.image, np.asarray(filters.smooth(plain.image, 1.0, device="cpu"))) < 1e-5
+    side = max(scan.matrix)
+    assert reconstruct(scan, iterations=1, progress=False, filter_sigma=side).parameters["filter_sigma"] == side
+    with pytest.raises(InvalidDataError, match=rf"filter_sigma 1e\+06 voxels is wider than the image \("
+                                               rf"{scan.matrix[0]}x{scan.matrix[1]} voxels\)"):
+        reconstruct(scan, iterations=1, progress=False, filter_sigma=1e6)  # a slip: it ran for a minute
 
 
 def test_errors(sense_scan, monkeypatch):

@@ -120,6 +120,7 @@ class Options:
         maps.check(scan)
         _check_field_map(scan, s.segments, sparse, s.regularizer)
         _check_given(scan, maps, psf, series)
+        _check_filter(scan, s.filter_sigma)
         return cls(s, lam, maps, sparse, term, t_lam, joint, progress, psf, psf_cache)
 
 
@@ -133,6 +134,14 @@ def _check_given(scan: Scan, maps: CoilMapEstimate, psf: Any, series: bool) -> N
     if series and psf is not None:
         raise InvalidDataError("a PSF belongs to one trajectory; the frames of a time series have one each (leave "
                                "psf=None, or use a psf_cache)")
+
+
+def _check_filter(scan: Scan, sigma: float | None) -> None:
+    """A post-filter no wider than the image: a larger ``sigma`` would only flatten it, slowly (its kernel spans
+    ``8 sigma`` voxels), and is taken for a slip of the keyboard."""
+    if sigma is not None and sigma > max(scan.matrix):
+        raise InvalidDataError(f"{scan.source}: filter_sigma {sigma:g} voxels is wider than the image "
+                               f"({'x'.join(map(str, scan.matrix))} voxels); a post-filter is a few voxels wide")
 
 
 def _check_term_options(settings: ReconSettings, term: TemporalTerm) -> None:

@@ -337,11 +337,14 @@ def test_the_planner_counts_the_working_blocks_and_they_bound_the_traced_peak():
     w, _ = whitening_and_basis(scan)
     compression = compression_for(scan, 4, "geometric", w)
     compression.kspace(scan.kspace, scan.trajectory, w)  # modules loaded on first use (the FFTs') stay out of the trace
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    out = compression.kspace(scan.kspace, scan.trajectory, w)
-    peak = tracemalloc.get_traced_memory()[1] - before - out.nbytes
-    tracemalloc.stop()
+    peaks = []
+    for _ in range(3):  # the smallest: tracemalloc also counts the test process's other threads
+        tracemalloc.start()
+        out = compression.kspace(scan.kspace, scan.trajectory, w)
+        peaks.append(tracemalloc.get_traced_memory()[1] - out.nbytes)
+        tracemalloc.stop()
+        del out
+    peak = min(peaks)
     working = COMPRESSION_METHODS["geometric"].working(scan.n_coils, scan.n_samples)
     assert working / 2 < peak <= working + 16 * 1024
     svd, gcc = (plan_prepared(scan, device="cpu", coil_compress=4, coil_compress_method=method)[2]

@@ -125,3 +125,20 @@ def assert_same_preparation(ours, record, theirs, their_record, basis_tolerance:
     assert basis is None or relative(basis, their_basis) < basis_tolerance
     assert record.pop("coil_compress_energy") == approx(their_record.pop("coil_compress_energy"), rel=1e-12)
     assert record == their_record
+
+
+def smallest_traced_peak(call, repeats: int = 3) -> int:
+    """The smallest of ``repeats`` tracemalloc peaks of ``call()`` (its result included). tracemalloc counts
+    every thread of the process, and a test worker has others (pytest-xdist's messages, threads left by earlier
+    tests): the call's buffers repeat from trace to trace, the other threads' allocations do not."""
+    import tracemalloc
+
+    peaks = []
+    for _ in range(repeats):
+        tracemalloc.start()
+        try:
+            call()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    return min(peaks)

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import assert_same_preparation, relative
+from helpers import assert_same_preparation, relative, smallest_traced_peak
 from scipy.linalg import subspace_angles
 
 import mri_recon
@@ -331,20 +331,11 @@ def test_the_planner_counts_the_working_blocks_and_they_bound_the_traced_peak():
     """The compression stage of the plan holds GCC's working blocks besides SVD's arrays, and the blocks bound
     what applying the matrices allocates beyond the compressed k-space (tracemalloc), within a factor 2; the
     Python objects of the call (a few kB, which the plan of arrays does not count) are allowed 16 KiB."""
-    import tracemalloc
-
     scan = ring_scan(n=64, coils=16)
     w, _ = whitening_and_basis(scan)
     compression = compression_for(scan, 4, "geometric", w)
-    compression.kspace(scan.kspace, scan.trajectory, w)  # modules loaded on first use (the FFTs') stay out of the trace
-    peaks = []
-    for _ in range(3):  # the smallest: tracemalloc also counts the test process's other threads
-        tracemalloc.start()
-        out = compression.kspace(scan.kspace, scan.trajectory, w)
-        peaks.append(tracemalloc.get_traced_memory()[1] - out.nbytes)
-        tracemalloc.stop()
-        del out
-    peak = min(peaks)
+    out = compression.kspace(scan.kspace, scan.trajectory, w)  # first-use loads stay out of the traces
+    peak = smallest_traced_peak(lambda: compression.kspace(scan.kspace, scan.trajectory, w)) - out.nbytes
     working = COMPRESSION_METHODS["geometric"].working(scan.n_coils, scan.n_samples)
     assert working / 2 < peak <= working + 16 * 1024
     svd, gcc = (plan_prepared(scan, device="cpu", coil_compress=4, coil_compress_method=method)[2]

@@ -10,6 +10,7 @@ import ctypes
 import host_kernels as host
 import numpy as np
 import pytest
+from helpers import smallest_traced_peak
 
 from mri_recon.arrays.backend import cupy_module
 from mri_recon.errors import KernelError
@@ -239,20 +240,6 @@ def test_the_pipeline_builds_the_maps_module_ahead_only_for_walsh():
     assert all(("maps.cu", {"MAPS_COILS": tier}) in default_kernels() for tier in MAPS_TIERS)
 
 
-def _traced_peak(call) -> int:
-    """The peak of what ``call()`` allocates (tracemalloc). tracemalloc counts every thread of the process, and
-    a test process has others (pytest-xdist's messages, threads left by earlier tests): the callers take the
-    smallest of a few peaks, whose buffers repeat while the other threads' allocations do not."""
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
-        call()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("coils, shape, scratch", [(8, (48, 40), None), (5, (12, 10, 8), 3 * 8 * 960)])
 def test_the_planner_counts_what_the_kernels_hold(rng, on_host, monkeypatch, coils, shape, scratch):
     """The planner's Walsh model on a GPU (workers 0), less the caller's images and their scaled copy, against
@@ -266,6 +253,6 @@ def test_the_planner_counts_what_the_kernels_hold(rng, on_host, monkeypatch, coi
     images, _ = _coil_images(rng, coils, shape)
     held = host.HostMaps(images.shape, np.complex64, images)
     walsh_gpu.walsh_maps(held, 3, 0)  # loads the kernels first: their loading is no buffer of the plan
-    peak = min(_traced_peak(lambda: walsh_gpu.walsh_maps(held, 3, 0)) for _ in range(3))
+    peak = smallest_traced_peak(lambda: walsh_gpu.walsh_maps(held, 3, 0))
     planned = preparation.walsh(shape, coils, 16, 16, 0) - 2 * images.nbytes
     assert abs(planned - peak) <= 0.05 * peak, (planned, peak)
